@@ -1,0 +1,49 @@
+#include "base.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <string.h>
+
+int base_log_level_current = BASE_LOG_INFO;
+static pthread_mutex_t base_log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void base_assert_fail(const char *expr, const char *file, int line, const char *func)
+{
+	fprintf(stderr, "tern: assertion failed: %s (%s:%d, %s)\n", expr, file, line, func);
+	fflush(stderr);
+	abort();
+}
+
+void base_log_write(enum base_log_level level, const char *fmt, ...)
+{
+	static const char *const names[] = {"ERROR", "WARNING", "INFO", "DEBUG"};
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	struct tm tm;
+	gmtime_r(&ts.tv_sec, &tm);
+	char line[1024];
+	int n = snprintf(line, sizeof(line), "%04d-%02d-%02d %02d:%02d:%02d.%03ld UTC %s: ", tm.tm_year + 1900,
+			 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+			 names[level]);
+	va_list ap;
+	va_start(ap, fmt);
+	if (n > 0 && (size_t)n < sizeof(line))
+		vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+	va_end(ap);
+	pthread_mutex_lock(&base_log_lock);
+	fprintf(stderr, "%s\n", line);
+	pthread_mutex_unlock(&base_log_lock);
+}
+
+bool base_strlcpy(char *dst, const char *src, size_t dst_size)
+{
+	TERN_ASSERT(dst_size > 0);
+	size_t n = strlen(src);
+	if (n >= dst_size) {
+		memcpy(dst, src, dst_size - 1);
+		dst[dst_size - 1] = '\0';
+		return false;
+	}
+	memcpy(dst, src, n + 1);
+	return true;
+}
