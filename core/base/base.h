@@ -6,6 +6,7 @@
 #ifndef TERN_BASE_H
 #define TERN_BASE_H
 
+#include <assert.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

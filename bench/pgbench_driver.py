@@ -1,0 +1,469 @@
+#!/usr/bin/python3
+"""tern benchmark driver: pgbench against tern, PgBouncer and PostgreSQL direct.
+
+Starts a throwaway PostgreSQL primary + replica (not durable) unless
+--pg-port is given, initialises pgbench tables once on the primary, starts
+tern and PgBouncer once each (same pool size, transaction pooling) in front
+of the primary, then runs every workload x mode x clients x target with
+pgbench, measuring throughput, latency and the proxy's CPU time per
+transaction.  Prints a table and writes the same rows to a CSV file.
+
+Exit status: 0 when every run succeeded, 1 when a pgbench run failed or
+reported failed transactions, 2 on a setup error.  Standard library only.
+"""
+
+import argparse
+import contextlib
+import csv
+import datetime
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "integration"))
+
+import pgcluster  # noqa: E402
+from pgcluster import PgCluster, clean_env, free_port  # noqa: E402
+from procs import PgBouncerProcess, ProcessError, TernProcess  # noqa: E402
+
+TARGETS = ("tern", "direct", "pgbouncer")
+WORKLOADS = ("select-only", "tpcb-like")
+MODES = ("simple", "extended", "prepared")
+
+TABLE_COLUMNS = ["workload", "mode", "clients", "target", "tps",
+                 "latency_avg_ms", "proxy_cpu_us_per_txn", "tps_vs_direct",
+                 "cpu_per_txn_vs_pgbouncer"]
+CSV_COLUMNS = TABLE_COLUMNS + ["status", "transactions", "failed_transactions",
+                               "proxy_cpu_seconds", "duration_s", "jobs",
+                               "pool_size", "scale"]
+
+
+class SetupError(Exception):
+    pass
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def csv_list(kind, allowed=None, conv=str):
+    def parse(text):
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("empty %s list" % kind)
+        out = []
+        for t in items:
+            try:
+                v = conv(t)
+            except ValueError:
+                raise argparse.ArgumentTypeError("bad %s: %r" % (kind, t))
+            if allowed is not None and v not in allowed:
+                raise argparse.ArgumentTypeError(
+                    "unknown %s %r (choose from %s)"
+                    % (kind, t, ", ".join(allowed)))
+            if conv is int and v < 1:
+                raise argparse.ArgumentTypeError("%s must be >= 1" % kind)
+            if v not in out:
+                out.append(v)
+        return out
+    return parse
+
+
+def parse_args(argv):
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    p = argparse.ArgumentParser(
+        description="Benchmark tern vs PgBouncer vs direct PostgreSQL with "
+                    "pgbench.")
+    p.add_argument("--targets", type=csv_list("target", TARGETS),
+                   default=list(TARGETS), help="comma list of %s" % ",".join(TARGETS))
+    p.add_argument("--workloads", type=csv_list("workload", WORKLOADS),
+                   default=list(WORKLOADS),
+                   help="comma list of %s" % ",".join(WORKLOADS))
+    p.add_argument("--modes", type=csv_list("mode", MODES),
+                   default=["extended"],
+                   help="pgbench -M modes, comma list of %s" % ",".join(MODES))
+    p.add_argument("--clients", type=csv_list("client count", conv=int),
+                   default=[1, 16, 64, 256], help="comma list of client counts")
+    p.add_argument("--duration", type=int, default=10,
+                   help="seconds per pgbench run (-T)")
+    p.add_argument("--jobs", type=int, default=2,
+                   help="pgbench threads (-j min(clients, jobs))")
+    p.add_argument("--scale", type=int, default=10, help="pgbench -i -s")
+    p.add_argument("--pool-size", type=int, default=20,
+                   help="server connections per pool (tern and PgBouncer)")
+    p.add_argument("--tern-workers", type=int, default=0,
+                   help="tern worker threads (0 = one per CPU)")
+    p.add_argument("--tern-binary", default="build/tern",
+                   help="path to tern (relative: to cwd, else the repo root)")
+    p.add_argument("--csv", default=None,
+                   help="CSV output (default bench/results/%s.csv)" % stamp)
+    p.add_argument("--pg-port", type=int, default=None,
+                   help="use the PostgreSQL server already on 127.0.0.1:PORT "
+                        "(user postgres) instead of starting one")
+    p.add_argument("--skip-init", action="store_true",
+                   help="do not run pgbench -i (tables must exist)")
+    p.add_argument("--no-replica", action="store_true",
+                   help="start the primary only")
+    p.add_argument("--fail-fast", action="store_true",
+                   help="stop at the first failed run")
+    args = p.parse_args(argv)
+    for name in ("duration", "jobs", "scale", "pool_size"):
+        if getattr(args, name) < 1:
+            p.error("--%s must be >= 1" % name.replace("_", "-"))
+    if args.tern_workers < 0:
+        p.error("--tern-workers must be >= 0")
+    if args.csv is None:
+        args.csv = os.path.join(REPO_ROOT, "bench", "results", stamp + ".csv")
+    return args
+
+
+def resolve_tern_binary(path):
+    if os.path.isabs(path):
+        return path
+    if os.path.exists(path):
+        return os.path.abspath(path)
+    return os.path.join(REPO_ROOT, path)
+
+
+def find_pgbench():
+    exe = shutil.which("pgbench")
+    if exe:
+        return exe
+    try:
+        cand = os.path.join(pgcluster.find_pg_bindir(), "pgbench")
+    except pgcluster.PgClusterError:
+        cand = None
+    if cand and os.access(cand, os.X_OK):
+        return cand
+    raise SetupError("pgbench not found on PATH (install postgresql-contrib / "
+                     "postgresql-client: tools/install-deps.sh)")
+
+
+def pgbouncer_version():
+    try:
+        out = subprocess.run(["pgbouncer", "--version"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(rb"PgBouncer (\d+)\.(\d+)", out)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def tern_config(port, pg_port, workers, pool_size):
+    return "\n".join([
+        "[tern]",
+        "listen = 127.0.0.1:%d" % port,
+        "workers = %d" % workers,
+        "pool_mode = transaction",
+        "[servers]",
+        "primary = host=127.0.0.1 port=%d" % pg_port,
+        "[pool]",
+        "pool_size = %d" % pool_size,
+        "[auth]",
+        "mode = trust",
+        "[limits]",
+        "max_client_conn = 1000",
+        "",
+    ])
+
+
+def run_cmd(argv, timeout):
+    """Run argv with a hard timeout; returns (returncode or None, output)."""
+    try:
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           env=clean_env({"PGCONNECT_TIMEOUT": "10"}),
+                           timeout=timeout)
+        return r.returncode, r.stdout.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode("utf-8", "replace")
+        return None, out + "\n(killed after the %ss timeout)" % timeout
+
+
+def tail(text, n=25):
+    return "\n".join(text.rstrip().splitlines()[-n:])
+
+
+_RE = {
+    "tps": re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)",
+                      re.M),
+    "latency": re.compile(r"^latency average = ([0-9.]+) ms", re.M),
+    "failed": re.compile(r"^number of failed transactions: (\d+)", re.M),
+    "processed": re.compile(
+        r"^number of transactions actually processed: (\d+)", re.M),
+}
+
+
+def parse_pgbench(out):
+    """dict(tps, latency_ms, failed, transactions) or None for missing keys."""
+    res = {}
+    m = _RE["tps"].search(out)
+    res["tps"] = float(m.group(1)) if m else None
+    m = _RE["latency"].search(out)
+    res["latency_ms"] = float(m.group(1)) if m else None
+    m = _RE["failed"].search(out)
+    res["failed"] = int(m.group(1)) if m else 0   # absent before PG 15
+    m = _RE["processed"].search(out)
+    res["transactions"] = int(m.group(1)) if m else None
+    return res
+
+
+def fmt(v, spec):
+    return "" if v is None else format(v, spec)
+
+
+def add_ratios(rows):
+    by_key = {(r["workload"], r["mode"], r["clients"], r["target"]): r
+              for r in rows if r["status"] == "ok"}
+    for r in rows:
+        r["tps_vs_direct"] = None
+        r["cpu_per_txn_vs_pgbouncer"] = None
+        if r["status"] != "ok":
+            continue
+        k = (r["workload"], r["mode"], r["clients"])
+        d = by_key.get(k + ("direct",))
+        if d and d["tps"]:
+            r["tps_vs_direct"] = r["tps"] / d["tps"]
+        if r["target"] == "tern":
+            b = by_key.get(k + ("pgbouncer",))
+            if b and b["proxy_cpu_us_per_txn"] and \
+                    r["proxy_cpu_us_per_txn"] is not None:
+                r["cpu_per_txn_vs_pgbouncer"] = \
+                    r["proxy_cpu_us_per_txn"] / b["proxy_cpu_us_per_txn"]
+
+
+def display_row(r):
+    if r["status"] != "ok":
+        return [r["workload"], r["mode"], str(r["clients"]), r["target"],
+                r["status"].upper(), "", "", "", ""]
+    return [r["workload"], r["mode"], str(r["clients"]), r["target"],
+            fmt(r["tps"], ".1f"), fmt(r["latency_ms"], ".3f"),
+            fmt(r["proxy_cpu_us_per_txn"], ".2f"),
+            fmt(r["tps_vs_direct"], ".3f"),
+            fmt(r["cpu_per_txn_vs_pgbouncer"], ".3f")]
+
+
+def print_table(rows):
+    header = ["workload", "mode", "clients", "target", "tps",
+              "avg lat ms", "proxy us CPU/txn", "tps vs direct",
+              "CPU/txn vs pgbouncer"]
+    body = [display_row(r) for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
+              for i, h in enumerate(header)]
+    right = {2, 4, 5, 6, 7, 8}
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths)))
+    log(line(header))
+    log("  ".join("-" * w for w in widths))
+    for b in body:
+        log(line(b))
+
+
+def write_csv(path, rows, args):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS)
+        for r in rows:
+            w.writerow([
+                r["workload"], r["mode"], r["clients"], r["target"],
+                fmt(r["tps"], ".3f"), fmt(r["latency_ms"], ".4f"),
+                fmt(r["proxy_cpu_us_per_txn"], ".3f"),
+                fmt(r["tps_vs_direct"], ".4f"),
+                fmt(r["cpu_per_txn_vs_pgbouncer"], ".4f"),
+                r["status"], fmt(r["transactions"], "d"),
+                fmt(r["failed"], "d"), fmt(r["proxy_cpu_s"], ".3f"),
+                args.duration, r["jobs"], args.pool_size, args.scale,
+            ])
+
+
+def bench(args, stack):
+    pgbench = find_pgbench()
+    tern_binary = None
+    if "tern" in args.targets:
+        tern_binary = resolve_tern_binary(args.tern_binary)
+        if not os.access(tern_binary, os.X_OK):
+            raise SetupError(
+                "tern binary not found at %s: build it (meson setup build "
+                "--buildtype=release && meson compile -C build), pass "
+                "--tern-binary, or drop tern from --targets" % tern_binary)
+
+    skipped_pairs = set()
+    if "pgbouncer" in args.targets and "prepared" in args.modes:
+        v = pgbouncer_version()
+        if v is not None and v < (1, 21):
+            log("note: PgBouncer %d.%d cannot keep protocol-level prepared "
+                "statements in transaction pooling (added in 1.21): "
+                "pgbouncer runs with -M prepared are SKIPPED" % v)
+            skipped_pairs.add(("prepared", "pgbouncer"))
+
+    # ------------------------------------------------------------ server
+    if args.pg_port is not None:
+        pg_port = args.pg_port
+        cluster = None
+        log("using the existing PostgreSQL server on 127.0.0.1:%d" % pg_port)
+        rc, out = run_cmd(["psql", "-X", "-A", "-t", "-h", "127.0.0.1", "-p",
+                           str(pg_port), "-U", "postgres", "-d", "postgres",
+                           "-c", "show max_connections"], 30)
+        if rc != 0:
+            raise SetupError("cannot connect to 127.0.0.1:%d:\n%s"
+                             % (pg_port, tail(out)))
+        maxconn = int(out.strip() or 0)
+        if "direct" in args.targets and max(args.clients) + 5 > maxconn:
+            log("warning: max_connections=%d on the server; direct runs with "
+                "%d clients will fail" % (maxconn, max(args.clients)))
+    else:
+        max_conn = max(400, max(args.clients) + 2 * args.pool_size + 20)
+        log("starting PostgreSQL (%s, not durable) ..."
+            % ("primary only" if args.no_replica else "primary + replica"))
+        t0 = time.monotonic()
+        cluster = stack.enter_context(PgCluster(
+            with_replica=not args.no_replica, durable=False,
+            extra_conf={"max_connections": max_conn}))
+        pg_port = cluster.primary_port
+        log("  primary on 127.0.0.1:%d%s (%.1fs, data in %s)" % (
+            pg_port, "" if cluster.replica_port is None else
+            ", replica on 127.0.0.1:%d" % cluster.replica_port,
+            time.monotonic() - t0, cluster.base_dir))
+
+    if not args.skip_init:
+        log("pgbench -i -s %d on the primary ..." % args.scale)
+        t0 = time.monotonic()
+        rc, out = run_cmd([pgbench, "-i", "-q", "-s", str(args.scale),
+                           "-h", "127.0.0.1", "-p", str(pg_port),
+                           "-U", "postgres", "postgres"],
+                          timeout=300 + 30 * args.scale)
+        if rc != 0:
+            raise SetupError("pgbench -i failed (exit %s):\n%s%s" % (
+                rc, tail(out), "\n" + cluster.logs() if cluster else ""))
+        log("  done in %.1fs" % (time.monotonic() - t0))
+
+    # ------------------------------------------------------------ proxies
+    ports = {"direct": pg_port}
+    procs = {}
+    if "tern" in args.targets:
+        cfg = tern_config(free_port(), pg_port, args.tern_workers,
+                          args.pool_size)
+        log("starting tern (%s, workers=%d, pool_size=%d) ..."
+            % (tern_binary, args.tern_workers, args.pool_size))
+        t = stack.enter_context(TernProcess(tern_binary, cfg))
+        procs["tern"], ports["tern"] = t, t.port
+        log("  tern pid %d on 127.0.0.1:%d" % (t.pid, t.port))
+    if "pgbouncer" in args.targets:
+        log("starting pgbouncer (pool_size=%d, transaction pooling) ..."
+            % args.pool_size)
+        b = stack.enter_context(PgBouncerProcess(
+            pg_port, args.pool_size, pool_mode="transaction",
+            max_client_conn=max(1000, max(args.clients) + 10)))
+        procs["pgbouncer"], ports["pgbouncer"] = b, b.port
+        log("  pgbouncer pid %d on 127.0.0.1:%d" % (b.pid, b.port))
+
+    # ------------------------------------------------------------ runs
+    plan = [(w, m, c, t) for w in args.workloads for m in args.modes
+            for c in args.clients for t in args.targets]
+    rows, failures = [], []
+    dead = set()
+    log("running %d pgbench runs of %ds each" % (len(plan), args.duration))
+    for i, (workload, mode, clients, target) in enumerate(plan, 1):
+        jobs = min(clients, args.jobs)
+        row = {"workload": workload, "mode": mode, "clients": clients,
+               "target": target, "status": "ok", "tps": None,
+               "latency_ms": None, "transactions": None, "failed": None,
+               "proxy_cpu_s": None, "proxy_cpu_us_per_txn": None,
+               "jobs": jobs}
+        rows.append(row)
+        prefix = "[%d/%d] %s %s c=%d %s ..." % (i, len(plan), workload, mode,
+                                               clients, target)
+        if (mode, target) in skipped_pairs:
+            row["status"] = "skipped"
+            log(prefix + " skipped (unsupported by this PgBouncer)")
+            continue
+        if target in dead:
+            row["status"] = "failed"
+            log(prefix + " not run: %s is no longer running" % target)
+            continue
+        print(prefix, end=" ", flush=True)
+        argv = [pgbench, "-n", "-T", str(args.duration), "-c", str(clients),
+                "-j", str(jobs), "-M", mode]
+        if workload == "select-only":
+            argv.append("-S")
+        argv += ["-h", "127.0.0.1", "-p", str(ports[target]),
+                 "-U", "postgres", "postgres"]
+        proc = procs.get(target)
+        cpu0 = proc.cpu_seconds() if proc else None
+        rc, out = run_cmd(argv, timeout=args.duration + 60)
+        cpu1 = proc.cpu_seconds() if proc and proc.alive() else None
+        res = parse_pgbench(out)
+        row.update(tps=res["tps"], latency_ms=res["latency_ms"],
+                   failed=res["failed"], transactions=res["transactions"])
+        problems = []
+        if rc is None:
+            problems.append("pgbench timed out")
+        elif rc != 0:
+            problems.append("pgbench exit code %d" % rc)
+        if res["failed"]:
+            problems.append("%d failed transactions" % res["failed"])
+        if res["tps"] is None or res["transactions"] is None:
+            problems.append("could not parse tps / processed transactions")
+        if proc and not proc.alive():
+            dead.add(target)
+            problems.append("%s exited (code %s)" % (target, proc.returncode))
+        if cpu0 is not None and cpu1 is not None:
+            row["proxy_cpu_s"] = cpu1 - cpu0
+            if res["transactions"]:
+                row["proxy_cpu_us_per_txn"] = \
+                    row["proxy_cpu_s"] / res["transactions"] * 1e6
+        if problems:
+            row["status"] = "failed"
+            log("FAILED: " + "; ".join(problems))
+            msg = "%s: %s\n  %s\n--- pgbench output tail ---\n%s" % (
+                prefix.rstrip(" ."), "; ".join(problems), " ".join(argv),
+                tail(out))
+            if proc:
+                msg += "\n--- %s log tail ---\n%s" % (target, proc.log_tail(20))
+            log(msg)
+            failures.append(msg)
+            if args.fail_fast:
+                break
+        else:
+            cpu = "" if row["proxy_cpu_us_per_txn"] is None else \
+                ", %.2f us proxy CPU/txn" % row["proxy_cpu_us_per_txn"]
+            log("%.1f tps, %.3f ms avg%s" % (res["tps"], res["latency_ms"] or 0,
+                                             cpu))
+    return rows, failures
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    pgcluster.install_sigterm_handler()
+    rows, failures = [], []
+    try:
+        with contextlib.ExitStack() as stack:
+            rows, failures = bench(args, stack)
+            log("stopping servers ...")
+    except (SetupError, pgcluster.PgClusterError, ProcessError, OSError) as e:
+        log("setup error: %s" % e)
+        return 2
+
+    add_ratios(rows)
+    log("")
+    print_table(rows)
+    write_csv(args.csv, rows, args)
+    log("")
+    log("CSV: %s" % args.csv)
+    if failures:
+        log("%d of %d runs FAILED:" % (len(failures), len(rows)))
+        for f in failures:
+            log("  - " + f.splitlines()[0])
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

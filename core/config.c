@@ -1,0 +1,800 @@
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+#include <strings.h>
+
+/*
+ * Debian 12's libinih (55-1) is built with INI_HANDLER_LINENO=1: every handler call in ini_parse_stream
+ * loads the line number into the fifth argument register (checked in its disassembly; the line-number
+ * tests would fail against a build without it). The handler prototype must match the library, so it is
+ * fixed here instead of being left to each build's flags.
+ */
+#define INI_HANDLER_LINENO 1
+#include <ini.h>
+
+/* A conninfo naming TLS files fits with room to spare; a longer line is surely a mistake. */
+#define CONFIG_LINE_MAX 4096
+/* What was expected plus the offending value; a longer value is cut in the message only. */
+#define CONFIG_REASON_MAX 512
+/* Any bound, default or current value of an int, size, duration, bool or enum written as text. */
+#define CONFIG_AMOUNT_TEXT_MAX 32
+
+#define CONFIG_KB UINT64_C(1024)
+#define CONFIG_MB (1024 * CONFIG_KB)
+#define CONFIG_GB (1024 * CONFIG_MB)
+#define CONFIG_SECOND_MS UINT64_C(1000)
+#define CONFIG_MINUTE_MS (60 * CONFIG_SECOND_MS)
+
+static_assert(BASE_LOG_ERROR == 0 && BASE_LOG_WARNING == 1 && BASE_LOG_INFO == 2 && BASE_LOG_DEBUG == 3,
+	      "log_level names below are indexed by enum base_log_level");
+
+enum config_type {
+	CONFIG_INT,
+	CONFIG_SIZE,
+	CONFIG_DURATION,
+	CONFIG_BOOL,
+	CONFIG_ENUM,
+	CONFIG_STRING,
+	CONFIG_LISTEN,
+};
+
+/* `what` and `hint` frame the allowed values in an error: "expected {what}{allowed}{hint}, got ...". */
+static const struct config_type_info {
+	const char *name, *what, *hint;
+	size_t field_size;
+} config_types[] = {
+	[CONFIG_INT] = {"int", "an integer between ", "", sizeof(uint32_t)},
+	[CONFIG_SIZE] = {"size", "a size between ", " (bytes, or a whole number with kB, MB or GB)",
+			 sizeof(uint64_t)},
+	[CONFIG_DURATION] = {"duration", "a duration between ",
+			     " (seconds, or a number with ms, s or min; in whole milliseconds)",
+			     sizeof(uint64_t)},
+	[CONFIG_BOOL] = {"bool", "one of ", "", sizeof(bool)},
+	[CONFIG_ENUM] = {"enum", "one of ", "", sizeof(int)},
+	[CONFIG_STRING] = {"string", "", "", sizeof(char *)},
+	[CONFIG_LISTEN] = {"listen", "", " with a port from 1 to 65535", CONFIG_LISTEN_HOST_SIZE},
+};
+
+enum config_flag {
+	CONFIG_RESTART = 0,
+	CONFIG_RELOAD = 1 << 0, /* a reload may change it; otherwise it takes a restart */
+	CONFIG_PATH = 1 << 1, /* a relative string is resolved against the config file's directory */
+};
+
+struct config_key {
+	const char *section, *key;
+	enum config_type type;
+	const char *default_text; /* parsed like a value from a file, so a bad default fails at once */
+	uint64_t min, max; /* int: the number; size: bytes; duration: milliseconds */
+	unsigned flags; /* enum config_flag */
+	size_t offset, field_size; /* field_size catches an entry pointing at a field of another type */
+	const char *const *enum_names; /* NULL-terminated; a name's index is the stored value */
+	const char *help;
+};
+
+// clang-format off
+#define CONFIG_KEY(section, key, type, default_text, min, max, flags, field, enum_names, help) \
+	{section, key, type, default_text, min, max, flags, offsetof(struct tern_config, field), \
+	 sizeof(((struct tern_config *)0)->field), enum_names, help}
+// clang-format on
+
+static const char *const config_pool_mode_names[] = {"session", "transaction", NULL};
+static const char *const config_log_level_names[] = {"error", "warning", "info", "debug", NULL};
+static const char *const config_auth_mode_names[] = {"trust", "md5", "scram", NULL};
+/* Even indexes mean true. */
+static const char *const config_bool_names[] = {"true", "false", "on", "off", "yes", "no", "1", "0", NULL};
+
+/* Sections without keys yet still load, so a file can be written once for the releases that fill them. */
+static const char *const config_sections[] = {"tern", "servers", "routing", "pool",
+					      "auth", "limits",	 "journal", "admin"};
+
+static const struct config_key config_keys[] = {
+	CONFIG_KEY("tern", "listen", CONFIG_LISTEN, "127.0.0.1:6432", 0, 0, CONFIG_RESTART, listen_host, NULL,
+		   "address:port clients connect to (\"*:6432\" for all IPv4, \"[::1]:6432\" for IPv6)"),
+	CONFIG_KEY("tern", "workers", CONFIG_INT, "0", 0, 1024, CONFIG_RESTART, workers, NULL,
+		   "worker threads, each with its own io_uring and listener; 0 = one per CPU"),
+	CONFIG_KEY("tern", "pin_workers", CONFIG_BOOL, "true", 0, 0, CONFIG_RESTART, pin_workers, NULL,
+		   "pin worker i to CPU i mod CPU count"),
+	CONFIG_KEY("tern", "pool_mode", CONFIG_ENUM, "session", 0, 0, CONFIG_RESTART, pool_mode,
+		   config_pool_mode_names,
+		   "when a server connection goes back to the pool: at client disconnect (session) or at "
+		   "the end of each transaction (transaction)"),
+	CONFIG_KEY("tern", "ring_entries", CONFIG_INT, "1024", 64, 32768, CONFIG_RESTART, ring_entries, NULL,
+		   "submission queue depth of each worker's io_uring"),
+	CONFIG_KEY("tern", "buffer_count", CONFIG_INT, "1024", 16, 32768, CONFIG_RESTART, buffer_count, NULL,
+		   "provided receive buffers per worker; must be a power of two"),
+	CONFIG_KEY("tern", "buffer_size", CONFIG_SIZE, "16kB", 4 * CONFIG_KB, CONFIG_MB, CONFIG_RESTART,
+		   buffer_size, NULL, "size of one receive buffer"),
+	CONFIG_KEY("tern", "log_level", CONFIG_ENUM, "info", 0, 0, CONFIG_RELOAD, log_level,
+		   config_log_level_names, "least severe log level written to stderr"),
+	CONFIG_KEY("servers", "primary", CONFIG_STRING, "host=127.0.0.1 port=5432", 0, 0, CONFIG_RESTART,
+		   primary_conninfo, NULL,
+		   "libpq conninfo of the primary; user, dbname and password come from the client "
+		   "and auth_file"),
+	CONFIG_KEY("pool", "pool_size", CONFIG_INT, "20", 1, 10000, CONFIG_RELOAD, pool_size, NULL,
+		   "most server connections open to one server at once"),
+	CONFIG_KEY("pool", "min_pool_size", CONFIG_INT, "0", 0, 10000, CONFIG_RELOAD, min_pool_size, NULL,
+		   "server connections kept open per user/database once it has been used"),
+	CONFIG_KEY(
+		"pool", "query_wait_timeout", CONFIG_DURATION, "120s", 0, 86400 * CONFIG_SECOND_MS,
+		CONFIG_RELOAD, query_wait_timeout_ms, NULL,
+		"how long a request may wait for a server connection before it gets an error; 0 = forever"),
+	CONFIG_KEY("pool", "server_connect_timeout", CONFIG_DURATION, "15s", 100, 3600 * CONFIG_SECOND_MS,
+		   CONFIG_RELOAD, server_connect_timeout_ms, NULL,
+		   "how long opening one server connection may take"),
+	CONFIG_KEY("auth", "mode", CONFIG_ENUM, "trust", 0, 0, CONFIG_RELOAD, auth_mode,
+		   config_auth_mode_names, "how clients authenticate to tern"),
+	CONFIG_KEY(
+		"auth", "auth_file", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD | CONFIG_PATH, auth_file, NULL,
+		"PgBouncer userlist.txt file with plaintext passwords, md5 hashes or SCRAM secrets; relative "
+		"paths are relative to the config file"),
+	CONFIG_KEY("limits", "max_client_conn", CONFIG_INT, "100", 1, 1000000, CONFIG_RELOAD, max_client_conn,
+		   NULL, "most client connections tern accepts at once (more get SQLSTATE 53300)"),
+	CONFIG_KEY("limits", "max_client_frame_bytes", CONFIG_SIZE, "1GB", CONFIG_KB, CONFIG_GB,
+		   CONFIG_RESTART, max_client_frame_bytes, NULL,
+		   "largest protocol message a client may send (larger closes that connection with 08P01)"),
+	CONFIG_KEY("limits", "max_backend_frame_bytes", CONFIG_SIZE, "100MB", CONFIG_KB, CONFIG_GB,
+		   CONFIG_RESTART, max_backend_frame_bytes, NULL,
+		   "largest protocol message a server may send (larger closes that server connection)"),
+};
+
+#define CONFIG_KEY_COUNT TERN_ARRAY_LEN(config_keys)
+
+/* One load in progress: inih hands this to both the line reader and the value handler. */
+struct config_parse {
+	struct tern_config *cfg;
+	const char *path;
+	FILE *file;
+	char *line; /* getline's buffer: the line inih is working on, kept for syntax error messages */
+	size_t line_capacity;
+	int line_number;
+	int key_lines[CONFIG_KEY_COUNT]; /* where each key was set; 0 = left at its default */
+	int rc; /* the first error; later ones would only be echoes of it */
+	char *err;
+	size_t err_size;
+};
+
+static void *config_field(struct tern_config *cfg, const struct config_key *key)
+{
+	return (char *)cfg + key->offset;
+}
+
+static const struct config_key *config_find_key(const char *section, const char *name)
+{
+	for (size_t i = 0; i < CONFIG_KEY_COUNT; i++)
+		if ((section == NULL || strcmp(config_keys[i].section, section) == 0) &&
+		    strcmp(config_keys[i].key, name) == 0)
+			return &config_keys[i];
+	return NULL;
+}
+
+static bool config_is_known_section(const char *name, size_t len)
+{
+	for (size_t i = 0; i < TERN_ARRAY_LEN(config_sections); i++)
+		if (strlen(config_sections[i]) == len && memcmp(config_sections[i], name, len) == 0)
+			return true;
+	return false;
+}
+
+/* ---- values as text ---- */
+
+/* Digits only: strtoull would also take a sign, spaces and hex, none of which belong in a config value.
+ * Returns where the digits end, or NULL when there are none or they overflow. */
+static const char *config_scan_digits(const char *text, uint64_t *value)
+{
+	uint64_t v = 0;
+	const char *p = text;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		uint64_t digit = (uint64_t)(*p - '0');
+		if (v > (UINT64_MAX - digit) / 10)
+			return NULL;
+		v = v * 10 + digit;
+	}
+	if (p == text)
+		return NULL;
+	*value = v;
+	return p;
+}
+
+static const char *config_skip_blanks(const char *p)
+{
+	while (*p == ' ' || *p == '\t')
+		p++;
+	return p;
+}
+
+struct config_unit {
+	const char *name;
+	uint64_t multiplier;
+};
+
+/* Largest first, so a size is printed in the biggest unit that divides it exactly. */
+static const struct config_unit config_size_units[] = {
+	{"GB", CONFIG_GB}, {"MB", CONFIG_MB}, {"kB", CONFIG_KB}, {0}};
+static const struct config_unit config_duration_units[] = {
+	{"min", CONFIG_MINUTE_MS}, {"s", CONFIG_SECOND_MS}, {"ms", 1}, {0}};
+static const struct config_unit config_no_units[] = {{0}}; /* ints */
+
+/*
+ * Ints are whole numbers; sizes take kB, MB or GB (1024-based, any case, as PostgreSQL reads them);
+ * durations are seconds ("120", "0.5") or say their unit ("250ms", "1.5s", "2min"). A part finer than a
+ * millisecond is refused rather than rounded, so what is written is exactly what runs.
+ */
+static bool config_parse_amount(enum config_type type, const char *text, uint64_t *amount)
+{
+	const struct config_unit *unit = type == CONFIG_SIZE	   ? config_size_units
+					 : type == CONFIG_DURATION ? config_duration_units
+								   : config_no_units;
+	uint64_t whole, fraction = 0, scale = 1, multiplier = type == CONFIG_DURATION ? CONFIG_SECOND_MS : 1;
+	const char *p = config_scan_digits(text, &whole);
+	if (p == NULL)
+		return false;
+	if (*p == '.' && type == CONFIG_DURATION) {
+		const char *digits = ++p;
+		for (; *p >= '0' && *p <= '9'; p++) {
+			if (scale >= 1000000000) /* finer than a millisecond in any unit */
+				return false;
+			fraction = fraction * 10 + (uint64_t)(*p - '0');
+			scale *= 10;
+		}
+		if (p == digits)
+			return false;
+	}
+	p = config_skip_blanks(p);
+	for (; *p != '\0' && unit->name != NULL; unit++) {
+		if (strcasecmp(unit->name, p) == 0) {
+			multiplier = unit->multiplier;
+			break;
+		}
+	}
+	if ((*p != '\0' && unit->name == NULL) || (fraction * multiplier) % scale != 0 ||
+	    whole > UINT64_MAX / multiplier ||
+	    whole * multiplier > UINT64_MAX - fraction * multiplier / scale)
+		return false;
+	*amount = whole * multiplier + fraction * multiplier / scale;
+	return true;
+}
+
+/* Returns the index of `text` among `names` (NULL-terminated), any case, or -1. */
+static int config_find_name(const char *const *names, const char *text)
+{
+	for (int i = 0; names[i] != NULL; i++)
+		if (strcasecmp(names[i], text) == 0)
+			return i;
+	return -1;
+}
+
+/* A DNS name or an IPv4 literal; anything made of digits and dots must be a valid address, so a typo
+ * such as 127.0.0.1.1 stops startup instead of failing a lookup later. */
+static bool config_is_host(const char *host)
+{
+	static const char name_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_";
+	struct in_addr address;
+	if (host[0] == '\0' || host[strspn(host, name_chars)] != '\0')
+		return false;
+	return host[strspn(host, "0123456789.")] != '\0' || inet_pton(AF_INET, host, &address) == 1;
+}
+
+/* "host:port", "*:port" (every IPv4 address) or "[ipv6]:port"; a bare IPv6 address is ambiguous. */
+static bool config_parse_listen(const char *text, char *host, uint16_t *port)
+{
+	char candidate[CONFIG_LISTEN_HOST_SIZE];
+	const char *host_start = text, *host_end;
+	if (text[0] == '[') {
+		host_start = text + 1;
+		host_end = strchr(host_start, ']');
+		if (host_end == NULL || host_end[1] != ':')
+			return false;
+	} else {
+		host_end = strrchr(text, ':');
+		if (host_end == NULL)
+			return false;
+	}
+	size_t host_len = (size_t)(host_end - host_start);
+	if (host_len == 0 || host_len >= sizeof(candidate))
+		return false;
+	memcpy(candidate, host_start, host_len);
+	candidate[host_len] = '\0';
+	if (text[0] == '[') {
+		struct in6_addr address;
+		if (inet_pton(AF_INET6, candidate, &address) != 1)
+			return false;
+		host_end++;
+	} else if (strcmp(candidate, "*") == 0) {
+		base_strlcpy(candidate, "0.0.0.0", sizeof(candidate));
+	} else if (!config_is_host(candidate)) {
+		return false;
+	}
+	uint64_t number;
+	const char *end = config_scan_digits(host_end + 1, &number);
+	if (end == NULL || *end != '\0' || number < 1 || number > UINT16_MAX)
+		return false;
+	memcpy(host, candidate, sizeof(candidate));
+	*port = (uint16_t)number;
+	return true;
+}
+
+/* Sizes in the largest unit that divides them exactly; durations in seconds when whole, else in ms.
+ * Returns snprintf's length. */
+static int config_format_amount(enum config_type type, uint64_t amount, char *out, size_t out_size)
+{
+	if (type == CONFIG_SIZE) {
+		for (const struct config_unit *unit = config_size_units; unit->name != NULL && amount != 0;
+		     unit++) {
+			if (amount % unit->multiplier == 0) {
+				return snprintf(out, out_size, "%" PRIu64 "%s", amount / unit->multiplier,
+						unit->name);
+			}
+		}
+	} else if (type == CONFIG_DURATION && amount != 0) {
+		if (amount % CONFIG_SECOND_MS == 0)
+			return snprintf(out, out_size, "%" PRIu64 "s", amount / CONFIG_SECOND_MS);
+		return snprintf(out, out_size, "%" PRIu64 "ms", amount);
+	}
+	return snprintf(out, out_size, "%" PRIu64, amount);
+}
+
+/* What a key accepts, as shown in --help-config, the README and error messages. */
+static void config_format_allowed(const struct config_key *key, const char *separator,
+				  const char *range_joiner, char *out, size_t out_size)
+{
+	char min[CONFIG_AMOUNT_TEXT_MAX], max[CONFIG_AMOUNT_TEXT_MAX];
+	const char *const *names = key->type == CONFIG_BOOL ? config_bool_names : key->enum_names;
+	size_t used = 0;
+	out[0] = '\0';
+	switch (key->type) {
+	case CONFIG_INT:
+	case CONFIG_SIZE:
+	case CONFIG_DURATION:
+		config_format_amount(key->type, key->min, min, sizeof(min));
+		config_format_amount(key->type, key->max, max, sizeof(max));
+		snprintf(out, out_size, "%s%s%s", min, range_joiner, max);
+		return;
+	case CONFIG_BOOL:
+	case CONFIG_ENUM:
+		for (size_t i = 0; names[i] != NULL && used < out_size; i++) {
+			int n = snprintf(out + used, out_size - used, "%s%s", i == 0 ? "" : separator,
+					 names[i]);
+			used += n > 0 ? (size_t)n : 0;
+		}
+		return;
+	case CONFIG_STRING:
+		snprintf(out, out_size, "%s", (key->flags & CONFIG_PATH) != 0 ? "file path" : "text");
+		return;
+	case CONFIG_LISTEN:
+		snprintf(out, out_size, "host:port%s*:port%s[ipv6]:port", separator, separator);
+		return;
+	}
+}
+
+/* Joins a relative path to the config file's directory, so the file is read from beside the config, not
+ * from wherever tern was started; the result is as relative as the config path. malloc'd; NULL = no memory.
+ */
+static char *config_resolve_path(const char *config_path, const char *value)
+{
+	const char *slash = config_path != NULL ? strrchr(config_path, '/') : NULL;
+	if (slash == NULL || value[0] == '\0' || value[0] == '/')
+		return strdup(value);
+	size_t dir_len = (size_t)(slash - config_path) + 1, value_len = strlen(value);
+	char *joined = malloc(dir_len + value_len + 1);
+	if (joined != NULL) {
+		memcpy(joined, config_path, dir_len);
+		memcpy(joined + dir_len, value, value_len + 1);
+	}
+	return joined;
+}
+
+/*
+ * Parses `text` into the key's field. The one path both defaults and files take, so a default is held
+ * to the same bounds as a value a user writes. On a bad value returns -EINVAL with `reason` saying what
+ * was expected; -ENOMEM when a string cannot be copied.
+ */
+static int config_set(struct tern_config *cfg, const struct config_key *key, const char *text,
+		      const char *config_path, char *reason, size_t reason_size)
+{
+	void *field = config_field(cfg, key);
+	uint64_t number;
+	int index;
+	switch (key->type) {
+	case CONFIG_INT:
+	case CONFIG_SIZE:
+	case CONFIG_DURATION:
+		if (!config_parse_amount(key->type, text, &number) || number < key->min || number > key->max)
+			break;
+		if (key->type == CONFIG_INT)
+			*(uint32_t *)field = (uint32_t)number;
+		else
+			*(uint64_t *)field = number;
+		return 0;
+	case CONFIG_BOOL:
+		if ((index = config_find_name(config_bool_names, text)) < 0)
+			break;
+		*(bool *)field = index % 2 == 0;
+		return 0;
+	case CONFIG_ENUM:
+		if ((index = config_find_name(key->enum_names, text)) < 0)
+			break;
+		*(int *)field = index;
+		return 0;
+	case CONFIG_STRING: {
+		/* inih keeps quotes; taking one enclosing pair off lets `auth_file = ""` mean empty. */
+		size_t len = strlen(text);
+		char *unquoted = NULL, *value;
+		if (len >= 2 && text[0] == '"' && text[len - 1] == '"') {
+			if ((unquoted = strndup(text + 1, len - 2)) == NULL)
+				return -ENOMEM;
+			text = unquoted;
+		}
+		value = (key->flags & CONFIG_PATH) != 0 ? config_resolve_path(config_path, text)
+							: strdup(text);
+		free(unquoted);
+		if (value == NULL)
+			return -ENOMEM;
+		free(*(char **)field);
+		*(char **)field = value;
+		return 0;
+	}
+	case CONFIG_LISTEN:
+		TERN_ASSERT(key->offset == offsetof(struct tern_config, listen_host));
+		if (!config_parse_listen(text, cfg->listen_host, &cfg->listen_port))
+			break;
+		return 0;
+	}
+	char allowed[CONFIG_REASON_MAX / 4];
+	config_format_allowed(key, "|", " and ", allowed, sizeof(allowed));
+	const struct config_type_info *type = &config_types[key->type];
+	snprintf(reason, reason_size, "expected %s%s%s, got \"%s\"", type->what, allowed, type->hint, text);
+	return -EINVAL;
+}
+
+/* Writes the key's current value as text config_load accepts back; returns snprintf's length. */
+static int config_format_value(const struct tern_config *cfg, const struct config_key *key, char *out,
+			       size_t out_size)
+{
+	const void *field = (const char *)cfg + key->offset;
+	switch (key->type) {
+	case CONFIG_INT:
+		return config_format_amount(key->type, *(const uint32_t *)field, out, out_size);
+	case CONFIG_SIZE:
+	case CONFIG_DURATION:
+		return config_format_amount(key->type, *(const uint64_t *)field, out, out_size);
+	case CONFIG_BOOL:
+		return snprintf(out, out_size, "%s", *(const bool *)field ? "true" : "false");
+	case CONFIG_ENUM: {
+		int value = *(const int *)field, count = 0;
+		while (key->enum_names[count] != NULL)
+			count++;
+		TERN_ASSERT(value >= 0 && value < count);
+		return snprintf(out, out_size, "%s", key->enum_names[value]);
+	}
+	case CONFIG_STRING:
+		return snprintf(out, out_size, "%s",
+				*(char *const *)field != NULL ? *(char *const *)field : "");
+	case CONFIG_LISTEN: {
+		bool is_ipv6 = strchr(cfg->listen_host, ':') != NULL;
+		return snprintf(out, out_size, "%s%s%s:%" PRIu16, is_ipv6 ? "[" : "", cfg->listen_host,
+				is_ipv6 ? "]" : "", cfg->listen_port);
+	}
+	}
+	TERN_ASSERT(!"unknown config type");
+	return 0;
+}
+
+/* ---- loading ---- */
+
+void config_init_defaults(struct tern_config *cfg)
+{
+	TERN_ASSERT(cfg != NULL);
+	memset(cfg, 0, sizeof(*cfg));
+	for (size_t i = 0; i < CONFIG_KEY_COUNT; i++) {
+		const struct config_key *key = &config_keys[i];
+		char reason[CONFIG_REASON_MAX];
+		TERN_ASSERT(key->field_size == config_types[key->type].field_size);
+		TERN_ASSERT((key->type == CONFIG_ENUM) == (key->enum_names != NULL));
+		TERN_ASSERT((key->flags & CONFIG_PATH) == 0 || key->type == CONFIG_STRING);
+		/* A failure is a bad table entry, or no memory for a few bytes at boot: neither can go on. */
+		int rc = config_set(cfg, key, key->default_text, NULL, reason, sizeof(reason));
+		TERN_ASSERT(rc == 0);
+	}
+	TERN_ASSERT(cfg->min_pool_size <= cfg->pool_size);
+	TERN_ASSERT((cfg->buffer_count & (cfg->buffer_count - 1)) == 0);
+}
+
+void config_deinit(struct tern_config *cfg)
+{
+	TERN_ASSERT(cfg != NULL);
+	for (size_t i = 0; i < CONFIG_KEY_COUNT; i++) {
+		if (config_keys[i].type != CONFIG_STRING)
+			continue;
+		char **field = config_field(cfg, &config_keys[i]);
+		free(*field);
+		*field = NULL;
+	}
+	free(cfg->path);
+	cfg->path = NULL;
+}
+
+__attribute__((format(printf, 3, 4))) static void config_fail(struct config_parse *parse, int line,
+							      const char *fmt, ...)
+{
+	if (parse->rc != 0)
+		return;
+	parse->rc = -EINVAL;
+	int n = line > 0 ? snprintf(parse->err, parse->err_size, "%s:%d: ", parse->path, line)
+			 : snprintf(parse->err, parse->err_size, "%s: ", parse->path);
+	if (n < 0 || (size_t)n >= parse->err_size)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(parse->err + n, parse->err_size - (size_t)n, fmt, ap);
+	va_end(ap);
+}
+
+/* Catches unknown section headers here, where every line passes, so an empty misspelt section fails too. */
+static bool config_check_section_line(struct config_parse *parse, const char *line)
+{
+	if (parse->line_number == 1 && strncmp(line, "\xEF\xBB\xBF", 3) == 0)
+		line += 3; /* inih skips a UTF-8 byte order mark */
+	line = config_skip_blanks(line);
+	if (line[0] != '[')
+		return true;
+	const char *close = strchr(line, ']');
+	if (close == NULL) {
+		config_fail(parse, parse->line_number, "expected \"]\" to close the section name");
+		return false;
+	}
+	int len = (int)(close - line - 1);
+	if (config_is_known_section(line + 1, (size_t)len))
+		return true;
+	config_fail(parse, parse->line_number, "[%.*s]: unknown section (tern --help-config lists them)", len,
+		    line + 1);
+	return false;
+}
+
+/* inih's reader: one whole line per call, so inih's line count stays true, and a line longer than inih's
+ * buffer stops the load instead of being split into two silently wrong lines. */
+static char *config_read_line(char *buffer, int buffer_size, void *stream)
+{
+	struct config_parse *parse = stream;
+	if (parse->rc != 0)
+		return NULL;
+	errno = 0;
+	ssize_t len = getline(&parse->line, &parse->line_capacity, parse->file);
+	if (len < 0) {
+		if (ferror(parse->file)) {
+			int saved = errno != 0 ? errno : EIO;
+			config_fail(parse, 0, "cannot read: %s", strerror(saved));
+			parse->rc = -saved;
+		}
+		return NULL;
+	}
+	parse->line_number++;
+	if ((size_t)len + 1 > (size_t)buffer_size) {
+		config_fail(parse, parse->line_number, "line is longer than %d bytes", buffer_size - 1);
+		return NULL;
+	}
+	if (strlen(parse->line) != (size_t)len) {
+		config_fail(parse, parse->line_number, "line contains a NUL byte");
+		return NULL;
+	}
+	if (!config_check_section_line(parse, parse->line))
+		return NULL;
+	memcpy(buffer, parse->line, (size_t)len + 1);
+	return buffer;
+}
+
+static int config_on_value(void *user, const char *section, const char *name, const char *value, int line)
+{
+	struct config_parse *parse = user;
+	if (parse->rc != 0)
+		return 0;
+	if (section[0] == '\0') {
+		config_fail(parse, line, "%s: key before any [section] header", name);
+		return 0;
+	}
+	if (!config_is_known_section(section, strlen(section))) {
+		config_fail(parse, line, "[%s] %s: unknown section", section, name);
+		return 0;
+	}
+	const struct config_key *key = config_find_key(section, name);
+	if (key == NULL) {
+		const struct config_key *elsewhere = config_find_key(NULL, name);
+		if (name[0] == '\0')
+			config_fail(parse, line, "[%s]: a key name is missing before \"=\"", section);
+		else if (elsewhere != NULL)
+			config_fail(parse, line, "[%s] %s: unknown key in this section; it belongs in [%s]",
+				    section, name, elsewhere->section);
+		else
+			config_fail(parse, line, "[%s] %s: unknown key", section, name);
+		return 0;
+	}
+	size_t index = (size_t)(key - config_keys);
+	if (parse->key_lines[index] != 0) {
+		config_fail(parse, line, "[%s] %s: set twice (first on line %d)", section, name,
+			    parse->key_lines[index]);
+		return 0;
+	}
+	parse->key_lines[index] = line;
+	char reason[CONFIG_REASON_MAX];
+	int rc = config_set(parse->cfg, key, value, parse->path, reason, sizeof(reason));
+	if (rc == -ENOMEM) {
+		config_fail(parse, line, "[%s] %s: out of memory", section, name);
+		parse->rc = rc;
+	} else if (rc != 0) {
+		config_fail(parse, line, "[%s] %s: %s", section, name, reason);
+	}
+	return rc == 0;
+}
+
+static int config_key_line(const struct config_parse *parse, const char *section, const char *name)
+{
+	const struct config_key *key = config_find_key(section, name);
+	TERN_ASSERT(key != NULL);
+	return parse->key_lines[key - config_keys];
+}
+
+/* An error about two keys blames the one set later in the file; a key left at its default has line 0. */
+static void config_check_across_keys(struct config_parse *parse)
+{
+	const struct tern_config *cfg = parse->cfg;
+	if (cfg->min_pool_size > cfg->pool_size) {
+		int min_line = config_key_line(parse, "pool", "min_pool_size");
+		int max_line = config_key_line(parse, "pool", "pool_size");
+		config_fail(parse, TERN_MAX(min_line, max_line),
+			    "[pool] %s: min_pool_size (%" PRIu32 ") is larger than pool_size (%" PRIu32 ")",
+			    min_line >= max_line ? "min_pool_size" : "pool_size", cfg->min_pool_size,
+			    cfg->pool_size);
+	}
+	/* The provided-buffer ring indexes its entries with a mask. */
+	if ((cfg->buffer_count & (cfg->buffer_count - 1)) != 0) {
+		config_fail(parse, config_key_line(parse, "tern", "buffer_count"),
+			    "[tern] buffer_count: must be a power of two, got %" PRIu32, cfg->buffer_count);
+	}
+}
+
+int config_load(struct tern_config *cfg, const char *path, char *err, size_t err_size)
+{
+	TERN_ASSERT(cfg != NULL && path != NULL && err != NULL && err_size > 0);
+	err[0] = '\0';
+	config_init_defaults(cfg);
+	struct config_parse parse = {.cfg = cfg, .path = path, .err = err, .err_size = err_size};
+
+	parse.file = fopen(path, "re");
+	if (parse.file == NULL) {
+		int saved = errno;
+		config_fail(&parse, 0, "cannot open: %s", strerror(saved));
+		return -saved;
+	}
+	cfg->path = strdup(path);
+	if (cfg->path == NULL) {
+		config_fail(&parse, 0, "out of memory");
+		parse.rc = -ENOMEM;
+	}
+
+	/* Debian's inih turns its compile-time options into these globals; pin the ones whose defaults
+	 * would change a file's meaning. Multi-line values would make an indented key a silent continuation
+	 * of the previous value; a heap buffer lets lines reach CONFIG_LINE_MAX instead of 200 bytes. */
+	ini_allow_multiline = false;
+	ini_allow_inline_comments = true;
+	ini_allow_no_value = false;
+	ini_stop_on_first_error = true;
+	ini_use_stack = false;
+	ini_allow_realloc = false;
+	ini_max_line = CONFIG_LINE_MAX;
+	ini_initial_alloc = CONFIG_LINE_MAX;
+
+	int result = parse.rc == 0 ? ini_parse_stream(config_read_line, &parse, config_on_value, &parse) : 0;
+	if (parse.rc == 0 && result == -2) {
+		config_fail(&parse, 0, "out of memory");
+		parse.rc = -ENOMEM;
+	} else if (parse.rc == 0 && result > 0) {
+		/* inih stops at its first error, so the line still in our buffer is the one it refused. */
+		if (result == parse.line_number)
+			parse.line[strcspn(parse.line, "\r\n")] = '\0';
+		config_fail(&parse, result,
+			    "expected \"key = value\", \"[section]\" or a comment, got \"%s\"",
+			    result == parse.line_number ? parse.line : "?");
+	}
+	if (parse.rc == 0)
+		config_check_across_keys(&parse);
+
+	fclose(parse.file);
+	free(parse.line);
+	if (parse.rc != 0) {
+		config_deinit(cfg);
+		config_init_defaults(cfg);
+	}
+	return parse.rc;
+}
+
+/* ---- reference output ---- */
+
+/* Help text wrapped at word boundaries so --help-config reads well in a terminal. */
+static void config_print_wrapped(FILE *out, const char *text, const char *indent, size_t width)
+{
+	size_t column = 0;
+	for (size_t word; *text != '\0'; text += word + strspn(text + word, " ")) {
+		word = strcspn(text, " ");
+		if (column > 0 && column + 1 + word > width) {
+			fputc('\n', out);
+			column = 0;
+		}
+		column += (size_t)fprintf(out, "%s%.*s", column == 0 ? indent : " ", (int)word, text);
+	}
+	fputc('\n', out);
+}
+
+void config_print_help(FILE *out)
+{
+	TERN_ASSERT(out != NULL);
+	for (size_t i = 0; i < CONFIG_KEY_COUNT; i++) {
+		const struct config_key *key = &config_keys[i];
+		char allowed[CONFIG_REASON_MAX / 4];
+		config_format_allowed(key, "|", "..", allowed, sizeof(allowed));
+		fprintf(out, "%s[%s] %s = %s  (%s, %s, %s)\n", i == 0 ? "" : "\n", key->section, key->key,
+			key->default_text[0] != '\0' ? key->default_text : "\"\"",
+			config_types[key->type].name, allowed,
+			(key->flags & CONFIG_RELOAD) != 0 ? "reloadable" : "restart to change");
+		config_print_wrapped(out, key->help, "    ", 100);
+	}
+}
+
+/* A table cell: '|' would end the cell early and '*' could start emphasis, so both are escaped as
+ * GitHub Markdown expects (inside code spans only '|' needs it). */
+static void config_print_cell(FILE *out, const char *text, bool is_code)
+{
+	fputs(is_code ? " `" : " ", out);
+	for (; *text != '\0'; text++) {
+		if (*text == '|' || (*text == '*' && !is_code))
+			fputc('\\', out);
+		fputc(*text, out);
+	}
+	fputs(is_code ? "` |" : " |", out);
+}
+
+void config_print_markdown(FILE *out)
+{
+	TERN_ASSERT(out != NULL);
+	fputs("| Section | Key | Default | Allowed | Reload | Meaning |\n", out);
+	fputs("|---|---|---|---|---|---|\n", out);
+	for (size_t i = 0; i < CONFIG_KEY_COUNT; i++) {
+		const struct config_key *key = &config_keys[i];
+		char section[64], allowed[CONFIG_REASON_MAX / 4];
+		snprintf(section, sizeof(section), "[%s]", key->section);
+		config_format_allowed(key, ", ", "..", allowed, sizeof(allowed));
+		fputc('|', out);
+		config_print_cell(out, section, true);
+		config_print_cell(out, key->key, true);
+		config_print_cell(out, key->default_text[0] != '\0' ? key->default_text : "\"\"", true);
+		config_print_cell(out, allowed, false);
+		config_print_cell(out, (key->flags & CONFIG_RELOAD) != 0 ? "yes" : "no", false);
+		config_print_cell(out, key->help, false);
+		fputc('\n', out);
+	}
+}
+
+size_t config_key_count(void)
+{
+	return CONFIG_KEY_COUNT;
+}
+
+int config_describe_key(const struct tern_config *cfg, size_t index, const char **section, const char **key,
+			char *value, size_t value_size, const char **default_text, bool *reloadable)
+{
+	TERN_ASSERT(cfg != NULL && section != NULL && key != NULL && value != NULL && value_size > 0);
+	TERN_ASSERT(default_text != NULL && reloadable != NULL);
+	if (index >= CONFIG_KEY_COUNT)
+		return -ERANGE;
+	const struct config_key *entry = &config_keys[index];
+	*section = entry->section;
+	*key = entry->key;
+	*default_text = entry->default_text;
+	*reloadable = (entry->flags & CONFIG_RELOAD) != 0;
+	int n = config_format_value(cfg, entry, value, value_size);
+	return n >= 0 && (size_t)n < value_size ? 0 : -ENOSPC;
+}

@@ -1,0 +1,88 @@
+/*
+ * config.h — tern's configuration: one INI file (read with libinih) turned into a struct tern_config.
+ * One table in config.c holds every key (section, type, default, bounds, reloadable, help); it builds
+ * the defaults, validates a file, prints `--help-config` and the README's reference table, so the four
+ * never drift.
+ *
+ * Threads: config_load sets libinih's process-wide options, so load on one thread at a time (the main
+ * thread, at boot and on reload). A loaded config is plain data: share it read-only, never mutate it.
+ * Ownership: the caller owns the struct's storage; the strings inside belong to the struct and are
+ * freed by config_deinit. Never: opens sockets, resolves names, reads auth_file or knows sessions.
+ */
+#ifndef TERN_CONFIG_H
+#define TERN_CONFIG_H
+
+#include "base/base.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Room for any IPv6 literal or DNS name (253 characters) plus the terminator. */
+#define CONFIG_LISTEN_HOST_SIZE 256
+
+enum config_pool_mode { CONFIG_POOL_SESSION = 0, CONFIG_POOL_TRANSACTION = 1 };
+enum config_auth_mode { CONFIG_AUTH_TRUST = 0, CONFIG_AUTH_MD5 = 1, CONFIG_AUTH_SCRAM = 2 };
+
+struct tern_config {
+	/* [tern] */
+	char listen_host[CONFIG_LISTEN_HOST_SIZE]; /* "0.0.0.0" for "*"; an IPv6 address without brackets */
+	uint16_t listen_port;
+	uint32_t workers; /* 0 = one per CPU */
+	bool pin_workers;
+	int pool_mode; /* enum config_pool_mode */
+	uint32_t ring_entries;
+	uint32_t buffer_count; /* a power of two */
+	uint64_t buffer_size;
+	int log_level; /* enum base_log_level */
+	/* [servers] */
+	char *primary_conninfo;
+	/* [pool] */
+	uint32_t pool_size, min_pool_size; /* min_pool_size <= pool_size */
+	uint64_t query_wait_timeout_ms, server_connect_timeout_ms;
+	/* [auth] */
+	int auth_mode; /* enum config_auth_mode */
+	char *auth_file; /* already resolved against the config file's directory; "" when unset */
+	/* [limits] */
+	uint32_t max_client_conn;
+	uint64_t max_client_frame_bytes, max_backend_frame_bytes;
+
+	char *path; /* the file it was loaded from, or NULL for pure defaults */
+};
+
+/* Fills `cfg` with every key's default, ignoring (not freeing) what it held before. */
+void config_init_defaults(struct tern_config *cfg);
+
+/*
+ * Fills `cfg` with the defaults, then the keys set in the file at `path`. Like config_init_defaults it
+ * ignores what `cfg` held before, so deinit an earlier config first (or load a reload into a fresh one).
+ * Returns 0, or a negative errno with `err` holding one line: "FILE:LINE: [section] key: reason", or
+ * "FILE: reason" when the file cannot be read. On error `cfg` holds the pure defaults (path NULL);
+ * either way it must be passed to config_deinit.
+ */
+TERN_MUST_USE int config_load(struct tern_config *cfg, const char *path, char *err, size_t err_size);
+
+/* Frees the strings; safe on a zeroed struct and when called twice. */
+void config_deinit(struct tern_config *cfg);
+
+/* Plain text for `tern --help-config`: per key "[section] key = default  (type, allowed, reload)" + help. */
+void config_print_help(FILE *out);
+
+/* A Markdown table | Section | Key | Default | Allowed | Reload | Meaning |; README's reference is this
+ * output verbatim. */
+void config_print_markdown(FILE *out);
+
+size_t config_key_count(void);
+
+/*
+ * One key for SHOW CONFIG: its section and name, its current value in `cfg` written to `value` as text
+ * that config_load accepts back, its default as written in the table, and whether a reload may change
+ * it. The pointers returned are static. Returns 0, -ERANGE for an index past config_key_count(), or
+ * -ENOSPC when the value did not fit (it is then cut short, still terminated).
+ */
+TERN_MUST_USE int config_describe_key(const struct tern_config *cfg, size_t index, const char **section,
+				      const char **key, char *value, size_t value_size,
+				      const char **default_text, bool *reloadable);
+
+#endif

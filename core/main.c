@@ -1,0 +1,193 @@
+/* tern's entry point: command line, config, the pool and its thread, listeners, workers, signals. */
+#include "auth.h"
+#include "config.h"
+#include "pool/opener.h"
+#include "pool/pool.h"
+#include "session.h"
+#include "worker.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#ifndef TERN_VERSION
+#define TERN_VERSION "0.0.0"
+#endif
+/* Pending connections per listener: bursts of pgbench -C or a fleet's reconnect storm. */
+#define MAIN_LISTEN_BACKLOG 4096
+
+static void main_usage(FILE *out)
+{
+	fprintf(out, "usage: tern -c FILE          run with the config in FILE\n"
+		     "       tern --version        print the version\n"
+		     "       tern --help           print this text\n"
+		     "       tern --help-config    describe every config key (--help-config=markdown: as a table)\n");
+}
+
+static int main_listen(const struct tern_config *cfg, char *err, size_t err_size)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+	struct addrinfo *res = NULL;
+	char port[8];
+	snprintf(port, sizeof(port), "%u", cfg->listen_port);
+	int rc = getaddrinfo(cfg->listen_host, port, &hints, &res);
+	if (rc != 0) {
+		snprintf(err, err_size, "[tern] listen = %s:%u: %s", cfg->listen_host, cfg->listen_port,
+			 gai_strerror(rc));
+		return -EINVAL;
+	}
+	int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
+	    bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, MAIN_LISTEN_BACKLOG) < 0) {
+		rc = -errno;
+		snprintf(err, err_size, "[tern] listen = %s:%u: %s", cfg->listen_host, cfg->listen_port,
+			 strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(res);
+		return rc;
+	}
+	freeaddrinfo(res);
+	return fd;
+}
+
+int main(int argc, char **argv)
+{
+	const char *config_path = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) {
+			config_path = argv[++i];
+		} else if (strcmp(argv[i], "--version") == 0) {
+			printf("tern %s\n", TERN_VERSION);
+			return 0;
+		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			main_usage(stdout);
+			return 0;
+		} else if (strcmp(argv[i], "--help-config") == 0) {
+			config_print_help(stdout);
+			return 0;
+		} else if (strcmp(argv[i], "--help-config=markdown") == 0) {
+			config_print_markdown(stdout);
+			return 0;
+		} else {
+			fprintf(stderr, "tern: unknown argument \"%s\"\n", argv[i]);
+			main_usage(stderr);
+			return 2;
+		}
+	}
+	if (!config_path) {
+		main_usage(stderr);
+		return 2;
+	}
+	static struct tern_config cfg;
+	char err[1024];
+	if (config_load(&cfg, config_path, err, sizeof(err)) < 0) {
+		fprintf(stderr, "tern: %s\n", err);
+		config_deinit(&cfg);
+		return 2;
+	}
+	base_log_level_current = cfg.log_level;
+	static struct tern_runtime rt;
+	rt.config = &cfg;
+	struct auth_file *auth_file = NULL;
+	if (cfg.auth_file[0]) {
+		if (auth_file_load(cfg.auth_file, &auth_file, err, sizeof(err)) < 0) {
+			fprintf(stderr, "tern: [auth] auth_file: %s\n", err);
+			return 2;
+		}
+		rt.auth_file = auth_file;
+	} else if (cfg.auth_mode != CONFIG_AUTH_TRUST) {
+		fprintf(stderr, "tern: %s: [auth] mode = %s needs [auth] auth_file with the users' passwords\n",
+			config_path, cfg.auth_mode == CONFIG_AUTH_MD5 ? "md5" : "scram");
+		return 2;
+	}
+
+	/* Signals are taken by this thread alone, with sigwaitinfo; every thread inherits the mask. */
+	sigset_t signals;
+	sigemptyset(&signals);
+	sigaddset(&signals, SIGINT);
+	sigaddset(&signals, SIGTERM);
+	sigaddset(&signals, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &signals, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	struct pool_opener *opener;
+	static struct pool pool;
+	struct pool_server *primary;
+	if (pool_opener_create(&opener, cfg.server_connect_timeout_ms) < 0) {
+		fprintf(stderr, "tern: could not create the pool thread\n");
+		return 1;
+	}
+	struct pool_settings settings = {.pool_size = cfg.pool_size, .min_pool_size = cfg.min_pool_size};
+	struct pool_hooks hooks = pool_opener_hooks(opener);
+	if (pool_init(&pool, &settings, &hooks) < 0 ||
+	    pool_server_add(&pool, "primary", cfg.primary_conninfo, &primary) < 0 ||
+	    pool_opener_start(opener, &pool) < 0) {
+		fprintf(stderr, "tern: could not start the pool\n");
+		return 1;
+	}
+	rt.pool = &pool;
+	rt.primary = primary;
+	char endpoint[300];
+	int endpoint_len = snprintf(endpoint, sizeof(endpoint), "%s:%u", cfg.listen_host, cfg.listen_port);
+	rt.identity_hash = XXH3_64bits(endpoint, (size_t)endpoint_len);
+
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint32_t count = cfg.workers ? cfg.workers : (uint32_t)(cpus > 0 ? cpus : 1);
+	if (count > WORKER_COUNT_MAX) {
+		fprintf(stderr, "tern: %s: [tern] workers: at most %u workers (cancel keys carry the worker in one byte)\n",
+			config_path, WORKER_COUNT_MAX);
+		return 2;
+	}
+	rt.workers = calloc(count, sizeof(*rt.workers));
+	for (uint32_t i = 0; i < count; i++) {
+		int fd = main_listen(&cfg, err, sizeof(err));
+		if (fd < 0) {
+			fprintf(stderr, "tern: %s: %s\n", config_path, err);
+			return 1;
+		}
+		rt.workers[i] = calloc(1, sizeof(struct worker));
+		if (worker_start(rt.workers[i], &rt, i, fd, err, sizeof(err)) < 0) {
+			fprintf(stderr, "tern: %s\n", err);
+			return 1;
+		}
+		rt.worker_count++;
+	}
+	TERN_INFO("tern %s listening on %s:%u with %u workers, %s pooling, primary \"%s\"", TERN_VERSION,
+		  cfg.listen_host, cfg.listen_port, count,
+		  cfg.pool_mode == CONFIG_POOL_TRANSACTION ? "transaction" : "session", cfg.primary_conninfo);
+
+	for (;;) {
+		siginfo_t info;
+		int sig = sigwaitinfo(&signals, &info);
+		if (sig == SIGHUP) {
+			TERN_WARN("SIGHUP: reloading the config is not supported yet; restart tern to apply changes");
+			continue;
+		}
+		if (sig == SIGINT || sig == SIGTERM) {
+			TERN_INFO("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+			break;
+		}
+	}
+	__atomic_store_n(&rt.stopping, true, __ATOMIC_RELEASE);
+	for (uint32_t i = 0; i < rt.worker_count; i++)
+		worker_stop(rt.workers[i]);
+	for (uint32_t i = 0; i < rt.worker_count; i++) {
+		worker_join(rt.workers[i]);
+		close(rt.workers[i]->listen_fd);
+		free(rt.workers[i]);
+	}
+	free(rt.workers);
+	pool_deinit(&pool);
+	pool_opener_destroy(opener);
+	if (auth_file)
+		auth_file_destroy(auth_file);
+	config_deinit(&cfg);
+	return 0;
+}

@@ -1,0 +1,39 @@
+/*
+ * reasons.h — why a session ended: one enum, and one table mapping each reason to the client's
+ * SQLSTATE and message, the log level and the counter it feeds. Threads: read-only data, any thread.
+ */
+#ifndef TERN_REASONS_H
+#define TERN_REASONS_H
+
+#include "base/base.h"
+
+enum session_end_reason {
+	SESSION_END_NONE = 0,
+	SESSION_END_CLIENT_CLOSED,     /* the client closed its socket */
+	SESSION_END_CLIENT_TERMINATE,  /* the client sent Terminate */
+	SESSION_END_CLIENT_IO_ERROR,   /* reset or other socket error on the client */
+	SESSION_END_TOO_MANY_CLIENTS,  /* max_client_conn reached */
+	SESSION_END_AUTH_FAILED,       /* wrong password or unknown user */
+	SESSION_END_AUTH_UNSUPPORTED,  /* the client cannot do the required method */
+	SESSION_END_PROTOCOL_VIOLATION,
+	SESSION_END_FRAME_TOO_LARGE,
+	SESSION_END_UNSUPPORTED_REQUEST, /* e.g. a CancelRequest before cancels are routed */
+	SESSION_END_SERVER_REFUSED,    /* the server refused the login; its SQLSTATE is relayed */
+	SESSION_END_WAIT_TIMEOUT,      /* query_wait_timeout */
+	SESSION_END_SERVER_LOST,       /* the server connection failed under the session */
+	SESSION_END_OUT_OF_MEMORY,
+	SESSION_END_SHUTDOWN,
+	SESSION_END_REASON_COUNT
+};
+
+struct session_end_info {
+	const char *name;     /* for logs and metrics labels */
+	const char *sqlstate; /* NULL: the client is told nothing (it left, or asked to leave) */
+	const char *message;
+	const char *hint;
+	enum base_log_level log_level;
+};
+
+const struct session_end_info *session_end_info(enum session_end_reason reason);
+
+#endif

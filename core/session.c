@@ -1,0 +1,412 @@
+/* A session's life: creation, the client socket's handlers, the server connection's acquisition and
+ * release, and the one way it ends. */
+#include "session.h"
+
+#include "scram.h"
+#include "worker.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags);
+static void session_client_sent(struct ring_op *op, int res, uint32_t flags);
+static void session_server_sent(struct ring_op *op, int res, uint32_t flags);
+
+static bool session_is_transaction_pooling(const struct session *s)
+{
+	return s->worker->runtime->config->pool_mode == CONFIG_POOL_TRANSACTION;
+}
+
+struct session *session_create(struct worker *worker, int client_fd)
+{
+	struct session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	struct tern_runtime *rt = worker->runtime;
+	s->worker = worker;
+	s->phase = SESSION_STARTUP;
+	s->client_fd = client_fd;
+	s->client_recv.handler = session_client_recv_done;
+	s->backend_recv.handler = session_relay_backend_recv_done;
+	sendq_init(&s->to_client, session_client_sent);
+	s->to_client.fd = client_fd;
+	sendq_init(&s->to_server, session_server_sent);
+	proto_stream_init(&s->client_stream);
+	proto_stream_init(&s->server_stream);
+	base_list_init(&s->parked_link);
+	base_list_init(&s->starved_link);
+	s->tx_status = 'I';
+	s->started_ns = base_now_ns();
+	worker->session_serial = (worker->session_serial + 1) & 0xffffffu;
+	s->key_pid = (worker->index << 24) | worker->session_serial;
+	if (getrandom(&s->key_secret, sizeof(s->key_secret), 0) != sizeof(s->key_secret))
+		s->key_secret = (uint32_t)base_now_ns();
+	uint32_t clients = __atomic_add_fetch(&rt->client_count, 1, __ATOMIC_RELAXED);
+	s->is_over_client_limit = clients > rt->config->max_client_conn;
+	base_list_insert_tail(&worker->sessions, &s->link);
+	worker->session_count++;
+	ring_recv_multishot(&worker->ring, &s->client_recv, client_fd);
+	return s;
+}
+
+void session_mark_dirty(struct session *s, struct sendq *q)
+{
+	if (q->is_dirty)
+		return;
+	q->is_dirty = true;
+	base_list_insert_tail(&s->worker->flush, &q->flush_link);
+}
+
+void session_send_to_client(struct session *s, const void *data, uint32_t len)
+{
+	if (sendq_push_copy(&s->to_client, data, len) < 0)
+		return; /* out of memory: the client misses this message and the session ends soon after */
+	session_mark_dirty(s, &s->to_client);
+}
+
+void session_send_error(struct session *s, const char *severity, const char *sqlstate, const char *message,
+			const char *hint)
+{
+	uint8_t msg[1024];
+	size_t n = proto_build_error(msg, sizeof(msg), severity, sqlstate, message, hint);
+	if (n > 0)
+		session_send_to_client(s, msg, (uint32_t)n);
+}
+
+static void session_client_recv_resume(struct session *s)
+{
+	if (s->client_recv.is_armed || s->phase == SESSION_CLOSING || s->client_recv_paused || s->client_eof ||
+	    s->is_starved)
+		return;
+	ring_recv_multishot(&s->worker->ring, &s->client_recv, s->client_fd);
+}
+
+void session_starve(struct session *s)
+{
+	if (s->is_starved)
+		return;
+	s->is_starved = true;
+	base_list_insert_tail(&s->worker->starved, &s->starved_link);
+}
+
+void session_resume_starved(struct session *s)
+{
+	TERN_ASSERT(s->is_starved);
+	s->is_starved = false;
+	base_list_remove(&s->starved_link);
+	session_client_recv_resume(s);
+	session_relay_resume_backend(s);
+}
+
+static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags)
+{
+	struct session *s = TERN_CONTAINER_OF(op, struct session, client_recv);
+	struct ring *ring = &s->worker->ring;
+	if (res > 0) {
+		TERN_ASSERT(ring_completion_has_buffer(flags));
+		uint16_t bid = ring_completion_buffer_id(flags);
+		const uint8_t *data = ring_buffer_data(ring, bid);
+		if (s->phase == SESSION_READY)
+			session_relay_on_client_chunk(s, bid, data, (uint32_t)res);
+		else if (s->phase != SESSION_CLOSING)
+			session_login_on_bytes(s, data, (uint32_t)res);
+		ring_buffer_unref(ring, bid);
+	} else if (res == 0) {
+		s->client_eof = true;
+		session_end(s, SESSION_END_CLIENT_CLOSED);
+	} else if (res == -ENOBUFS) {
+		session_starve(s);
+	} else if (res != -ECANCELED) {
+		s->client_eof = true;
+		session_end(s, SESSION_END_CLIENT_IO_ERROR);
+	}
+	if (!op->is_armed)
+		session_client_recv_resume(s);
+}
+
+static void session_client_sent(struct ring_op *op, int res, uint32_t flags)
+{
+	(void)flags;
+	struct sendq *q = TERN_CONTAINER_OF(op, struct sendq, op);
+	struct session *s = TERN_CONTAINER_OF(q, struct session, to_client);
+	if (res < 0) {
+		sendq_clear(q, &s->worker->ring);
+		s->client_eof = true;
+		session_end(s, SESSION_END_CLIENT_IO_ERROR);
+		return;
+	}
+	sendq_sent(q, &s->worker->ring, (uint32_t)res);
+	if (!sendq_is_empty(q))
+		session_mark_dirty(s, q);
+	if (s->backend_recv_paused && q->bytes < SESSION_QUEUE_LOW_BYTES) {
+		s->backend_recv_paused = false;
+		session_relay_resume_backend(s);
+	}
+}
+
+static void session_server_sent(struct ring_op *op, int res, uint32_t flags)
+{
+	(void)flags;
+	struct sendq *q = TERN_CONTAINER_OF(op, struct sendq, op);
+	struct session *s = TERN_CONTAINER_OF(q, struct session, to_server);
+	if (res < 0) {
+		sendq_clear(q, &s->worker->ring);
+		s->is_backend_failed = true;
+		session_backend_drop(s);
+		session_end(s, SESSION_END_SERVER_LOST);
+		session_backend_settle(s);
+		return;
+	}
+	sendq_sent(q, &s->worker->ring, (uint32_t)res);
+	if (!sendq_is_empty(q))
+		session_mark_dirty(s, q);
+	if (s->client_recv_paused && q->bytes < SESSION_QUEUE_LOW_BYTES) {
+		s->client_recv_paused = false;
+		session_client_recv_resume(s);
+	}
+	if (s->phase == SESSION_CLOSING)
+		session_backend_settle(s);
+	else
+		session_backend_try_release(s);
+}
+
+/* Called after client bytes were queued toward the server. */
+void session_client_queue_grew(struct session *s)
+{
+	if (s->to_server.bytes > SESSION_QUEUE_HIGH_BYTES && !s->client_recv_paused) {
+		s->client_recv_paused = true;
+		ring_cancel(&s->worker->ring, &s->client_recv);
+	}
+	if (s->backend)
+		session_mark_dirty(s, &s->to_server);
+	else if (!s->is_request_pending && !sendq_is_empty(&s->to_server))
+		session_acquire_backend(s);
+}
+
+static void session_request_done_hook(struct pool_request *req)
+{
+	struct session *s = req->owner;
+	struct worker *worker = s->worker;
+	pthread_mutex_lock(&worker->mailbox_lock);
+	bool was_empty = base_list_is_empty(&worker->mailbox);
+	base_list_insert_tail(&worker->mailbox, &req->link);
+	pthread_mutex_unlock(&worker->mailbox_lock);
+	if (was_empty)
+		ring_wake(&worker->ring);
+}
+
+void session_acquire_backend(struct session *s)
+{
+	struct worker *worker = s->worker;
+	TERN_ASSERT(!s->backend && !s->is_request_pending);
+	struct pool_conn *conn = worker_local_take(worker, s->db);
+	if (conn) {
+		worker->stats.local_reuse++;
+		session_relay_attach_backend(s, conn);
+		return;
+	}
+	struct pool_request *req = &s->request;
+	req->db = s->db;
+	req->server = worker->runtime->primary;
+	req->on_done = session_request_done_hook;
+	req->owner = s;
+	worker->stats.pool_checkouts++;
+	if (pool_checkout(worker->runtime->pool, req, base_now_ns()) == POOL_CHECKOUT_GOT) {
+		session_relay_attach_backend(s, req->conn);
+		return;
+	}
+	s->is_request_pending = true;
+	base_list_insert_tail(&worker->parked, &s->parked_link);
+}
+
+void session_on_request_done(struct session *s)
+{
+	TERN_ASSERT(s->is_request_pending);
+	s->is_request_pending = false;
+	base_list_remove(&s->parked_link);
+	struct pool_conn *conn = s->request.conn;
+	if (s->phase == SESSION_CLOSING) {
+		if (conn)
+			pool_checkin(s->worker->runtime->pool, conn, base_now_ns());
+		return;
+	}
+	if (conn) {
+		session_relay_attach_backend(s, conn);
+		return;
+	}
+	s->end_error = s->request.error;
+	session_end(s, SESSION_END_SERVER_REFUSED);
+}
+
+void session_on_wait_timeout(struct session *s)
+{
+	if (!pool_request_cancel(s->worker->runtime->pool, &s->request))
+		return; /* granted meanwhile: the mailbox has it */
+	s->is_request_pending = false;
+	base_list_remove(&s->parked_link);
+	session_end(s, SESSION_END_WAIT_TIMEOUT);
+}
+
+static bool session_backend_is_idle(const struct session *s)
+{
+	return s->backend && !s->is_backend_failed && !s->is_backend_dropping && s->tx_status == 'I' &&
+	       s->pending_ready == 0 && !s->is_unsynced && sendq_is_idle(&s->to_server) &&
+	       proto_stream_is_at_boundary(&s->server_stream);
+}
+
+void session_backend_try_release(struct session *s)
+{
+	if (!session_backend_is_idle(s))
+		return;
+	/* An ended session's server goes back once idle (after its reset, in session pooling); a live one's
+	 * only in transaction pooling. */
+	if (s->phase != SESSION_CLOSING && !(session_is_transaction_pooling(s) && s->phase == SESSION_READY))
+		return;
+	if (s->backend_recv.is_armed) {
+		s->release_after_recv = true;
+		ring_cancel(&s->worker->ring, &s->backend_recv);
+		return;
+	}
+	struct pool_conn *conn = s->backend;
+	s->backend = NULL;
+	s->to_server.fd = -1;
+	s->release_after_recv = false;
+	s->backend_recv_paused = false;
+	s->is_resetting = false;
+	worker_local_put(s->worker, conn);
+}
+
+void session_backend_drop(struct session *s)
+{
+	if (!s->backend || s->is_backend_dropping)
+		return;
+	s->is_backend_dropping = true;
+	s->is_backend_failed = true;
+	/* Ends the armed receive and send on it; their completions come back with 0 or an error. */
+	shutdown(s->backend->fd, SHUT_RDWR);
+}
+
+void session_backend_settle(struct session *s)
+{
+	if (!s->backend)
+		return;
+	if (s->is_backend_dropping) {
+		if (s->backend_recv.is_armed || s->to_server.op.is_armed)
+			return;
+		struct pool_conn *conn = s->backend;
+		s->backend = NULL;
+		s->to_server.fd = -1;
+		sendq_clear(&s->to_server, &s->worker->ring);
+		pool_conn_discard(s->worker->runtime->pool, conn);
+		return;
+	}
+	session_backend_try_release(s);
+}
+
+/* At the end of a session: reset and release an idle server, or drop a busy one. */
+static void session_backend_finish(struct session *s)
+{
+	if (!s->backend)
+		return;
+	if (!session_backend_is_idle(s)) {
+		session_backend_drop(s);
+		session_backend_settle(s);
+		return;
+	}
+	if (!session_is_transaction_pooling(s)) {
+		/* Session pooling hands the next client a clean session, as PgBouncer's server_reset_query. */
+		uint8_t msg[64];
+		size_t n = proto_build_query(msg, sizeof(msg), "DISCARD ALL");
+		if (sendq_push_copy(&s->to_server, msg, (uint32_t)n) < 0) {
+			session_backend_drop(s);
+			session_backend_settle(s);
+			return;
+		}
+		s->is_resetting = true;
+		s->pending_ready++;
+		s->tx_status = 'T';
+		session_mark_dirty(s, &s->to_server);
+		s->backend_recv_paused = false;
+		session_relay_resume_backend(s);
+		return;
+	}
+	session_backend_try_release(s);
+}
+
+void session_end(struct session *s, enum session_end_reason reason)
+{
+	if (s->phase == SESSION_CLOSING)
+		return;
+	struct worker *worker = s->worker;
+	const struct session_end_info *info = session_end_info(reason);
+	s->end_reason = reason;
+	worker->stats.ended[reason]++;
+	bool tell_client = info->sqlstate != NULL && !s->client_eof;
+	if (tell_client) {
+		if (reason == SESSION_END_SERVER_REFUSED)
+			session_send_error(s, "FATAL", s->end_error.sqlstate, s->end_error.message, NULL);
+		else
+			session_send_error(s, "FATAL", info->sqlstate, info->message, info->hint);
+	}
+	TERN_LOG(info->log_level, "client %s/%s (worker %u) ended: %s%s%s", s->user[0] ? s->user : "-",
+		 s->database[0] ? s->database : "-", worker->index, info->name,
+		 reason == SESSION_END_SERVER_REFUSED ? ": " : "",
+		 reason == SESSION_END_SERVER_REFUSED ? s->end_error.message : "");
+	s->phase = SESSION_CLOSING;
+	s->closing_ns = base_now_ns();
+	__atomic_sub_fetch(&worker->runtime->client_count, 1, __ATOMIC_RELAXED);
+	if (s->is_request_pending && pool_request_cancel(worker->runtime->pool, &s->request)) {
+		s->is_request_pending = false;
+		base_list_remove(&s->parked_link);
+	}
+	if (s->is_starved) {
+		s->is_starved = false;
+		base_list_remove(&s->starved_link);
+	}
+	/* Stop reading the client; keep writing until the goodbye is out (bounded by the linger). */
+	shutdown(s->client_fd, tell_client ? SHUT_RD : SHUT_RDWR);
+	ring_cancel(&worker->ring, &s->client_recv);
+	session_backend_finish(s);
+	base_list_remove(&s->link);
+	base_list_insert_tail(&worker->reaping, &s->link);
+}
+
+void session_linger_expired(struct session *s)
+{
+	TERN_ASSERT(s->phase == SESSION_CLOSING);
+	shutdown(s->client_fd, SHUT_RDWR);
+	s->client_eof = true;
+	if (s->backend) {
+		session_backend_drop(s);
+		session_backend_settle(s);
+	}
+}
+
+bool session_is_reapable(const struct session *s)
+{
+	return s->phase == SESSION_CLOSING && !s->client_recv.is_armed && !s->to_client.op.is_armed &&
+	       (sendq_is_empty(&s->to_client) || s->client_eof) && !s->to_server.op.is_armed &&
+	       !s->backend_recv.is_armed && !s->is_request_pending && s->backend == NULL;
+}
+
+void session_destroy(struct session *s)
+{
+	TERN_ASSERT(session_is_reapable(s));
+	struct worker *worker = s->worker;
+	base_list_remove(&s->link);
+	worker->session_count--;
+	close(s->client_fd);
+	sendq_deinit(&s->to_client, &worker->ring);
+	sendq_deinit(&s->to_server, &worker->ring);
+	proto_stream_deinit(&s->client_stream);
+	proto_stream_deinit(&s->server_stream);
+	free(s->login_buf);
+	if (s->scram) {
+		scram_server_deinit(s->scram);
+		free(s->scram);
+	}
+	free(s);
+}

@@ -1,0 +1,129 @@
+/*
+ * session.h — a client session: the client's socket, its login (startup, authentication, welcome),
+ * the server connection it holds while it runs a transaction (or for its whole life in session
+ * pooling), and the relay of protocol messages both ways by reference.
+ *
+ * Threads: a session lives on the worker that accepted it and is touched only there; the pool may
+ * hand it a connection from any thread, through the worker's mailbox.
+ * Ownership: the session owns its client socket, its two send queues and, while attached, its hold
+ * on one pool connection. It is freed by the worker only when none of its ops is armed.
+ * Every session ends through session_end with one reason (see reasons.h).
+ */
+#ifndef TERN_SESSION_H
+#define TERN_SESSION_H
+
+#include "pool/pool.h"
+#include "proto.h"
+#include "reasons.h"
+#include "sendq.h"
+
+struct worker;
+struct scram_server;
+
+/* Bytes queued toward one side above which the other side's reads pause (back pressure). */
+#define SESSION_QUEUE_HIGH_BYTES (1024u * 1024u)
+#define SESSION_QUEUE_LOW_BYTES (256u * 1024u)
+
+enum session_phase {
+	SESSION_STARTUP = 1, /* reading the startup packet (or an SSLRequest) */
+	SESSION_AUTH,        /* an authentication exchange is under way */
+	SESSION_LOGIN_WAIT,  /* authenticated, waiting for a server connection to welcome with */
+	SESSION_READY,       /* relaying */
+	SESSION_CLOSING,     /* ending: the client gets no more bytes; waiting for ops to finish */
+};
+
+struct session {
+	struct base_list link; /* worker->sessions */
+	struct worker *worker;
+	enum session_phase phase;
+	int client_fd;
+	struct ring_op client_recv; /* multishot */
+	bool client_recv_paused;   /* back pressure: re-armed when to_server drains */
+	bool client_eof;
+	struct sendq to_client;
+	struct proto_stream client_stream;
+
+	/* Login. */
+	uint8_t *login_buf; /* startup and auth messages, assembled; freed at READY */
+	uint32_t login_len;
+	uint32_t login_cap;
+	bool is_over_client_limit;
+	bool welcome_sent;
+	char user[POOL_NAME_LEN_MAX];
+	char database[POOL_NAME_LEN_MAX];
+	char application_name[POOL_NAME_LEN_MAX];
+	uint8_t md5_salt[4];
+	struct scram_server *scram;
+	struct pool_db *db;
+	uint32_t key_pid; /* BackendKeyData tern gave the client; the worker index is the top byte */
+	uint32_t key_secret;
+
+	/* The server side. */
+	struct pool_conn *backend;
+	struct ring_op backend_recv; /* single shot: nothing is armed when the connection is released */
+	struct sendq to_server;
+	struct proto_stream server_stream;
+	struct pool_request request;
+	bool is_request_pending;     /* parked in the pool: must not be freed until it resolves */
+	struct base_list parked_link; /* worker->parked, oldest first */
+	uint32_t pending_ready;      /* Query/Sync/FunctionCall sent whose ReadyForQuery has not come */
+	bool is_unsynced;            /* extended-protocol messages sent since the last Sync */
+	bool is_resetting;           /* session pooling: DISCARD ALL sent at client exit */
+	bool is_backend_failed;      /* the connection broke or misbehaved: never reused */
+	bool is_backend_dropping;    /* its socket is shut; discard once no op is armed on it */
+	bool backend_recv_paused;    /* back pressure: re-armed when to_client drains */
+	bool release_after_recv;     /* a release waits for the cancelled receive to end */
+	bool is_starved;             /* a receive ended for want of buffers; on worker->starved */
+	struct base_list starved_link;
+	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
+	bool terminate_seen;
+
+	enum session_end_reason end_reason;
+	uint64_t closing_ns;
+	struct pool_error end_error; /* the server's own refusal, for SESSION_END_SERVER_REFUSED */
+	uint64_t started_ns;
+};
+
+struct session *session_create(struct worker *worker, int client_fd);
+/* The one way a session ends: tells the client why (when it can still hear), releases or discards
+ * the server connection, and lets the worker free it once nothing is in flight. */
+void session_end(struct session *s, enum session_end_reason reason);
+/* True when nothing of the session is in flight and it may be freed. */
+bool session_is_reapable(const struct session *s);
+void session_destroy(struct session *s);
+/* A parked request of this session was granted or failed (worker thread, from the mailbox). */
+void session_on_request_done(struct session *s);
+/* query_wait_timeout passed for a parked request. */
+void session_on_wait_timeout(struct session *s);
+
+/* Login half (session_login.c) → relay half (session_relay.c) and back. */
+void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len);
+void session_login_on_backend(struct session *s);
+void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len);
+void session_relay_attach_backend(struct session *s, struct pool_conn *conn);
+void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags);
+/* Arms the server receive when a server is attached and nothing holds it back. */
+void session_relay_resume_backend(struct session *s);
+/* Gives the server connection back when the transaction (or the reset) is over. */
+void session_backend_try_release(struct session *s);
+/* Shuts the server socket; the connection is discarded once no op is armed on it. */
+void session_backend_drop(struct session *s);
+/* For a session that ended: discards or releases its server once its ops are done. */
+void session_backend_settle(struct session *s);
+/* A receive ended for want of buffers: re-armed when buffers come back. */
+void session_starve(struct session *s);
+/* Re-arms receives that ended for want of buffers (called when buffers came back). */
+void session_resume_starved(struct session *s);
+/* The session's time to say goodbye ran out: cut the client and the server. */
+void session_linger_expired(struct session *s);
+/* Asks the pool for a server connection; the answer comes at once or through the mailbox. */
+void session_acquire_backend(struct session *s);
+/* Generated bytes to the client (errors, auth, welcome). */
+void session_send_to_client(struct session *s, const void *data, uint32_t len);
+void session_send_error(struct session *s, const char *severity, const char *sqlstate, const char *message,
+			const char *hint);
+void session_mark_dirty(struct session *s, struct sendq *q);
+/* After client bytes were queued toward the server: back pressure, and a server if none is held. */
+void session_client_queue_grew(struct session *s);
+
+#endif

@@ -1,0 +1,398 @@
+/* The login half of a session: startup packet, SSL/GSS refusal, authentication and the welcome. */
+#include "auth.h"
+#include "scram.h"
+#include "session.h"
+#include "worker.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/random.h>
+
+/* Startup plus auth messages assembled at once; SCRAM's largest (client-final) is under 1 KiB. */
+#define LOGIN_BUF_MAX (PROTO_STARTUP_LEN_MAX + 2048u)
+/* The startup "options" string tern passes on, with the client's other parameters as -c flags. */
+#define LOGIN_OPTIONS_MAX 4096u
+
+static const char *const login_not_forwarded[] = {"user", "database", "options", "application_name",
+						  "replication"};
+
+static void login_random(void *out, size_t len)
+{
+	uint8_t *p = out;
+	while (len > 0) {
+		ssize_t n = getrandom(p, len, 0);
+		if (n <= 0)
+			continue; /* only EINTR is possible for requests this small */
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+static bool login_is_forwarded(const char *name)
+{
+	for (size_t i = 0; i < TERN_ARRAY_LEN(login_not_forwarded); i++)
+		if (strcmp(name, login_not_forwarded[i]) == 0)
+			return false;
+	return strncmp(name, "_pq_.", 5) != 0;
+}
+
+/* Appends " -c name=value", escaping spaces and backslashes the way the server's options parser
+ * reads them. False when it does not fit. */
+static bool login_append_option(char *out, size_t cap, size_t *len, const char *name, const char *value)
+{
+	const char *parts[] = {" -c ", name, "=", value};
+	for (size_t i = 0; i < TERN_ARRAY_LEN(parts); i++) {
+		for (const char *c = parts[i]; *c; c++) {
+			bool escape = i >= 1 && (*c == ' ' || *c == '\\');
+			if (*len + 2 + escape >= cap)
+				return false;
+			if (escape)
+				out[(*len)++] = '\\';
+			out[(*len)++] = *c;
+		}
+	}
+	out[*len] = '\0';
+	return true;
+}
+
+/* The connection key's options: the client's own options, then every other startup parameter as a
+ * -c flag in name order, so two clients asking for the same settings share connections and a client
+ * never gets a connection set up differently from what it asked. */
+static bool login_build_options(const struct proto_startup *st, char *out, size_t cap)
+{
+	size_t len = 0;
+	out[0] = '\0';
+	const char *options = proto_startup_get(st, "options");
+	if (options) {
+		if (!base_strlcpy(out, options, cap))
+			return false;
+		len = strlen(out);
+	}
+	uint32_t order[PROTO_STARTUP_PARAMS_MAX];
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < st->param_count; i++) {
+		if (!login_is_forwarded(st->names[i]))
+			continue;
+		uint32_t j = n++;
+		while (j > 0 && strcmp(st->names[order[j - 1]], st->names[i]) > 0) {
+			order[j] = order[j - 1];
+			j--;
+		}
+		order[j] = i;
+	}
+	for (uint32_t k = 0; k < n; k++)
+		if (!login_append_option(out, cap, &len, st->names[order[k]], st->values[order[k]]))
+			return false;
+	return true;
+}
+
+static void login_send_auth(struct session *s, uint32_t code, const void *data, size_t len)
+{
+	uint8_t msg[512];
+	size_t n = proto_build_auth(msg, sizeof(msg), code, data, len);
+	TERN_ASSERT(n > 0);
+	session_send_to_client(s, msg, (uint32_t)n);
+}
+
+static void login_send_welcome(struct session *s, const struct pool_param *params, uint32_t count)
+{
+	uint8_t msg[512];
+	for (uint32_t i = 0; i < count; i++) {
+		const char *value = params[i].value;
+		/* The client's own application_name, as the server would have reported it. */
+		if (strcmp(params[i].name, "application_name") == 0)
+			value = s->application_name;
+		size_t n = proto_build_parameter_status(msg, sizeof(msg), params[i].name, value);
+		if (n > 0)
+			session_send_to_client(s, msg, (uint32_t)n);
+	}
+	size_t n = proto_build_key_data(msg, sizeof(msg), s->key_pid, s->key_secret);
+	session_send_to_client(s, msg, (uint32_t)n);
+	n = proto_build_ready(msg, sizeof(msg), 'I');
+	session_send_to_client(s, msg, (uint32_t)n);
+	s->welcome_sent = true;
+	s->phase = SESSION_READY;
+	free(s->login_buf);
+	s->login_buf = NULL;
+	s->login_len = s->login_cap = 0;
+}
+
+static void login_complete(struct session *s)
+{
+	const struct tern_runtime *rt = s->worker->runtime;
+	login_send_auth(s, PROTO_AUTH_OK, NULL, 0);
+	if (s->scram) {
+		scram_server_deinit(s->scram);
+		free(s->scram);
+		s->scram = NULL;
+	}
+	s->phase = SESSION_LOGIN_WAIT;
+	if (rt->config->pool_mode == CONFIG_POOL_TRANSACTION && pool_db_has_params(s->db)) {
+		login_send_welcome(s, s->db->params, s->db->param_count);
+		return;
+	}
+	/* Session pooling welcomes with the connection's own parameters; a key never seen before needs a
+	 * server to learn them (and to hear the server's verdict on the user and database). */
+	session_acquire_backend(s);
+}
+
+void session_login_on_backend(struct session *s)
+{
+	TERN_ASSERT(s->phase == SESSION_LOGIN_WAIT && s->backend);
+	login_send_welcome(s, s->backend->params, s->backend->param_count);
+}
+
+static void login_begin_auth(struct session *s)
+{
+	const struct tern_runtime *rt = s->worker->runtime;
+	const struct auth_user *user = rt->auth_file ? auth_file_find(rt->auth_file, s->user) : NULL;
+	int mode = rt->config->auth_mode;
+	if (mode == CONFIG_AUTH_TRUST) {
+		login_complete(s);
+		return;
+	}
+	s->phase = SESSION_AUTH;
+	/* A user whose only secret is SCRAM cannot answer md5; PostgreSQL upgrades such users too. */
+	if (mode == CONFIG_AUTH_MD5 && !(user && user->kind == AUTH_SECRET_SCRAM)) {
+		login_random(s->md5_salt, sizeof(s->md5_salt));
+		login_send_auth(s, PROTO_AUTH_MD5, s->md5_salt, sizeof(s->md5_salt));
+		return;
+	}
+	s->scram = calloc(1, sizeof(*s->scram));
+	if (!s->scram) {
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
+		return;
+	}
+	struct scram_secret mock;
+	const struct scram_secret *secret = NULL;
+	if (user && user->scram.iterations > 0)
+		secret = &user->scram;
+	else if (scram_secret_mock(s->user, &mock) == 0)
+		secret = &mock;
+	if (scram_server_begin(s->scram, secret, NULL) < 0) {
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
+		return;
+	}
+	static const char mechanisms[] = "SCRAM-SHA-256\0"; /* the list ends with an empty name */
+	login_send_auth(s, PROTO_AUTH_SASL, mechanisms, sizeof(mechanisms));
+}
+
+/* NegotiateProtocolVersion: tern speaks 3.0 and knows no protocol extensions (_pq_.*). */
+static void login_negotiate_version(struct session *s, const struct proto_startup *st)
+{
+	uint8_t msg[1024];
+	size_t len = PROTO_HEADER_LEN + 8;
+	uint32_t unknown = 0;
+	for (uint32_t i = 0; i < st->param_count; i++) {
+		size_t n = strlen(st->names[i]) + 1;
+		if (strncmp(st->names[i], "_pq_.", 5) != 0 || len + n > sizeof(msg))
+			continue;
+		memcpy(msg + len, st->names[i], n);
+		len += n;
+		unknown++;
+	}
+	msg[0] = PROTO_BE_NEGOTIATE_VERSION;
+	proto_write_u32(msg + 1, (uint32_t)len - 1);
+	proto_write_u32(msg + 5, 0); /* newest minor version supported */
+	proto_write_u32(msg + 9, unknown);
+	session_send_to_client(s, msg, (uint32_t)len);
+}
+
+static bool login_needs_negotiation(const struct proto_startup *st)
+{
+	if ((st->code & 0xffff) != 0)
+		return true;
+	for (uint32_t i = 0; i < st->param_count; i++)
+		if (strncmp(st->names[i], "_pq_.", 5) == 0)
+			return true;
+	return false;
+}
+
+static void login_on_startup(struct session *s, const struct proto_startup *st)
+{
+	struct tern_runtime *rt = s->worker->runtime;
+	const char *user = proto_startup_get(st, "user");
+	const char *database = proto_startup_get(st, "database");
+	const char *application_name = proto_startup_get(st, "application_name");
+	if (!user || !user[0] || strlen(user) >= sizeof(s->user)) {
+		session_send_error(s, "FATAL", "28000", "no valid PostgreSQL user name specified in startup packet",
+				   NULL);
+		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		return;
+	}
+	if (proto_startup_get(st, "replication")) {
+		session_send_error(s, "FATAL", "0A000", "replication connections are not supported by tern", NULL);
+		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		return;
+	}
+	if (!database || !database[0])
+		database = user;
+	if (strlen(database) >= sizeof(s->database)) {
+		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		return;
+	}
+	if (s->is_over_client_limit) {
+		session_end(s, SESSION_END_TOO_MANY_CLIENTS);
+		return;
+	}
+	base_strlcpy(s->user, user, sizeof(s->user));
+	base_strlcpy(s->database, database, sizeof(s->database));
+	base_strlcpy(s->application_name, application_name ? application_name : "", sizeof(s->application_name));
+	if (login_needs_negotiation(st))
+		login_negotiate_version(s, st);
+	char options[LOGIN_OPTIONS_MAX];
+	if (!login_build_options(st, options, sizeof(options))) {
+		session_send_error(s, "FATAL", "54000", "startup parameters too long", NULL);
+		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		return;
+	}
+	const struct auth_user *entry = rt->auth_file ? auth_file_find(rt->auth_file, s->user) : NULL;
+	const char *server_password = entry && entry->kind == AUTH_SECRET_PLAIN ? entry->secret : NULL;
+	s->db = pool_db_get(rt->pool, s->user, s->database, options, server_password, rt->identity_hash);
+	if (!s->db) {
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
+		return;
+	}
+	login_begin_auth(s);
+}
+
+/* One complete untyped startup-phase packet: 0 consumed it, <0 ended the session. */
+static int login_on_startup_packet(struct session *s, const uint8_t *body, uint32_t len, bool more_follows)
+{
+	struct proto_startup st;
+	int rc = proto_startup_parse(body, len, &st);
+	if (rc < 0) {
+		if (rc == -EPROTONOSUPPORT)
+			session_send_error(s, "FATAL", "0A000", "unsupported frontend protocol version", NULL);
+		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		return -1;
+	}
+	if (st.code == PROTO_CODE_SSL || st.code == PROTO_CODE_GSSENC) {
+		/* Bytes sent before the answer would be read as if they had come over the encrypted channel
+		 * (CVE-2021-23214): a client must wait for 'N' before it sends anything more. */
+		if (more_follows) {
+			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+			return -1;
+		}
+		session_send_to_client(s, "N", 1);
+		return 0;
+	}
+	if (st.code == PROTO_CODE_CANCEL) {
+		/* Cancel routing is not done yet; a cancel connection expects no answer either way. */
+		session_end(s, SESSION_END_CLIENT_CLOSED);
+		return -1;
+	}
+	login_on_startup(s, &st);
+	return s->phase == SESSION_CLOSING ? -1 : 0;
+}
+
+static int login_on_password(struct session *s, const uint8_t *body, uint32_t len)
+{
+	const struct tern_runtime *rt = s->worker->runtime;
+	if (!s->scram) {
+		const struct auth_user *user = rt->auth_file ? auth_file_find(rt->auth_file, s->user) : NULL;
+		size_t response_len = len > 0 && body[len - 1] == '\0' ? len - 1 : len;
+		if (!auth_md5_verify(user, s->md5_salt, (const char *)body, response_len)) {
+			session_end(s, SESSION_END_AUTH_FAILED);
+			return -1;
+		}
+		login_complete(s);
+		return 0;
+	}
+	char out[SCRAM_SERVER_FIRST_MAX];
+	int n;
+	if (s->scram->step == SCRAM_STEP_BEGUN) {
+		uint32_t offset = 0;
+		const char *mechanism = proto_read_cstring(body, len, &offset);
+		if (!mechanism || offset + 4 > len) {
+			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+			return -1;
+		}
+		if (strcmp(mechanism, "SCRAM-SHA-256") != 0) {
+			session_end(s, SESSION_END_AUTH_UNSUPPORTED);
+			return -1;
+		}
+		uint32_t data_len = proto_read_u32(body + offset);
+		offset += 4;
+		if (data_len != len - offset) {
+			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+			return -1;
+		}
+		n = scram_server_first(s->scram, body + offset, data_len, out, sizeof(out));
+		if (n < 0) {
+			session_end(s, n == -ENOTSUP ? SESSION_END_AUTH_UNSUPPORTED : SESSION_END_PROTOCOL_VIOLATION);
+			return -1;
+		}
+		login_send_auth(s, PROTO_AUTH_SASL_CONTINUE, out, (size_t)n);
+		return 0;
+	}
+	n = scram_server_final(s->scram, body, len, out, sizeof(out));
+	if (n < 0) {
+		session_end(s, n == -EACCES ? SESSION_END_AUTH_FAILED : SESSION_END_PROTOCOL_VIOLATION);
+		return -1;
+	}
+	login_send_auth(s, PROTO_AUTH_SASL_FINAL, out, (size_t)n);
+	login_complete(s);
+	return 0;
+}
+
+void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len)
+{
+	if (s->login_len + len > LOGIN_BUF_MAX) {
+		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		return;
+	}
+	if (s->login_len + len > s->login_cap) {
+		uint32_t cap = TERN_MAX(s->login_cap * 2, 512u);
+		while (cap < s->login_len + len)
+			cap *= 2;
+		uint8_t *grown = realloc(s->login_buf, cap);
+		if (!grown) {
+			session_end(s, SESSION_END_OUT_OF_MEMORY);
+			return;
+		}
+		s->login_buf = grown;
+		s->login_cap = cap;
+	}
+	memcpy(s->login_buf + s->login_len, data, len);
+	s->login_len += len;
+
+	while (s->phase == SESSION_STARTUP || s->phase == SESSION_AUTH) {
+		bool typed = s->phase == SESSION_AUTH;
+		uint32_t header = typed ? PROTO_HEADER_LEN : 4;
+		if (s->login_len < header)
+			return;
+		uint32_t length = proto_read_u32(s->login_buf + (typed ? 1 : 0));
+		if (length < 4 || length > (typed ? LOGIN_BUF_MAX - 1 : PROTO_STARTUP_LEN_MAX) || (!typed && length < 8)) {
+			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+			return;
+		}
+		uint32_t total = length + (typed ? 1 : 0);
+		if (s->login_len < total)
+			return;
+		bool leftover = s->login_len > total;
+		int rc;
+		if (typed) {
+			if (s->login_buf[0] != PROTO_FE_PASSWORD) {
+				session_end(s, s->login_buf[0] == PROTO_FE_TERMINATE ? SESSION_END_CLIENT_TERMINATE
+										: SESSION_END_PROTOCOL_VIOLATION);
+				return;
+			}
+			rc = login_on_password(s, s->login_buf + PROTO_HEADER_LEN, length - 4);
+		} else {
+			rc = login_on_startup_packet(s, s->login_buf + 4, length - 4, leftover);
+		}
+		if (rc < 0 || s->phase == SESSION_CLOSING)
+			return;
+		if (!s->login_buf) { /* welcomed: the buffer is gone */
+			if (leftover)
+				session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+			return;
+		}
+		memmove(s->login_buf, s->login_buf + total, s->login_len - total);
+		s->login_len -= total;
+	}
+	/* A client must wait for the welcome before it sends queries; bytes already here broke that. */
+	if (s->login_buf && s->login_len > 0 && s->phase != SESSION_STARTUP && s->phase != SESSION_AUTH)
+		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+}

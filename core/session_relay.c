@@ -1,0 +1,209 @@
+/* The relay half of a session: client messages to the server and server messages to the client,
+ * scanned by header and forwarded by reference; ReadyForQuery ends a transaction. */
+#include "session.h"
+#include "worker.h"
+
+#include <errno.h>
+
+/* Returned by on_message to stop the scan at a client's Terminate. */
+#define RELAY_STOP_TERMINATE (-ECONNRESET)
+
+struct relay_chunk {
+	struct session *s;
+	uint16_t buffer_id;
+	const uint8_t *data;
+	bool out_of_memory;
+};
+
+/* ---- client → server ---- */
+
+static unsigned relay_client_on_type(void *ctx, uint8_t type)
+{
+	struct session *s = ((struct relay_chunk *)ctx)->s;
+	switch (type) {
+	case PROTO_FE_TERMINATE:
+		return PROTO_INSPECT; /* not forwarded: the server connection outlives the client */
+	case PROTO_FE_QUERY:
+	case PROTO_FE_FUNCTION_CALL:
+		s->pending_ready++;
+		return PROTO_FORWARD;
+	case PROTO_FE_SYNC:
+		s->pending_ready++;
+		s->is_unsynced = false;
+		return PROTO_FORWARD;
+	case PROTO_FE_PARSE:
+	case PROTO_FE_BIND:
+	case PROTO_FE_DESCRIBE:
+	case PROTO_FE_EXECUTE:
+	case PROTO_FE_CLOSE:
+	case PROTO_FE_FLUSH:
+		s->is_unsynced = true;
+		return PROTO_FORWARD;
+	default:
+		return PROTO_FORWARD;
+	}
+}
+
+static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	(void)body;
+	(void)len;
+	struct session *s = ((struct relay_chunk *)ctx)->s;
+	TERN_ASSERT(type == PROTO_FE_TERMINATE);
+	s->terminate_seen = true;
+	return RELAY_STOP_TERMINATE;
+}
+
+static void relay_client_forward(void *ctx, uint32_t offset, uint32_t len)
+{
+	struct relay_chunk *chunk = ctx;
+	struct session *s = chunk->s;
+	if (sendq_push_buffer(&s->to_server, &s->worker->ring, chunk->buffer_id, chunk->data + offset, len) < 0)
+		chunk->out_of_memory = true;
+}
+
+static const struct proto_scan_ops relay_client_ops = {
+	.on_type = relay_client_on_type,
+	.on_message = relay_client_on_message,
+	.forward = relay_client_forward,
+};
+
+void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)
+{
+	struct relay_chunk chunk = {.s = s, .buffer_id = buffer_id, .data = data};
+	uint64_t frame_max = s->worker->runtime->config->max_client_frame_bytes;
+	int rc = proto_stream_feed(&s->client_stream, data, len, frame_max, &relay_client_ops, &chunk);
+	if (chunk.out_of_memory) {
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
+		return;
+	}
+	if (rc == RELAY_STOP_TERMINATE) {
+		session_end(s, SESSION_END_CLIENT_TERMINATE);
+		return;
+	}
+	if (rc < 0) {
+		session_end(s, rc == -EMSGSIZE ? SESSION_END_FRAME_TOO_LARGE : SESSION_END_PROTOCOL_VIOLATION);
+		return;
+	}
+	session_client_queue_grew(s);
+}
+
+/* ---- server → client ---- */
+
+static unsigned relay_server_on_type(void *ctx, uint8_t type)
+{
+	(void)ctx;
+	return type == PROTO_BE_READY ? (PROTO_FORWARD | PROTO_INSPECT) : PROTO_FORWARD;
+}
+
+static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	struct session *s = ((struct relay_chunk *)ctx)->s;
+	TERN_ASSERT(type == PROTO_BE_READY);
+	if (len != 1 || (body[0] != 'I' && body[0] != 'T' && body[0] != 'E'))
+		return -EPROTO;
+	s->tx_status = (char)body[0];
+	if (s->pending_ready > 0)
+		s->pending_ready--;
+	session_backend_try_release(s);
+	return 0;
+}
+
+static void relay_server_forward(void *ctx, uint32_t offset, uint32_t len)
+{
+	struct relay_chunk *chunk = ctx;
+	struct session *s = chunk->s;
+	if (s->phase == SESSION_CLOSING)
+		return; /* the client is gone or going: what the server says (a reset's answer) stays here */
+	if (sendq_push_buffer(&s->to_client, &s->worker->ring, chunk->buffer_id, chunk->data + offset, len) < 0) {
+		chunk->out_of_memory = true;
+		return;
+	}
+	session_mark_dirty(s, &s->to_client);
+}
+
+static const struct proto_scan_ops relay_server_ops = {
+	.on_type = relay_server_on_type,
+	.on_message = relay_server_on_message,
+	.forward = relay_server_forward,
+};
+
+void session_relay_resume_backend(struct session *s)
+{
+	if (!s->backend || s->backend_recv.is_armed || s->is_backend_dropping || s->is_starved ||
+	    s->backend_recv_paused || s->release_after_recv)
+		return;
+	if (s->phase != SESSION_CLOSING && s->to_client.bytes > SESSION_QUEUE_HIGH_BYTES) {
+		s->backend_recv_paused = true; /* the client reads slower than the server writes */
+		return;
+	}
+	ring_recv(&s->worker->ring, &s->backend_recv, s->backend->fd);
+}
+
+static void relay_backend_failed(struct session *s)
+{
+	s->is_backend_failed = true;
+	session_backend_drop(s);
+	session_end(s, SESSION_END_SERVER_LOST);
+	session_backend_settle(s);
+}
+
+void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags)
+{
+	struct session *s = TERN_CONTAINER_OF(op, struct session, backend_recv);
+	struct ring *ring = &s->worker->ring;
+	TERN_ASSERT(s->backend != NULL);
+	if (res > 0) {
+		TERN_ASSERT(ring_completion_has_buffer(flags));
+		uint16_t bid = ring_completion_buffer_id(flags);
+		struct relay_chunk chunk = {.s = s, .buffer_id = bid, .data = ring_buffer_data(ring, bid)};
+		int rc = s->is_backend_dropping
+				 ? 0
+				 : proto_stream_feed(&s->server_stream, chunk.data, (uint32_t)res,
+						     s->worker->runtime->config->max_backend_frame_bytes,
+						     &relay_server_ops, &chunk);
+		ring_buffer_unref(ring, bid);
+		if (rc < 0 || chunk.out_of_memory) {
+			TERN_WARN("server connection pid %u sent a malformed or oversized message; closing it",
+				  s->backend ? s->backend->backend_pid : 0);
+			relay_backend_failed(s);
+			return;
+		}
+	} else if (res == -ENOBUFS) {
+		session_starve(s);
+		return;
+	} else if (res != -ECANCELED || s->is_backend_dropping) {
+		if (s->is_backend_dropping) {
+			session_backend_settle(s);
+			return;
+		}
+		relay_backend_failed(s);
+		return;
+	}
+	if (s->release_after_recv) {
+		s->release_after_recv = false;
+		session_backend_try_release(s);
+	}
+	if (s->phase == SESSION_CLOSING)
+		session_backend_settle(s);
+	session_relay_resume_backend(s);
+}
+
+void session_relay_attach_backend(struct session *s, struct pool_conn *conn)
+{
+	TERN_ASSERT(!s->backend && conn->state == POOL_CONN_USED);
+	TERN_ASSERT(proto_stream_is_at_boundary(&s->server_stream));
+	s->backend = conn;
+	s->to_server.fd = conn->fd;
+	s->is_backend_failed = false;
+	s->is_backend_dropping = false;
+	s->release_after_recv = false;
+	s->backend_recv_paused = false;
+	s->tx_status = 'I';
+	if (s->phase == SESSION_LOGIN_WAIT)
+		session_login_on_backend(s);
+	if (!sendq_is_empty(&s->to_server))
+		session_mark_dirty(s, &s->to_server);
+	session_backend_try_release(s);
+	session_relay_resume_backend(s);
+}

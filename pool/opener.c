@@ -1,0 +1,431 @@
+#include "opener.h"
+
+#include <errno.h>
+#include <libpq-fe.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* Connections being opened at once; more wait in the job queue. Bounds the poll set. */
+#define OPENER_CONNECTING_MAX 64u
+/* FREE connections whose sockets are watched per pass; past this, the rest wait for the next pass. */
+#define OPENER_WATCH_MAX 1024u
+/* How often FREE sockets are re-listed and min_pool_size checked without any other wake-up. */
+#define OPENER_PASS_MS 1000
+/* The ParameterStatus names PostgreSQL reports at startup; libpq has no way to list them. */
+static const char *const opener_param_names[] = {
+	"application_name", "client_encoding", "DateStyle", "default_transaction_read_only", "in_hot_standby",
+	"integer_datetimes", "IntervalStyle", "is_superuser", "server_encoding", "server_version",
+	"session_authorization", "standard_conforming_strings", "TimeZone",
+};
+static_assert(TERN_ARRAY_LEN(opener_param_names) <= POOL_PARAMS_MAX, "params fit a connection");
+
+struct opener_job {
+	struct base_list link;
+	struct pool_server *server;
+	struct pool_db *db;
+	struct pool_conn *conn; /* a close job when set */
+};
+
+struct opener_connecting {
+	struct opener_job *job;
+	PGconn *pgconn;
+	PostgresPollingStatusType status;
+	uint64_t deadline_ns;
+};
+
+struct pool_opener {
+	pthread_t thread;
+	bool thread_started;
+	struct pool *pool;
+	pthread_mutex_t lock;
+	struct base_list jobs; /* opens and closes, in order */
+	bool stopping;
+	int wake_fd;
+	uint64_t connect_timeout_ms;
+	struct opener_connecting connecting[OPENER_CONNECTING_MAX];
+	uint32_t connecting_count;
+};
+
+static void opener_wake(struct pool_opener *opener)
+{
+	uint64_t one = 1;
+	ssize_t n = write(opener->wake_fd, &one, sizeof(one));
+	(void)n;
+}
+
+static void opener_push(struct pool_opener *opener, struct opener_job *job)
+{
+	pthread_mutex_lock(&opener->lock);
+	base_list_insert_tail(&opener->jobs, &job->link);
+	pthread_mutex_unlock(&opener->lock);
+	opener_wake(opener);
+}
+
+static void opener_hook_open(struct pool *pool, struct pool_server *server, struct pool_db *db)
+{
+	struct pool_opener *opener = pool->hooks.ctx;
+	struct opener_job *job = calloc(1, sizeof(*job));
+	if (!job) {
+		struct pool_error err = {"53200", "out of memory opening a server connection"};
+		pool_open_finished(pool, server, db, NULL, &err, base_now_ns());
+		return;
+	}
+	job->server = server;
+	job->db = db;
+	opener_push(opener, job);
+}
+
+static void opener_hook_close(struct pool *pool, struct pool_conn *conn)
+{
+	struct pool_opener *opener = pool->hooks.ctx;
+	struct opener_job *job = calloc(1, sizeof(*job));
+	if (!job || !opener->thread_started) {
+		free(job);
+		pool_conn_free(conn); /* no thread to hand it to: PQfinish here, never on a worker's hot path */
+		return;
+	}
+	job->conn = conn;
+	opener_push(opener, job);
+}
+
+int pool_opener_create(struct pool_opener **out, uint64_t connect_timeout_ms)
+{
+	struct pool_opener *opener = calloc(1, sizeof(*opener));
+	if (!opener)
+		return -ENOMEM;
+	base_list_init(&opener->jobs);
+	pthread_mutex_init(&opener->lock, NULL);
+	opener->connect_timeout_ms = connect_timeout_ms;
+	opener->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (opener->wake_fd < 0) {
+		int rc = -errno;
+		free(opener);
+		return rc;
+	}
+	*out = opener;
+	return 0;
+}
+
+struct pool_hooks pool_opener_hooks(struct pool_opener *opener)
+{
+	return (struct pool_hooks){.open = opener_hook_open, .close = opener_hook_close, .ctx = opener};
+}
+
+void pool_opener_set_connect_timeout(struct pool_opener *opener, uint64_t connect_timeout_ms)
+{
+	__atomic_store_n(&opener->connect_timeout_ms, connect_timeout_ms, __ATOMIC_RELAXED);
+}
+
+void pool_conn_free(struct pool_conn *conn)
+{
+	if (conn->cancel)
+		PQfreeCancel(conn->cancel);
+	if (conn->pgconn)
+		PQfinish(conn->pgconn); /* closes conn->fd */
+	free(conn);
+}
+
+int pool_conn_cancel(struct pool_conn *conn, char *err, size_t err_size)
+{
+	if (!conn->cancel)
+		return -ENOTCONN;
+	return PQcancel(conn->cancel, err, (int)err_size) ? 0 : -EIO;
+}
+
+void pool_error_from_libpq(const char *message, struct pool_error *out)
+{
+	static const struct {
+		const char *needle;
+		const char *sqlstate;
+	} known[] = {
+		{"does not exist", "3D000"}, /* database; a role is matched first below */
+		{"password authentication failed", "28P01"},
+		{"no password supplied", "28P01"},
+		{"no pg_hba.conf entry", "28000"},
+		{"too many clients", "53300"},
+		{"too many connections", "53300"},
+		{"the database system is starting up", "57P03"},
+		{"the database system is shutting down", "57P03"},
+		{"the database system is in recovery mode", "57P03"},
+		{"timeout expired", "08006"},
+	};
+	const char *fatal = strstr(message, "FATAL:  ");
+	const char *text = fatal ? fatal + 8 : message;
+	base_strlcpy(out->message, text, sizeof(out->message));
+	char *newline = strchr(out->message, '\n');
+	if (newline)
+		*newline = '\0';
+	base_strlcpy(out->sqlstate, "08006", sizeof(out->sqlstate));
+	if (strncmp(text, "role \"", 6) == 0 && strstr(text, "does not exist")) {
+		base_strlcpy(out->sqlstate, "28000", sizeof(out->sqlstate));
+		return;
+	}
+	for (size_t i = 0; i < TERN_ARRAY_LEN(known); i++) {
+		if (strstr(text, known[i].needle)) {
+			base_strlcpy(out->sqlstate, known[i].sqlstate, sizeof(out->sqlstate));
+			return;
+		}
+	}
+}
+
+static void opener_start_connect(struct pool_opener *opener, struct opener_job *job)
+{
+	struct pool_db *db = job->db;
+	struct pool_error err;
+	PQconninfoOption *base = NULL;
+	char *parse_err = NULL;
+	base = PQconninfoParse(job->server->conninfo, &parse_err);
+	const char *keys[64];
+	const char *values[64];
+	size_t n = 0;
+	if (!base) {
+		pool_error_from_libpq(parse_err ? parse_err : "invalid server conninfo", &err);
+		PQfreemem(parse_err);
+		pool_open_finished(opener->pool, job->server, db, NULL, &err, base_now_ns());
+		free(job);
+		return;
+	}
+	static const char *const overridden[] = {"user", "dbname", "password", "options", "sslmode", "gssencmode",
+						 "fallback_application_name"};
+	for (PQconninfoOption *o = base; o->keyword && n < 48; o++) {
+		if (!o->val)
+			continue;
+		bool skip = false;
+		for (size_t i = 0; i < TERN_ARRAY_LEN(overridden); i++)
+			skip |= strcmp(o->keyword, overridden[i]) == 0 && (i != 2 || db->password);
+		if (skip)
+			continue;
+		keys[n] = o->keyword;
+		values[n++] = o->val;
+	}
+	keys[n] = "user", values[n++] = db->user;
+	keys[n] = "dbname", values[n++] = db->database;
+	if (db->password)
+		keys[n] = "password", values[n++] = db->password;
+	if (db->options[0])
+		keys[n] = "options", values[n++] = db->options;
+	/* libpq's TLS state cannot follow the socket into io_uring; server TLS is tern's own job later. */
+	keys[n] = "sslmode", values[n++] = "disable";
+	keys[n] = "gssencmode", values[n++] = "disable";
+	keys[n] = "fallback_application_name", values[n++] = "tern";
+	keys[n] = NULL, values[n] = NULL;
+	PGconn *pgconn = PQconnectStartParams(keys, values, 0);
+	PQconninfoFree(base);
+	if (!pgconn || PQstatus(pgconn) == CONNECTION_BAD) {
+		pool_error_from_libpq(pgconn ? PQerrorMessage(pgconn) : "out of memory", &err);
+		if (pgconn)
+			PQfinish(pgconn);
+		pool_open_finished(opener->pool, job->server, db, NULL, &err, base_now_ns());
+		free(job);
+		return;
+	}
+	struct opener_connecting *c = &opener->connecting[opener->connecting_count++];
+	c->job = job;
+	c->pgconn = pgconn;
+	c->status = PGRES_POLLING_WRITING;
+	uint64_t timeout_ms = __atomic_load_n(&opener->connect_timeout_ms, __ATOMIC_RELAXED);
+	c->deadline_ns = base_now_ns() + timeout_ms * BASE_NS_PER_MS;
+}
+
+/* Finishes connecting[i] (success or failure) and removes it from the array. */
+static void opener_finish_connect(struct pool_opener *opener, uint32_t i, const char *timeout_reason)
+{
+	struct opener_connecting *c = &opener->connecting[i];
+	struct opener_job *job = c->job;
+	PGconn *pgconn = c->pgconn;
+	opener->connecting[i] = opener->connecting[--opener->connecting_count];
+	struct pool_error err;
+	if (!timeout_reason && PQstatus(pgconn) == CONNECTION_OK) {
+		struct pool_conn *conn = calloc(1, sizeof(*conn));
+		if (conn) {
+			conn->fd = PQsocket(pgconn);
+			conn->pgconn = pgconn;
+			conn->cancel = PQgetCancel(pgconn);
+			conn->backend_pid = (uint32_t)PQbackendPID(pgconn);
+			for (size_t p = 0; p < TERN_ARRAY_LEN(opener_param_names); p++) {
+				const char *value = PQparameterStatus(pgconn, opener_param_names[p]);
+				if (!value)
+					continue;
+				struct pool_param *param = &conn->params[conn->param_count++];
+				base_strlcpy(param->name, opener_param_names[p], sizeof(param->name));
+				base_strlcpy(param->value, value, sizeof(param->value));
+			}
+			pool_db_set_params(opener->pool, job->db, conn->params, conn->param_count);
+			TERN_DEBUG("opened server connection pid %u to %s for %s/%s", conn->backend_pid,
+				   job->server->name, job->db->user, job->db->database);
+			pool_open_finished(opener->pool, job->server, job->db, conn, NULL, base_now_ns());
+			free(job);
+			return;
+		}
+		pool_error_from_libpq("out of memory", &err);
+	} else {
+		pool_error_from_libpq(timeout_reason ? timeout_reason : PQerrorMessage(pgconn), &err);
+		if (timeout_reason)
+			base_strlcpy(err.sqlstate, "08006", sizeof(err.sqlstate));
+	}
+	TERN_WARN("could not open a connection to server %s for %s/%s: %s (%s)", job->server->name, job->db->user,
+		  job->db->database, err.message, err.sqlstate);
+	PQfinish(pgconn);
+	pool_open_finished(opener->pool, job->server, job->db, NULL, &err, base_now_ns());
+	free(job);
+}
+
+static void opener_take_jobs(struct pool_opener *opener)
+{
+	pthread_mutex_lock(&opener->lock);
+	struct base_list jobs;
+	base_list_init(&jobs);
+	/* Closes all run now; opens only while the connecting set has room, the rest stay queued. */
+	struct base_list *node, *tmp;
+	uint32_t room = OPENER_CONNECTING_MAX - opener->connecting_count;
+	base_list_for_each_safe(node, tmp, &opener->jobs)
+	{
+		struct opener_job *job = TERN_CONTAINER_OF(node, struct opener_job, link);
+		if (!job->conn) {
+			if (room == 0)
+				continue;
+			room--;
+		}
+		base_list_remove(node);
+		base_list_insert_tail(&jobs, node);
+	}
+	pthread_mutex_unlock(&opener->lock);
+	while ((node = base_list_pop_head(&jobs)) != NULL) {
+		struct opener_job *job = TERN_CONTAINER_OF(node, struct opener_job, link);
+		if (job->conn) {
+			pool_conn_free(job->conn);
+			free(job);
+		} else {
+			opener_start_connect(opener, job);
+		}
+	}
+}
+
+struct opener_watch {
+	struct pool_conn *conn;
+};
+
+static uint32_t opener_list_free(struct pool_opener *opener, struct pollfd *fds, struct opener_watch *watch)
+{
+	uint32_t n = 0;
+	struct pool *pool = opener->pool;
+	for (uint32_t s = 0; s < pool->server_count; s++) {
+		struct pool_server *server = &pool->servers[s];
+		pthread_mutex_lock(&server->lock);
+		struct base_list *node, *tmp;
+		base_list_for_each_safe(node, tmp, &server->free_conns)
+		{
+			if (n == OPENER_WATCH_MAX)
+				break;
+			struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
+			/* Only a peer's close is asked for: data on a connection a worker took since the
+			 * list was made must not look like a failure. */
+			fds[n] = (struct pollfd){.fd = conn->fd, .events = POLLRDHUP};
+			watch[n].conn = conn;
+			n++;
+		}
+		pthread_mutex_unlock(&server->lock);
+	}
+	return n;
+}
+
+static void *opener_main(void *arg)
+{
+	struct pool_opener *opener = arg;
+	static struct pollfd fds[1 + OPENER_CONNECTING_MAX + OPENER_WATCH_MAX];
+	static struct opener_watch watch[OPENER_WATCH_MAX];
+	uint64_t next_warm_ns = 0;
+	for (;;) {
+		pthread_mutex_lock(&opener->lock);
+		bool stopping = opener->stopping && base_list_is_empty(&opener->jobs);
+		pthread_mutex_unlock(&opener->lock);
+		if (stopping && opener->connecting_count == 0)
+			break;
+		opener_take_jobs(opener);
+		uint64_t now = base_now_ns();
+		if (now >= next_warm_ns && !opener->stopping) {
+			(void)pool_warm(opener->pool);
+			next_warm_ns = now + (uint64_t)OPENER_PASS_MS * BASE_NS_PER_MS;
+		}
+		int timeout_ms = OPENER_PASS_MS;
+		uint32_t nfds = 0;
+		fds[nfds++] = (struct pollfd){.fd = opener->wake_fd, .events = POLLIN};
+		for (uint32_t i = 0; i < opener->connecting_count; i++) {
+			struct opener_connecting *c = &opener->connecting[i];
+			short events = c->status == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+			fds[nfds++] = (struct pollfd){.fd = PQsocket(c->pgconn), .events = events};
+			int64_t left_ms = ((int64_t)c->deadline_ns - (int64_t)now) / (int64_t)BASE_NS_PER_MS;
+			timeout_ms = (int)TERN_MAX(0, TERN_MIN((int64_t)timeout_ms, left_ms + 1));
+		}
+		uint32_t connecting_fds = nfds;
+		uint32_t watched = opener_list_free(opener, fds + nfds, watch);
+		nfds += watched;
+		int ready = poll(fds, nfds, timeout_ms);
+		if (ready < 0 && errno != EINTR)
+			TERN_ERROR("pool thread poll: %s", strerror(errno));
+		if (fds[0].revents) {
+			uint64_t value;
+			ssize_t r = read(opener->wake_fd, &value, sizeof(value));
+			(void)r;
+		}
+		now = base_now_ns();
+		/* Walk backwards: finishing one moves the last entry into its place. */
+		for (uint32_t i = opener->connecting_count; i-- > 0;) {
+			struct opener_connecting *c = &opener->connecting[i];
+			if (fds[1 + i].revents) {
+				c->status = PQconnectPoll(c->pgconn);
+				if (c->status == PGRES_POLLING_OK || c->status == PGRES_POLLING_FAILED) {
+					opener_finish_connect(opener, i, NULL);
+					continue;
+				}
+			}
+			if (now >= c->deadline_ns)
+				opener_finish_connect(opener, i,
+						      "server_connect_timeout: the server did not complete the login in time");
+		}
+		for (uint32_t i = 0; i < watched; i++) {
+			struct pollfd *p = &fds[connecting_fds + i];
+			if (!(p->revents & (POLLRDHUP | POLLHUP | POLLERR)))
+				continue;
+			struct pool_conn *conn = watch[i].conn;
+			if (pool_conn_remove_if_free(opener->pool, conn)) {
+				TERN_INFO("server %s closed idle connection pid %u", conn->server->name, conn->backend_pid);
+				pool_conn_free(conn);
+			}
+		}
+	}
+	return NULL;
+}
+
+int pool_opener_start(struct pool_opener *opener, struct pool *pool)
+{
+	opener->pool = pool;
+	int rc = pthread_create(&opener->thread, NULL, opener_main, opener);
+	if (rc != 0)
+		return -rc;
+	opener->thread_started = true;
+	return 0;
+}
+
+void pool_opener_destroy(struct pool_opener *opener)
+{
+	if (opener->thread_started) {
+		pthread_mutex_lock(&opener->lock);
+		opener->stopping = true;
+		pthread_mutex_unlock(&opener->lock);
+		opener_wake(opener);
+		pthread_join(opener->thread, NULL);
+	}
+	struct base_list *node;
+	while ((node = base_list_pop_head(&opener->jobs)) != NULL) {
+		struct opener_job *job = TERN_CONTAINER_OF(node, struct opener_job, link);
+		if (job->conn)
+			pool_conn_free(job->conn);
+		free(job);
+	}
+	close(opener->wake_fd);
+	pthread_mutex_destroy(&opener->lock);
+	free(opener);
+}

@@ -1,0 +1,442 @@
+#include "pool.h"
+
+#include <errno.h>
+#include <string.h>
+#include <xxhash.h>
+
+/* Hooks collected under the mutex and run after it is released. */
+#define POOL_DEFERRED_MAX 8u
+struct pool_deferred {
+	struct pool_request *done[POOL_DEFERRED_MAX];
+	uint32_t done_count;
+	struct pool_db *open[POOL_DEFERRED_MAX];
+	uint32_t open_count;
+	struct pool_conn *close[POOL_DEFERRED_MAX];
+	uint32_t close_count;
+};
+
+static void pool_deferred_run(struct pool *pool, struct pool_server *server, struct pool_deferred *d)
+{
+	for (uint32_t i = 0; i < d->close_count; i++)
+		pool->hooks.close(pool, d->close[i]);
+	for (uint32_t i = 0; i < d->open_count; i++)
+		pool->hooks.open(pool, server, d->open[i]);
+	for (uint32_t i = 0; i < d->done_count; i++)
+		d->done[i]->on_done(d->done[i]);
+}
+
+int pool_init(struct pool *pool, const struct pool_settings *settings, const struct pool_hooks *hooks)
+{
+	TERN_ASSERT(hooks->open && hooks->close);
+	memset(pool, 0, sizeof(*pool));
+	pool->hooks = *hooks;
+	pool->settings = *settings;
+	base_list_init(&pool->dbs);
+	return -pthread_mutex_init(&pool->dbs_lock, NULL);
+}
+
+void pool_deinit(struct pool *pool)
+{
+	/* Every thread that could hold a connection has stopped: close them all, held or not. */
+	for (uint32_t s = 0; s < pool->server_count; s++) {
+		struct pool_server *server = &pool->servers[s];
+		struct base_list *lists[] = {&server->free_conns, &server->used_conns};
+		for (size_t l = 0; l < TERN_ARRAY_LEN(lists); l++) {
+			struct base_list *node;
+			while ((node = base_list_pop_head(lists[l])) != NULL) {
+				struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
+				if (conn->state == POOL_CONN_FREE)
+					base_list_remove(&conn->slot_link);
+				conn->state = POOL_CONN_CLOSING;
+				pool->hooks.close(pool, conn);
+			}
+		}
+		pthread_mutex_destroy(&server->lock);
+		free(server->conninfo);
+	}
+	struct base_list *node;
+	while ((node = base_list_pop_head(&pool->dbs)) != NULL) {
+		struct pool_db *db = TERN_CONTAINER_OF(node, struct pool_db, link);
+		free(db->options);
+		free(db->password);
+		free(db);
+	}
+	pthread_mutex_destroy(&pool->dbs_lock);
+}
+
+int pool_server_add(struct pool *pool, const char *name, const char *conninfo, struct pool_server **out)
+{
+	if (pool->server_count == POOL_SERVERS_MAX)
+		return -E2BIG;
+	struct pool_server *server = &pool->servers[pool->server_count];
+	memset(server, 0, sizeof(*server));
+	server->index = pool->server_count;
+	base_strlcpy(server->name, name, sizeof(server->name));
+	server->conninfo = strdup(conninfo);
+	if (!server->conninfo)
+		return -ENOMEM;
+	base_list_init(&server->free_conns);
+	base_list_init(&server->used_conns);
+	base_list_init(&server->waiters);
+	int rc = pthread_mutex_init(&server->lock, NULL);
+	if (rc != 0) {
+		free(server->conninfo);
+		return -rc;
+	}
+	pool->server_count++;
+	*out = server;
+	return 0;
+}
+
+void pool_set_settings(struct pool *pool, const struct pool_settings *settings)
+{
+	for (uint32_t s = 0; s < pool->server_count; s++)
+		pthread_mutex_lock(&pool->servers[s].lock);
+	pool->settings = *settings;
+	for (uint32_t s = pool->server_count; s-- > 0;)
+		pthread_mutex_unlock(&pool->servers[s].lock);
+}
+
+static uint64_t pool_hash_pair(const char *a, const char *b)
+{
+	/* Chained with the NUL included, so ("ab","c") and ("a","bc") differ. */
+	return XXH3_64bits_withSeed(b, strlen(b) + 1, XXH3_64bits(a, strlen(a) + 1));
+}
+
+static bool pool_key_equal(const struct pool_key *a, const struct pool_key *b)
+{
+	return memcmp(a, b, sizeof(*a)) == 0;
+}
+
+struct pool_db *pool_db_get(struct pool *pool, const char *user, const char *database, const char *options,
+			    const char *password, uint64_t identity_hash)
+{
+	if (!options)
+		options = "";
+	struct pool_key key = {
+		.profile_generation = 0,
+		.user_database_hash = pool_hash_pair(user, database),
+		.identity_hash = identity_hash,
+		.options_hash = XXH3_64bits(options, strlen(options)),
+	};
+	pthread_mutex_lock(&pool->dbs_lock);
+	struct base_list *node, *tmp;
+	struct pool_db *found = NULL;
+	base_list_for_each_safe(node, tmp, &pool->dbs)
+	{
+		struct pool_db *db = TERN_CONTAINER_OF(node, struct pool_db, link);
+		/* Compare the strings too: a hash collision must never share a connection. */
+		if (pool_key_equal(&db->key, &key) && strcmp(db->user, user) == 0 &&
+		    strcmp(db->database, database) == 0 && strcmp(db->options, options) == 0) {
+			found = db;
+			break;
+		}
+	}
+	if (!found && strlen(user) < POOL_NAME_LEN_MAX && strlen(database) < POOL_NAME_LEN_MAX) {
+		found = calloc(1, sizeof(*found));
+		if (found) {
+			found->key = key;
+			base_strlcpy(found->user, user, sizeof(found->user));
+			base_strlcpy(found->database, database, sizeof(found->database));
+			found->options = strdup(options);
+			found->password = password ? strdup(password) : NULL;
+			for (uint32_t s = 0; s < POOL_SERVERS_MAX; s++)
+				base_list_init(&found->slots[s].free_conns);
+			if (!found->options || (password && !found->password)) {
+				free(found->options);
+				free(found->password);
+				free(found);
+				found = NULL;
+			} else {
+				base_list_insert_tail(&pool->dbs, &found->link);
+			}
+		}
+	}
+	pthread_mutex_unlock(&pool->dbs_lock);
+	return found;
+}
+
+void pool_db_set_params(struct pool *pool, struct pool_db *db, const struct pool_param *params, uint32_t count)
+{
+	pthread_mutex_lock(&pool->dbs_lock);
+	if (!db->params_ready) {
+		db->param_count = TERN_MIN(count, POOL_PARAMS_MAX);
+		memcpy(db->params, params, db->param_count * sizeof(*params));
+		__atomic_store_n(&db->params_ready, 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&pool->dbs_lock);
+}
+
+/* ---- state changes: each moves a connection between lists and counters together ---- */
+
+static void pool_conn_make_used(struct pool_server *server, struct pool_conn *conn)
+{
+	TERN_ASSERT(conn->state == POOL_CONN_FREE);
+	base_list_remove(&conn->link);
+	base_list_remove(&conn->slot_link);
+	TERN_ASSERT(server->free_count > 0);
+	server->free_count--;
+	conn->state = POOL_CONN_USED;
+	base_list_insert_tail(&server->used_conns, &conn->link);
+}
+
+static void pool_conn_make_free(struct pool_server *server, struct pool_conn *conn, uint64_t now_ns)
+{
+	TERN_ASSERT(conn->state == POOL_CONN_USED);
+	base_list_remove(&conn->link);
+	conn->state = POOL_CONN_FREE;
+	conn->released_ns = now_ns;
+	base_list_insert_tail(&server->free_conns, &conn->link);
+	/* Most recently used first: its server-side caches are warm. */
+	struct pool_slot *slot = &conn->db->slots[server->index];
+	slot->free_conns.next->prev = &conn->slot_link;
+	conn->slot_link.next = slot->free_conns.next;
+	conn->slot_link.prev = &slot->free_conns;
+	slot->free_conns.next = &conn->slot_link;
+	server->free_count++;
+}
+
+/* Removes conn from the accounting; the caller has it closed. */
+static void pool_conn_forget(struct pool_server *server, struct pool_conn *conn)
+{
+	if (conn->state == POOL_CONN_FREE) {
+		base_list_remove(&conn->slot_link);
+		TERN_ASSERT(server->free_count > 0);
+		server->free_count--;
+	}
+	base_list_remove(&conn->link);
+	conn->state = POOL_CONN_CLOSING;
+	struct pool_slot *slot = &conn->db->slots[server->index];
+	TERN_ASSERT(slot->open_count > 0 && server->open_count > 0);
+	slot->open_count--;
+	server->open_count--;
+	server->closed_total++;
+}
+
+static struct pool_request *pool_oldest_waiter(struct pool_server *server, const struct pool_db *db)
+{
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &server->waiters)
+	{
+		struct pool_request *req = TERN_CONTAINER_OF(node, struct pool_request, link);
+		if (!db || req->db == db)
+			return req;
+	}
+	return NULL;
+}
+
+static void pool_waiter_finish(struct pool_server *server, struct pool_request *req, struct pool_deferred *d)
+{
+	TERN_ASSERT(req->state == POOL_REQUEST_PARKED);
+	base_list_remove(&req->link);
+	server->waiter_count--;
+	req->db->slots[server->index].waiting_count--;
+	req->state = POOL_REQUEST_DONE;
+	TERN_ASSERT(d->done_count < POOL_DEFERRED_MAX);
+	d->done[d->done_count++] = req;
+}
+
+static void pool_request_open(struct pool_server *server, struct pool_db *db, struct pool_deferred *d)
+{
+	TERN_ASSERT(d->open_count < POOL_DEFERRED_MAX);
+	db->slots[server->index].opening_count++;
+	server->opening_count++;
+	d->open[d->open_count++] = db;
+}
+
+static bool pool_has_room(const struct pool *pool, const struct pool_server *server)
+{
+	return server->open_count + server->opening_count < pool->settings.pool_size;
+}
+
+/* Capacity may have appeared (a close, a failed open): start an open for the oldest waiter that
+ * no pending open will serve, evicting an idle connection of another key when the pool is full. */
+static void pool_serve_waiters(struct pool *pool, struct pool_server *server, struct pool_deferred *d)
+{
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &server->waiters)
+	{
+		struct pool_request *req = TERN_CONTAINER_OF(node, struct pool_request, link);
+		if (d->open_count == POOL_DEFERRED_MAX || d->close_count == POOL_DEFERRED_MAX)
+			return;
+		bool has_room = pool_has_room(pool, server);
+		if (!has_room && base_list_is_empty(&server->free_conns))
+			return;
+		struct pool_slot *slot = &req->db->slots[server->index];
+		if (slot->waiting_count <= slot->opening_count)
+			continue; /* every waiter of this key has an open on its way */
+		if (!has_room) {
+			struct pool_conn *victim =
+				TERN_CONTAINER_OF(server->free_conns.next, struct pool_conn, link);
+			TERN_ASSERT(victim->db != req->db); /* else the waiter would have been given it */
+			pool_conn_forget(server, victim);
+			d->close[d->close_count++] = victim;
+		}
+		pool_request_open(server, req->db, d);
+	}
+}
+
+enum pool_checkout_result pool_checkout(struct pool *pool, struct pool_request *req, uint64_t now_ns)
+{
+	struct pool_server *server = req->server;
+	struct pool_db *db = req->db;
+	TERN_ASSERT(server && db && req->on_done);
+	TERN_ASSERT(req->state != POOL_REQUEST_PARKED);
+	struct pool_deferred d = {0};
+	enum pool_checkout_result result;
+	req->conn = NULL;
+	req->error.sqlstate[0] = '\0';
+	pthread_mutex_lock(&server->lock);
+	struct pool_slot *slot = &db->slots[server->index];
+	db->last_used_ns = now_ns;
+	if (!base_list_is_empty(&slot->free_conns)) {
+		struct pool_conn *conn = TERN_CONTAINER_OF(slot->free_conns.next, struct pool_conn, slot_link);
+		pool_conn_make_used(server, conn);
+		req->conn = conn;
+		req->state = POOL_REQUEST_DONE;
+		server->granted_total++;
+		result = POOL_CHECKOUT_GOT;
+	} else {
+		req->state = POOL_REQUEST_PARKED;
+		req->parked_ns = now_ns;
+		base_list_insert_tail(&server->waiters, &req->link);
+		server->waiter_count++;
+		slot->waiting_count++;
+		server->parked_total++;
+		pool_serve_waiters(pool, server, &d);
+		result = POOL_CHECKOUT_PARKED;
+	}
+	pthread_mutex_unlock(&server->lock);
+	pool_deferred_run(pool, server, &d);
+	return result;
+}
+
+void pool_checkin(struct pool *pool, struct pool_conn *conn, uint64_t now_ns)
+{
+	struct pool_server *server = conn->server;
+	struct pool_deferred d = {0};
+	pthread_mutex_lock(&server->lock);
+	TERN_ASSERT(conn->state == POOL_CONN_USED);
+	struct pool_request *req = pool_oldest_waiter(server, conn->db);
+	if (req) {
+		/* Hand-over: the connection stays USED and changes holder without touching FREE. */
+		req->conn = conn;
+		server->granted_total++;
+		pool_waiter_finish(server, req, &d);
+	} else {
+		pool_conn_make_free(server, conn, now_ns);
+		pool_serve_waiters(pool, server, &d);
+	}
+	pthread_mutex_unlock(&server->lock);
+	pool_deferred_run(pool, server, &d);
+}
+
+void pool_conn_discard(struct pool *pool, struct pool_conn *conn)
+{
+	struct pool_server *server = conn->server;
+	struct pool_deferred d = {0};
+	pthread_mutex_lock(&server->lock);
+	TERN_ASSERT(conn->state == POOL_CONN_USED);
+	pool_conn_forget(server, conn);
+	d.close[d.close_count++] = conn;
+	pool_serve_waiters(pool, server, &d);
+	pthread_mutex_unlock(&server->lock);
+	pool_deferred_run(pool, server, &d);
+}
+
+bool pool_request_cancel(struct pool *pool, struct pool_request *req)
+{
+	(void)pool;
+	struct pool_server *server = req->server;
+	pthread_mutex_lock(&server->lock);
+	bool removed = req->state == POOL_REQUEST_PARKED;
+	if (removed) {
+		base_list_remove(&req->link);
+		server->waiter_count--;
+		req->db->slots[server->index].waiting_count--;
+		req->state = POOL_REQUEST_IDLE;
+	}
+	pthread_mutex_unlock(&server->lock);
+	return removed;
+}
+
+void pool_open_finished(struct pool *pool, struct pool_server *server, struct pool_db *db, struct pool_conn *conn,
+			const struct pool_error *err, uint64_t now_ns)
+{
+	struct pool_deferred d = {0};
+	pthread_mutex_lock(&server->lock);
+	struct pool_slot *slot = &db->slots[server->index];
+	TERN_ASSERT(slot->opening_count > 0 && server->opening_count > 0);
+	slot->opening_count--;
+	server->opening_count--;
+	struct pool_request *req = pool_oldest_waiter(server, db);
+	if (conn) {
+		conn->server = server;
+		conn->db = db;
+		conn->opened_ns = now_ns;
+		conn->state = POOL_CONN_USED;
+		base_list_init(&conn->slot_link);
+		base_list_insert_tail(&server->used_conns, &conn->link);
+		slot->open_count++;
+		server->open_count++;
+		server->opened_total++;
+		if (req) {
+			req->conn = conn;
+			server->granted_total++;
+			pool_waiter_finish(server, req, &d);
+		} else {
+			pool_conn_make_free(server, conn, now_ns);
+		}
+	} else {
+		server->open_failed_total++;
+		if (req) {
+			/* The oldest waiter for this key gets the server's own refusal (unknown database, bad
+			 * password); the others get an open of their own so each sees the current answer. */
+			req->error = *err;
+			pool_waiter_finish(server, req, &d);
+		}
+	}
+	pool_serve_waiters(pool, server, &d);
+	pthread_mutex_unlock(&server->lock);
+	pool_deferred_run(pool, server, &d);
+}
+
+bool pool_conn_remove_if_free(struct pool *pool, struct pool_conn *conn)
+{
+	struct pool_server *server = conn->server;
+	struct pool_deferred d = {0};
+	pthread_mutex_lock(&server->lock);
+	bool removed = conn->state == POOL_CONN_FREE;
+	if (removed) {
+		pool_conn_forget(server, conn);
+		pool_serve_waiters(pool, server, &d);
+	}
+	pthread_mutex_unlock(&server->lock);
+	pool_deferred_run(pool, server, &d);
+	return removed;
+}
+
+uint32_t pool_warm(struct pool *pool)
+{
+	uint32_t started = 0;
+	pthread_mutex_lock(&pool->dbs_lock);
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &pool->dbs)
+	{
+		struct pool_db *db = TERN_CONTAINER_OF(node, struct pool_db, link);
+		for (uint32_t s = 0; s < pool->server_count; s++) {
+			struct pool_server *server = &pool->servers[s];
+			struct pool_deferred d = {0};
+			pthread_mutex_lock(&server->lock);
+			struct pool_slot *slot = &db->slots[s];
+			while (d.open_count < POOL_DEFERRED_MAX && pool_has_room(pool, server) &&
+			       slot->open_count + slot->opening_count < pool->settings.min_pool_size)
+				pool_request_open(server, db, &d);
+			pthread_mutex_unlock(&server->lock);
+			started += d.open_count;
+			pool_deferred_run(pool, server, &d);
+		}
+	}
+	pthread_mutex_unlock(&pool->dbs_lock);
+	return started;
+}

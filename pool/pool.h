@@ -1,0 +1,189 @@
+/*
+ * pool.h — the server-first connection pool: servers, exact-match keys, FREE/USED accounting,
+ * parking of requests and hand-over of released or newly opened connections to the oldest
+ * matching waiter.
+ *
+ * Threads: every function here may be called from any thread. Each server's lists, index, counters
+ * and wait queue change together under that server's mutex; the mutex is held only for list
+ * splices and counter updates. Hooks (open a connection, close one, deliver a granted request) are
+ * called after the mutex is released.
+ * Ownership: the pool owns every server connection; a worker holding one (USED) has a reuse handle
+ * and gives it back with pool_checkin or pool_conn_discard. A pool_request is owned by its caller,
+ * which must not free it while it is parked (see pool_request_cancel).
+ * Decisions take `now_ns` from the caller so unit tests drive them without clocks or sockets.
+ * Never: knows the client protocol or sessions.
+ */
+#ifndef TERN_POOL_H
+#define TERN_POOL_H
+
+#include "base/base.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+/* Servers one pool can front (primary + replicas); a fixed array keeps per-key slots O(1). */
+#define POOL_SERVERS_MAX 16u
+/* ParameterStatus values remembered per connection; PostgreSQL 15 reports 15 at startup. */
+#define POOL_PARAMS_MAX 32u
+#define POOL_NAME_LEN_MAX 64u /* NAMEDATALEN */
+
+struct pool;
+struct pool_server;
+struct pool_db;
+struct pool_conn;
+
+/* Four-part match key (DESIGN §4): two connections are interchangeable only when all four match. */
+struct pool_key {
+	uint64_t profile_generation;
+	uint64_t user_database_hash;
+	uint64_t identity_hash;
+	uint64_t options_hash;
+};
+
+struct pool_error {
+	char sqlstate[6];
+	char message[256];
+};
+
+struct pool_param {
+	char name[POOL_NAME_LEN_MAX];
+	char value[128];
+};
+
+/* Per (key, server): the exact-match index over FREE and the counts. Guarded by the server mutex. */
+struct pool_slot {
+	struct base_list free_conns; /* most recently released first */
+	uint32_t open_count;          /* FREE + USED of this key on this server */
+	uint32_t opening_count;
+	uint32_t waiting_count; /* parked requests of this key on this server */
+};
+
+/* One per distinct match key, interned by pool_db_get; lives as long as the pool. */
+struct pool_db {
+	struct base_list link;
+	struct pool_key key;
+	char user[POOL_NAME_LEN_MAX];
+	char database[POOL_NAME_LEN_MAX];
+	char *options;  /* the startup "options" parameter, "" when absent */
+	char *password; /* for the server login, NULL when none is known */
+	struct pool_slot slots[POOL_SERVERS_MAX];
+	/* The server's ParameterStatus set as first seen, for the welcome of later clients; written once
+	 * under the pool's db lock, then read without a lock once params_ready is set (release/acquire). */
+	struct pool_param params[POOL_PARAMS_MAX];
+	uint32_t param_count;
+	int params_ready;
+	uint64_t last_used_ns;
+};
+
+enum pool_conn_state { POOL_CONN_FREE = 1, POOL_CONN_USED, POOL_CONN_CLOSING };
+
+struct pool_conn {
+	struct base_list link;      /* server->free_conns (oldest first) or server->used_conns */
+	struct base_list slot_link; /* slot->free_conns while FREE */
+	struct pool_server *server;
+	struct pool_db *db;
+	enum pool_conn_state state;
+	int fd;
+	void *pgconn; /* kept only to close it, from the pool thread */
+	void *cancel; /* libpq cancel handle, used from a non-worker thread */
+	uint32_t backend_pid;
+	uint64_t opened_ns;
+	uint64_t released_ns;
+	struct pool_param params[POOL_PARAMS_MAX];
+	uint32_t param_count;
+};
+
+enum pool_request_state { POOL_REQUEST_IDLE = 0, POOL_REQUEST_PARKED, POOL_REQUEST_DONE };
+
+struct pool_request {
+	struct base_list link; /* in the server's wait queue while PARKED; the owner's afterwards */
+	struct pool_db *db;
+	struct pool_server *server;
+	uint64_t parked_ns;
+	enum pool_request_state state;
+	/* Result, valid once on_done ran: conn, or error.sqlstate set. */
+	struct pool_conn *conn;
+	struct pool_error error;
+	/* Called exactly once for a parked request that was granted or failed, from any thread, without
+	 * the server mutex. Not called for requests that pool_checkout satisfied at once, nor for ones
+	 * removed by pool_request_cancel. */
+	void (*on_done)(struct pool_request *req);
+	void *owner;
+};
+
+struct pool_server {
+	pthread_mutex_t lock;
+	uint32_t index;
+	char name[POOL_NAME_LEN_MAX];
+	char *conninfo;
+	struct base_list free_conns; /* every FREE conn, oldest release first (eviction order) */
+	struct base_list used_conns;
+	struct base_list waiters; /* parked requests, oldest first */
+	uint32_t open_count;      /* FREE + USED */
+	uint32_t opening_count;
+	uint32_t free_count;
+	uint32_t waiter_count;
+	uint64_t opened_total, open_failed_total, closed_total, granted_total, parked_total;
+};
+
+/* What the pool asks of its environment. The real pool thread implements these; tests record. */
+struct pool_hooks {
+	/* Open a connection for db on server; later report with pool_open_finished. */
+	void (*open)(struct pool *pool, struct pool_server *server, struct pool_db *db);
+	/* Close a connection the pool no longer accounts for, and free it. */
+	void (*close)(struct pool *pool, struct pool_conn *conn);
+	void *ctx;
+};
+
+struct pool_settings {
+	uint32_t pool_size;
+	uint32_t min_pool_size;
+};
+
+struct pool {
+	struct pool_server servers[POOL_SERVERS_MAX];
+	uint32_t server_count;
+	pthread_mutex_t dbs_lock;
+	struct base_list dbs;
+	struct pool_hooks hooks;
+	struct pool_settings settings; /* read under a server mutex; changed by pool_set_settings */
+};
+
+TERN_MUST_USE int pool_init(struct pool *pool, const struct pool_settings *settings, const struct pool_hooks *hooks);
+/* Frees servers, dbs and every connection (through hooks.close); call once no thread uses the pool. */
+void pool_deinit(struct pool *pool);
+TERN_MUST_USE int pool_server_add(struct pool *pool, const char *name, const char *conninfo,
+				  struct pool_server **out);
+void pool_set_settings(struct pool *pool, const struct pool_settings *settings);
+
+/* Interns the key for (user, database, options); NULL on allocation failure. */
+struct pool_db *pool_db_get(struct pool *pool, const char *user, const char *database, const char *options,
+			    const char *password, uint64_t identity_hash);
+/* Records the first ParameterStatus set seen for db (no-op when already set). */
+void pool_db_set_params(struct pool *pool, struct pool_db *db, const struct pool_param *params, uint32_t count);
+static inline bool pool_db_has_params(const struct pool_db *db)
+{
+	return __atomic_load_n(&db->params_ready, __ATOMIC_ACQUIRE) != 0;
+}
+
+enum pool_checkout_result { POOL_CHECKOUT_GOT = 1, POOL_CHECKOUT_PARKED = 2 };
+/* req->db, req->server, req->on_done set by the caller. GOT: req->conn is USED by the caller.
+ * PARKED: req waits; on_done reports the outcome. */
+enum pool_checkout_result pool_checkout(struct pool *pool, struct pool_request *req, uint64_t now_ns);
+/* Gives back an idle, reusable connection: to the oldest matching waiter, else FREE. */
+void pool_checkin(struct pool *pool, struct pool_conn *conn, uint64_t now_ns);
+/* Gives back a connection that must not be reused (lost, mid-transaction, protocol error). */
+void pool_conn_discard(struct pool *pool, struct pool_conn *conn);
+/* True when req was still parked and is now removed (on_done will not run). False when it was
+ * already granted or failed: on_done has run or is about to. */
+bool pool_request_cancel(struct pool *pool, struct pool_request *req);
+/* The outcome of a hooks.open: conn (opened, not yet accounted) or err. */
+void pool_open_finished(struct pool *pool, struct pool_server *server, struct pool_db *db, struct pool_conn *conn,
+			const struct pool_error *err, uint64_t now_ns);
+/* Takes a FREE connection out of the pool because its socket showed it is dead; false if it is no
+ * longer FREE (a worker holds it and will see the failure itself). */
+bool pool_conn_remove_if_free(struct pool *pool, struct pool_conn *conn);
+/* Opens connections so every used key has min_pool_size open on each server; returns how many. */
+uint32_t pool_warm(struct pool *pool);
+
+#endif

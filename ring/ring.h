@@ -1,0 +1,104 @@
+/*
+ * ring.h — the io_uring runtime of one worker thread: submissions, completions, a provided-buffer
+ * ring for receives, reference-counted receive buffers, an eventfd other threads write to wake the
+ * worker, and a periodic tick.
+ *
+ * Threads: a struct ring is created, used and destroyed by exactly one thread (the ring is set up
+ * SINGLE_ISSUER where the kernel allows). The only cross-thread entry point is ring_wake().
+ * Ownership: every asynchronous operation is a struct ring_op embedded in its owner; the op's
+ * address is the submission's user_data. Memory named in a submission (iovecs, msghdr) belongs to
+ * the kernel until the op's final completion — one whose flags lack IORING_CQE_F_MORE. An owner
+ * may be freed only when none of its ops is armed.
+ * Never: knows PostgreSQL, TLS or sessions.
+ */
+#ifndef TERN_RING_H
+#define TERN_RING_H
+
+#include "base/base.h"
+
+#include <linux/time_types.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct ring;
+struct ring_op;
+
+/* res is the completion's result (bytes, fd, or -errno); flags are the completion's flags. */
+typedef void (*ring_op_handler)(struct ring_op *op, int res, uint32_t flags);
+
+struct ring_op {
+	ring_op_handler handler;
+	bool is_armed; /* a submission is in flight and its final completion has not arrived */
+};
+
+struct ring_params {
+	uint32_t entries;
+	uint32_t buffer_count; /* power of two */
+	uint32_t buffer_size;
+};
+
+/* Hard bounds: buffer ids are 16 bits in a completion; references per buffer fit in 16 bits. */
+#define RING_BUFFER_COUNT_MAX 32768u
+#define RING_BUFFER_REFS_MAX UINT16_MAX
+
+struct ring_stats {
+	uint64_t completions;
+	uint64_t submissions;
+	uint64_t enobufs; /* receives that ended because the buffer ring was empty */
+};
+
+struct ring {
+	void *uring; /* struct io_uring, private to ring.c */
+	void *buf_ring;
+	uint8_t *buf_base;
+	uint16_t *buf_refs;
+	uint32_t buf_count;
+	uint32_t buf_size;
+	uint32_t buf_out; /* buffers handed out by completions and not yet returned */
+	uint32_t buf_pending_return;
+	int event_fd;
+	uint64_t event_value;
+	struct ring_op event_op;
+	struct ring_op tick_op;
+	uint64_t tick_ns;
+	struct __kernel_timespec tick_ts;
+	void (*on_tick)(struct ring *ring);
+	void (*on_wake)(struct ring *ring);
+	void *owner;
+	const char *setup_mode; /* which setup flags the kernel took, for the startup log */
+	struct ring_stats stats;
+};
+
+/* 0 or -errno. On failure `why` holds one line telling the operator what blocked io_uring. */
+TERN_MUST_USE int ring_init(struct ring *ring, const struct ring_params *params, char *why, size_t why_size);
+void ring_deinit(struct ring *ring);
+
+/* The loop: waits for at least one completion, runs the handlers of every completion that is ready,
+ * returns buffers to the kernel. Returns 0 or -errno from io_uring_enter. */
+TERN_MUST_USE int ring_run_once(struct ring *ring);
+/* Calls ring->on_tick every interval_ns from inside ring_run_once. */
+void ring_tick_start(struct ring *ring, uint64_t interval_ns);
+/* Thread-safe: wakes the ring's thread; ring->on_wake runs on it. */
+void ring_wake(struct ring *ring);
+
+/* Submissions. Each arms `op` and must not be called while `op` is armed. */
+void ring_accept_multishot(struct ring *ring, struct ring_op *op, int listen_fd);
+void ring_recv_multishot(struct ring *ring, struct ring_op *op, int fd);
+void ring_recv(struct ring *ring, struct ring_op *op, int fd);
+void ring_sendmsg(struct ring *ring, struct ring_op *op, int fd, const struct msghdr *msg);
+/* Asks the kernel to end `target` early; its final completion still arrives. No-op when unarmed. */
+void ring_cancel(struct ring *ring, struct ring_op *target);
+/* Pushes queued submissions to the kernel without waiting. */
+void ring_submit(struct ring *ring);
+
+/* Receive buffers. A completion with IORING_CQE_F_BUFFER hands its buffer to the handler with one
+ * reference; every reference is dropped exactly once with ring_buffer_unref. */
+static inline bool ring_completion_has_buffer(uint32_t flags) { return (flags & 1u) != 0; }
+static inline uint16_t ring_completion_buffer_id(uint32_t flags) { return (uint16_t)(flags >> 16); }
+static inline bool ring_completion_has_more(uint32_t flags) { return (flags & 2u) != 0; }
+uint8_t *ring_buffer_data(struct ring *ring, uint16_t buffer_id);
+void ring_buffer_ref(struct ring *ring, uint16_t buffer_id);
+void ring_buffer_unref(struct ring *ring, uint16_t buffer_id);
+static inline uint32_t ring_buffers_free(const struct ring *ring) { return ring->buf_count - ring->buf_out; }
+
+#endif
