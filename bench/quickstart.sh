@@ -15,22 +15,24 @@ if [[ ! -f meson.build ]]; then
     echo "       (benchmark without it: python3 bench/pgbench_driver.py --targets direct,pgbouncer)" >&2
     exit 1
 fi
-if [[ ! -f build/meson-private/coredata.dat ]]; then
-    echo "==> configuring: meson setup build --buildtype=release"
-    meson setup build --buildtype=release
+# A release build of its own, so the test suite's debug builds never get benchmarked.
+if [[ ! -f build-release/meson-private/coredata.dat ]]; then
+    echo "==> configuring: meson setup build-release --buildtype=release"
+    meson setup build-release --buildtype=release
 else
-    echo "==> build/ already configured"
+    echo "==> build-release/ already configured"
 fi
-echo "==> building: meson compile -C build"
-meson compile -C build
+echo "==> building: meson compile -C build-release"
+meson compile -C build-release
 
 # The driver needs only the standard library: prefer the system python3
 # (override with PYTHON=...).
 if [[ -z ${PYTHON:-} ]]; then
     if [[ -x /usr/bin/python3 ]]; then PYTHON=/usr/bin/python3; else PYTHON=python3; fi
 fi
-echo "==> benchmarking: $PYTHON bench/pgbench_driver.py --targets tern,direct,pgbouncer --workloads select-only,tpcb-like --modes extended --clients 1,16,64 --duration 10 $*"
+echo "==> benchmarking: $PYTHON bench/pgbench_driver.py --targets tern,direct,pgbouncer --workloads select-only,tpcb-like --modes extended --clients 1,16,64 --duration 10 --tern-binary build-release/tern $*"
 exec "$PYTHON" bench/pgbench_driver.py \
+    --tern-binary build-release/tern \
     --targets tern,direct,pgbouncer \
     --workloads select-only,tpcb-like \
     --modes extended \

@@ -1,0 +1,496 @@
+#!/usr/bin/env python3
+"""tern's integration suite: a real PostgreSQL primary + streaming replica (started here, in a temp
+dir, on free loopback ports), the real tern binary, real clients (psql, pgbench) and a raw wire
+client for exact SQLSTATEs. Every wait polls with a deadline; every test is bounded in time.
+
+usage: run_integration.py [-k SUBSTRING]...   (TERN_BINARY and TERN_SOURCE_ROOT from meson)"""
+import argparse
+import hashlib
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from pgcluster import PgCluster, clean_env, find_pg_bindir, free_port  # noqa: E402
+from procs import TernProcess  # noqa: E402
+from wire import Wire, WireError, message, scram_secret, startup_packet  # noqa: E402
+
+ROOT = os.environ.get("TERN_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
+TERN = os.environ.get("TERN_BINARY", os.path.join(ROOT, "build", "tern"))
+SUITE_DEADLINE_S = 1100
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+def check(condition, what):
+    if not condition:
+        raise AssertionError(what)
+
+
+def wait_for(predicate, what, timeout=30.0, interval=0.1):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception as exc:  # a refused connection while something restarts, say
+            last = exc
+        time.sleep(interval)
+    raise AssertionError("timed out waiting for %s (last error: %r)" % (what, last))
+
+
+class Context:
+    def __init__(self, pg):
+        self.pg = pg
+        self.terns = []
+        self.workdir = None
+
+    def tern(self, pool_mode="transaction", pool_size=4, workers=2, extra="", auth="trust", users=None,
+             sections=None):
+        port = free_port()
+        config = """[tern]
+listen = 127.0.0.1:%d
+workers = %d
+pool_mode = %s
+[servers]
+primary = host=127.0.0.1 port=%d
+[pool]
+pool_size = %d
+%s
+[auth]
+mode = %s
+%s
+[limits]
+%s
+%s
+""" % (port, workers, pool_mode, self.pg.primary_port, pool_size, (sections or {}).get("pool", ""), auth,
+            "auth_file = users.txt" if users is not None else "",
+            "" if "max_client_conn" in extra else "max_client_conn = 1000", extra)
+        files = {"users.txt": users} if users is not None else None
+        proc = TernProcess(TERN, config, extra_files=files)
+        self.terns.append(proc)
+        proc.start()
+        return proc
+
+    def cleanup(self, check_exit=False):
+        """Stops every tern; with check_exit, a tern that did not exit 0 on SIGTERM (a crash, an
+        assertion, a sanitizer report) fails the test."""
+        procs, self.terns = self.terns, []
+        for proc in procs:
+            proc.stop()
+        for proc in procs:
+            if check_exit and proc.returncode != 0:
+                raise AssertionError("tern exited with %s after SIGTERM:\n%s" % (proc.returncode, proc.log_tail(40)))
+
+
+def env(password=None):
+    extra = {"PGCONNECT_TIMEOUT": "10"}
+    if password is not None:
+        extra["PGPASSWORD"] = password
+    return clean_env(extra)
+
+
+def psql(port, sql, user="postgres", dbname="postgres", password=None, timeout=60, extra_args=()):
+    argv = ["psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(port), "-U", user,
+            "-d", dbname] + list(extra_args) + ["-c", sql]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env(password))
+
+
+def psql_ok(port, sql, **kw):
+    r = psql(port, sql, **kw)
+    check(r.returncode == 0, "psql failed (%d): %s" % (r.returncode, r.stderr.strip()))
+    return r.stdout.strip()
+
+
+def pgbench(port, args, timeout=120):
+    argv = ["pgbench", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres"] + args + ["postgres"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env())
+    check(r.returncode == 0, "pgbench %s failed (%d): %s" % (" ".join(args), r.returncode, r.stderr[-2000:]))
+    return r.stdout
+
+
+def pgbench_summary(out):
+    processed = failed = None
+    for line in out.splitlines():
+        if line.startswith("number of transactions actually processed:"):
+            processed = int(line.split(":")[1].split("/")[0])
+        if line.startswith("number of failed transactions:"):
+            failed = int(line.split(":")[1].split()[0])
+    return processed, failed
+
+
+def server_connections(pg):
+    return int(pg.psql("select count(*) from pg_stat_activity where application_name = 'tern'"))
+
+
+# ---------------------------------------------------------------- tests
+
+
+@test
+def psql_in_transaction_pooling(ctx):
+    t = ctx.tern(pool_mode="transaction", pool_size=2)
+    check(psql_ok(t.port, "select 1 + 1") == "2", "select 1 + 1")
+    out = psql_ok(t.port, "create temp table if not exists x(a int); begin; insert into x values (1), (2); "
+                          "select sum(a) from x; commit")
+    check(out.splitlines()[-2:] == ["3", "COMMIT"] or "3" in out, "multi-statement transaction: %r" % out)
+    # A transaction spanning several round trips stays on one server connection.
+    r = subprocess.run(["psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(t.port),
+                        "-U", "postgres", "-d", "postgres"],
+                       input="begin;\nselect pg_backend_pid() as a \\gset\nselect pg_sleep(0.05);\n"
+                             "select pg_backend_pid() = :a;\ncommit;\n",
+                       capture_output=True, text=True, timeout=30, env=env())
+    check(r.returncode == 0 and "t" in r.stdout.split(), "same backend inside a transaction: %r %r"
+          % (r.stdout, r.stderr))
+    check(server_connections(ctx.pg) <= 2, "at most pool_size server connections")
+
+
+@test
+def psql_in_session_pooling_and_reset(ctx):
+    t = ctx.tern(pool_mode="session", pool_size=1)
+    out = psql_ok(t.port, "set search_path = pg_catalog; show search_path")
+    check(out.splitlines()[-1] == "pg_catalog", "SET holds within the session: %r" % out)
+    # The next client gets the same (only) server connection, reset by DISCARD ALL.
+    out = psql_ok(t.port, "show search_path")
+    check(out == '"$user", public', "session state was reset for the next client: %r" % out)
+
+
+@test
+def large_result_is_forwarded_intact(ctx):
+    t = ctx.tern(pool_size=2)
+    sql = "select i, repeat(md5(i::text), (i % 7) + 1) from generate_series(1, 200000) i"
+    through = psql_ok(t.port, sql, timeout=120)
+    direct = psql_ok(ctx.pg.primary_port, sql, timeout=120)
+    check(len(through) > 10_000_000, "large result (%d bytes)" % len(through))
+    check(hashlib.sha256(through.encode()).digest() == hashlib.sha256(direct.encode()).digest(),
+          "identical bytes through tern and direct")
+
+
+@test
+def copy_in_and_out(ctx):
+    t = ctx.tern(pool_size=2)
+    psql_ok(t.port, "drop table if exists copy_t; create table copy_t(a int, b text)")
+    rows = "".join("%d\tline %d\n" % (i, i) for i in range(50000))
+    r = subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(t.port), "-U",
+                        "postgres", "-d", "postgres", "-c", "\\copy copy_t from stdin"],
+                       input=rows, capture_output=True, text=True, timeout=60, env=env())
+    check(r.returncode == 0, "COPY FROM STDIN: %s" % r.stderr)
+    out = psql_ok(t.port, "\\copy (select * from copy_t order by a) to stdout")
+    check(out + "\n" == rows, "COPY TO STDOUT returns what went in")
+
+
+@test
+def pgbench_init_and_workloads_with_32_clients(ctx):
+    t = ctx.tern(pool_mode="transaction", pool_size=8)
+    pgbench(t.port, ["-i", "-s", "2", "-q"])
+    check(psql_ok(ctx.pg.primary_port, "select count(*) from pgbench_accounts") == "200000", "pgbench -i rows")
+    for args in (["-S", "-M", "simple"], ["-S", "-M", "extended"], ["-M", "simple"], ["-M", "extended"]):
+        out = pgbench(t.port, ["-n", "-c", "32", "-j", "2", "-T", "4"] + args)
+        processed, failed = pgbench_summary(out)
+        check(processed and processed > 100, "pgbench %s processed %r" % (args, processed))
+        check(failed in (0, None), "pgbench %s: %r failed transactions" % (args, failed))
+    check(server_connections(ctx.pg) <= 8, "never more than pool_size server connections")
+
+
+@test
+def parked_clients_all_complete_when_the_pool_is_exhausted(ctx):
+    t = ctx.tern(pool_mode="transaction", pool_size=2)
+    results = [None] * 20
+
+    def run(i):
+        results[i] = psql(t.port, "select pg_sleep(0.2), %d" % i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(results))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    for i, r in enumerate(results):
+        check(r is not None and r.returncode == 0 and r.stdout.strip().endswith("|%d" % i),
+              "client %d completed: %r" % (i, r and (r.stdout, r.stderr)))
+    check(server_connections(ctx.pg) <= 2, "pool_size respected")
+
+
+@test
+def query_wait_timeout_gives_an_error_and_others_go_on(ctx):
+    t = ctx.tern(pool_mode="transaction", pool_size=1, sections={"pool": "query_wait_timeout = 0.5"})
+    holder = Wire(t.port)
+    holder.login("postgres")
+    holder.query("begin")  # holds the only server connection
+    try:
+        with Wire(t.port) as waiter:
+            waiter.login("postgres")  # the welcome needs no server: parameters are known
+            waiter.send(message(b"Q", b"select 1\0"))
+            fields = waiter.expect_error_and_close()
+            check(fields and fields["C"] == "08P01" and "query_wait_timeout" in fields["M"],
+                  "08P01 query_wait_timeout: %r" % fields)
+        check(holder.query("select 7") == [["7"]], "the holder goes on")
+        holder.query("commit")
+    finally:
+        holder.close()
+    check(psql_ok(t.port, "select 8") == "8", "new clients are served")
+
+
+@test
+def too_many_clients_get_53300(ctx):
+    t = ctx.tern(extra="max_client_conn = 2")
+    # The harness's readiness probe is a client too until tern has seen it leave: retry until two fit.
+    held = []
+
+    def admit_one():
+        w = Wire(t.port)
+        try:
+            w.login("postgres")
+        except WireError:
+            w.close()
+            return False
+        held.append(w)
+        return True
+
+    try:
+        for _ in range(2):
+            wait_for(admit_one, "a client slot", timeout=10)
+        with Wire(t.port) as c:
+            try:
+                c.login("postgres")
+                raise AssertionError("third client was admitted")
+            except WireError as err:
+                check(err.sqlstate == "53300", "53300, got %r" % err.fields)
+    finally:
+        for w in held:
+            w.close()
+    wait_for(lambda: psql(t.port, "select 1").returncode == 0, "a slot frees when a client leaves", timeout=10)
+
+
+AUTH_USERS = None
+
+
+def auth_users(ctx):
+    global AUTH_USERS
+    if AUTH_USERS is None:
+        for role in ("alice", "bob", "carol"):
+            ctx.pg.psql("do $$ begin create role %s login; exception when duplicate_object then null; end $$"
+                        % role)
+        carol_md5 = "md5" + hashlib.md5(b"carolpw" + b"carol").hexdigest()
+        AUTH_USERS = ('"alice" "alicepw"\n"bob" "%s"\n"carol" "%s"\n'
+                      % (scram_secret("bobpw"), carol_md5))
+    return AUTH_USERS
+
+
+@test
+def md5_auth_accepts_the_right_password_and_refuses_a_wrong_one_with_28P01(ctx):
+    t = ctx.tern(auth="md5", users=auth_users(ctx))
+    check(psql_ok(t.port, "select current_user", user="alice", password="alicepw") == "alice", "plain, md5")
+    check(psql_ok(t.port, "select current_user", user="carol", password="carolpw") == "carol", "md5 hash")
+    # bob only has a SCRAM secret: md5 mode upgrades him to SCRAM, as PostgreSQL does.
+    check(psql_ok(t.port, "select current_user", user="bob", password="bobpw") == "bob", "md5 → SCRAM")
+    for user in ("alice", "carol", "nobody"):
+        with Wire(t.port) as w:
+            try:
+                w.login(user, password="wrong")
+                raise AssertionError("wrong password accepted for %s" % user)
+            except WireError as err:
+                check(err.sqlstate == "28P01", "28P01 for %s, got %r" % (user, err.fields))
+
+
+@test
+def scram_auth_accepts_the_right_password_and_refuses_a_wrong_one_with_28P01(ctx):
+    t = ctx.tern(auth="scram", users=auth_users(ctx))
+    check(psql_ok(t.port, "select current_user", user="bob", password="bobpw") == "bob", "SCRAM secret")
+    check(psql_ok(t.port, "select current_user", user="alice", password="alicepw") == "alice", "plaintext")
+    with Wire(t.port) as w:
+        w.login("bob", password="bobpw")  # verifies the server signature too
+        check(w.query("select 1") == [["1"]], "query after SCRAM")
+    for user in ("bob", "alice", "nobody"):
+        with Wire(t.port) as w:
+            try:
+                w.login(user, password="wrong")
+                raise AssertionError("wrong password accepted for %s" % user)
+            except WireError as err:
+                check(err.sqlstate == "28P01", "28P01 for %s, got %r" % (user, err.fields))
+    r = psql(t.port, "select 1", user="bob", password="wrong")
+    check(r.returncode != 0 and "password authentication failed" in r.stderr, "psql sees it: %r" % r.stderr)
+
+
+@test
+def unknown_database_and_role_are_reported_as_the_server_reports_them(ctx):
+    t = ctx.tern(pool_mode="transaction")
+    with Wire(t.port) as w:
+        try:
+            w.login("postgres", database="no_such_db")
+            raise AssertionError("unknown database accepted")
+        except WireError as err:
+            check(err.sqlstate == "3D000" and "no_such_db" in err.fields["M"], "3D000: %r" % err.fields)
+    with Wire(t.port) as w:
+        try:
+            w.login("no_such_role")
+            raise AssertionError("unknown role accepted")
+        except WireError as err:
+            check(err.sqlstate == "28000" and "no_such_role" in err.fields["M"], "28000: %r" % err.fields)
+
+
+@test
+def ssl_and_gss_requests_are_answered_N(ctx):
+    t = ctx.tern()
+    for code in (80877103, 80877104):
+        with Wire(t.port) as w:
+            w.send(struct.pack("!II", 8, code))
+            check(w.read_bytes(1) == b"N", "'N' for %d" % code)
+            w.login("postgres")
+            check(w.query("select 5") == [["5"]], "plain session after refusing encryption")
+    r = psql(t.port, "select 1", extra_args=())  # psql's default sslmode=prefer falls back
+    check(r.returncode == 0, "psql with sslmode=prefer: %r" % r.stderr)
+
+
+@test
+def bytes_after_ssl_request_before_the_answer_are_a_protocol_violation(ctx):
+    t = ctx.tern()
+    with Wire(t.port) as w:
+        # CVE-2021-23214: data pipelined behind SSLRequest must not be processed.
+        w.send(struct.pack("!II", 8, 80877103) + startup_packet("postgres"))
+        fields = w.expect_error_and_close()
+        check(fields and fields["C"] == "08P01", "08P01, got %r" % fields)
+    check(psql_ok(t.port, "select 1") == "1", "others unaffected")
+
+
+@test
+def malformed_and_oversized_frames_close_only_that_connection(ctx):
+    t = ctx.tern(extra="max_client_frame_bytes = 4kB")
+    bystander = Wire(t.port)
+    bystander.login("postgres")
+    try:
+        cases = {
+            "startup length below 8": struct.pack("!I", 3) + b"\0" * 8,
+            "startup length over 10000": struct.pack("!I", 100000) + b"\0" * 8,
+            "protocol 2.0": startup_packet("postgres", version=131072),
+        }
+        for name, data in cases.items():
+            with Wire(t.port) as w:
+                w.send(data)
+                fields = w.expect_error_and_close()
+                check(fields and fields["C"] in ("08P01", "0A000"), "%s: %r" % (name, fields))
+        for name, data in {"length below 4": b"Q" + struct.pack("!I", 2),
+                           "frame over max_client_frame_bytes": message(b"Q", b"x" * 5000 + b"\0")}.items():
+            with Wire(t.port) as w:
+                w.login("postgres")
+                w.send(data)
+                fields = w.expect_error_and_close()
+                check(fields and fields["C"] == "08P01", "%s: %r" % (name, fields))
+        check(bystander.query("select 3") == [["3"]], "the other session goes on")
+    finally:
+        bystander.close()
+
+
+@test
+def a_server_killed_mid_query_gives_its_client_an_error_not_a_hang(ctx):
+    t = ctx.tern(pool_mode="transaction", pool_size=2)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        pid = w.query("select pg_backend_pid()")[0][0]
+        w.send(message(b"Q", b"select pg_sleep(30)\0"))
+        wait_for(lambda: ctx.pg.psql("select count(*) from pg_stat_activity where pid = %s and "
+                                     "query like 'select pg_sleep%%'" % pid) == "1", "query running")
+        ctx.pg.psql("select pg_terminate_backend(%s)" % pid)
+        started = time.monotonic()
+        fields = w.expect_error_and_close()
+        check(fields is not None and fields["C"] in ("57P01", "08006"), "an ErrorResponse: %r" % fields)
+        check(time.monotonic() - started < 10, "promptly")
+    check(psql_ok(t.port, "select 4") == "4", "tern keeps serving")
+
+
+@test
+def tern_refuses_to_start_with_a_clear_line_when_io_uring_is_blocked(ctx):
+    helper = os.path.join(os.path.dirname(TERN), "tests", "fuzz", "no_uring_exec")
+    check(os.path.exists(helper), "no_uring_exec is built next to tern (%s)" % helper)
+    workdir = ctx.pg.base_dir
+    ini = os.path.join(workdir, "no_uring.ini")
+    with open(ini, "w") as f:
+        f.write("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\n" % free_port())
+    r = subprocess.run([helper, TERN, "-c", ini], capture_output=True, text=True, timeout=30)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    check(r.returncode != 0, "non-zero exit")
+    check(len(lines) == 1 and "io_uring" in lines[0] and "seccomp" in lines[0], "one line: %r" % r.stderr)
+
+
+@test
+def config_errors_stop_startup_with_file_and_line(ctx):
+    workdir = ctx.pg.base_dir
+    ini = os.path.join(workdir, "bad.ini")
+    with open(ini, "w") as f:
+        f.write("[tern]\nworkers = 2\n[pool]\npool_sise = 3\n")
+    r = subprocess.run([TERN, "-c", ini], capture_output=True, text=True, timeout=30)
+    check(r.returncode == 2 and "%s:4:" % ini in r.stderr and "pool_sise" in r.stderr, "file:line: %r" % r.stderr)
+    r = subprocess.run([TERN, "--help-config=markdown"], capture_output=True, text=True, timeout=30)
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    check(r.returncode == 0 and r.stdout.strip() in readme, "README's config reference is --help-config's table")
+
+
+@test
+def the_server_restarted_mid_session_errors_the_client_and_tern_keeps_serving(ctx):
+    t = ctx.tern(pool_mode="session", pool_size=4)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        check(w.query("select 1") == [["1"]], "session is up")
+        w.send(message(b"Q", b"select pg_sleep(20)\0"))
+        time.sleep(0.3)  # not for correctness: lets the query reach the server before the restart
+        ctx.pg.restart_primary(mode="fast")
+        fields = w.expect_error_and_close()
+        check(fields is not None and fields["C"] in ("57P01", "08006"), "the client got an error: %r" % fields)
+    wait_for(lambda: psql(t.port, "select 9").stdout.strip() == "9", "new clients are served after the restart")
+
+
+# ---------------------------------------------------------------- runner
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-k", action="append", default=[], help="run tests whose name contains this")
+    args = parser.parse_args()
+    selected = [fn for fn in TESTS if not args.k or any(k in fn.__name__ for k in args.k)]
+    if not os.path.exists(TERN):
+        print("tern binary not found at %s" % TERN)
+        return 1
+    try:
+        find_pg_bindir()
+    except Exception as exc:
+        print("SKIP: no PostgreSQL server binaries on this machine (%s)" % exc)
+        return 77
+    signal.alarm(SUITE_DEADLINE_S)
+    passed = failed = 0
+    started = time.monotonic()
+    with PgCluster(with_replica=True) as pg:
+        print("PostgreSQL primary on %d, replica on %s (%.1fs)" % (pg.primary_port, pg.replica_port,
+                                                                time.monotonic() - started), flush=True)
+        for fn in selected:
+            ctx = Context(pg)
+            t0 = time.monotonic()
+            try:
+                fn(ctx)
+                ctx.cleanup(check_exit=True)
+                passed += 1
+                print("PASS %s (%.1fs)" % (fn.__name__, time.monotonic() - t0), flush=True)
+            except Exception:
+                failed += 1
+                print("FAIL %s (%.1fs)\n%s" % (fn.__name__, time.monotonic() - t0, traceback.format_exc()))
+                for proc in ctx.terns:
+                    print("--- tern log tail ---\n%s" % proc.log_tail(40))
+                print(flush=True)
+            finally:
+                ctx.cleanup()
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

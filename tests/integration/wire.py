@@ -1,0 +1,215 @@
+"""A minimal PostgreSQL wire-protocol client for tests that must see exact bytes and SQLSTATEs:
+startup, md5 and SCRAM-SHA-256 login, simple queries, raw frames. Standard library only."""
+import base64
+import hashlib
+import hmac
+import os
+import socket
+import struct
+
+
+class WireError(Exception):
+    def __init__(self, fields):
+        self.fields = fields
+        super().__init__("%s %s" % (fields.get("C"), fields.get("M")))
+
+    @property
+    def sqlstate(self):
+        return self.fields.get("C")
+
+
+def error_fields(body):
+    fields = {}
+    for part in body.split(b"\0"):
+        if part:
+            fields[chr(part[0])] = part[1:].decode("utf-8", "replace")
+    return fields
+
+
+def startup_packet(user, database="postgres", params=None, version=196608):
+    body = struct.pack("!I", version)
+    items = {"user": user, "database": database}
+    items.update(params or {})
+    for key, value in items.items():
+        body += key.encode() + b"\0" + value.encode() + b"\0"
+    body += b"\0"
+    return struct.pack("!I", len(body) + 4) + body
+
+
+def message(kind, body=b""):
+    return kind + struct.pack("!I", len(body) + 4) + body
+
+
+class Wire:
+    def __init__(self, port, host="127.0.0.1", timeout=15):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.buf = b""
+        self.params = {}
+        self.key = None
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def _fill(self, n):
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return False
+            self.buf += chunk
+        return True
+
+    def read_bytes(self, n):
+        """Exactly n raw bytes, or None at EOF."""
+        if not self._fill(n):
+            return None
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def read_message(self):
+        """(type, body) or None at EOF."""
+        if not self._fill(5):
+            return None
+        kind = self.buf[:1]
+        (length,) = struct.unpack("!I", self.buf[1:5])
+        if not self._fill(1 + length):
+            return None
+        body = self.buf[5:1 + length]
+        self.buf = self.buf[1 + length:]
+        return kind, body
+
+    def read_until_ready(self):
+        """Messages up to and including ReadyForQuery; raises WireError for an ErrorResponse seen
+        before it (after draining to ReadyForQuery or EOF)."""
+        messages, error = [], None
+        while True:
+            msg = self.read_message()
+            if msg is None:
+                if error:
+                    raise WireError(error)
+                raise EOFError("connection closed before ReadyForQuery")
+            messages.append(msg)
+            if msg[0] == b"E" and error is None:
+                error = error_fields(msg[1])
+            if msg[0] == b"Z":
+                if error:
+                    raise WireError(error)
+                return messages
+
+    def login(self, user, database="postgres", password=None, params=None):
+        self.send(startup_packet(user, database, params))
+        scram = None
+        while True:
+            msg = self.read_message()
+            if msg is None:
+                raise EOFError("connection closed during login")
+            kind, body = msg
+            if kind == b"E":
+                raise WireError(error_fields(body))
+            if kind == b"R":
+                (code,) = struct.unpack("!I", body[:4])
+                if code == 0:
+                    continue
+                if code == 3:
+                    self.send(message(b"p", password.encode() + b"\0"))
+                elif code == 5:
+                    inner = hashlib.md5(password.encode() + user.encode()).hexdigest()
+                    outer = hashlib.md5(inner.encode() + body[4:8]).hexdigest()
+                    self.send(message(b"p", b"md5" + outer.encode() + b"\0"))
+                elif code == 10:
+                    scram = _Scram(password)
+                    first = scram.client_first()
+                    self.send(message(b"p", b"SCRAM-SHA-256\0" + struct.pack("!I", len(first)) + first))
+                elif code == 11:
+                    self.send(message(b"p", scram.client_final(body[4:])))
+                elif code == 12:
+                    scram.verify(body[4:])
+                continue
+            if kind == b"S":
+                name, value = body[:-1].split(b"\0", 1)
+                value = value.rstrip(b"\0")
+                self.params[name.decode()] = value.decode()
+            elif kind == b"K":
+                self.key = struct.unpack("!II", body)
+            elif kind == b"Z":
+                return
+
+    def query(self, sql):
+        """Rows as lists of str/None, from a simple query."""
+        self.send(message(b"Q", sql.encode() + b"\0"))
+        rows = []
+        for kind, body in self.read_until_ready():
+            if kind == b"D":
+                (count,) = struct.unpack("!H", body[:2])
+                offset, row = 2, []
+                for _ in range(count):
+                    (length,) = struct.unpack("!i", body[offset:offset + 4])
+                    offset += 4
+                    if length < 0:
+                        row.append(None)
+                    else:
+                        row.append(body[offset:offset + length].decode())
+                        offset += length
+                rows.append(row)
+        return rows
+
+    def expect_error_and_close(self):
+        """Reads until EOF; returns the fields of the first ErrorResponse (None if there was none)."""
+        first = None
+        while True:
+            try:
+                msg = self.read_message()
+            except (ConnectionResetError, socket.timeout):
+                return first
+            if msg is None:
+                return first
+            if msg[0] == b"E" and first is None:
+                first = error_fields(msg[1])
+
+
+class _Scram:
+    def __init__(self, password):
+        self.password = password.encode()
+        self.nonce = base64.b64encode(os.urandom(18)).decode()
+
+    def client_first(self):
+        self.first_bare = "n=,r=" + self.nonce
+        return ("n,," + self.first_bare).encode()
+
+    def client_final(self, server_first):
+        self.server_first = server_first.decode()
+        attrs = dict(part.split("=", 1) for part in self.server_first.split(","))
+        salt = base64.b64decode(attrs["s"])
+        salted = hashlib.pbkdf2_hmac("sha256", self.password, salt, int(attrs["i"]))
+        client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+        stored_key = hashlib.sha256(client_key).digest()
+        without_proof = "c=biws,r=" + attrs["r"]
+        auth_message = ",".join([self.first_bare, self.server_first, without_proof]).encode()
+        signature = hmac.new(stored_key, auth_message, hashlib.sha256).digest()
+        proof = bytes(a ^ b for a, b in zip(client_key, signature))
+        server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+        self.expected = hmac.new(server_key, auth_message, hashlib.sha256).digest()
+        return (without_proof + ",p=" + base64.b64encode(proof).decode()).encode()
+
+    def verify(self, server_final):
+        text = server_final.decode()
+        if base64.b64decode(text.split("=", 1)[1]) != self.expected:
+            raise AssertionError("server signature mismatch")
+
+
+def scram_secret(password, salt=b"tern-test-salt16", iterations=4096):
+    """The text PostgreSQL stores for a SCRAM password (for userlist.txt)."""
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    b64 = lambda b: base64.b64encode(b).decode()
+    return "SCRAM-SHA-256$%d:%s$%s:%s" % (iterations, b64(salt), b64(stored_key), b64(server_key))
