@@ -338,12 +338,12 @@ static void *opener_main(void *arg)
 	static struct opener_watch watch[OPENER_WATCH_MAX];
 	uint64_t next_warm_ns = 0;
 	for (;;) {
+		opener_take_jobs(opener);
 		pthread_mutex_lock(&opener->lock);
 		bool stopping = opener->stopping && base_list_is_empty(&opener->jobs);
 		pthread_mutex_unlock(&opener->lock);
 		if (stopping && opener->connecting_count == 0)
 			break;
-		opener_take_jobs(opener);
 		uint64_t now = base_now_ns();
 		if (now >= next_warm_ns && !opener->stopping) {
 			(void)pool_warm(opener->pool);
