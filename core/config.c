@@ -106,8 +106,9 @@ static const struct config_key config_keys[] = {
 		   "the end of each transaction (transaction)"),
 	CONFIG_KEY("tern", "ring_entries", CONFIG_INT, "1024", 64, 32768, CONFIG_RESTART, ring_entries, NULL,
 		   "submission queue depth of each worker's io_uring"),
-	CONFIG_KEY("tern", "buffer_count", CONFIG_INT, "1024", 16, 32768, CONFIG_RESTART, buffer_count, NULL,
-		   "provided receive buffers per worker; must be a power of two"),
+	CONFIG_KEY("tern", "buffer_count", CONFIG_INT, "512", 16, 32768, CONFIG_RESTART, buffer_count, NULL,
+		   "provided receive buffers per worker for each direction (client reads, server reads); "
+		   "must be a power of two"),
 	CONFIG_KEY("tern", "buffer_size", CONFIG_SIZE, "16kB", 4 * CONFIG_KB, CONFIG_MB, CONFIG_RESTART,
 		   buffer_size, NULL, "size of one receive buffer"),
 	CONFIG_KEY("tern", "log_level", CONFIG_ENUM, "info", 0, 0, CONFIG_RELOAD, log_level,

@@ -95,6 +95,8 @@ int sendq_push_buffer(struct sendq *q, struct ring *ring, uint16_t buffer_id, co
 
 int sendq_push_copy(struct sendq *q, const void *data, uint32_t len)
 {
+	if (len == 0)
+		return 0; /* an empty slice would sit at the head forever: sendq_sent only moves on bytes */
 	int rc = sendq_reserve(q);
 	if (rc < 0)
 		return rc;
@@ -103,6 +105,25 @@ int sendq_push_copy(struct sendq *q, const void *data, uint32_t len)
 		return -ENOMEM;
 	memcpy(copy, data, len);
 	sendq_append(q, copy, len, -1);
+	return 0;
+}
+
+int sendq_own_copies(struct sendq *q, struct ring *ring)
+{
+	/* Slices named by an armed send belong to the kernel until it completes: leave those. */
+	uint32_t first = q->op.is_armed ? q->iov_count : 0;
+	for (uint32_t i = first; i < q->count; i++) {
+		struct sendq_slice *slice = &q->slices[(q->head + i) & (q->cap - 1)];
+		if (slice->buffer_id < 0)
+			continue;
+		uint8_t *copy = malloc(slice->len);
+		if (!copy)
+			return -ENOMEM;
+		memcpy(copy, slice->data, slice->len);
+		ring_buffer_unref(ring, (uint16_t)slice->buffer_id);
+		slice->data = copy;
+		slice->buffer_id = -1;
+	}
 	return 0;
 }
 

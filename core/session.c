@@ -48,7 +48,7 @@ struct session *session_create(struct worker *worker, int client_fd)
 	s->is_over_client_limit = clients > rt->config->max_client_conn;
 	base_list_insert_tail(&worker->sessions, &s->link);
 	worker->session_count++;
-	ring_recv_multishot(&worker->ring, &s->client_recv, client_fd);
+	ring_recv_multishot(&worker->ring, &s->client_recv, client_fd, SESSION_BUFFERS_CLIENT);
 	return s;
 }
 
@@ -76,12 +76,12 @@ void session_send_error(struct session *s, const char *severity, const char *sql
 		session_send_to_client(s, msg, (uint32_t)n);
 }
 
-static void session_client_recv_resume(struct session *s)
+void session_client_recv_resume(struct session *s)
 {
 	if (s->client_recv.is_armed || s->phase == SESSION_CLOSING || s->client_recv_paused || s->client_eof ||
 	    s->is_starved)
 		return;
-	ring_recv_multishot(&s->worker->ring, &s->client_recv, s->client_fd);
+	ring_recv_multishot(&s->worker->ring, &s->client_recv, s->client_fd, SESSION_BUFFERS_CLIENT);
 }
 
 void session_starve(struct session *s)
@@ -176,13 +176,16 @@ static void session_server_sent(struct ring_op *op, int res, uint32_t flags)
 /* Called after client bytes were queued toward the server. */
 void session_client_queue_grew(struct session *s)
 {
-	if (s->to_server.bytes > SESSION_QUEUE_HIGH_BYTES && !s->client_recv_paused) {
+	uint64_t high = s->backend ? SESSION_QUEUE_HIGH_BYTES : SESSION_QUEUE_PARKED_BYTES;
+	if (s->to_server.bytes > high && !s->client_recv_paused) {
 		s->client_recv_paused = true;
 		ring_cancel(&s->worker->ring, &s->client_recv);
 	}
 	if (s->backend)
 		session_mark_dirty(s, &s->to_server);
-	else if (!s->is_request_pending && !sendq_is_empty(&s->to_server))
+	else if (s->is_request_pending)
+		session_hold_parked_bytes(s);
+	else if (!sendq_is_empty(&s->to_server))
 		session_acquire_backend(s);
 }
 
@@ -193,8 +196,10 @@ static void session_request_done_hook(struct pool_request *req)
 	pthread_mutex_lock(&worker->mailbox_lock);
 	bool was_empty = base_list_is_empty(&worker->mailbox);
 	base_list_insert_tail(&worker->mailbox, &req->link);
+	__atomic_add_fetch(&worker->mailbox_count, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&worker->mailbox_lock);
-	if (was_empty)
+	/* The worker reads its mailbox at the end of every pass: only another thread needs to wake it. */
+	if (was_empty && !pthread_equal(pthread_self(), worker->thread))
 		ring_wake(&worker->ring);
 }
 
@@ -220,6 +225,15 @@ void session_acquire_backend(struct session *s)
 	}
 	s->is_request_pending = true;
 	base_list_insert_tail(&worker->parked, &s->parked_link);
+	session_hold_parked_bytes(s);
+}
+
+void session_hold_parked_bytes(struct session *s)
+{
+	/* A waiting client must hold no receive buffers: the transactions it waits for may need them. Its
+	 * few bytes (bounded by SESSION_QUEUE_PARKED_BYTES) are copied out of the ring. */
+	if (sendq_own_copies(&s->to_server, &s->worker->ring) < 0)
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
 }
 
 void session_on_request_done(struct session *s)

@@ -137,7 +137,7 @@ void session_relay_resume_backend(struct session *s)
 		s->backend_recv_paused = true; /* the client reads slower than the server writes */
 		return;
 	}
-	ring_recv(&s->worker->ring, &s->backend_recv, s->backend->fd);
+	ring_recv(&s->worker->ring, &s->backend_recv, s->backend->fd, SESSION_BUFFERS_SERVER);
 }
 
 static void relay_backend_failed(struct session *s)
@@ -200,6 +200,10 @@ void session_relay_attach_backend(struct session *s, struct pool_conn *conn)
 	s->release_after_recv = false;
 	s->backend_recv_paused = false;
 	s->tx_status = 'I';
+	if (s->client_recv_paused && s->to_server.bytes < SESSION_QUEUE_LOW_BYTES) {
+		s->client_recv_paused = false; /* paused while parked; the server now drains the queue */
+		session_client_recv_resume(s);
+	}
 	if (s->phase == SESSION_LOGIN_WAIT)
 		session_login_on_backend(s);
 	if (!sendq_is_empty(&s->to_server))

@@ -58,7 +58,9 @@ static void worker_on_accept(struct ring_op *op, int res, uint32_t flags)
 		    !session_create(worker, res))
 			close(res);
 	} else if (res != -ECANCELED) {
+		/* Out of descriptors or memory: retrying at once would spin; the tick re-arms. */
 		TERN_WARN("worker %u: accept failed: %s", worker->index, strerror(-res));
+		return;
 	}
 	if (!op->is_armed && !__atomic_load_n(&worker->runtime->stopping, __ATOMIC_RELAXED))
 		ring_accept_multishot(&worker->ring, op, worker->listen_fd);
@@ -67,10 +69,13 @@ static void worker_on_accept(struct ring_op *op, int res, uint32_t flags)
 static void worker_on_wake(struct ring *ring)
 {
 	struct worker *worker = ring->owner;
+	if (__atomic_load_n(&worker->mailbox_count, __ATOMIC_ACQUIRE) == 0)
+		return;
 	struct base_list done;
 	base_list_init(&done);
 	pthread_mutex_lock(&worker->mailbox_lock);
 	base_list_splice_tail(&done, &worker->mailbox);
+	__atomic_store_n(&worker->mailbox_count, 0, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&worker->mailbox_lock);
 	struct base_list *node;
 	while ((node = base_list_pop_head(&done)) != NULL) {
@@ -100,6 +105,8 @@ static void worker_on_tick(struct ring *ring)
 		if (s->closing_ns + WORKER_LINGER_NS <= now && !s->client_eof)
 			session_linger_expired(s);
 	}
+	if (!worker->accept_op.is_armed && !__atomic_load_n(&worker->runtime->stopping, __ATOMIC_RELAXED))
+		ring_accept_multishot(&worker->ring, &worker->accept_op, worker->listen_fd);
 }
 
 /* The end of a loop pass: what the pass queued goes out in one sendmsg per queue, connections
@@ -109,7 +116,8 @@ static void worker_end_pass(struct worker *worker)
 	/* Mailbox deliveries from this thread's own checkins (no eventfd write for those). */
 	worker_on_wake(&worker->ring);
 	struct base_list *node, *tmp;
-	if (!base_list_is_empty(&worker->starved) && ring_buffers_free(&worker->ring) > 0) {
+	if (!base_list_is_empty(&worker->starved) && ring_buffers_free(&worker->ring, SESSION_BUFFERS_CLIENT) > 0 &&
+	    ring_buffers_free(&worker->ring, SESSION_BUFFERS_SERVER) > 0) {
 		base_list_for_each_safe(node, tmp, &worker->starved)
 		{
 			struct session *s = TERN_CONTAINER_OF(node, struct session, starved_link);

@@ -59,6 +59,7 @@ struct worker {
 	struct base_list starved; /* sessions whose receive ended for want of buffers */
 	pthread_mutex_t mailbox_lock;
 	struct base_list mailbox; /* granted or failed pool requests */
+	uint32_t mailbox_count;   /* atomic: requests delivered to the mailbox, for a lock-free peek */
 	struct pool_conn *local_cache[WORKER_LOCAL_CACHE_MAX];
 	uint32_t local_count;
 	uint32_t session_serial;

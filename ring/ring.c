@@ -9,7 +9,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#define RING_BUFFER_GROUP 0
 /* Completions handled per pass before buffers go back to the kernel; bounds the pass's latency. */
 #define RING_COMPLETIONS_PER_PASS_MAX 256u
 
@@ -96,27 +95,29 @@ int ring_init(struct ring *ring, const struct ring_params *params, char *why, si
 	ring->uring = uring;
 	ring->buf_count = params->buffer_count;
 	ring->buf_size = params->buffer_size;
-	ring->buf_base = aligned_alloc(4096, (size_t)ring->buf_count * ring->buf_size);
-	ring->buf_refs = calloc(ring->buf_count, sizeof(*ring->buf_refs));
+	size_t total = (size_t)ring->buf_count * RING_BUFFER_GROUPS;
+	ring->buf_base = aligned_alloc(4096, total * ring->buf_size);
+	ring->buf_refs = calloc(total, sizeof(*ring->buf_refs));
 	if (!ring->buf_base || !ring->buf_refs) {
-		snprintf(why, why_size, "out of memory for %u receive buffers of %u bytes", ring->buf_count,
-			 ring->buf_size);
+		snprintf(why, why_size, "out of memory for %zu receive buffers of %u bytes", total, ring->buf_size);
 		ring_deinit(ring);
 		return -ENOMEM;
 	}
-	ring->buf_ring = ring_compat_setup_buf_ring(uring, ring->buf_count, RING_BUFFER_GROUP, &rc);
-	if (!ring->buf_ring) {
-		snprintf(why, why_size, "could not register the provided-buffer ring (kernel 5.19+ needed): %s",
-			 strerror(-rc));
-		ring_deinit(ring);
-		return rc;
-	}
-	struct io_uring_buf_ring *br = ring->buf_ring;
 	int mask = io_uring_buf_ring_mask(ring->buf_count);
-	for (uint32_t i = 0; i < ring->buf_count; i++)
-		io_uring_buf_ring_add(br, ring->buf_base + (size_t)i * ring->buf_size, ring->buf_size,
-				      (unsigned short)i, mask, (int)i);
-	io_uring_buf_ring_advance(br, (int)ring->buf_count);
+	for (uint32_t g = 0; g < RING_BUFFER_GROUPS; g++) {
+		struct io_uring_buf_ring *br = ring_compat_setup_buf_ring(uring, ring->buf_count, (int)g, &rc);
+		if (!br) {
+			snprintf(why, why_size,
+				 "could not register the provided-buffer ring (kernel 5.19+ needed): %s", strerror(-rc));
+			ring_deinit(ring);
+			return rc;
+		}
+		ring->groups[g].buf_ring = br;
+		for (uint32_t i = 0; i < ring->buf_count; i++)
+			io_uring_buf_ring_add(br, ring_buffer_data(ring, (uint16_t)(g * ring->buf_count + i)),
+					      ring->buf_size, (unsigned short)i, mask, (int)i);
+		io_uring_buf_ring_advance(br, (int)ring->buf_count);
+	}
 	ring->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (ring->event_fd < 0) {
 		rc = -errno;
@@ -131,8 +132,9 @@ void ring_deinit(struct ring *ring)
 {
 	struct io_uring *uring = ring_uring(ring);
 	if (uring) {
-		if (ring->buf_ring)
-			ring_compat_free_buf_ring(uring, ring->buf_ring, ring->buf_count, RING_BUFFER_GROUP);
+		for (uint32_t g = 0; g < RING_BUFFER_GROUPS; g++)
+			if (ring->groups[g].buf_ring)
+				ring_compat_free_buf_ring(uring, ring->groups[g].buf_ring, ring->buf_count, (int)g);
 		io_uring_queue_exit(uring);
 		free(uring);
 	}
@@ -173,21 +175,25 @@ void ring_accept_multishot(struct ring *ring, struct ring_op *op, int listen_fd)
 	ring_arm(op, sqe);
 }
 
-void ring_recv_multishot(struct ring *ring, struct ring_op *op, int fd)
+void ring_recv_multishot(struct ring *ring, struct ring_op *op, int fd, uint8_t buffer_group)
 {
+	TERN_ASSERT(buffer_group < RING_BUFFER_GROUPS);
 	struct io_uring_sqe *sqe = ring_get_sqe(ring);
 	io_uring_prep_recv_multishot(sqe, fd, NULL, 0, 0);
 	sqe->flags |= IOSQE_BUFFER_SELECT;
-	sqe->buf_group = RING_BUFFER_GROUP;
+	sqe->buf_group = buffer_group;
+	op->buffer_group = buffer_group;
 	ring_arm(op, sqe);
 }
 
-void ring_recv(struct ring *ring, struct ring_op *op, int fd)
+void ring_recv(struct ring *ring, struct ring_op *op, int fd, uint8_t buffer_group)
 {
+	TERN_ASSERT(buffer_group < RING_BUFFER_GROUPS);
 	struct io_uring_sqe *sqe = ring_get_sqe(ring);
 	io_uring_prep_recv(sqe, fd, NULL, ring->buf_size, 0);
 	sqe->flags |= IOSQE_BUFFER_SELECT;
-	sqe->buf_group = RING_BUFFER_GROUP;
+	sqe->buf_group = buffer_group;
+	op->buffer_group = buffer_group;
 	ring_arm(op, sqe);
 }
 
@@ -264,36 +270,48 @@ void ring_tick_start(struct ring *ring, uint64_t interval_ns)
 
 uint8_t *ring_buffer_data(struct ring *ring, uint16_t buffer_id)
 {
-	TERN_DEBUG_ASSERT(buffer_id < ring->buf_count);
+	TERN_DEBUG_ASSERT(buffer_id < ring->buf_count * RING_BUFFER_GROUPS);
 	return ring->buf_base + (size_t)buffer_id * ring->buf_size;
+}
+
+void ring_buffer_take(struct ring *ring, uint16_t buffer_id)
+{
+	TERN_ASSERT(buffer_id < ring->buf_count * RING_BUFFER_GROUPS && ring->buf_refs[buffer_id] == 0);
+	ring->buf_refs[buffer_id] = 1;
+	ring->groups[buffer_id / ring->buf_count].out++;
 }
 
 void ring_buffer_ref(struct ring *ring, uint16_t buffer_id)
 {
-	TERN_DEBUG_ASSERT(buffer_id < ring->buf_count);
+	TERN_DEBUG_ASSERT(buffer_id < ring->buf_count * RING_BUFFER_GROUPS);
 	TERN_ASSERT(ring->buf_refs[buffer_id] > 0 && ring->buf_refs[buffer_id] < RING_BUFFER_REFS_MAX);
 	ring->buf_refs[buffer_id]++;
 }
 
 void ring_buffer_unref(struct ring *ring, uint16_t buffer_id)
 {
-	TERN_DEBUG_ASSERT(buffer_id < ring->buf_count);
+	TERN_DEBUG_ASSERT(buffer_id < ring->buf_count * RING_BUFFER_GROUPS);
 	TERN_ASSERT(ring->buf_refs[buffer_id] > 0);
 	if (--ring->buf_refs[buffer_id] > 0)
 		return;
-	TERN_ASSERT(ring->buf_out > 0);
-	ring->buf_out--;
-	io_uring_buf_ring_add(ring->buf_ring, ring_buffer_data(ring, buffer_id), ring->buf_size, buffer_id,
-			      io_uring_buf_ring_mask(ring->buf_count), (int)ring->buf_pending_return);
-	ring->buf_pending_return++;
+	struct ring_buffer_group *group = &ring->groups[buffer_id / ring->buf_count];
+	TERN_ASSERT(group->out > 0);
+	group->out--;
+	io_uring_buf_ring_add(group->buf_ring, ring_buffer_data(ring, buffer_id), ring->buf_size,
+			      (unsigned short)(buffer_id % ring->buf_count), io_uring_buf_ring_mask(ring->buf_count),
+			      (int)group->pending_return);
+	group->pending_return++;
 }
 
 static void ring_return_buffers(struct ring *ring)
 {
-	if (ring->buf_pending_return == 0)
-		return;
-	io_uring_buf_ring_advance(ring->buf_ring, (int)ring->buf_pending_return);
-	ring->buf_pending_return = 0;
+	for (uint32_t g = 0; g < RING_BUFFER_GROUPS; g++) {
+		struct ring_buffer_group *group = &ring->groups[g];
+		if (group->pending_return == 0)
+			continue;
+		io_uring_buf_ring_advance(group->buf_ring, (int)group->pending_return);
+		group->pending_return = 0;
+	}
 }
 
 int ring_run_once(struct ring *ring)
@@ -311,10 +329,12 @@ int ring_run_once(struct ring *ring)
 		io_uring_cqe_seen(uring, cqe);
 		handled++;
 		if (flags & IORING_CQE_F_BUFFER) {
-			uint16_t bid = (uint16_t)(flags >> IORING_CQE_BUFFER_SHIFT);
-			TERN_ASSERT(bid < ring->buf_count && ring->buf_refs[bid] == 0);
-			ring->buf_refs[bid] = 1;
-			ring->buf_out++;
+			/* The kernel names the buffer within its group; handlers get the ring-wide id. */
+			uint32_t index = flags >> IORING_CQE_BUFFER_SHIFT;
+			TERN_ASSERT(op && index < ring->buf_count);
+			uint16_t bid = (uint16_t)(op->buffer_group * ring->buf_count + index);
+			ring_buffer_take(ring, bid);
+			flags = (flags & ((1u << IORING_CQE_BUFFER_SHIFT) - 1)) | ((uint32_t)bid << IORING_CQE_BUFFER_SHIFT);
 		}
 		if (res == -ENOBUFS)
 			ring->stats.enobufs++;

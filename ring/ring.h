@@ -28,17 +28,23 @@ typedef void (*ring_op_handler)(struct ring_op *op, int res, uint32_t flags);
 
 struct ring_op {
 	ring_op_handler handler;
-	bool is_armed; /* a submission is in flight and its final completion has not arrived */
+	bool is_armed;        /* a submission is in flight and its final completion has not arrived */
+	uint8_t buffer_group; /* for receives: the group its buffers come from */
 };
 
 struct ring_params {
 	uint32_t entries;
-	uint32_t buffer_count; /* power of two */
+	uint32_t buffer_count; /* per group; a power of two */
 	uint32_t buffer_size;
 };
 
-/* Hard bounds: buffer ids are 16 bits in a completion; references per buffer fit in 16 bits. */
+/* Receive buffers come in separate groups so one kind of reader can never take the buffers another
+ * needs to make progress (the owner decides what each group is for). */
+#define RING_BUFFER_GROUPS 2u
+/* Hard bounds: buffer ids, across all groups, are 16 bits in a completion; references per buffer fit
+ * in 16 bits. */
 #define RING_BUFFER_COUNT_MAX 32768u
+static_assert(RING_BUFFER_COUNT_MAX * RING_BUFFER_GROUPS <= 65536u, "buffer ids fit 16 bits");
 #define RING_BUFFER_REFS_MAX UINT16_MAX
 
 struct ring_stats {
@@ -47,15 +53,19 @@ struct ring_stats {
 	uint64_t enobufs; /* receives that ended because the buffer ring was empty */
 };
 
+struct ring_buffer_group {
+	void *buf_ring;
+	uint32_t out; /* buffers handed out by completions and not yet returned */
+	uint32_t pending_return;
+};
+
 struct ring {
 	void *uring; /* struct io_uring, private to ring.c */
-	void *buf_ring;
 	uint8_t *buf_base;
-	uint16_t *buf_refs;
-	uint32_t buf_count;
+	uint16_t *buf_refs; /* by buffer id: group * buf_count + index in the group */
+	uint32_t buf_count; /* per group */
 	uint32_t buf_size;
-	uint32_t buf_out; /* buffers handed out by completions and not yet returned */
-	uint32_t buf_pending_return;
+	struct ring_buffer_group groups[RING_BUFFER_GROUPS];
 	int event_fd;
 	uint64_t event_value;
 	struct ring_op event_op;
@@ -83,8 +93,8 @@ void ring_wake(struct ring *ring);
 
 /* Submissions. Each arms `op` and must not be called while `op` is armed. */
 void ring_accept_multishot(struct ring *ring, struct ring_op *op, int listen_fd);
-void ring_recv_multishot(struct ring *ring, struct ring_op *op, int fd);
-void ring_recv(struct ring *ring, struct ring_op *op, int fd);
+void ring_recv_multishot(struct ring *ring, struct ring_op *op, int fd, uint8_t buffer_group);
+void ring_recv(struct ring *ring, struct ring_op *op, int fd, uint8_t buffer_group);
 void ring_sendmsg(struct ring *ring, struct ring_op *op, int fd, const struct msghdr *msg);
 /* Asks the kernel to end `target` early; its final completion still arrives. No-op when unarmed. */
 void ring_cancel(struct ring *ring, struct ring_op *target);
@@ -92,13 +102,19 @@ void ring_cancel(struct ring *ring, struct ring_op *target);
 void ring_submit(struct ring *ring);
 
 /* Receive buffers. A completion with IORING_CQE_F_BUFFER hands its buffer to the handler with one
- * reference; every reference is dropped exactly once with ring_buffer_unref. */
+ * reference; every reference is dropped exactly once with ring_buffer_unref. The id in the handler's
+ * flags is ring-wide (group * buf_count + index), so it alone names the buffer. */
 static inline bool ring_completion_has_buffer(uint32_t flags) { return (flags & 1u) != 0; }
 static inline uint16_t ring_completion_buffer_id(uint32_t flags) { return (uint16_t)(flags >> 16); }
 static inline bool ring_completion_has_more(uint32_t flags) { return (flags & 2u) != 0; }
 uint8_t *ring_buffer_data(struct ring *ring, uint16_t buffer_id);
 void ring_buffer_ref(struct ring *ring, uint16_t buffer_id);
 void ring_buffer_unref(struct ring *ring, uint16_t buffer_id);
-static inline uint32_t ring_buffers_free(const struct ring *ring) { return ring->buf_count - ring->buf_out; }
+static inline uint32_t ring_buffers_free(const struct ring *ring, uint8_t group)
+{
+	return ring->buf_count - ring->groups[group].out;
+}
+/* Marks a buffer as handed out, as a completion does; for tests that stand in for the kernel. */
+void ring_buffer_take(struct ring *ring, uint16_t buffer_id);
 
 #endif

@@ -64,6 +64,7 @@ class Context:
 listen = 127.0.0.1:%d
 workers = %d
 pool_mode = %s
+%s
 [servers]
 primary = host=127.0.0.1 port=%d
 [pool]
@@ -75,7 +76,7 @@ mode = %s
 [limits]
 %s
 %s
-""" % (port, workers, pool_mode, self.pg.primary_port, pool_size, (sections or {}).get("pool", ""), auth,
+""" % (port, workers, pool_mode, (sections or {}).get("tern", ""), self.pg.primary_port, pool_size, (sections or {}).get("pool", ""), auth,
             "auth_file = users.txt" if users is not None else "",
             "" if "max_client_conn" in extra else "max_client_conn = 1000", extra)
         files = {"users.txt": users} if users is not None else None
@@ -103,9 +104,15 @@ def env(password=None):
 
 
 def psql(port, sql, user="postgres", dbname="postgres", password=None, timeout=60, extra_args=()):
+    """psql -c SQL; SQL over 64 kB goes through stdin (one argument may not exceed 128 kB)."""
     argv = ["psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(port), "-U", user,
-            "-d", dbname] + list(extra_args) + ["-c", sql]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env(password))
+            "-d", dbname] + list(extra_args)
+    stdin = None
+    if len(sql) > 65536:
+        stdin = sql + ";\n"
+    else:
+        argv += ["-c", sql]
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, env=env(password))
 
 
 def psql_ok(port, sql, **kw):
@@ -175,6 +182,33 @@ def large_result_is_forwarded_intact(ctx):
     check(len(through) > 10_000_000, "large result (%d bytes)" % len(through))
     check(hashlib.sha256(through.encode()).digest() == hashlib.sha256(direct.encode()).digest(),
           "identical bytes through tern and direct")
+
+
+@test
+def a_tiny_buffer_ring_carries_big_queries_and_results_without_deadlock(ctx):
+    # 16 buffers of 4 kB per worker: parked clients sending 200 kB queries and a client reading a
+    # 10 MB result must all finish — parked clients may not take the buffers the others need.
+    t = ctx.tern(pool_size=2, workers=1, sections={"tern": "buffer_count = 16\nbuffer_size = 4kB"})
+    big = "x" * 200_000
+    results = [None] * 12
+
+    def run(i):
+        if i == 0:
+            results[i] = psql(t.port, "select i, md5(i::text) from generate_series(1, 150000) i", timeout=120)
+        else:
+            results[i] = psql(t.port, "select length('%s') + %d" % (big, i), timeout=120)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(results))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(150)
+    check(results[0] is not None and results[0].returncode == 0 and len(results[0].stdout) > 5_000_000,
+          "the large result arrived: %r" % (results[0] and results[0].stderr))
+    for i in range(1, len(results)):
+        check(results[i] is not None and results[i].returncode == 0
+              and results[i].stdout.strip() == str(200_000 + i),
+              "client %d: %r" % (i, results[i] and (results[i].stdout[:80], results[i].stderr)))
 
 
 @test

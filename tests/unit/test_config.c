@@ -102,7 +102,7 @@ Test(config, defaults_match_the_documented_table)
 	cr_assert_eq(cfg.pin_workers, true);
 	cr_assert_eq(cfg.pool_mode, CONFIG_POOL_SESSION);
 	cr_assert_eq(cfg.ring_entries, 1024);
-	cr_assert_eq(cfg.buffer_count, 1024);
+	cr_assert_eq(cfg.buffer_count, 512);
 	cr_assert_eq(cfg.buffer_size, 16384);
 	cr_assert_eq(cfg.log_level, BASE_LOG_INFO);
 	cr_assert_str_eq(cfg.primary_conninfo, "host=127.0.0.1 port=5432");

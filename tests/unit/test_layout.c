@@ -1,0 +1,386 @@
+/*
+ * test_layout.c — keeps the module dependency arrows of DESIGN §1 true by reading every #include
+ * line of the source tree (STYLE: "a test under tests/ that greps #include lines keeps these edges
+ * true"):
+ *   - only ring/ includes <liburing.h>;
+ *   - ring/ includes nothing of pool/, replay/ or core/ except core/base/;
+ *   - pool/ includes nothing of core/ except core/base/, and nothing of replay/;
+ *   - replay/ includes nothing of core/ (except core/base/), pool/ or ring/;
+ *   - core/base/ includes nothing from other tern folders.
+ * An include is resolved the way the compiler does it for this project (the including file's folder,
+ * then the include directories '.' and 'core'), so `#include "proto.h"` from pool/ counts as core/.
+ * The checker is also run on a small tree written here with known violations, so it can fail.
+ */
+#include "base/base.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef TERN_SOURCE_ROOT
+#error "TERN_SOURCE_ROOT must name the source tree (set by tests/meson.build)"
+#endif
+
+#define LAYOUT_PATH_MAX 4096u
+#define LAYOUT_REPORT_MAX (64u * 1024u)
+/* Folder depth walked; the tree is shallow, this only stops a symlink loop. */
+#define LAYOUT_DEPTH_MAX 16
+
+enum module { MODULE_OTHER = 0, MODULE_BASE, MODULE_CORE, MODULE_POOL, MODULE_REPLAY, MODULE_RING };
+
+static const char *const module_names[] = {"other", "core/base", "core", "pool", "replay", "ring"};
+
+struct layout {
+	const char *root;
+	char root_resolved[PATH_MAX];
+	size_t root_resolved_len;
+	uint32_t c_files;
+	uint32_t h_files;
+	uint32_t includes;
+	uint32_t violations;
+	char report[LAYOUT_REPORT_MAX];
+	size_t report_len;
+};
+
+static void layout_report(struct layout *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void layout_report(struct layout *l, const char *fmt, ...)
+{
+	l->violations++;
+	if (l->report_len + 1 >= sizeof(l->report))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(l->report + l->report_len, sizeof(l->report) - l->report_len, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		l->report_len = TERN_MIN(l->report_len + (size_t)n, sizeof(l->report) - 1);
+}
+
+static bool has_prefix(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
+/* Module of a path relative to the root. */
+static enum module module_of(const char *rel)
+{
+	if (has_prefix(rel, "core/base/"))
+		return MODULE_BASE;
+	if (has_prefix(rel, "core/"))
+		return MODULE_CORE;
+	if (has_prefix(rel, "pool/"))
+		return MODULE_POOL;
+	if (has_prefix(rel, "replay/"))
+		return MODULE_REPLAY;
+	if (has_prefix(rel, "ring/"))
+		return MODULE_RING;
+	return MODULE_OTHER;
+}
+
+/* out = a "/" b, or just b when a is empty; a path that does not fit fails the test. */
+static void path_join(char *out, size_t size, const char *a, const char *b)
+{
+	int n = snprintf(out, size, "%s%s%s", a, a[0] ? "/" : "", b);
+	cr_assert(n > 0 && (size_t)n < size, "path too long: %s/%s", a, b);
+}
+
+static bool is_file(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The tern module an include lands in, resolved like the compiler with -I. -Icore; MODULE_OTHER
+ * for system and library headers. `dir_rel` is the including file's folder, relative to the root. */
+static enum module layout_resolve(const struct layout *l, const char *dir_rel, const char *name, bool is_quoted)
+{
+	char candidate[LAYOUT_PATH_MAX];
+	const char *bases[3];
+	size_t base_count = 0;
+	if (is_quoted)
+		bases[base_count++] = dir_rel;
+	bases[base_count++] = "";
+	bases[base_count++] = "core";
+	for (size_t i = 0; i < base_count; i++) {
+		char base_path[LAYOUT_PATH_MAX];
+		path_join(base_path, sizeof(base_path), l->root, bases[i]);
+		path_join(candidate, sizeof(candidate), base_path, name);
+		if (!is_file(candidate))
+			continue;
+		char resolved[PATH_MAX];
+		cr_assert_not_null(realpath(candidate, resolved), "realpath %s: %s", candidate, strerror(errno));
+		size_t root_len = l->root_resolved_len;
+		if (strncmp(resolved, l->root_resolved, root_len) != 0 || resolved[root_len] != '/')
+			return MODULE_OTHER; /* "../" out of the tree */
+		return module_of(resolved + root_len + 1);
+	}
+	return MODULE_OTHER;
+}
+
+/* Whether module `from` may include a header of module `to`. */
+static bool layout_edge_is_allowed(enum module from, enum module to)
+{
+	if (to == MODULE_OTHER || to == from)
+		return true;
+	switch (from) {
+	case MODULE_BASE:
+		return false; /* the leaf includes only itself */
+	case MODULE_RING:
+		return to == MODULE_BASE;
+	case MODULE_POOL:
+		return to != MODULE_CORE && to != MODULE_REPLAY;
+	case MODULE_REPLAY:
+		return to == MODULE_BASE;
+	default:
+		return true;
+	}
+}
+
+/* Parses `#include "x"` or `#include <x>` (spaces allowed around '#'); false for other lines. */
+static bool parse_include(const char *line, char *name, size_t name_size, bool *is_quoted)
+{
+	const char *p = line;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (*p++ != '#')
+		return false;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (strncmp(p, "include", 7) != 0)
+		return false;
+	p += 7;
+	while (*p == ' ' || *p == '\t')
+		p++;
+	char close;
+	if (*p == '"')
+		close = '"';
+	else if (*p == '<')
+		close = '>';
+	else
+		return false; /* a macro include; none in tern */
+	*is_quoted = (close == '"');
+	p++;
+	const char *end = strchr(p, close);
+	if (!end || (size_t)(end - p) >= name_size)
+		return false;
+	memcpy(name, p, (size_t)(end - p));
+	name[end - p] = '\0';
+	return true;
+}
+
+static void layout_check_file(struct layout *l, const char *path, const char *rel)
+{
+	enum module from = module_of(rel);
+	char dir_rel[LAYOUT_PATH_MAX];
+	base_strlcpy(dir_rel, rel, sizeof(dir_rel));
+	char *slash = strrchr(dir_rel, '/');
+	if (slash)
+		*slash = '\0';
+	else
+		dir_rel[0] = '\0';
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f, "open %s: %s", path, strerror(errno));
+	char line[1024];
+	unsigned line_no = 0;
+	while (fgets(line, sizeof(line), f)) {
+		line_no++;
+		char name[512];
+		bool is_quoted;
+		if (!parse_include(line, name, sizeof(name), &is_quoted))
+			continue;
+		l->includes++;
+		if ((strcmp(name, "liburing.h") == 0 || has_prefix(name, "liburing/")) && from != MODULE_RING)
+			layout_report(l, "%s:%u: includes %s; only ring/ may use liburing\n", rel, line_no, name);
+		enum module to = layout_resolve(l, dir_rel, name, is_quoted);
+		if (!layout_edge_is_allowed(from, to))
+			layout_report(l, "%s:%u: %s includes \"%s\" from %s\n", rel, line_no, module_names[from], name,
+				      module_names[to]);
+	}
+	fclose(f);
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+	return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static void layout_walk(struct layout *l, const char *rel, int depth)
+{
+	cr_assert_lt(depth, LAYOUT_DEPTH_MAX, "folders nested too deep at %s", rel);
+	char dir_path[LAYOUT_PATH_MAX];
+	path_join(dir_path, sizeof(dir_path), l->root, rel);
+	/* A build tree (meson puts one anywhere, often inside the source root) is not source. */
+	char marker[LAYOUT_PATH_MAX];
+	path_join(marker, sizeof(marker), dir_path, "meson-private");
+	struct stat st;
+	if (stat(marker, &st) == 0)
+		return;
+	DIR *dir = opendir(dir_path);
+	cr_assert_not_null(dir, "opendir %s: %s", dir_path, strerror(errno));
+	struct dirent *entry;
+	while ((entry = readdir(dir)) != NULL) {
+		if (entry->d_name[0] == '.')
+			continue; /* ., .., .git, .ci and editors' files */
+		char child_rel[LAYOUT_PATH_MAX];
+		path_join(child_rel, sizeof(child_rel), rel, entry->d_name);
+		char child_path[LAYOUT_PATH_MAX];
+		path_join(child_path, sizeof(child_path), l->root, child_rel);
+		if (lstat(child_path, &st) != 0)
+			continue; /* removed while walking: another engineer's edit */
+		if (S_ISDIR(st.st_mode)) {
+			layout_walk(l, child_rel, depth + 1);
+		} else if (S_ISREG(st.st_mode)) {
+			bool is_c = ends_with(entry->d_name, ".c");
+			bool is_h = ends_with(entry->d_name, ".h");
+			if (!is_c && !is_h)
+				continue;
+			l->c_files += is_c;
+			l->h_files += is_h;
+			layout_check_file(l, child_path, child_rel);
+		}
+	}
+	closedir(dir);
+}
+
+static struct layout *layout_check(const char *root)
+{
+	struct layout *l = calloc(1, sizeof(*l));
+	cr_assert_not_null(l);
+	l->root = root;
+	cr_assert_not_null(realpath(root, l->root_resolved), "realpath %s: %s", root, strerror(errno));
+	l->root_resolved_len = strlen(l->root_resolved);
+	layout_walk(l, "", 0);
+	return l;
+}
+
+/* ---- the real tree ---- */
+
+Test(layout, walk_finds_the_sources)
+{
+	struct layout *l = layout_check(TERN_SOURCE_ROOT);
+	cr_assert_geq(l->c_files, 5, "found %u .c files under %s: the walk is looking in the wrong place",
+		      l->c_files, TERN_SOURCE_ROOT);
+	cr_assert_geq(l->h_files, 3, "found %u .h files", l->h_files);
+	cr_assert_geq(l->includes, 20, "read %u #include lines", l->includes);
+	free(l);
+}
+
+Test(layout, module_dependency_arrows_hold)
+{
+	struct layout *l = layout_check(TERN_SOURCE_ROOT);
+	cr_assert_geq(l->c_files, 5);
+	cr_assert_eq(l->violations, 0, "%u include(s) cross a module line:\n%s", l->violations, l->report);
+	free(l);
+}
+
+/* ---- the checker on a tree with known violations ---- */
+
+static char *fake_root(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	char *root = NULL;
+	cr_assert_gt(asprintf(&root, "%s/tern-layout-XXXXXX", tmp && tmp[0] ? tmp : "/tmp"), 0);
+	cr_assert_not_null(mkdtemp(root));
+	return root;
+}
+
+static void fake_write(const char *root, const char *rel, const char *content)
+{
+	char path[LAYOUT_PATH_MAX];
+	path_join(path, sizeof(path), root, rel);
+	/* Create the folders along the way. */
+	for (char *p = path + strlen(root) + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		cr_assert(mkdir(path, 0700) == 0 || errno == EEXIST, "mkdir %s: %s", path, strerror(errno));
+		*p = '/';
+	}
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f, "create %s: %s", path, strerror(errno));
+	fputs(content, f);
+	fclose(f);
+}
+
+static int fake_remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)st;
+	(void)type;
+	(void)ftw;
+	return remove(path);
+}
+
+static void fake_remove(const char *root)
+{
+	cr_assert_eq(nftw(root, fake_remove_one, 16, FTW_DEPTH | FTW_PHYS), 0, "remove %s: %s", root,
+		     strerror(errno));
+}
+
+static void fake_clean_tree(const char *root)
+{
+	fake_write(root, "core/base/base.h", "#include <stdint.h>\n");
+	fake_write(root, "core/base/base.c", "#include \"base.h\"\n");
+	fake_write(root, "core/proto.h", "#include \"base/base.h\"\n");
+	fake_write(root, "core/proto.c", "#include \"proto.h\"\n#include \"pool/pool.h\"\n#include \"ring/ring.h\"\n");
+	fake_write(root, "ring/ring.h", "#include \"base/base.h\"\n");
+	fake_write(root, "ring/ring.c", "#include \"ring.h\"\n#include <liburing.h>\n");
+	fake_write(root, "pool/pool.h", "# include \"base/base.h\"\n");
+	fake_write(root, "pool/pool.c", "#include \"pool.h\"\n#include <xxhash.h>\n");
+	fake_write(root, "replay/txlog.c", "#include \"base/base.h\"\n");
+}
+
+Test(layout, checker_passes_a_tree_that_keeps_the_arrows)
+{
+	char *root = fake_root();
+	fake_clean_tree(root);
+	struct layout *l = layout_check(root);
+	cr_assert_eq(l->c_files, 5);
+	cr_assert_eq(l->violations, 0, "%s", l->report);
+	free(l);
+	fake_remove(root);
+	free(root);
+}
+
+Test(layout, checker_reports_each_crossing_as_file_and_line)
+{
+	char *root = fake_root();
+	fake_clean_tree(root);
+	/* Each of these breaks one rule; the last two reach core only through the -Icore path. */
+	fake_write(root, "core/session.c", "#include \"proto.h\"\n\n#include <liburing.h>\n");
+	fake_write(root, "ring/ring_extra.c", "#include \"ring.h\"\n#include \"pool/pool.h\"\n#include \"proto.h\"\n");
+	fake_write(root, "pool/opener.c", "#include \"pool.h\"\n  #  include \"replay/txlog.h\"\n"
+				    "#include \"core/proto.h\"\n#include <proto.h>\n");
+	fake_write(root, "replay/txlog.h", "#include \"ring/ring.h\"\n");
+	fake_write(root, "core/base/log.c", "#include \"base.h\"\n#include \"../proto.h\"\n");
+	struct layout *l = layout_check(root);
+	static const char *const expected[] = {
+		"core/session.c:3: ",      "ring/ring_extra.c:2: ", "ring/ring_extra.c:3: ", "pool/opener.c:2: ",
+		"pool/opener.c:3: ",       "pool/opener.c:4: ",     "replay/txlog.h:1: ",    "core/base/log.c:2: ",
+	};
+	for (size_t i = 0; i < TERN_ARRAY_LEN(expected); i++)
+		cr_assert_not_null(strstr(l->report, expected[i]), "no report for %s in:\n%s", expected[i], l->report);
+	cr_assert_eq(l->violations, TERN_ARRAY_LEN(expected), "%u violations:\n%s", l->violations, l->report);
+	cr_assert_null(strstr(l->report, "core/proto.c"), "core may include every module:\n%s", l->report);
+	free(l);
+	fake_remove(root);
+	free(root);
+}
+
+Test(layout, checker_skips_build_trees_inside_the_root)
+{
+	char *root = fake_root();
+	fake_clean_tree(root);
+	fake_write(root, "build/meson-private/coredata.dat", "");
+	fake_write(root, "build/pool/generated.c", "#include <liburing.h>\n");
+	struct layout *l = layout_check(root);
+	cr_assert_eq(l->violations, 0, "%s", l->report);
+	cr_assert_eq(l->c_files, 5);
+	free(l);
+	fake_remove(root);
+	free(root);
+}

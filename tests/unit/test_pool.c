@@ -1,0 +1,901 @@
+/*
+ * test_pool.c — the pool's decisions driven through fake hooks: opens and closes are recorded, not
+ * performed, and the test itself plays the opener by calling pool_open_finished. No threads, no
+ * sockets. After every step a checker recomputes each counter from the lists and compares.
+ */
+#include "pool/pool.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#define ENV_OPENS_MAX 64u
+#define ENV_CLOSES_MAX 64u
+#define ENV_DONE_MAX 64u
+
+struct env_open {
+	struct pool_server *server;
+	struct pool_db *db;
+	bool is_finished;
+};
+
+/* What the fake environment saw: opens asked for, connections closed, requests completed. */
+struct env {
+	struct pool pool;
+	struct pool_server *server;
+	struct env_open opens[ENV_OPENS_MAX];
+	uint32_t open_calls;
+	uint32_t closed_ids[ENV_CLOSES_MAX]; /* backend_pid of each closed connection */
+	struct pool_db *closed_dbs[ENV_CLOSES_MAX];
+	uint32_t close_calls;
+	struct pool_request *done[ENV_DONE_MAX];
+	uint32_t done_calls;
+	uint32_t conns_live; /* allocated by the test and not yet freed */
+	uint32_t next_id;
+	uint64_t now_ns;
+};
+
+static struct env *env_of(struct pool *pool) { return pool->hooks.ctx; }
+
+static void env_hook_open(struct pool *pool, struct pool_server *server, struct pool_db *db)
+{
+	struct env *e = env_of(pool);
+	cr_assert_lt(e->open_calls, ENV_OPENS_MAX);
+	e->opens[e->open_calls++] = (struct env_open){.server = server, .db = db};
+}
+
+static void env_hook_close(struct pool *pool, struct pool_conn *conn)
+{
+	struct env *e = env_of(pool);
+	cr_assert_lt(e->close_calls, ENV_CLOSES_MAX);
+	cr_assert_eq(conn->state, POOL_CONN_CLOSING, "a closed connection is no longer accounted");
+	e->closed_ids[e->close_calls] = conn->backend_pid;
+	e->closed_dbs[e->close_calls] = conn->db;
+	e->close_calls++;
+	cr_assert_gt(e->conns_live, 0);
+	e->conns_live--;
+	free(conn);
+}
+
+/* A parked request's owner: counts its completions. */
+struct waiter {
+	struct pool_request req;
+	uint32_t done_calls;
+};
+
+static struct env *current_env; /* on_done has no pool argument; the test's env is a singleton */
+
+static void waiter_done(struct pool_request *req)
+{
+	struct waiter *w = req->owner;
+	w->done_calls++;
+	cr_assert_lt(current_env->done_calls, ENV_DONE_MAX);
+	current_env->done[current_env->done_calls++] = req;
+}
+
+static void env_init(struct env *e, uint32_t pool_size, uint32_t min_pool_size)
+{
+	memset(e, 0, sizeof(*e));
+	current_env = e;
+	e->next_id = 1000;
+	e->now_ns = 1000000;
+	struct pool_settings settings = {.pool_size = pool_size, .min_pool_size = min_pool_size};
+	struct pool_hooks hooks = {.open = env_hook_open, .close = env_hook_close, .ctx = e};
+	cr_assert_eq(pool_init(&e->pool, &settings, &hooks), 0);
+	cr_assert_eq(pool_server_add(&e->pool, "primary", "host=127.0.0.1 port=1", &e->server), 0);
+}
+
+static void env_deinit(struct env *e)
+{
+	pool_deinit(&e->pool);
+	cr_assert_eq(e->conns_live, 0, "%u connections leaked", e->conns_live);
+	current_env = NULL;
+}
+
+static struct pool_db *env_db(struct env *e, const char *user)
+{
+	struct pool_db *db = pool_db_get(&e->pool, user, "shop", NULL, NULL, 0);
+	cr_assert_not_null(db);
+	return db;
+}
+
+static void waiter_init(struct waiter *w, struct env *e, struct pool_db *db)
+{
+	memset(w, 0, sizeof(*w));
+	w->req.db = db;
+	w->req.server = e->server;
+	w->req.on_done = waiter_done;
+	w->req.owner = w;
+}
+
+static enum pool_checkout_result env_checkout(struct env *e, struct waiter *w)
+{
+	e->now_ns += 1000;
+	return pool_checkout(&e->pool, &w->req, e->now_ns);
+}
+
+/* Plays the opener: the open number `index` produced a connection. */
+static struct pool_conn *env_open_succeeds(struct env *e, uint32_t index)
+{
+	cr_assert_lt(index, e->open_calls);
+	cr_assert_not(e->opens[index].is_finished, "open %u reported twice", index);
+	e->opens[index].is_finished = true;
+	struct pool_conn *conn = calloc(1, sizeof(*conn));
+	cr_assert_not_null(conn);
+	conn->fd = -1;
+	conn->backend_pid = e->next_id++;
+	e->conns_live++;
+	e->now_ns += 1000;
+	pool_open_finished(&e->pool, e->opens[index].server, e->opens[index].db, conn, NULL, e->now_ns);
+	return conn;
+}
+
+static void env_open_fails(struct env *e, uint32_t index, const char *sqlstate, const char *message)
+{
+	cr_assert_lt(index, e->open_calls);
+	cr_assert_not(e->opens[index].is_finished);
+	e->opens[index].is_finished = true;
+	struct pool_error err = {0};
+	base_strlcpy(err.sqlstate, sqlstate, sizeof(err.sqlstate));
+	base_strlcpy(err.message, message, sizeof(err.message));
+	e->now_ns += 1000;
+	pool_open_finished(&e->pool, e->opens[index].server, e->opens[index].db, NULL, &err, e->now_ns);
+}
+
+static void env_checkin(struct env *e, struct pool_conn *conn)
+{
+	e->now_ns += 1000;
+	pool_checkin(&e->pool, conn, e->now_ns);
+}
+
+static uint32_t env_unfinished_opens(const struct env *e, const struct pool_server *server, const struct pool_db *db)
+{
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < e->open_calls; i++)
+		if (!e->opens[i].is_finished && e->opens[i].server == server && e->opens[i].db == db)
+			n++;
+	return n;
+}
+
+/* Recomputes every counter of every server and slot from the lists and compares. */
+static void check_invariants(const struct env *e, const char *step)
+{
+	const struct pool *pool = &e->pool;
+	uint32_t open_total = 0;
+	for (uint32_t s = 0; s < pool->server_count; s++) {
+		const struct pool_server *server = &pool->servers[s];
+		uint32_t free_n = 0, used_n = 0, waiting_n = 0;
+		const struct base_list *node;
+		for (node = server->free_conns.next; node != &server->free_conns; node = node->next) {
+			const struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
+			cr_assert_eq(conn->state, POOL_CONN_FREE, "%s: non-FREE conn on the free list", step);
+			cr_assert_eq(conn->server, server, "%s", step);
+			free_n++;
+		}
+		for (node = server->used_conns.next; node != &server->used_conns; node = node->next) {
+			const struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
+			cr_assert_eq(conn->state, POOL_CONN_USED, "%s: non-USED conn on the used list", step);
+			cr_assert_eq(conn->server, server, "%s", step);
+			used_n++;
+		}
+		for (node = server->waiters.next; node != &server->waiters; node = node->next) {
+			const struct pool_request *req = TERN_CONTAINER_OF(node, struct pool_request, link);
+			cr_assert_eq(req->state, POOL_REQUEST_PARKED, "%s: non-PARKED request waits", step);
+			cr_assert_eq(req->server, server, "%s", step);
+			waiting_n++;
+		}
+		cr_assert_eq(server->free_count, free_n, "%s: free_count %u, list %u", step, server->free_count, free_n);
+		cr_assert_eq(server->open_count, free_n + used_n, "%s: open_count %u, lists %u + %u", step,
+			     server->open_count, free_n, used_n);
+		cr_assert_eq(server->waiter_count, waiting_n, "%s: waiter_count %u, list %u", step,
+			     server->waiter_count, waiting_n);
+		cr_assert_leq(server->open_count + server->opening_count, pool->settings.pool_size,
+			      "%s: %u open + %u opening past pool_size %u", step, server->open_count,
+			      server->opening_count, pool->settings.pool_size);
+		uint32_t slot_open = 0, slot_opening = 0, slot_waiting = 0;
+		for (node = pool->dbs.next; node != &pool->dbs; node = node->next) {
+			const struct pool_db *db = TERN_CONTAINER_OF(node, struct pool_db, link);
+			const struct pool_slot *slot = &db->slots[s];
+			uint32_t db_free = 0, db_used = 0, db_waiting = 0;
+			const struct base_list *n2;
+			for (n2 = server->free_conns.next; n2 != &server->free_conns; n2 = n2->next)
+				db_free += TERN_CONTAINER_OF(n2, struct pool_conn, link)->db == db;
+			for (n2 = server->used_conns.next; n2 != &server->used_conns; n2 = n2->next)
+				db_used += TERN_CONTAINER_OF(n2, struct pool_conn, link)->db == db;
+			for (n2 = server->waiters.next; n2 != &server->waiters; n2 = n2->next)
+				db_waiting += TERN_CONTAINER_OF(n2, struct pool_request, link)->db == db;
+			uint32_t slot_free = 0;
+			for (n2 = slot->free_conns.next; n2 != &slot->free_conns; n2 = n2->next) {
+				const struct pool_conn *conn = TERN_CONTAINER_OF(n2, struct pool_conn, slot_link);
+				cr_assert_eq(conn->state, POOL_CONN_FREE, "%s: non-FREE conn in a slot index", step);
+				cr_assert_eq(conn->db, db, "%s: conn indexed under another key", step);
+				slot_free++;
+			}
+			cr_assert_eq(slot_free, db_free, "%s: slot index holds %u, free list %u of this key", step,
+				     slot_free, db_free);
+			cr_assert_eq(slot->open_count, db_free + db_used, "%s: slot open_count %u, conns %u", step,
+				     slot->open_count, db_free + db_used);
+			cr_assert_eq(slot->waiting_count, db_waiting, "%s: slot waiting_count %u, waiters %u", step,
+				     slot->waiting_count, db_waiting);
+			cr_assert_eq(slot->opening_count, env_unfinished_opens(e, server, db), "%s: slot opening_count %u, "
+				     "unfinished opens %u", step, slot->opening_count, env_unfinished_opens(e, server, db));
+			/* A waiter never parks beside an idle connection it could have had. */
+			cr_assert(db_waiting == 0 || db_free == 0, "%s: %u waiters beside %u FREE conns of their key",
+				  step, db_waiting, db_free);
+			slot_open += slot->open_count;
+			slot_opening += slot->opening_count;
+			slot_waiting += slot->waiting_count;
+		}
+		cr_assert_eq(slot_open, server->open_count, "%s: slots sum to %u open, server %u", step, slot_open,
+			     server->open_count);
+		cr_assert_eq(slot_opening, server->opening_count, "%s: slots sum to %u opening, server %u", step,
+			     slot_opening, server->opening_count);
+		cr_assert_eq(slot_waiting, server->waiter_count, "%s: slots sum to %u waiting, server %u", step,
+			     slot_waiting, server->waiter_count);
+		open_total += server->open_count;
+	}
+	/* The test frees connections only through the close hook, so live == accounted. */
+	cr_assert_eq(e->conns_live, open_total, "%s: %u connections alive, %u accounted", step, e->conns_live,
+		     open_total);
+}
+
+/* Every test is bounded even if a corrupted list would make the checker loop. */
+TestSuite(pool, .timeout = 10);
+
+/* ---- setup ---- */
+
+Test(pool, init_and_server_add_set_up_empty_servers)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	cr_assert_eq(e.pool.server_count, 1);
+	cr_assert_eq(e.server->index, 0);
+	cr_assert_str_eq(e.server->name, "primary");
+	cr_assert_str_eq(e.server->conninfo, "host=127.0.0.1 port=1");
+	for (uint32_t i = 1; i < POOL_SERVERS_MAX; i++) {
+		struct pool_server *server;
+		cr_assert_eq(pool_server_add(&e.pool, "replica", "host=x", &server), 0);
+		cr_assert_eq(server->index, i);
+	}
+	struct pool_server *server = NULL;
+	cr_assert_eq(pool_server_add(&e.pool, "one too many", "host=y", &server), -E2BIG);
+	cr_assert_null(server);
+	cr_assert_eq(e.pool.server_count, POOL_SERVERS_MAX);
+	check_invariants(&e, "after adding servers");
+	env_deinit(&e);
+}
+
+Test(pool, db_get_interns_equal_strings_and_separates_different_ones)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *a = pool_db_get(&e.pool, "alice", "shop", "-c work_mem=1MB", "secret", 7);
+	cr_assert_not_null(a);
+	cr_assert_eq(pool_db_get(&e.pool, "alice", "shop", "-c work_mem=1MB", "secret", 7), a);
+	cr_assert_str_eq(a->user, "alice");
+	cr_assert_str_eq(a->database, "shop");
+	cr_assert_str_eq(a->options, "-c work_mem=1MB");
+	cr_assert_str_eq(a->password, "secret");
+	cr_assert_neq(pool_db_get(&e.pool, "alice", "shop", "-c work_mem=2MB", "secret", 7), a, "other options");
+	cr_assert_neq(pool_db_get(&e.pool, "alice", "shop", NULL, "secret", 7), a, "no options");
+	cr_assert_neq(pool_db_get(&e.pool, "bob", "shop", "-c work_mem=1MB", "secret", 7), a, "other user");
+	cr_assert_neq(pool_db_get(&e.pool, "alice", "web", "-c work_mem=1MB", "secret", 7), a, "other database");
+	cr_assert_neq(pool_db_get(&e.pool, "alice", "shop", "-c work_mem=1MB", "secret", 8), a, "other identity");
+	/* The pair is hashed with its separator: moving a character across it is another key. */
+	struct pool_db *ab_c = pool_db_get(&e.pool, "ab", "c", NULL, NULL, 0);
+	struct pool_db *a_bc = pool_db_get(&e.pool, "a", "bc", NULL, NULL, 0);
+	cr_assert_neq(ab_c, a_bc);
+	/* Absent options and empty options are the same startup. */
+	struct pool_db *none = pool_db_get(&e.pool, "carol", "shop", NULL, NULL, 0);
+	cr_assert_eq(pool_db_get(&e.pool, "carol", "shop", "", NULL, 0), none);
+	cr_assert_str_eq(none->options, "");
+	cr_assert_null(none->password);
+	env_deinit(&e);
+}
+
+Test(pool, db_get_refuses_names_longer_than_namedatalen)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	char long_name[POOL_NAME_LEN_MAX + 1];
+	memset(long_name, 'u', POOL_NAME_LEN_MAX);
+	long_name[POOL_NAME_LEN_MAX] = '\0';
+	cr_assert_null(pool_db_get(&e.pool, long_name, "shop", NULL, NULL, 0));
+	cr_assert_null(pool_db_get(&e.pool, "alice", long_name, NULL, NULL, 0));
+	long_name[POOL_NAME_LEN_MAX - 1] = '\0';
+	struct pool_db *db = pool_db_get(&e.pool, long_name, "shop", NULL, NULL, 0);
+	cr_assert_not_null(db, "63 characters fit");
+	cr_assert_str_eq(db->user, long_name);
+	env_deinit(&e);
+}
+
+Test(pool, db_params_are_recorded_once_and_truncated_to_the_maximum)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	cr_assert_not(pool_db_has_params(db));
+	struct pool_param first[POOL_PARAMS_MAX + 3];
+	memset(first, 0, sizeof(first));
+	for (uint32_t i = 0; i < TERN_ARRAY_LEN(first); i++) {
+		snprintf(first[i].name, sizeof(first[i].name), "name%u", i);
+		snprintf(first[i].value, sizeof(first[i].value), "value%u", i);
+	}
+	pool_db_set_params(&e.pool, db, first, TERN_ARRAY_LEN(first));
+	cr_assert(pool_db_has_params(db));
+	cr_assert_eq(db->param_count, POOL_PARAMS_MAX);
+	cr_assert_str_eq(db->params[POOL_PARAMS_MAX - 1].value, "value31");
+	struct pool_param later = {.name = "TimeZone", .value = "UTC"};
+	pool_db_set_params(&e.pool, db, &later, 1);
+	cr_assert_eq(db->param_count, POOL_PARAMS_MAX, "the first set seen is kept");
+	cr_assert_str_eq(db->params[0].name, "name0");
+	env_deinit(&e);
+}
+
+/* ---- checkout, open, grant ---- */
+
+Test(pool, checkout_on_empty_pool_parks_and_asks_for_one_open)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w;
+	waiter_init(&w, &e, db);
+	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(w.req.state, POOL_REQUEST_PARKED);
+	cr_assert_null(w.req.conn);
+	cr_assert_eq(e.open_calls, 1);
+	cr_assert_eq(e.opens[0].db, db);
+	cr_assert_eq(e.opens[0].server, e.server);
+	cr_assert_eq(w.done_calls, 0);
+	cr_assert_eq(e.server->opening_count, 1);
+	check_invariants(&e, "parked");
+	cr_assert(pool_request_cancel(&e.pool, &w.req));
+	env_deinit(&e);
+}
+
+Test(pool, open_finished_grants_the_oldest_waiter_once)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w1, w2;
+	waiter_init(&w1, &e, db);
+	waiter_init(&w2, &e, db);
+	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(w2.req.state, POOL_REQUEST_PARKED);
+	cr_assert_eq(e.open_calls, 2, "each waiter of the key has its own open on the way");
+	check_invariants(&e, "two parked");
+	/* Whichever open finishes first serves the oldest waiter. */
+	struct pool_conn *conn = env_open_succeeds(&e, 1);
+	cr_assert_eq(w1.done_calls, 1);
+	cr_assert_eq(w1.req.state, POOL_REQUEST_DONE);
+	cr_assert_eq(w1.req.conn, conn);
+	cr_assert_eq(w1.req.error.sqlstate[0], '\0');
+	cr_assert_eq(conn->state, POOL_CONN_USED);
+	cr_assert_eq(conn->db, db);
+	cr_assert_eq(conn->server, e.server);
+	cr_assert_eq(w2.done_calls, 0);
+	cr_assert_eq(w2.req.state, POOL_REQUEST_PARKED);
+	cr_assert_eq(e.done_calls, 1);
+	check_invariants(&e, "first granted");
+	struct pool_conn *conn2 = env_open_succeeds(&e, 0);
+	cr_assert_eq(w2.done_calls, 1);
+	cr_assert_eq(w2.req.conn, conn2);
+	cr_assert_eq(w1.done_calls, 1, "on_done runs once per request");
+	check_invariants(&e, "both granted");
+	env_deinit(&e);
+}
+
+Test(pool, checkin_hands_the_conn_to_the_oldest_matching_waiter_only)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	struct pool_db *a = env_db(&e, "alice");
+	struct pool_db *b = env_db(&e, "bob");
+	struct waiter holder, b1, a2, a3;
+	waiter_init(&holder, &e, a);
+	waiter_init(&b1, &e, b);
+	waiter_init(&a2, &e, a);
+	waiter_init(&a3, &e, a);
+	cr_assert_eq(env_checkout(&e, &holder), POOL_CHECKOUT_PARKED);
+	struct pool_conn *conn = env_open_succeeds(&e, 0);
+	cr_assert_eq(holder.req.conn, conn);
+	cr_assert_eq(env_checkout(&e, &b1), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &a2), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &a3), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 1, "a full pool with nothing idle opens nothing");
+	check_invariants(&e, "three parked behind a full pool");
+	env_checkin(&e, conn);
+	cr_assert_eq(a2.done_calls, 1);
+	cr_assert_eq(a2.req.conn, conn);
+	cr_assert_eq(a2.req.state, POOL_REQUEST_DONE);
+	cr_assert_eq(conn->state, POOL_CONN_USED, "a hand-over never passes through FREE");
+	cr_assert_eq(e.server->free_count, 0);
+	cr_assert_eq(b1.done_calls, 0, "the older waiter of another key is not given it");
+	cr_assert_eq(a3.done_calls, 0);
+	cr_assert_eq(b1.req.state, POOL_REQUEST_PARKED);
+	cr_assert_eq(a3.req.state, POOL_REQUEST_PARKED);
+	cr_assert_eq(e.open_calls, 1);
+	cr_assert_eq(e.close_calls, 0);
+	check_invariants(&e, "handed over");
+	cr_assert(pool_request_cancel(&e.pool, &b1.req));
+	cr_assert(pool_request_cancel(&e.pool, &a3.req));
+	env_deinit(&e);
+}
+
+Test(pool, checkin_without_waiter_frees_the_conn_and_the_next_checkout_gets_it_at_once)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w1, w2;
+	waiter_init(&w1, &e, db);
+	waiter_init(&w2, &e, db);
+	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
+	struct pool_conn *conn = env_open_succeeds(&e, 0);
+	env_checkin(&e, conn);
+	cr_assert_eq(conn->state, POOL_CONN_FREE);
+	cr_assert_eq(conn->released_ns, e.now_ns);
+	cr_assert_eq(e.server->free_count, 1);
+	check_invariants(&e, "checked in");
+	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_GOT);
+	cr_assert_eq(w2.req.conn, conn);
+	cr_assert_eq(w2.req.state, POOL_REQUEST_DONE);
+	cr_assert_eq(w2.done_calls, 0, "on_done is only for parked requests");
+	cr_assert_eq(conn->state, POOL_CONN_USED);
+	cr_assert_eq(e.open_calls, 1, "no open for a checkout served from FREE");
+	cr_assert_eq(e.server->granted_total, 2);
+	check_invariants(&e, "reused");
+	env_deinit(&e);
+}
+
+Test(pool, checkout_takes_the_most_recently_released_conn_of_its_key)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w1, w2, w3;
+	waiter_init(&w1, &e, db);
+	waiter_init(&w2, &e, db);
+	waiter_init(&w3, &e, db);
+	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_PARKED);
+	struct pool_conn *c1 = env_open_succeeds(&e, 0);
+	struct pool_conn *c2 = env_open_succeeds(&e, 1);
+	env_checkin(&e, c1);
+	env_checkin(&e, c2);
+	check_invariants(&e, "two free");
+	/* Eviction order is oldest release first; reuse order is newest first (warm caches). */
+	cr_assert_eq(TERN_CONTAINER_OF(e.server->free_conns.next, struct pool_conn, link), c1);
+	cr_assert_eq(env_checkout(&e, &w3), POOL_CHECKOUT_GOT);
+	cr_assert_eq(w3.req.conn, c2);
+	check_invariants(&e, "newest reused");
+	env_deinit(&e);
+}
+
+Test(pool, full_pool_parks_without_asking_for_an_open)
+{
+	struct env e;
+	env_init(&e, 2, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w[4];
+	for (int i = 0; i < 4; i++) {
+		waiter_init(&w[i], &e, db);
+		cr_assert_eq(env_checkout(&e, &w[i]), POOL_CHECKOUT_PARKED);
+	}
+	cr_assert_eq(e.open_calls, 2, "pool_size 2 allows two opens");
+	check_invariants(&e, "four parked, two opening");
+	(void)env_open_succeeds(&e, 0);
+	(void)env_open_succeeds(&e, 1);
+	cr_assert_eq(w[0].done_calls + w[1].done_calls, 2);
+	cr_assert_eq(e.open_calls, 2, "a pool of two USED conns opens nothing more");
+	check_invariants(&e, "full");
+	cr_assert(pool_request_cancel(&e.pool, &w[2].req));
+	cr_assert(pool_request_cancel(&e.pool, &w[3].req));
+	env_deinit(&e);
+}
+
+Test(pool, waiter_of_another_key_evicts_the_oldest_free_conn_when_the_pool_is_full)
+{
+	struct env e;
+	env_init(&e, 2, 0);
+	struct pool_db *a = env_db(&e, "alice");
+	struct pool_db *c = env_db(&e, "carol");
+	struct pool_db *b = env_db(&e, "bob");
+	struct waiter wa, wc, wb;
+	waiter_init(&wa, &e, a);
+	waiter_init(&wc, &e, c);
+	waiter_init(&wb, &e, b);
+	cr_assert_eq(env_checkout(&e, &wa), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &wc), POOL_CHECKOUT_PARKED);
+	struct pool_conn *conn_a = env_open_succeeds(&e, 0);
+	struct pool_conn *conn_c = env_open_succeeds(&e, 1);
+	uint32_t id_a = conn_a->backend_pid;
+	env_checkin(&e, conn_a);
+	env_checkin(&e, conn_c);
+	check_invariants(&e, "full of FREE conns");
+	cr_assert_eq(env_checkout(&e, &wb), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.close_calls, 1);
+	cr_assert_eq(e.closed_ids[0], id_a, "the connection released longest ago is evicted");
+	cr_assert_eq(e.closed_dbs[0], a);
+	cr_assert_eq(e.open_calls, 3);
+	cr_assert_eq(e.opens[2].db, b);
+	cr_assert_eq(conn_c->state, POOL_CONN_FREE);
+	check_invariants(&e, "evicted");
+	struct pool_conn *conn_b = env_open_succeeds(&e, 2);
+	cr_assert_eq(wb.req.conn, conn_b);
+	check_invariants(&e, "granted after eviction");
+	env_deinit(&e);
+}
+
+Test(pool, conn_released_into_a_full_pool_is_evicted_for_a_waiter_of_another_key)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	struct pool_db *a = env_db(&e, "alice");
+	struct pool_db *b = env_db(&e, "bob");
+	struct waiter wa, wb;
+	waiter_init(&wa, &e, a);
+	waiter_init(&wb, &e, b);
+	cr_assert_eq(env_checkout(&e, &wa), POOL_CHECKOUT_PARKED);
+	struct pool_conn *conn_a = env_open_succeeds(&e, 0);
+	uint32_t id_a = conn_a->backend_pid;
+	cr_assert_eq(env_checkout(&e, &wb), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 1);
+	env_checkin(&e, conn_a);
+	cr_assert_eq(e.close_calls, 1);
+	cr_assert_eq(e.closed_ids[0], id_a);
+	cr_assert_eq(e.open_calls, 2);
+	cr_assert_eq(e.opens[1].db, b);
+	check_invariants(&e, "released and evicted");
+	(void)env_open_succeeds(&e, 1);
+	cr_assert_eq(wb.done_calls, 1);
+	check_invariants(&e, "bob served");
+	env_deinit(&e);
+}
+
+/* ---- cancel ---- */
+
+Test(pool, cancel_of_a_parked_request_removes_it_and_on_done_never_runs)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w;
+	waiter_init(&w, &e, db);
+	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
+	cr_assert(pool_request_cancel(&e.pool, &w.req));
+	cr_assert_eq(w.req.state, POOL_REQUEST_IDLE);
+	cr_assert_eq(e.server->waiter_count, 0);
+	check_invariants(&e, "cancelled");
+	/* The open already asked for still lands, into FREE. */
+	struct pool_conn *conn = env_open_succeeds(&e, 0);
+	cr_assert_eq(w.done_calls, 0);
+	cr_assert_eq(conn->state, POOL_CONN_FREE);
+	cr_assert_not(pool_request_cancel(&e.pool, &w.req), "a second cancel finds nothing");
+	check_invariants(&e, "open landed after cancel");
+	env_deinit(&e);
+}
+
+Test(pool, cancel_after_the_grant_returns_false)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w;
+	waiter_init(&w, &e, db);
+	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
+	struct pool_conn *conn = env_open_succeeds(&e, 0);
+	cr_assert_eq(w.done_calls, 1);
+	cr_assert_not(pool_request_cancel(&e.pool, &w.req));
+	cr_assert_eq(w.req.state, POOL_REQUEST_DONE);
+	cr_assert_eq(w.req.conn, conn);
+	cr_assert_eq(conn->state, POOL_CONN_USED);
+	check_invariants(&e, "cancel after grant");
+	env_deinit(&e);
+}
+
+Test(pool, cancel_of_a_request_served_at_once_returns_false)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w1, w2;
+	waiter_init(&w1, &e, db);
+	waiter_init(&w2, &e, db);
+	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
+	env_checkin(&e, env_open_succeeds(&e, 0));
+	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_GOT);
+	cr_assert_not(pool_request_cancel(&e.pool, &w2.req));
+	check_invariants(&e, "cancel of GOT");
+	env_deinit(&e);
+}
+
+/* ---- failures and discards ---- */
+
+Test(pool, failed_open_fails_the_oldest_waiter_and_opens_again_for_the_rest)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w1, w2;
+	waiter_init(&w1, &e, db);
+	waiter_init(&w2, &e, db);
+	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 1);
+	env_open_fails(&e, 0, "3D000", "database \"shop\" does not exist");
+	cr_assert_eq(w1.done_calls, 1);
+	cr_assert_eq(w1.req.state, POOL_REQUEST_DONE);
+	cr_assert_null(w1.req.conn);
+	cr_assert_str_eq(w1.req.error.sqlstate, "3D000");
+	cr_assert_str_eq(w1.req.error.message, "database \"shop\" does not exist");
+	cr_assert_eq(w2.done_calls, 0);
+	cr_assert_eq(w2.req.state, POOL_REQUEST_PARKED);
+	cr_assert_eq(e.open_calls, 2, "the remaining waiter gets an open of its own");
+	cr_assert_eq(e.opens[1].db, db);
+	cr_assert_eq(e.server->open_failed_total, 1);
+	check_invariants(&e, "after the failure");
+	struct pool_conn *conn = env_open_succeeds(&e, 1);
+	cr_assert_eq(w2.req.conn, conn);
+	cr_assert_eq(w2.req.error.sqlstate[0], '\0');
+	check_invariants(&e, "second open served");
+	env_deinit(&e);
+}
+
+Test(pool, failed_open_with_no_waiter_left_opens_nothing)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w;
+	waiter_init(&w, &e, db);
+	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
+	cr_assert(pool_request_cancel(&e.pool, &w.req));
+	env_open_fails(&e, 0, "57P03", "the database system is starting up");
+	cr_assert_eq(w.done_calls, 0);
+	cr_assert_eq(e.open_calls, 1);
+	cr_assert_eq(e.server->opening_count, 0);
+	check_invariants(&e, "failure with nobody waiting");
+	env_deinit(&e);
+}
+
+Test(pool, discard_frees_capacity_and_opens_for_a_waiter)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	struct pool_db *a = env_db(&e, "alice");
+	struct pool_db *b = env_db(&e, "bob");
+	struct waiter wa, wb;
+	waiter_init(&wa, &e, a);
+	waiter_init(&wb, &e, b);
+	cr_assert_eq(env_checkout(&e, &wa), POOL_CHECKOUT_PARKED);
+	struct pool_conn *conn = env_open_succeeds(&e, 0);
+	uint32_t id = conn->backend_pid;
+	cr_assert_eq(env_checkout(&e, &wb), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 1);
+	pool_conn_discard(&e.pool, conn);
+	cr_assert_eq(e.close_calls, 1);
+	cr_assert_eq(e.closed_ids[0], id);
+	cr_assert_eq(e.open_calls, 2);
+	cr_assert_eq(e.opens[1].db, b);
+	cr_assert_eq(e.server->closed_total, 1);
+	cr_assert_eq(wb.done_calls, 0);
+	check_invariants(&e, "discarded");
+	(void)env_open_succeeds(&e, 1);
+	cr_assert_eq(wb.done_calls, 1);
+	check_invariants(&e, "waiter served after discard");
+	env_deinit(&e);
+}
+
+Test(pool, discard_with_no_waiter_only_closes)
+{
+	struct env e;
+	env_init(&e, 2, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w;
+	waiter_init(&w, &e, db);
+	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
+	pool_conn_discard(&e.pool, env_open_succeeds(&e, 0));
+	cr_assert_eq(e.close_calls, 1);
+	cr_assert_eq(e.open_calls, 1);
+	cr_assert_eq(e.server->open_count, 0);
+	check_invariants(&e, "discarded, nobody waiting");
+	env_deinit(&e);
+}
+
+Test(pool, remove_if_free_removes_only_free_conns)
+{
+	struct env e;
+	env_init(&e, 2, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w1, w2;
+	waiter_init(&w1, &e, db);
+	waiter_init(&w2, &e, db);
+	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_PARKED);
+	struct pool_conn *used = env_open_succeeds(&e, 0);
+	struct pool_conn *idle = env_open_succeeds(&e, 1);
+	env_checkin(&e, idle);
+	cr_assert_not(pool_conn_remove_if_free(&e.pool, used), "a worker holds it");
+	cr_assert_eq(used->state, POOL_CONN_USED);
+	check_invariants(&e, "USED conn not removed");
+	cr_assert(pool_conn_remove_if_free(&e.pool, idle));
+	cr_assert_eq(idle->state, POOL_CONN_CLOSING);
+	cr_assert_eq(e.close_calls, 0, "the caller closes what it removed");
+	cr_assert_eq(e.server->free_count, 0);
+	cr_assert_eq(e.server->open_count, 1);
+	/* The caller owns the removed connection now, as the opener thread does. */
+	free(idle);
+	e.conns_live--;
+	check_invariants(&e, "FREE conn removed");
+	env_deinit(&e);
+}
+
+Test(pool, remove_if_free_gives_back_capacity_to_the_next_checkout)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	struct pool_db *a = env_db(&e, "alice");
+	struct pool_db *b = env_db(&e, "bob");
+	struct waiter wa, wb;
+	waiter_init(&wa, &e, a);
+	waiter_init(&wb, &e, b);
+	cr_assert_eq(env_checkout(&e, &wa), POOL_CHECKOUT_PARKED);
+	struct pool_conn *conn = env_open_succeeds(&e, 0);
+	env_checkin(&e, conn);
+	cr_assert(pool_conn_remove_if_free(&e.pool, conn));
+	free(conn);
+	e.conns_live--;
+	check_invariants(&e, "removed the only conn");
+	cr_assert_eq(env_checkout(&e, &wb), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.close_calls, 0, "nothing left to evict: the removed conn freed the room");
+	cr_assert_eq(e.open_calls, 2);
+	cr_assert_eq(e.opens[1].db, b);
+	(void)env_open_succeeds(&e, 1);
+	cr_assert_eq(wb.done_calls, 1);
+	check_invariants(&e, "bob served");
+	env_deinit(&e);
+}
+
+/* ---- warmup ---- */
+
+Test(pool, warm_opens_up_to_min_pool_size_for_each_known_key)
+{
+	struct env e;
+	env_init(&e, 10, 2);
+	cr_assert_eq(pool_warm(&e.pool), 0, "no key known yet");
+	struct pool_db *a = env_db(&e, "alice");
+	struct pool_db *b = env_db(&e, "bob");
+	cr_assert_eq(pool_warm(&e.pool), 4);
+	cr_assert_eq(e.open_calls, 4);
+	uint32_t for_a = 0, for_b = 0;
+	for (uint32_t i = 0; i < e.open_calls; i++) {
+		for_a += e.opens[i].db == a;
+		for_b += e.opens[i].db == b;
+	}
+	cr_assert_eq(for_a, 2);
+	cr_assert_eq(for_b, 2);
+	check_invariants(&e, "warming");
+	cr_assert_eq(pool_warm(&e.pool), 0, "opens on the way count toward the minimum");
+	for (uint32_t i = 0; i < 4; i++)
+		(void)env_open_succeeds(&e, i);
+	cr_assert_eq(e.server->free_count, 4, "warmed conns wait FREE");
+	check_invariants(&e, "warm");
+	cr_assert_eq(pool_warm(&e.pool), 0, "open conns count toward the minimum");
+	/* A lost connection is replaced on the next pass. */
+	struct waiter w;
+	waiter_init(&w, &e, a);
+	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_GOT);
+	pool_conn_discard(&e.pool, w.req.conn);
+	cr_assert_eq(pool_warm(&e.pool), 1);
+	cr_assert_eq(e.opens[e.open_calls - 1].db, a);
+	check_invariants(&e, "rewarming");
+	(void)env_open_succeeds(&e, e.open_calls - 1);
+	env_deinit(&e);
+}
+
+Test(pool, warm_never_passes_pool_size)
+{
+	struct env e;
+	env_init(&e, 3, 2);
+	(void)env_db(&e, "alice");
+	(void)env_db(&e, "bob");
+	cr_assert_eq(pool_warm(&e.pool), 3);
+	cr_assert_eq(e.server->opening_count, 3);
+	check_invariants(&e, "warm within pool_size");
+	for (uint32_t i = 0; i < 3; i++)
+		(void)env_open_succeeds(&e, i);
+	check_invariants(&e, "warm done");
+	env_deinit(&e);
+}
+
+Test(pool, open_landing_after_its_waiter_was_handed_a_conn_goes_free)
+{
+	struct env e;
+	env_init(&e, 2, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w1, w2;
+	waiter_init(&w1, &e, db);
+	waiter_init(&w2, &e, db);
+	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_PARKED);
+	struct pool_conn *c1 = env_open_succeeds(&e, 0);
+	cr_assert_eq(w1.req.conn, c1);
+	env_checkin(&e, c1);
+	cr_assert_eq(w2.req.conn, c1, "w2 takes the released conn before its own open lands");
+	check_invariants(&e, "handed over with an open pending");
+	struct pool_conn *c2 = env_open_succeeds(&e, 1);
+	cr_assert_eq(c2->state, POOL_CONN_FREE);
+	cr_assert_eq(w2.done_calls, 1);
+	check_invariants(&e, "late open went FREE");
+	env_deinit(&e);
+}
+
+Test(pool, each_server_counts_its_own_slots_and_pool_size)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	struct pool_server *replica;
+	cr_assert_eq(pool_server_add(&e.pool, "replica", "host=r", &replica), 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter on_primary, on_replica;
+	waiter_init(&on_primary, &e, db);
+	waiter_init(&on_replica, &e, db);
+	on_replica.req.server = replica;
+	cr_assert_eq(env_checkout(&e, &on_primary), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &on_replica), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 2, "pool_size is per server");
+	cr_assert_eq(e.opens[1].server, replica);
+	struct pool_conn *conn = env_open_succeeds(&e, 1);
+	cr_assert_eq(on_replica.req.conn, conn);
+	cr_assert_eq(conn->server, replica);
+	cr_assert_eq(on_primary.done_calls, 0, "a replica conn never serves a primary waiter");
+	cr_assert_eq(db->slots[1].open_count, 1);
+	cr_assert_eq(db->slots[0].open_count, 0);
+	check_invariants(&e, "one conn per server");
+	(void)env_open_succeeds(&e, 0);
+	cr_assert_eq(on_primary.done_calls, 1);
+	check_invariants(&e, "both served");
+	env_deinit(&e);
+}
+
+Test(pool, deinit_closes_every_conn_free_or_held)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w1, w2;
+	waiter_init(&w1, &e, db);
+	waiter_init(&w2, &e, db);
+	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_PARKED);
+	(void)env_open_succeeds(&e, 0);
+	env_checkin(&e, env_open_succeeds(&e, 1));
+	cr_assert_eq(e.conns_live, 2);
+	pool_deinit(&e.pool);
+	cr_assert_eq(e.close_calls, 2);
+	cr_assert_eq(e.conns_live, 0);
+}
+
+Test(pool, settings_change_applies_to_the_next_decision)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w1, w2;
+	waiter_init(&w1, &e, db);
+	waiter_init(&w2, &e, db);
+	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
+	struct pool_settings bigger = {.pool_size = 2, .min_pool_size = 0};
+	pool_set_settings(&e.pool, &bigger);
+	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 2, "the larger pool_size allows a second open");
+	(void)env_open_succeeds(&e, 0);
+	(void)env_open_succeeds(&e, 1);
+	check_invariants(&e, "after growing");
+	env_deinit(&e);
+}
