@@ -651,6 +651,11 @@ static void config_check_across_keys(struct config_parse *parse)
 			    min_line >= max_line ? "min_pool_size" : "pool_size", cfg->min_pool_size,
 			    cfg->pool_size);
 	}
+	/* "primary = ;x" reads as an empty value (inih takes " ;" as a comment): never silently no server. */
+	if (cfg->primary_conninfo == NULL || cfg->primary_conninfo[0] == '\0') {
+		config_fail(parse, config_key_line(parse, "servers", "primary"),
+			    "[servers] primary: must not be empty (a libpq conninfo such as \"host=10.0.0.1 port=5432\")");
+	}
 	/* The provided-buffer ring indexes its entries with a mask. */
 	if ((cfg->buffer_count & (cfg->buffer_count - 1)) != 0) {
 		config_fail(parse, config_key_line(parse, "tern", "buffer_count"),

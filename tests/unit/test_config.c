@@ -607,3 +607,9 @@ Test(config, help_has_one_block_per_key_with_default_and_reload)
 		cr_assert_leq(strcspn(line, "\n"), 110, "help lines fit a terminal");
 	free(text);
 }
+
+/* Found by fuzz_config: " ;" starts an inline comment, so this used to load an empty conninfo. */
+Test(config, an_empty_primary_is_refused_with_its_line)
+{
+	expect_error_at("[tern]\nworkers = 1\n[servers]\nprimary = ;host=a\n", 4, "[servers] primary: must not be empty");
+}
