@@ -257,6 +257,17 @@ def parked_clients_all_complete_when_the_pool_is_exhausted(ctx):
 
 
 @test
+def min_pool_size_keeps_connections_open_for_a_used_database(ctx):
+    ctx.pg.psql("select 1 from pg_database where datname = 'warm'") or ctx.pg.psql("create database warm")
+    t = ctx.tern(pool_mode="transaction", pool_size=5, sections={"pool": "min_pool_size = 3"})
+    count = lambda: int(ctx.pg.psql("select count(*) from pg_stat_activity where datname = 'warm' "
+                                    "and application_name = 'tern'"))
+    check(count() == 0, "nothing is opened for a database no client has used")
+    check(psql_ok(t.port, "select 1", dbname="warm") == "1", "first use")
+    wait_for(lambda: count() == 3, "three warm connections", timeout=15)
+
+
+@test
 def query_wait_timeout_gives_an_error_and_others_go_on(ctx):
     t = ctx.tern(pool_mode="transaction", pool_size=1, sections={"pool": "query_wait_timeout = 0.5"})
     holder = Wire(t.port)
