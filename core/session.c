@@ -154,10 +154,7 @@ static void session_server_sent(struct ring_op *op, int res, uint32_t flags)
 	struct session *s = TERN_CONTAINER_OF(q, struct session, to_server);
 	if (res < 0) {
 		sendq_clear(q, &s->worker->ring);
-		s->is_backend_failed = true;
-		session_backend_drop(s);
-		session_end(s, SESSION_END_SERVER_LOST);
-		session_backend_settle(s);
+		session_backend_failed(s);
 		return;
 	}
 	sendq_sent(q, &s->worker->ring, (uint32_t)res);
@@ -293,12 +290,19 @@ void session_backend_try_release(struct session *s)
 	worker_local_put(s->worker, conn);
 }
 
+void session_backend_failed(struct session *s)
+{
+	session_backend_drop(s);
+	session_end(s, SESSION_END_SERVER_LOST);
+	session_backend_settle(s);
+}
+
 void session_backend_drop(struct session *s)
 {
 	if (!s->backend || s->is_backend_dropping)
 		return;
 	s->is_backend_dropping = true;
-	s->is_backend_failed = true;
+	s->is_backend_failed = true; /* a dropped connection is never reused, whatever it was doing */
 	/* Ends the armed receive and send on it; their completions come back with 0 or an error. */
 	shutdown(s->backend->fd, SHUT_RDWR);
 }

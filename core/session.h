@@ -114,6 +114,8 @@ void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags
 void session_relay_resume_backend(struct session *s);
 /* Gives the server connection back when the transaction (or the reset) is over. */
 void session_backend_try_release(struct session *s);
+/* The server connection broke or misbehaved: drop it and end the session with SERVER_LOST. */
+void session_backend_failed(struct session *s);
 /* Shuts the server socket; the connection is discarded once no op is armed on it. */
 void session_backend_drop(struct session *s);
 /* For a session that ended: discards or releases its server once its ops are done. */

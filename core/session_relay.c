@@ -140,13 +140,6 @@ void session_relay_resume_backend(struct session *s)
 	ring_recv(&s->worker->ring, &s->backend_recv, s->backend->fd, SESSION_BUFFERS_SERVER);
 }
 
-static void relay_backend_failed(struct session *s)
-{
-	s->is_backend_failed = true;
-	session_backend_drop(s);
-	session_end(s, SESSION_END_SERVER_LOST);
-	session_backend_settle(s);
-}
 
 void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags)
 {
@@ -166,7 +159,7 @@ void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags
 		if (rc < 0 || chunk.out_of_memory) {
 			TERN_WARN("server connection pid %u sent a malformed or oversized message; closing it",
 				  s->backend ? s->backend->backend_pid : 0);
-			relay_backend_failed(s);
+			session_backend_failed(s);
 			return;
 		}
 	} else if (res == -ENOBUFS) {
@@ -177,7 +170,7 @@ void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags
 			session_backend_settle(s);
 			return;
 		}
-		relay_backend_failed(s);
+		session_backend_failed(s);
 		return;
 	}
 	if (s->release_after_recv) {

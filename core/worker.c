@@ -13,8 +13,6 @@
 /* How long an ended session may take to get its goodbye to the client before the socket is cut. */
 #define WORKER_LINGER_NS (2 * BASE_NS_PER_SEC)
 
-static struct session *worker_session_of_request(struct pool_request *req) { return req->owner; }
-
 struct pool_conn *worker_local_take(struct worker *worker, const struct pool_db *db)
 {
 	for (uint32_t i = worker->local_count; i-- > 0;) {
@@ -80,7 +78,7 @@ static void worker_on_wake(struct ring *ring)
 	struct base_list *node;
 	while ((node = base_list_pop_head(&done)) != NULL) {
 		struct pool_request *req = TERN_CONTAINER_OF(node, struct pool_request, link);
-		session_on_request_done(worker_session_of_request(req));
+		session_on_request_done(req->owner);
 	}
 }
 

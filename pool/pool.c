@@ -236,6 +236,15 @@ static void pool_waiter_finish(struct pool_server *server, struct pool_request *
 	d->done[d->done_count++] = req;
 }
 
+/* Hand-over: the connection stays USED and changes holder without touching FREE. */
+static void pool_grant(struct pool_server *server, struct pool_request *req, struct pool_conn *conn,
+		       struct pool_deferred *d)
+{
+	req->conn = conn;
+	server->granted_total++;
+	pool_waiter_finish(server, req, d);
+}
+
 static void pool_request_open(struct pool_server *server, struct pool_db *db, struct pool_deferred *d)
 {
 	TERN_ASSERT(d->open_count < POOL_DEFERRED_MAX);
@@ -319,10 +328,7 @@ void pool_checkin(struct pool *pool, struct pool_conn *conn, uint64_t now_ns)
 	TERN_ASSERT(conn->state == POOL_CONN_USED);
 	struct pool_request *req = pool_oldest_waiter(server, conn->db);
 	if (req) {
-		/* Hand-over: the connection stays USED and changes holder without touching FREE. */
-		req->conn = conn;
-		server->granted_total++;
-		pool_waiter_finish(server, req, &d);
+		pool_grant(server, req, conn, &d);
 	} else {
 		pool_conn_make_free(server, conn, now_ns);
 		pool_serve_waiters(pool, server, &d);
@@ -380,13 +386,10 @@ void pool_open_finished(struct pool *pool, struct pool_server *server, struct po
 		slot->open_count++;
 		server->open_count++;
 		server->opened_total++;
-		if (req) {
-			req->conn = conn;
-			server->granted_total++;
-			pool_waiter_finish(server, req, &d);
-		} else {
+		if (req)
+			pool_grant(server, req, conn, &d);
+		else
 			pool_conn_make_free(server, conn, now_ns);
-		}
 	} else {
 		server->open_failed_total++;
 		if (req) {

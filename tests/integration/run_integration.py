@@ -138,6 +138,17 @@ def pgbench_summary(out):
     return processed, failed
 
 
+def expect_login_refused(port, user, sqlstate, **login_args):
+    """Logs in with the raw client and expects an ErrorResponse with `sqlstate`; returns the error."""
+    with Wire(port) as w:
+        try:
+            w.login(user, **login_args)
+        except WireError as err:
+            check(err.sqlstate == sqlstate, "%s for %s, got %r" % (sqlstate, user, err.fields))
+            return err
+    raise AssertionError("login as %s (%r) was accepted" % (user, login_args))
+
+
 def server_connections(pg):
     return int(pg.psql("select count(*) from pg_stat_activity where application_name = 'tern'"))
 
@@ -306,12 +317,7 @@ def too_many_clients_get_53300(ctx):
     try:
         for _ in range(2):
             wait_for(admit_one, "a client slot", timeout=10)
-        with Wire(t.port) as c:
-            try:
-                c.login("postgres")
-                raise AssertionError("third client was admitted")
-            except WireError as err:
-                check(err.sqlstate == "53300", "53300, got %r" % err.fields)
+        expect_login_refused(t.port, "postgres", "53300")
     finally:
         for w in held:
             w.close()
@@ -341,12 +347,7 @@ def md5_auth_accepts_the_right_password_and_refuses_a_wrong_one_with_28P01(ctx):
     # bob only has a SCRAM secret: md5 mode upgrades him to SCRAM, as PostgreSQL does.
     check(psql_ok(t.port, "select current_user", user="bob", password="bobpw") == "bob", "md5 → SCRAM")
     for user in ("alice", "carol", "nobody"):
-        with Wire(t.port) as w:
-            try:
-                w.login(user, password="wrong")
-                raise AssertionError("wrong password accepted for %s" % user)
-            except WireError as err:
-                check(err.sqlstate == "28P01", "28P01 for %s, got %r" % (user, err.fields))
+        expect_login_refused(t.port, user, "28P01", password="wrong")
 
 
 @test
@@ -358,12 +359,7 @@ def scram_auth_accepts_the_right_password_and_refuses_a_wrong_one_with_28P01(ctx
         w.login("bob", password="bobpw")  # verifies the server signature too
         check(w.query("select 1") == [["1"]], "query after SCRAM")
     for user in ("bob", "alice", "nobody"):
-        with Wire(t.port) as w:
-            try:
-                w.login(user, password="wrong")
-                raise AssertionError("wrong password accepted for %s" % user)
-            except WireError as err:
-                check(err.sqlstate == "28P01", "28P01 for %s, got %r" % (user, err.fields))
+        expect_login_refused(t.port, user, "28P01", password="wrong")
     r = psql(t.port, "select 1", user="bob", password="wrong")
     check(r.returncode != 0 and "password authentication failed" in r.stderr, "psql sees it: %r" % r.stderr)
 
@@ -371,18 +367,10 @@ def scram_auth_accepts_the_right_password_and_refuses_a_wrong_one_with_28P01(ctx
 @test
 def unknown_database_and_role_are_reported_as_the_server_reports_them(ctx):
     t = ctx.tern(pool_mode="transaction")
-    with Wire(t.port) as w:
-        try:
-            w.login("postgres", database="no_such_db")
-            raise AssertionError("unknown database accepted")
-        except WireError as err:
-            check(err.sqlstate == "3D000" and "no_such_db" in err.fields["M"], "3D000: %r" % err.fields)
-    with Wire(t.port) as w:
-        try:
-            w.login("no_such_role")
-            raise AssertionError("unknown role accepted")
-        except WireError as err:
-            check(err.sqlstate == "28000" and "no_such_role" in err.fields["M"], "28000: %r" % err.fields)
+    err = expect_login_refused(t.port, "postgres", "3D000", database="no_such_db")
+    check("no_such_db" in err.fields["M"], "names the database: %r" % err.fields)
+    err = expect_login_refused(t.port, "no_such_role", "28000")
+    check("no_such_role" in err.fields["M"], "names the role: %r" % err.fields)
 
 
 @test
