@@ -19,6 +19,7 @@ import datetime
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -39,7 +40,7 @@ TABLE_COLUMNS = ["workload", "mode", "clients", "target", "tps",
                  "cpu_per_txn_vs_pgbouncer"]
 CSV_COLUMNS = TABLE_COLUMNS + ["status", "transactions", "failed_transactions",
                                "proxy_cpu_seconds", "duration_s", "jobs",
-                               "pool_size", "scale"]
+                               "pool_size", "scale", "runs"]
 
 
 class SetupError(Exception):
@@ -99,6 +100,9 @@ def parse_args(argv):
                    help="tern worker threads (0 = one per CPU)")
     p.add_argument("--tern-binary", default="build/tern",
                    help="path to tern (relative: to cwd, else the repo root)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="runs per (workload, mode, clients, target), interleaved across targets; "
+                        "the table and CSV report medians (default 1)")
     p.add_argument("--csv", default=None,
                    help="CSV output (default bench/results/%s.csv)" % stamp)
     p.add_argument("--pg-port", type=int, default=None,
@@ -111,7 +115,7 @@ def parse_args(argv):
     p.add_argument("--fail-fast", action="store_true",
                    help="stop at the first failed run")
     args = p.parse_args(argv)
-    for name in ("duration", "jobs", "scale", "pool_size"):
+    for name in ("duration", "jobs", "scale", "pool_size", "repeat"):
         if getattr(args, name) < 1:
             p.error("--%s must be >= 1" % name.replace("_", "-"))
     if args.tern_workers < 0:
@@ -279,7 +283,7 @@ def write_csv(path, rows, args):
                 fmt(r["cpu_per_txn_vs_pgbouncer"], ".4f"),
                 r["status"], fmt(r["transactions"], "d"),
                 fmt(r["failed"], "d"), fmt(r["proxy_cpu_s"], ".3f"),
-                args.duration, r["jobs"], args.pool_size, args.scale,
+                args.duration, r["jobs"], args.pool_size, args.scale, r.get("runs", 1),
             ])
 
 
@@ -365,12 +369,13 @@ def bench(args, stack):
         log("  pgbouncer pid %d on 127.0.0.1:%d" % (b.pid, b.port))
 
     # ------------------------------------------------------------ runs
-    plan = [(w, m, c, t) for w in args.workloads for m in args.modes
-            for c in args.clients for t in args.targets]
+    # Repetitions interleave the targets, so a noisy neighbour hits them alike.
+    plan = [(w, m, c, r, t) for w in args.workloads for m in args.modes
+            for c in args.clients for r in range(args.repeat) for t in args.targets]
     rows, failures = [], []
     dead = set()
     log("running %d pgbench runs of %ds each" % (len(plan), args.duration))
-    for i, (workload, mode, clients, target) in enumerate(plan, 1):
+    for i, (workload, mode, clients, rep, target) in enumerate(plan, 1):
         jobs = min(clients, args.jobs)
         row = {"workload": workload, "mode": mode, "clients": clients,
                "target": target, "status": "ok", "tps": None,
@@ -378,8 +383,9 @@ def bench(args, stack):
                "proxy_cpu_s": None, "proxy_cpu_us_per_txn": None,
                "jobs": jobs}
         rows.append(row)
-        prefix = "[%d/%d] %s %s c=%d %s ..." % (i, len(plan), workload, mode,
-                                               clients, target)
+        prefix = "[%d/%d] %s %s c=%d %s%s ..." % (
+            i, len(plan), workload, mode, clients, target,
+            " (run %d/%d)" % (rep + 1, args.repeat) if args.repeat > 1 else "")
         if (mode, target) in skipped_pairs:
             row["status"] = "skipped"
             log(prefix + " skipped (unsupported by this PgBouncer)")
@@ -436,7 +442,29 @@ def bench(args, stack):
                 ", %.2f us proxy CPU/txn" % row["proxy_cpu_us_per_txn"]
             log("%.1f tps, %.3f ms avg%s" % (res["tps"], res["latency_ms"] or 0,
                                              cpu))
-    return rows, failures
+    return medians(rows), failures
+
+
+def medians(rows):
+    """One row per (workload, mode, clients, target): the median of each measure over its runs;
+    failed if any run failed."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["workload"], r["mode"], r["clients"], r["target"]), []).append(r)
+    out = []
+    for runs in groups.values():
+        row = dict(runs[0])
+        row["runs"] = len(runs)
+        if any(r["status"] != "ok" for r in runs):
+            row["status"] = next(r["status"] for r in runs if r["status"] != "ok")
+        for key in ("tps", "latency_ms", "proxy_cpu_us_per_txn", "proxy_cpu_s"):
+            values = [r[key] for r in runs if r[key] is not None]
+            row[key] = statistics.median(values) if values else None
+        for key in ("transactions", "failed"):
+            values = [r[key] for r in runs if r[key] is not None]
+            row[key] = sum(values) if values else None
+        out.append(row)
+    return out
 
 
 def main(argv=None):
