@@ -79,26 +79,40 @@ void session_send_error(struct session *s, const char *severity, const char *sql
 void session_client_recv_resume(struct session *s)
 {
 	if (s->client_recv.is_armed || s->phase == SESSION_CLOSING || s->client_recv_paused || s->client_eof ||
-	    s->is_starved)
+	    s->is_starved[SESSION_BUFFERS_CLIENT])
 		return;
 	ring_recv_multishot(&s->worker->ring, &s->client_recv, s->client_fd, SESSION_BUFFERS_CLIENT);
 }
 
-void session_starve(struct session *s)
+void session_starve(struct session *s, uint8_t group)
 {
-	if (s->is_starved)
-		return;
-	s->is_starved = true;
-	base_list_insert_tail(&s->worker->starved, &s->starved_link);
+	if (!s->is_starved[SESSION_BUFFERS_CLIENT] && !s->is_starved[SESSION_BUFFERS_SERVER])
+		base_list_insert_tail(&s->worker->starved, &s->starved_link);
+	s->is_starved[group] = true;
 }
 
-void session_resume_starved(struct session *s)
+static void session_unstarve(struct session *s)
 {
-	TERN_ASSERT(s->is_starved);
-	s->is_starved = false;
-	base_list_remove(&s->starved_link);
-	session_client_recv_resume(s);
-	session_relay_resume_backend(s);
+	s->is_starved[SESSION_BUFFERS_CLIENT] = s->is_starved[SESSION_BUFFERS_SERVER] = false;
+	if (base_list_is_linked(&s->starved_link))
+		base_list_remove(&s->starved_link);
+}
+
+bool session_resume_starved(struct session *s)
+{
+	struct ring *ring = &s->worker->ring;
+	if (s->is_starved[SESSION_BUFFERS_CLIENT] && ring_buffers_free(ring, SESSION_BUFFERS_CLIENT) > 0) {
+		s->is_starved[SESSION_BUFFERS_CLIENT] = false;
+		session_client_recv_resume(s);
+	}
+	if (s->is_starved[SESSION_BUFFERS_SERVER] && ring_buffers_free(ring, SESSION_BUFFERS_SERVER) > 0) {
+		s->is_starved[SESSION_BUFFERS_SERVER] = false;
+		session_relay_resume_backend(s);
+	}
+	if (s->is_starved[SESSION_BUFFERS_CLIENT] || s->is_starved[SESSION_BUFFERS_SERVER])
+		return false;
+	session_unstarve(s);
+	return true;
 }
 
 static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags)
@@ -118,7 +132,7 @@ static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags
 		s->client_eof = true;
 		session_end(s, SESSION_END_CLIENT_CLOSED);
 	} else if (res == -ENOBUFS) {
-		session_starve(s);
+		session_starve(s, SESSION_BUFFERS_CLIENT);
 	} else if (res != -ECANCELED) {
 		s->client_eof = true;
 		session_end(s, SESSION_END_CLIENT_IO_ERROR);
@@ -132,7 +146,7 @@ static void session_client_sent(struct ring_op *op, int res, uint32_t flags)
 	(void)flags;
 	struct sendq *q = TERN_CONTAINER_OF(op, struct sendq, op);
 	struct session *s = TERN_CONTAINER_OF(q, struct session, to_client);
-	if (res < 0) {
+	if (res <= 0) { /* a stream socket that takes nothing of a non-empty send is gone */
 		sendq_clear(q, &s->worker->ring);
 		s->client_eof = true;
 		session_end(s, SESSION_END_CLIENT_IO_ERROR);
@@ -152,7 +166,7 @@ static void session_server_sent(struct ring_op *op, int res, uint32_t flags)
 	(void)flags;
 	struct sendq *q = TERN_CONTAINER_OF(op, struct sendq, op);
 	struct session *s = TERN_CONTAINER_OF(q, struct session, to_server);
-	if (res < 0) {
+	if (res <= 0) {
 		sendq_clear(q, &s->worker->ring);
 		session_backend_failed(s);
 		return;
@@ -380,10 +394,7 @@ void session_end(struct session *s, enum session_end_reason reason)
 		s->is_request_pending = false;
 		base_list_remove(&s->parked_link);
 	}
-	if (s->is_starved) {
-		s->is_starved = false;
-		base_list_remove(&s->starved_link);
-	}
+	session_unstarve(s);
 	/* Stop reading the client; keep writing until the goodbye is out (bounded by the linger). */
 	shutdown(s->client_fd, tell_client ? SHUT_RD : SHUT_RDWR);
 	ring_cancel(&worker->ring, &s->client_recv);

@@ -81,7 +81,8 @@ struct session {
 	bool is_backend_dropping;    /* its socket is shut; discard once no op is armed on it */
 	bool backend_recv_paused;    /* back pressure: re-armed when to_client drains */
 	bool release_after_recv;     /* a release waits for the cancelled receive to end */
-	bool is_starved;             /* a receive ended for want of buffers; on worker->starved */
+	/* A receive ended for want of buffers, by buffer group; the session is on worker->starved. */
+	bool is_starved[RING_BUFFER_GROUPS];
 	struct base_list starved_link;
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
 	bool terminate_seen;
@@ -122,10 +123,10 @@ void session_backend_drop(struct session *s);
 void session_backend_settle(struct session *s);
 /* Arms the client's multishot receive unless something holds it back. */
 void session_client_recv_resume(struct session *s);
-/* A receive ended for want of buffers: re-armed when buffers come back. */
-void session_starve(struct session *s);
-/* Re-arms receives that ended for want of buffers (called when buffers came back). */
-void session_resume_starved(struct session *s);
+/* A receive of `group` ended for want of buffers: re-armed when that group has buffers again. */
+void session_starve(struct session *s, uint8_t group);
+/* Re-arms the receives whose group has free buffers again; true when none is left waiting. */
+bool session_resume_starved(struct session *s);
 /* The session's time to say goodbye ran out: cut the client and the server. */
 void session_linger_expired(struct session *s);
 /* Asks the pool for a server connection; the answer comes at once or through the mailbox. */

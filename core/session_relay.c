@@ -130,7 +130,7 @@ static const struct proto_scan_ops relay_server_ops = {
 
 void session_relay_resume_backend(struct session *s)
 {
-	if (!s->backend || s->backend_recv.is_armed || s->is_backend_dropping || s->is_starved ||
+	if (!s->backend || s->backend_recv.is_armed || s->is_backend_dropping || s->is_starved[SESSION_BUFFERS_SERVER] ||
 	    s->backend_recv_paused || s->release_after_recv)
 		return;
 	if (s->phase != SESSION_CLOSING && s->to_client.bytes > SESSION_QUEUE_HIGH_BYTES) {
@@ -139,7 +139,6 @@ void session_relay_resume_backend(struct session *s)
 	}
 	ring_recv(&s->worker->ring, &s->backend_recv, s->backend->fd, SESSION_BUFFERS_SERVER);
 }
-
 
 void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags)
 {
@@ -163,7 +162,7 @@ void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags
 			return;
 		}
 	} else if (res == -ENOBUFS) {
-		session_starve(s);
+		session_starve(s, SESSION_BUFFERS_SERVER);
 		return;
 	} else if (res != -ECANCELED || s->is_backend_dropping) {
 		if (s->is_backend_dropping) {

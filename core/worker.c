@@ -114,13 +114,10 @@ static void worker_end_pass(struct worker *worker)
 	/* Mailbox deliveries from this thread's own checkins (no eventfd write for those). */
 	worker_on_wake(&worker->ring);
 	struct base_list *node, *tmp;
-	if (!base_list_is_empty(&worker->starved) && ring_buffers_free(&worker->ring, SESSION_BUFFERS_CLIENT) > 0 &&
-	    ring_buffers_free(&worker->ring, SESSION_BUFFERS_SERVER) > 0) {
-		base_list_for_each_safe(node, tmp, &worker->starved)
-		{
-			struct session *s = TERN_CONTAINER_OF(node, struct session, starved_link);
-			session_resume_starved(s);
-		}
+	base_list_for_each_safe(node, tmp, &worker->starved)
+	{
+		struct session *s = TERN_CONTAINER_OF(node, struct session, starved_link);
+		(void)session_resume_starved(s);
 	}
 	while ((node = base_list_pop_head(&worker->flush)) != NULL) {
 		struct sendq *q = TERN_CONTAINER_OF(node, struct sendq, flush_link);

@@ -13,6 +13,7 @@
 #include "auth.h"
 #include "config.h"
 #include "pool/pool.h"
+#include "reasons.h"
 #include "ring/ring.h"
 
 #include <pthread.h>
@@ -42,7 +43,7 @@ struct worker_stats {
 	uint64_t accepted;
 	uint64_t local_reuse;
 	uint64_t pool_checkouts;
-	uint64_t ended[32];
+	uint64_t ended[SESSION_END_REASON_COUNT];
 };
 
 struct worker {
