@@ -133,6 +133,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	rt.pool = &pool;
+	rt.opener = opener;
 	rt.primary = primary;
 	char endpoint[300];
 	int endpoint_len = snprintf(endpoint, sizeof(endpoint), "%s:%u", cfg.listen_host, cfg.listen_port);

@@ -278,7 +278,8 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 		return 0;
 	}
 	if (st.code == PROTO_CODE_CANCEL) {
-		/* Cancel routing is not done yet; a cancel connection expects no answer either way. */
+		/* A cancel connection gets no answer, whatever happens to the cancel (as in PostgreSQL). */
+		worker_route_cancel(s->worker->runtime, st.cancel_pid, st.cancel_key);
 		session_end(s, SESSION_END_CLIENT_CLOSED);
 		return -1;
 	}

@@ -1,5 +1,6 @@
 #include "worker.h"
 
+#include "pool/opener.h"
 #include "session.h"
 
 #include <errno.h>
@@ -64,21 +65,74 @@ static void worker_on_accept(struct ring_op *op, int res, uint32_t flags)
 		ring_accept_multishot(&worker->ring, op, worker->listen_fd);
 }
 
+struct worker_cancel {
+	struct base_list link;
+	uint32_t pid;
+	uint32_t secret;
+};
+
+void worker_route_cancel(struct tern_runtime *runtime, uint32_t pid, uint32_t secret)
+{
+	uint32_t index = pid >> 24;
+	if (index >= runtime->worker_count)
+		return; /* not a key tern gave out */
+	struct worker *target = runtime->workers[index];
+	struct worker_cancel *cancel = malloc(sizeof(*cancel));
+	if (!cancel)
+		return; /* a cancel is best effort, as in PostgreSQL */
+	cancel->pid = pid;
+	cancel->secret = secret;
+	pthread_mutex_lock(&target->mailbox_lock);
+	base_list_insert_tail(&target->cancels, &cancel->link);
+	__atomic_add_fetch(&target->mailbox_count, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&target->mailbox_lock);
+	if (!pthread_equal(pthread_self(), target->thread))
+		ring_wake(&target->ring);
+}
+
+/* Cancels the running query of the session the key names, if the secret matches. A session with no
+ * query on a server (idle, or still waiting for one) is left alone. */
+static void worker_apply_cancel(struct worker *worker, const struct worker_cancel *cancel)
+{
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &worker->sessions)
+	{
+		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
+		if (s->key_pid != cancel->pid)
+			continue;
+		/* Compared without an early exit, so timing does not reveal how much of a guess was right. */
+		if ((s->key_secret ^ cancel->secret) != 0 || !s->backend || s->pending_ready == 0)
+			return;
+		TERN_DEBUG("cancel for client %#x: server pid %u, %u queries pending", cancel->pid,
+			   s->backend->backend_pid, s->pending_ready);
+		if (pool_opener_cancel(worker->runtime->opener, s->backend) == 0)
+			worker->stats.cancels_sent++;
+		return;
+	}
+}
+
 static void worker_on_wake(struct ring *ring)
 {
 	struct worker *worker = ring->owner;
 	if (__atomic_load_n(&worker->mailbox_count, __ATOMIC_ACQUIRE) == 0)
 		return;
-	struct base_list done;
+	struct base_list done, cancels;
 	base_list_init(&done);
+	base_list_init(&cancels);
 	pthread_mutex_lock(&worker->mailbox_lock);
 	base_list_splice_tail(&done, &worker->mailbox);
+	base_list_splice_tail(&cancels, &worker->cancels);
 	__atomic_store_n(&worker->mailbox_count, 0, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&worker->mailbox_lock);
 	struct base_list *node;
 	while ((node = base_list_pop_head(&done)) != NULL) {
 		struct pool_request *req = TERN_CONTAINER_OF(node, struct pool_request, link);
 		session_on_request_done(req->owner);
+	}
+	while ((node = base_list_pop_head(&cancels)) != NULL) {
+		struct worker_cancel *cancel = TERN_CONTAINER_OF(node, struct worker_cancel, link);
+		worker_apply_cancel(worker, cancel);
+		free(cancel);
 	}
 }
 
@@ -225,6 +279,7 @@ int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t i
 	base_list_init(&worker->reaping);
 	base_list_init(&worker->starved);
 	base_list_init(&worker->mailbox);
+	base_list_init(&worker->cancels);
 	pthread_mutex_init(&worker->mailbox_lock, NULL);
 	pthread_mutex_init(&worker->init_lock, NULL);
 	pthread_cond_init(&worker->init_cond, NULL);

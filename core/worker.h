@@ -27,9 +27,12 @@
 
 struct worker;
 
+struct pool_opener;
+
 struct tern_runtime {
 	const struct tern_config *config;
 	struct pool *pool;
+	struct pool_opener *opener;
 	struct pool_server *primary;
 	const struct auth_file *auth_file; /* NULL without [auth] auth_file */
 	struct worker **workers;
@@ -43,6 +46,7 @@ struct worker_stats {
 	uint64_t accepted;
 	uint64_t local_reuse;
 	uint64_t pool_checkouts;
+	uint64_t cancels_sent;
 	uint64_t ended[SESSION_END_REASON_COUNT];
 };
 
@@ -60,6 +64,7 @@ struct worker {
 	struct base_list starved; /* sessions whose receive ended for want of buffers */
 	pthread_mutex_t mailbox_lock;
 	struct base_list mailbox; /* granted or failed pool requests */
+	struct base_list cancels; /* CancelRequests for this worker's sessions, from any worker */
 	uint32_t mailbox_count;   /* atomic: requests delivered to the mailbox, for a lock-free peek */
 	struct pool_conn *local_cache[WORKER_LOCAL_CACHE_MAX];
 	uint32_t local_count;
@@ -79,6 +84,9 @@ TERN_MUST_USE int worker_start(struct worker *worker, struct tern_runtime *runti
 			       char *err, size_t err_size);
 void worker_stop(struct worker *worker); /* asks the thread to end; join with worker_join */
 void worker_join(struct worker *worker);
+
+/* A CancelRequest arrived on any worker: hands it to the worker named in the key's top byte. */
+void worker_route_cancel(struct tern_runtime *runtime, uint32_t pid, uint32_t secret);
 
 /* Worker-local reuse: a connection released in this pass, kept until its end. */
 struct pool_conn *worker_local_take(struct worker *worker, const struct pool_db *db);

@@ -25,7 +25,8 @@ struct opener_job {
 	struct base_list link;
 	struct pool_server *server;
 	struct pool_db *db;
-	struct pool_conn *conn; /* a close job when set */
+	struct pool_conn *conn; /* a close or cancel job when set */
+	bool is_cancel;
 };
 
 struct opener_connecting {
@@ -88,6 +89,17 @@ static void opener_hook_close(struct pool *pool, struct pool_conn *conn)
 	}
 	job->conn = conn;
 	opener_push(opener, job);
+}
+
+int pool_opener_cancel(struct pool_opener *opener, struct pool_conn *conn)
+{
+	struct opener_job *job = calloc(1, sizeof(*job));
+	if (!job)
+		return -ENOMEM;
+	job->conn = conn;
+	job->is_cancel = true;
+	opener_push(opener, job);
+	return 0;
 }
 
 int pool_opener_create(struct pool_opener **out, uint64_t connect_timeout_ms)
@@ -277,7 +289,8 @@ static void opener_take_jobs(struct pool_opener *opener)
 	pthread_mutex_lock(&opener->lock);
 	struct base_list jobs;
 	base_list_init(&jobs);
-	/* Closes all run now; opens only while the connecting set has room, the rest stay queued. */
+	/* Closes and cancels all run now, in order (a cancel queued before its connection's close runs
+	 * first, so it never meets a freed connection); opens only while the connecting set has room. */
 	struct base_list *node, *tmp;
 	uint32_t room = OPENER_CONNECTING_MAX - opener->connecting_count;
 	base_list_for_each_safe(node, tmp, &opener->jobs)
@@ -294,7 +307,12 @@ static void opener_take_jobs(struct pool_opener *opener)
 	pthread_mutex_unlock(&opener->lock);
 	while ((node = base_list_pop_head(&jobs)) != NULL) {
 		struct opener_job *job = TERN_CONTAINER_OF(node, struct opener_job, link);
-		if (job->conn) {
+		if (job->is_cancel) {
+			char err[256];
+			if (pool_conn_cancel(job->conn, err, sizeof(err)) < 0)
+				TERN_WARN("cancel of server pid %u failed: %s", job->conn->backend_pid, err);
+			free(job);
+		} else if (job->conn) {
 			pool_conn_free(job->conn);
 			free(job);
 		} else {
@@ -421,7 +439,7 @@ void pool_opener_destroy(struct pool_opener *opener)
 	struct base_list *node;
 	while ((node = base_list_pop_head(&opener->jobs)) != NULL) {
 		struct opener_job *job = TERN_CONTAINER_OF(node, struct opener_job, link);
-		if (job->conn)
+		if (job->conn && !job->is_cancel)
 			pool_conn_free(job->conn);
 		free(job);
 	}

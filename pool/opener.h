@@ -26,6 +26,11 @@ void pool_opener_set_connect_timeout(struct pool_opener *opener, uint64_t connec
 void pool_opener_destroy(struct pool_opener *opener);
 /* Closes a connection's libpq handle and frees it; for connections never given to the pool. */
 void pool_conn_free(struct pool_conn *conn);
+/* Cancels whatever runs on conn, from the pool thread, after every job queued before it. The caller
+ * holds conn (USED) when it asks; the cancel may still meet a later holder's query if conn changes
+ * hands before the pool thread sends it (as with PgBouncer). Blocks the pool thread for the length of
+ * one connection to the server. 0 or -ENOMEM. */
+TERN_MUST_USE int pool_opener_cancel(struct pool_opener *opener, struct pool_conn *conn);
 /* Thread-safe cancel of whatever runs on conn (libpq's cancel API; blocks up to the connect time). */
 TERN_MUST_USE int pool_conn_cancel(struct pool_conn *conn, char *err, size_t err_size);
 /* Maps a libpq connection failure message to the SQLSTATE the server would have sent. */

@@ -442,6 +442,58 @@ def a_server_killed_mid_query_gives_its_client_an_error_not_a_hang(ctx):
     check(psql_ok(t.port, "select 4") == "4", "tern keeps serving")
 
 
+def absorb_stray_cancel(w):
+    """PostgreSQL's postmaster signals a cancelled backend twice (its pid, then its process group);
+    when the second SIGINT lands after the first was handled, it stays pending and cancels the next
+    statement, through tern or not. One throwaway statement takes it."""
+    try:
+        w.query("select 1")
+    except WireError as err:
+        check(err.sqlstate == "57014", "only a stray cancel may fail the throwaway statement: %r" % err.fields)
+
+
+def send_cancel(port, pid, secret):
+    """A CancelRequest on its own connection; the server side closes it without an answer."""
+    with Wire(port) as c:
+        c.send(struct.pack("!IIII", 16, 80877102, pid, secret))
+        check(c.read_message() is None, "a cancel connection gets no answer")
+
+
+@test
+def cancel_requests_reach_the_owning_worker_and_stop_only_a_running_query(ctx):
+    t = ctx.tern(pool_mode="transaction", pool_size=2, workers=2)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        pid, secret = w.key
+        check(pid >> 24 in (0, 1), "the key names a worker: %#x" % pid)
+        for _ in range(4):  # connections land on either worker: each routes to the owner
+            send_cancel(t.port, pid, secret)
+        check(w.query("select 1") == [["1"]], "a cancel with no query running does nothing")
+        for attempt in range(4):
+            w.send(message(b"Q", b"select pg_sleep(30)\0"))
+            wait_for(lambda: ctx.pg.psql("select count(*) from pg_stat_activity where "
+                                         "query = 'select pg_sleep(30)' and state = 'active'") == "1",
+                     "the query runs on the server (attempt %d)" % attempt)
+            started = time.monotonic()
+            send_cancel(t.port, pid, secret)
+            try:
+                w.read_until_ready()
+                raise AssertionError("pg_sleep(30) was not cancelled")
+            except WireError as err:
+                check(err.sqlstate == "57014", "57014 query_canceled, got %r" % err.fields)
+            check(time.monotonic() - started < 10, "cancelled, not finished (attempt %d)" % attempt)
+            absorb_stray_cancel(w)
+        check(w.query("select 2") == [["2"]], "the session goes on after its cancels")
+        w.send(message(b"Q", b"select pg_sleep(0.5), 3\0"))
+        wait_for(lambda: ctx.pg.psql("select count(*) from pg_stat_activity where "
+                                     "query like 'select pg_sleep(0.5)%' and state = 'active'") == "1",
+                 "the query runs on the server", timeout=5, interval=0.02)
+        for _ in range(4):
+            send_cancel(t.port, pid, secret ^ 1)
+        rows = [m for m in w.read_until_ready() if m[0] == b"D"]
+        check(len(rows) == 1, "a cancel with a wrong secret is ignored")
+
+
 @test
 def tern_refuses_to_start_with_a_clear_line_when_io_uring_is_blocked(ctx):
     helper = os.path.join(os.path.dirname(TERN), "tests", "fuzz", "no_uring_exec")
