@@ -222,6 +222,38 @@ def a_tiny_buffer_ring_carries_big_queries_and_results_without_deadlock(ctx):
               "client %d: %r" % (i, results[i] and (results[i].stdout[:80], results[i].stderr)))
 
 
+def proc_status_kib(pid, field):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError("no %s in /proc/%d/status" % (field, pid))
+
+
+@test
+def a_1_gib_copy_out_keeps_tern_resident_memory_bounded(ctx):
+    t = ctx.tern(pool_size=2)
+    check(psql_ok(t.port, "select 1") == "1", "warm up")
+    idle_kib = proc_status_kib(t.pid, "VmRSS")
+    # 1 GiB of COPY data (1 KiB rows) streamed through tern to a client that reads as fast as it can.
+    argv = ["psql", "-X", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", str(t.port), "-U", "postgres",
+            "-d", "postgres", "-c",
+            "copy (select repeat('x', 1023) from generate_series(1, 1048576)) to stdout"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env()) as p:
+        total = 0
+        while True:
+            chunk = p.stdout.read(1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+        p.wait(timeout=300)
+        check(p.returncode == 0, "COPY TO STDOUT: %s" % p.stderr.read().decode())
+    check(total == 1048576 * 1024, "every byte arrived: %d" % total)
+    peak_kib = proc_status_kib(t.pid, "VmHWM")
+    check(peak_kib - idle_kib < 64 * 1024, "peak RSS %d KiB is %d KiB above idle (%d KiB)"
+          % (peak_kib, peak_kib - idle_kib, idle_kib))
+
+
 @test
 def copy_in_and_out(ctx):
     t = ctx.tern(pool_size=2)
