@@ -113,6 +113,9 @@ static const struct config_key config_keys[] = {
 		   buffer_size, NULL, "size of one receive buffer"),
 	CONFIG_KEY("tern", "log_level", CONFIG_ENUM, "info", 0, 0, CONFIG_RELOAD, log_level,
 		   config_log_level_names, "least severe log level written to stderr"),
+	CONFIG_KEY("tern", "shutdown_timeout", CONFIG_DURATION, "30s", 0, 3600 * CONFIG_SECOND_MS, CONFIG_RELOAD,
+		   shutdown_timeout_ms, NULL,
+		   "on SIGTERM, how long running transactions may take to finish before tern exits anyway"),
 	CONFIG_KEY("servers", "primary", CONFIG_STRING, "host=127.0.0.1 port=5432", 0, 0, CONFIG_RESTART,
 		   primary_conninfo, NULL,
 		   "libpq conninfo of the primary; user, dbname and password come from the client "

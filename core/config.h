@@ -36,6 +36,7 @@ struct tern_config {
 	uint32_t buffer_count; /* a power of two */
 	uint64_t buffer_size;
 	int log_level; /* enum base_log_level */
+	uint64_t shutdown_timeout_ms;
 	/* [servers] */
 	char *primary_conninfo;
 	/* [pool] */

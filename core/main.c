@@ -164,16 +164,42 @@ int main(int argc, char **argv)
 		  cfg.listen_host, cfg.listen_port, count,
 		  cfg.pool_mode == CONFIG_POOL_TRANSACTION ? "transaction" : "session", cfg.primary_conninfo);
 
+	/* SIGINT ends every session at once. SIGTERM drains: tern accepts no one and ends each session
+	 * as soon as it holds no transaction open, then exits, or at shutdown_timeout, whatever is left. */
+	uint64_t drain_deadline_ns = 0;
 	for (;;) {
+		struct timespec wait = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
 		siginfo_t info;
-		int sig = sigwaitinfo(&signals, &info);
+		int sig = sigtimedwait(&signals, &info, drain_deadline_ns ? &wait : NULL);
 		if (sig == SIGHUP) {
 			TERN_WARN("SIGHUP: reloading the config is not supported yet; restart tern to apply changes");
 			continue;
 		}
-		if (sig == SIGINT || sig == SIGTERM) {
-			TERN_INFO("%s: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+		if (sig == SIGINT) {
+			TERN_INFO("SIGINT: shutting down now");
 			break;
+		}
+		if (sig == SIGTERM && !drain_deadline_ns) {
+			TERN_INFO("SIGTERM: accepting no new clients; exiting when running transactions end "
+				  "(shutdown_timeout %.1fs, SIGINT to stop at once)", cfg.shutdown_timeout_ms / 1000.0);
+			drain_deadline_ns = base_now_ns() + cfg.shutdown_timeout_ms * BASE_NS_PER_MS;
+			__atomic_store_n(&rt.draining, true, __ATOMIC_RELEASE);
+			for (uint32_t i = 0; i < rt.worker_count; i++)
+				worker_stop(rt.workers[i]);
+			continue;
+		}
+		if (drain_deadline_ns) {
+			uint32_t drained = 0;
+			for (uint32_t i = 0; i < rt.worker_count; i++)
+				drained += worker_is_drained(rt.workers[i]);
+			if (drained == rt.worker_count) {
+				TERN_INFO("drained: every session has ended");
+				break;
+			}
+			if (base_now_ns() >= drain_deadline_ns) {
+				TERN_WARN("shutdown_timeout reached with transactions still open; ending them");
+				break;
+			}
 		}
 	}
 	__atomic_store_n(&rt.stopping, true, __ATOMIC_RELEASE);
@@ -181,7 +207,8 @@ int main(int argc, char **argv)
 		worker_stop(rt.workers[i]);
 	for (uint32_t i = 0; i < rt.worker_count; i++) {
 		worker_join(rt.workers[i]);
-		close(rt.workers[i]->listen_fd);
+		if (rt.workers[i]->listen_fd >= 0)
+			close(rt.workers[i]->listen_fd);
 		free(rt.workers[i]);
 	}
 	free(rt.workers);

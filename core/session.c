@@ -414,6 +414,13 @@ void session_linger_expired(struct session *s)
 	}
 }
 
+bool session_is_in_transaction(const struct session *s)
+{
+	if (s->phase != SESSION_READY)
+		return false;
+	return s->backend != NULL && !session_backend_is_idle(s);
+}
+
 bool session_is_reapable(const struct session *s)
 {
 	return s->phase == SESSION_CLOSING && !s->client_recv.is_armed && !s->to_client.op.is_armed &&

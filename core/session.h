@@ -97,6 +97,8 @@ struct session *session_create(struct worker *worker, int client_fd);
 /* The one way a session ends: tells the client why (when it can still hear), releases or discards
  * the server connection, and lets the worker free it once nothing is in flight. */
 void session_end(struct session *s, enum session_end_reason reason);
+/* True while the client has a transaction (or a statement) open on a server. */
+bool session_is_in_transaction(const struct session *s);
 /* True when nothing of the session is in flight and it may be freed. */
 bool session_is_reapable(const struct session *s);
 void session_destroy(struct session *s);

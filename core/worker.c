@@ -54,14 +54,14 @@ static void worker_on_accept(struct ring_op *op, int res, uint32_t flags)
 		setsockopt(res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		worker->stats.accepted++;
 		if (__atomic_load_n(&worker->runtime->stopping, __ATOMIC_RELAXED) ||
-		    !session_create(worker, res))
+		    __atomic_load_n(&worker->runtime->draining, __ATOMIC_RELAXED) || !session_create(worker, res))
 			close(res);
 	} else if (res != -ECANCELED) {
 		/* Out of descriptors or memory: retrying at once would spin; the tick re-arms. */
 		TERN_WARN("worker %u: accept failed: %s", worker->index, strerror(-res));
 		return;
 	}
-	if (!op->is_armed && !__atomic_load_n(&worker->runtime->stopping, __ATOMIC_RELAXED))
+	if (!op->is_armed && worker->listen_fd >= 0 && !__atomic_load_n(&worker->runtime->stopping, __ATOMIC_RELAXED))
 		ring_accept_multishot(&worker->ring, op, worker->listen_fd);
 }
 
@@ -136,10 +136,31 @@ static void worker_on_wake(struct ring *ring)
 	}
 }
 
+/* SIGTERM: no new clients; a session ends (57P01) as soon as it holds no transaction open. */
+static void worker_drain(struct worker *worker)
+{
+	if (worker->listen_fd >= 0) {
+		ring_cancel(&worker->ring, &worker->accept_op);
+		close(worker->listen_fd);
+		worker->listen_fd = -1;
+	}
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &worker->sessions)
+	{
+		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
+		if (!session_is_in_transaction(s))
+			session_end(s, SESSION_END_SHUTDOWN);
+	}
+	if (base_list_is_empty(&worker->sessions) && base_list_is_empty(&worker->reaping))
+		__atomic_store_n(&worker->is_drained, true, __ATOMIC_RELEASE);
+}
+
 static void worker_on_tick(struct ring *ring)
 {
 	struct worker *worker = ring->owner;
 	uint64_t now = base_now_ns();
+	if (__atomic_load_n(&worker->runtime->draining, __ATOMIC_ACQUIRE))
+		worker_drain(worker);
 	uint64_t wait_ns = worker->runtime->config->query_wait_timeout_ms * BASE_NS_PER_MS;
 	struct base_list *node, *tmp;
 	if (wait_ns > 0) {
@@ -157,7 +178,8 @@ static void worker_on_tick(struct ring *ring)
 		if (s->closing_ns + WORKER_LINGER_NS <= now && !s->client_eof)
 			session_linger_expired(s);
 	}
-	if (!worker->accept_op.is_armed && !__atomic_load_n(&worker->runtime->stopping, __ATOMIC_RELAXED))
+	if (!worker->accept_op.is_armed && worker->listen_fd >= 0 &&
+	    !__atomic_load_n(&worker->runtime->stopping, __ATOMIC_RELAXED))
 		ring_accept_multishot(&worker->ring, &worker->accept_op, worker->listen_fd);
 }
 
@@ -301,6 +323,8 @@ int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t i
 }
 
 void worker_stop(struct worker *worker) { ring_wake(&worker->ring); }
+
+bool worker_is_drained(struct worker *worker) { return __atomic_load_n(&worker->is_drained, __ATOMIC_ACQUIRE); }
 
 void worker_join(struct worker *worker)
 {

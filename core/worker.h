@@ -39,7 +39,8 @@ struct tern_runtime {
 	uint32_t worker_count;
 	uint32_t client_count; /* atomic: sessions open in every worker */
 	uint64_t identity_hash; /* the listen endpoint, part of the pool match key */
-	bool stopping;          /* atomic */
+	bool stopping;          /* atomic: leave now (SIGINT, or the drain is over) */
+	bool draining;          /* atomic: SIGTERM: accept no one, end sessions as their transactions end */
 };
 
 struct worker_stats {
@@ -77,12 +78,15 @@ struct worker {
 	pthread_mutex_t init_lock;
 	pthread_cond_t init_cond;
 	bool init_done;
+	bool is_drained; /* atomic: draining, and no session is left */
 };
 
 /* Creates the worker and its thread; returns after the thread has set up its ring, with the result. */
 TERN_MUST_USE int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t index, int listen_fd,
 			       char *err, size_t err_size);
 void worker_stop(struct worker *worker); /* asks the thread to end; join with worker_join */
+/* True once a draining worker has no session left. */
+bool worker_is_drained(struct worker *worker);
 void worker_join(struct worker *worker);
 
 /* A CancelRequest arrived on any worker: hands it to the worker named in the key's top byte. */

@@ -527,6 +527,51 @@ def cancel_requests_reach_the_owning_worker_and_stop_only_a_running_query(ctx):
 
 
 @test
+def sigterm_drains_running_transactions_and_sigint_exits_at_once(ctx):
+    psql_ok(ctx.pg.primary_port, "drop table if exists drain_t; create table drain_t(a int)")
+    t = ctx.tern(pool_mode="transaction", pool_size=2)
+    busy, idle = Wire(t.port), Wire(t.port)
+    try:
+        busy.login("postgres")
+        idle.login("postgres")
+        busy.query("begin")
+        busy.query("insert into drain_t values (1)")
+        t.proc.send_signal(signal.SIGTERM)
+        fields = idle.expect_error_and_close()
+        check(fields and fields["C"] == "57P01", "an idle client is told tern is shutting down: %r" % fields)
+        wait_for(lambda: not can_login(t.port), "no new clients are accepted", timeout=10)
+        check(t.alive(), "tern waits for the open transaction")
+        busy.query("insert into drain_t values (2)")
+        busy.query("commit")
+        fields = busy.expect_error_and_close()
+        check(fields and fields["C"] == "57P01", "the client is let go after its commit: %r" % fields)
+        t.proc.wait(timeout=10)
+        check(t.proc.returncode == 0, "tern exits 0 once drained, got %r" % t.proc.returncode)
+        check(psql_ok(ctx.pg.primary_port, "select count(*) from drain_t") == "2", "the transaction committed")
+    finally:
+        busy.close()
+        idle.close()
+    t2 = ctx.tern(pool_mode="transaction", pool_size=2)
+    with Wire(t2.port) as w:
+        w.login("postgres")
+        w.query("begin")
+        t2.proc.send_signal(signal.SIGINT)
+        fields = w.expect_error_and_close()
+        check(fields and fields["C"] == "57P01", "SIGINT ends even a client in a transaction: %r" % fields)
+    t2.proc.wait(timeout=10)
+    check(t2.proc.returncode == 0, "tern exits 0 on SIGINT")
+
+
+def can_login(port):
+    try:
+        with Wire(port, timeout=2) as w:
+            w.login("postgres")
+            return True
+    except (OSError, EOFError, WireError):
+        return False
+
+
+@test
 def tern_refuses_to_start_with_a_clear_line_when_io_uring_is_blocked(ctx):
     helper = os.path.join(os.path.dirname(TERN), "tests", "fuzz", "no_uring_exec")
     check(os.path.exists(helper), "no_uring_exec is built next to tern (%s)" % helper)
