@@ -41,12 +41,13 @@ struct tern_config {
 	char *primary_conninfo;
 	/* [pool] */
 	uint32_t pool_size, min_pool_size; /* min_pool_size <= pool_size */
-	uint64_t query_wait_timeout_ms, server_connect_timeout_ms;
+	uint64_t query_wait_timeout_ms, server_connect_timeout_ms, server_idle_timeout_ms, server_lifetime_ms;
 	/* [auth] */
 	int auth_mode; /* enum config_auth_mode */
 	char *auth_file; /* already resolved against the config file's directory; "" when unset */
 	/* [limits] */
 	uint32_t max_client_conn;
+	uint64_t client_idle_timeout_ms, idle_transaction_timeout_ms, query_timeout_ms;
 	uint64_t max_client_frame_bytes, max_backend_frame_bytes;
 
 	char *path; /* the file it was loaded from, or NULL for pure defaults */

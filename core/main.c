@@ -124,7 +124,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tern: could not create the pool thread\n");
 		return 1;
 	}
-	struct pool_settings settings = {.pool_size = cfg.pool_size, .min_pool_size = cfg.min_pool_size};
+	struct pool_settings settings = {
+		.pool_size = cfg.pool_size,
+		.min_pool_size = cfg.min_pool_size,
+		.idle_timeout_ns = cfg.server_idle_timeout_ms * BASE_NS_PER_MS,
+		.lifetime_ns = cfg.server_lifetime_ms * BASE_NS_PER_MS,
+	};
 	struct pool_hooks hooks = pool_opener_hooks(opener);
 	if (pool_init(&pool, &settings, &hooks) < 0 ||
 	    pool_server_add(&pool, "primary", cfg.primary_conninfo, &primary) < 0 ||

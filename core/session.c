@@ -40,6 +40,7 @@ struct session *session_create(struct worker *worker, int client_fd)
 	base_list_init(&s->starved_link);
 	s->tx_status = 'I';
 	s->started_ns = base_now_ns();
+	s->client_active_ns = s->ready_ns = s->started_ns;
 	worker->session_serial = (worker->session_serial + 1) & 0xffffffu;
 	s->key_pid = (worker->index << 24) | worker->session_serial;
 	if (getrandom(&s->key_secret, sizeof(s->key_secret), 0) != sizeof(s->key_secret))
@@ -412,6 +413,29 @@ void session_linger_expired(struct session *s)
 		session_backend_drop(s);
 		session_backend_settle(s);
 	}
+}
+
+void session_check_timeouts(struct session *s, uint64_t now_ns)
+{
+	const struct tern_config *cfg = s->worker->runtime->config;
+	if (s->phase != SESSION_READY)
+		return;
+	uint64_t query_ns = cfg->query_timeout_ms * BASE_NS_PER_MS;
+	uint64_t idle_tx_ns = cfg->idle_transaction_timeout_ms * BASE_NS_PER_MS;
+	uint64_t idle_ns = cfg->client_idle_timeout_ms * BASE_NS_PER_MS;
+	if (s->pending_ready > 0) {
+		if (query_ns && s->backend && now_ns - s->request_sent_ns > query_ns)
+			session_end(s, SESSION_END_QUERY_TIMEOUT);
+		return;
+	}
+	uint64_t quiet_since = TERN_MAX(s->client_active_ns, s->ready_ns);
+	if (session_is_in_transaction(s)) {
+		if (idle_tx_ns && now_ns - quiet_since > idle_tx_ns)
+			session_end(s, SESSION_END_IDLE_TRANSACTION_TIMEOUT);
+		return;
+	}
+	if (idle_ns && now_ns - quiet_since > idle_ns)
+		session_end(s, SESSION_END_CLIENT_IDLE_TIMEOUT);
 }
 
 bool session_is_in_transaction(const struct session *s)

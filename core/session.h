@@ -89,6 +89,11 @@ struct session {
 
 	enum session_end_reason end_reason;
 	uint64_t closing_ns;
+	/* For the timeouts, read once a second by the worker: when the client last sent bytes, when the
+	 * oldest unanswered request went out, when the server last said it was ready. */
+	uint64_t client_active_ns;
+	uint64_t request_sent_ns;
+	uint64_t ready_ns;
 	struct pool_error end_error; /* the server's own refusal, for SESSION_END_SERVER_REFUSED */
 	uint64_t started_ns;
 };
@@ -129,6 +134,8 @@ void session_client_recv_resume(struct session *s);
 void session_starve(struct session *s, uint8_t group);
 /* Re-arms the receives whose group has free buffers again; true when none is left waiting. */
 bool session_resume_starved(struct session *s);
+/* Ends the session if one of the client-side timeouts has passed. */
+void session_check_timeouts(struct session *s, uint64_t now_ns);
 /* The session's time to say goodbye ran out: cut the client and the server. */
 void session_linger_expired(struct session *s);
 /* Asks the pool for a server connection; the answer comes at once or through the mailbox. */

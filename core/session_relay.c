@@ -17,6 +17,12 @@ struct relay_chunk {
 
 /* ---- client → server ---- */
 
+static void relay_request_sent(struct session *s)
+{
+	if (s->pending_ready++ == 0)
+		s->request_sent_ns = s->client_active_ns;
+}
+
 static unsigned relay_client_on_type(void *ctx, uint8_t type)
 {
 	struct session *s = ((struct relay_chunk *)ctx)->s;
@@ -25,10 +31,10 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 		return PROTO_INSPECT; /* not forwarded: the server connection outlives the client */
 	case PROTO_FE_QUERY:
 	case PROTO_FE_FUNCTION_CALL:
-		s->pending_ready++;
+		relay_request_sent(s);
 		return PROTO_FORWARD;
 	case PROTO_FE_SYNC:
-		s->pending_ready++;
+		relay_request_sent(s);
 		s->is_unsynced = false;
 		return PROTO_FORWARD;
 	case PROTO_FE_PARSE:
@@ -72,6 +78,7 @@ void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const 
 {
 	struct relay_chunk chunk = {.s = s, .buffer_id = buffer_id, .data = data};
 	uint64_t frame_max = s->worker->runtime->config->max_client_frame_bytes;
+	s->client_active_ns = base_now_ns();
 	int rc = proto_stream_feed(&s->client_stream, data, len, frame_max, &relay_client_ops, &chunk);
 	if (chunk.out_of_memory) {
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
@@ -105,6 +112,7 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	s->tx_status = (char)body[0];
 	if (s->pending_ready > 0)
 		s->pending_ready--;
+	s->ready_ns = base_now_ns();
 	session_backend_try_release(s);
 	return 0;
 }

@@ -159,10 +159,19 @@ static void worker_on_tick(struct ring *ring)
 {
 	struct worker *worker = ring->owner;
 	uint64_t now = base_now_ns();
+	struct base_list *node, *tmp;
 	if (__atomic_load_n(&worker->runtime->draining, __ATOMIC_ACQUIRE))
 		worker_drain(worker);
+	if (now >= worker->next_timeout_scan_ns) {
+		/* Client timeouts are in whole seconds at best: one scan a second is precise enough. */
+		worker->next_timeout_scan_ns = now + BASE_NS_PER_SEC;
+		base_list_for_each_safe(node, tmp, &worker->sessions)
+		{
+			struct session *s = TERN_CONTAINER_OF(node, struct session, link);
+			session_check_timeouts(s, now);
+		}
+	}
 	uint64_t wait_ns = worker->runtime->config->query_wait_timeout_ms * BASE_NS_PER_MS;
-	struct base_list *node, *tmp;
 	if (wait_ns > 0) {
 		base_list_for_each_safe(node, tmp, &worker->parked)
 		{

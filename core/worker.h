@@ -70,6 +70,7 @@ struct worker {
 	struct pool_conn *local_cache[WORKER_LOCAL_CACHE_MAX];
 	uint32_t local_count;
 	uint32_t session_serial;
+	uint64_t next_timeout_scan_ns;
 	uint32_t session_count;
 	struct worker_stats stats;
 	/* Startup handshake with main: init result. */

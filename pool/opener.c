@@ -364,6 +364,7 @@ static void *opener_main(void *arg)
 			break;
 		uint64_t now = base_now_ns();
 		if (now >= next_warm_ns && !opener->stopping) {
+			(void)pool_expire(opener->pool, now);
 			(void)pool_warm(opener->pool);
 			next_warm_ns = now + (uint64_t)OPENER_PASS_MS * BASE_NS_PER_MS;
 		}

@@ -320,6 +320,11 @@ enum pool_checkout_result pool_checkout(struct pool *pool, struct pool_request *
 	return result;
 }
 
+static bool pool_conn_is_past_lifetime(const struct pool *pool, const struct pool_conn *conn, uint64_t now_ns)
+{
+	return pool->settings.lifetime_ns && now_ns - conn->opened_ns >= pool->settings.lifetime_ns;
+}
+
 void pool_checkin(struct pool *pool, struct pool_conn *conn, uint64_t now_ns)
 {
 	struct pool_server *server = conn->server;
@@ -327,7 +332,12 @@ void pool_checkin(struct pool *pool, struct pool_conn *conn, uint64_t now_ns)
 	pthread_mutex_lock(&server->lock);
 	TERN_ASSERT(conn->state == POOL_CONN_USED);
 	struct pool_request *req = pool_oldest_waiter(server, conn->db);
-	if (req) {
+	if (pool_conn_is_past_lifetime(pool, conn, now_ns)) {
+		/* server_lifetime: replaced, not reused; a waiter gets a fresh connection instead. */
+		pool_conn_forget(server, conn);
+		d.close[d.close_count++] = conn;
+		pool_serve_waiters(pool, server, &d);
+	} else if (req) {
 		pool_grant(server, req, conn, &d);
 	} else {
 		pool_conn_make_free(server, conn, now_ns);
@@ -417,6 +427,33 @@ bool pool_conn_remove_if_free(struct pool *pool, struct pool_conn *conn)
 	pthread_mutex_unlock(&server->lock);
 	pool_deferred_run(pool, server, &d);
 	return removed;
+}
+
+uint32_t pool_expire(struct pool *pool, uint64_t now_ns)
+{
+	uint64_t idle_ns = pool->settings.idle_timeout_ns;
+	uint32_t closed = 0;
+	for (uint32_t s = 0; s < pool->server_count; s++) {
+		struct pool_server *server = &pool->servers[s];
+		struct pool_deferred d = {0};
+		pthread_mutex_lock(&server->lock);
+		struct base_list *node, *tmp;
+		base_list_for_each_safe(node, tmp, &server->free_conns)
+		{
+			if (d.close_count == POOL_DEFERRED_MAX)
+				break; /* the rest wait for the next pass */
+			struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
+			bool idle_expired = idle_ns && now_ns - conn->released_ns >= idle_ns;
+			if (!idle_expired && !pool_conn_is_past_lifetime(pool, conn, now_ns))
+				continue;
+			pool_conn_forget(server, conn);
+			d.close[d.close_count++] = conn;
+		}
+		pthread_mutex_unlock(&server->lock);
+		closed += d.close_count;
+		pool_deferred_run(pool, server, &d);
+	}
+	return closed;
 }
 
 uint32_t pool_warm(struct pool *pool)

@@ -138,6 +138,8 @@ struct pool_hooks {
 struct pool_settings {
 	uint32_t pool_size;
 	uint32_t min_pool_size;
+	uint64_t idle_timeout_ns; /* FREE this long: closed (0 = never) */
+	uint64_t lifetime_ns;     /* open this long: closed when next free (0 = never) */
 };
 
 struct pool {
@@ -183,6 +185,8 @@ void pool_open_finished(struct pool *pool, struct pool_server *server, struct po
 /* Takes a FREE connection out of the pool because its socket showed it is dead; false if it is no
  * longer FREE (a worker holds it and will see the failure itself). */
 bool pool_conn_remove_if_free(struct pool *pool, struct pool_conn *conn);
+/* Closes FREE connections past idle_timeout_ns or lifetime_ns; returns how many. */
+uint32_t pool_expire(struct pool *pool, uint64_t now_ns);
 /* Opens connections so every used key has min_pool_size open on each server; returns how many. */
 uint32_t pool_warm(struct pool *pool);
 

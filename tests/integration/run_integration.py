@@ -572,6 +572,52 @@ def can_login(port):
 
 
 @test
+def client_timeouts_end_only_the_client_they_name(ctx):
+    t = ctx.tern(pool_mode="transaction", pool_size=2,
+                 extra="client_idle_timeout = 1\nidle_transaction_timeout = 1\nquery_timeout = 2")
+    idle, in_tx, slow = Wire(t.port, timeout=20), Wire(t.port, timeout=20), Wire(t.port, timeout=20)
+    try:
+        for w in (idle, in_tx, slow):
+            w.login("postgres")
+        in_tx.query("begin")
+        slow.send(message(b"Q", b"select pg_sleep(30)\0"))
+        # Each waits for its own event: the error, then the close.
+        fields = idle.expect_error_and_close()
+        check(fields and fields["C"] == "57P05" and "client_idle_timeout" in fields["M"], "idle: %r" % fields)
+        fields = in_tx.expect_error_and_close()
+        check(fields and fields["C"] == "25P03" and "idle_transaction_timeout" in fields["M"],
+              "idle in transaction: %r" % fields)
+        fields = slow.expect_error_and_close()
+        check(fields and fields["C"] == "57014" and "query_timeout" in fields["M"], "slow query: %r" % fields)
+    finally:
+        for w in (idle, in_tx, slow):
+            w.close()
+    # A busy client is not idle: queries every half second for 2.5 s outlive client_idle_timeout = 1.
+    with Wire(t.port) as w:
+        w.login("postgres")
+        for i in range(5):
+            check(w.query("select pg_sleep(0.5), %d" % i)[0][1] == str(i), "a working client stays")
+
+
+@test
+def server_idle_timeout_and_server_lifetime_close_server_connections(ctx):
+    ctx.pg.psql("select 1 from pg_database where datname = 'srvto'") or ctx.pg.psql("create database srvto")
+    count = lambda: int(ctx.pg.psql("select count(*) from pg_stat_activity where datname = 'srvto' "
+                                    "and application_name = 'tern'"))
+    t = ctx.tern(pool_mode="transaction", pool_size=2, sections={"pool": "server_idle_timeout = 1"})
+    check(psql_ok(t.port, "select 1", dbname="srvto") == "1", "first use")
+    check(count() == 1, "one server connection")
+    wait_for(lambda: count() == 0, "the idle server connection is closed", timeout=10)
+    t.stop()
+    t2 = ctx.tern(pool_mode="transaction", pool_size=1, sections={"pool": "server_lifetime = 1"})
+    with Wire(t2.port) as w:
+        w.login("postgres", database="srvto")
+        first = w.query("select pg_backend_pid()")[0][0]
+        wait_for(lambda: w.query("select pg_backend_pid()")[0][0] != first,
+                 "a new server connection replaces one past server_lifetime", timeout=10, interval=0.2)
+
+
+@test
 def tern_refuses_to_start_with_a_clear_line_when_io_uring_is_blocked(ctx):
     helper = os.path.join(os.path.dirname(TERN), "tests", "fuzz", "no_uring_exec")
     check(os.path.exists(helper), "no_uring_exec is built next to tern (%s)" % helper)

@@ -899,3 +899,63 @@ Test(pool, settings_change_applies_to_the_next_decision)
 	check_invariants(&e, "after growing");
 	env_deinit(&e);
 }
+
+/* server_idle_timeout and server_lifetime: FREE connections past either are closed by pool_expire. */
+Test(pool, expire_closes_free_conns_idle_or_old_and_keeps_the_rest)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_settings settings = {.pool_size = 4, .idle_timeout_ns = 10000, .lifetime_ns = 100000};
+	pool_set_settings(&e.pool, &settings);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w1, w2;
+	waiter_init(&w1, &e, db);
+	waiter_init(&w2, &e, db);
+	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_PARKED);
+	struct pool_conn *old = env_open_succeeds(&e, 0);
+	struct pool_conn *young = env_open_succeeds(&e, 1);
+	env_checkin(&e, old);
+	e.now_ns += 4000;
+	env_checkin(&e, young);
+	cr_assert_eq(pool_expire(&e.pool, e.now_ns), 0, "old idle 5 us, young 0: under 10 us");
+	e.now_ns += 6000; /* old: idle 11 us; young: idle 6 us */
+	uint32_t old_id = old->backend_pid;
+	cr_assert_eq(pool_expire(&e.pool, e.now_ns), 1);
+	cr_assert_eq(e.close_calls, 1);
+	cr_assert_eq(e.closed_ids[0], old_id, "the idle one went");
+	check_invariants(&e, "idle expired");
+	cr_assert_eq(e.server->free_count, 1);
+	/* A connection past its lifetime goes even if it was just used. */
+	e.now_ns = young->opened_ns + 100000;
+	young->released_ns = e.now_ns;
+	cr_assert_eq(pool_expire(&e.pool, e.now_ns), 1);
+	cr_assert_eq(e.server->open_count, 0);
+	check_invariants(&e, "lifetime expired");
+	env_deinit(&e);
+}
+
+Test(pool, checkin_past_lifetime_closes_the_conn_and_opens_a_fresh_one_for_a_waiter)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	struct pool_settings settings = {.pool_size = 1, .lifetime_ns = 50000};
+	pool_set_settings(&e.pool, &settings);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w1, w2;
+	waiter_init(&w1, &e, db);
+	waiter_init(&w2, &e, db);
+	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
+	struct pool_conn *conn = env_open_succeeds(&e, 0);
+	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_PARKED, "the only connection is held");
+	e.now_ns = conn->opened_ns + 50000;
+	env_checkin(&e, conn);
+	cr_assert_eq(e.close_calls, 1, "not handed over past its lifetime");
+	cr_assert_eq(w2.done_calls, 0);
+	cr_assert_eq(e.open_calls, 2, "a fresh open for the waiter");
+	check_invariants(&e, "replaced");
+	struct pool_conn *fresh = env_open_succeeds(&e, 1);
+	cr_assert_eq(w2.req.conn, fresh);
+	env_checkin(&e, fresh);
+	env_deinit(&e);
+}
