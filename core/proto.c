@@ -72,6 +72,9 @@ int proto_stream_feed(struct proto_stream *stream, const uint8_t *chunk, uint32_
 			stream->body_len = length - 4;
 			stream->body_left = stream->body_len;
 			stream->assembly_len = 0;
+			if (stream->action & PROTO_INSPECT_SMALL)
+				stream->action = (stream->action & ~PROTO_INSPECT_SMALL) |
+						 (stream->body_len <= PROTO_INSPECT_LEN_MAX ? PROTO_INSPECT : 0);
 			if ((stream->action & PROTO_INSPECT) && stream->body_len > PROTO_INSPECT_LEN_MAX) {
 				rc = -EMSGSIZE;
 				break;

@@ -66,6 +66,9 @@ static inline void proto_write_u32(uint8_t *p, uint32_t v)
 enum {
 	PROTO_FORWARD = 1u << 0, /* its bytes go to the peer by reference */
 	PROTO_INSPECT = 1u << 1, /* its content is handed to on_message once complete */
+	/* As PROTO_INSPECT, but a message over PROTO_INSPECT_LEN_MAX is passed over uninspected instead of
+	 * being an error: for content of interest only when short (a query's first statement, say). */
+	PROTO_INSPECT_SMALL = 1u << 2,
 };
 
 struct proto_scan_ops {

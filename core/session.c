@@ -288,8 +288,9 @@ void session_backend_try_release(struct session *s)
 	if (!session_backend_is_idle(s))
 		return;
 	/* An ended session's server goes back once idle (after its reset, in session pooling); a live one's
-	 * only in transaction pooling. */
-	if (s->phase != SESSION_CLOSING && !(session_is_transaction_pooling(s) && s->phase == SESSION_READY))
+	 * only in transaction pooling, and not while the client LISTENs on it. */
+	if (s->phase != SESSION_CLOSING &&
+	    !(session_is_transaction_pooling(s) && s->phase == SESSION_READY && !s->is_listening))
 		return;
 	if (s->backend_recv.is_armed) {
 		s->release_after_recv = true;
@@ -344,7 +345,8 @@ static void session_backend_finish(struct session *s)
 {
 	if (!s->backend)
 		return;
-	if (!session_backend_is_idle(s)) {
+	if (!session_backend_is_idle(s) || s->is_listening) {
+		/* Busy, or still subscribed to channels whose notifications must not reach the next client. */
 		session_backend_drop(s);
 		session_backend_settle(s);
 		return;

@@ -86,6 +86,10 @@ struct session {
 	struct base_list starved_link;
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
 	bool terminate_seen;
+	/* Transaction pooling: a client that ran LISTEN keeps its server connection (its notifications
+	 * arrive there) until UNLISTEN * or DISCARD ALL; at its exit that connection is closed. */
+	bool is_listening;
+	bool is_unlisten_all_sent;
 
 	enum session_end_reason end_reason;
 	uint64_t closing_ns;

@@ -4,6 +4,7 @@
 #include "worker.h"
 
 #include <errno.h>
+#include <string.h>
 
 /* Returned by on_message to stop the scan at a client's Terminate. */
 #define RELAY_STOP_TERMINATE (-ECONNRESET)
@@ -30,6 +31,8 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 	case PROTO_FE_TERMINATE:
 		return PROTO_INSPECT; /* not forwarded: the server connection outlives the client */
 	case PROTO_FE_QUERY:
+		relay_request_sent(s);
+		return s->is_listening ? (PROTO_FORWARD | PROTO_INSPECT_SMALL) : PROTO_FORWARD;
 	case PROTO_FE_FUNCTION_CALL:
 		relay_request_sent(s);
 		return PROTO_FORWARD;
@@ -50,11 +53,50 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 	}
 }
 
+/* Skips whitespace and SQL comments from p; returns where the next token starts. */
+static const uint8_t *relay_skip_blank(const uint8_t *p, const uint8_t *end)
+{
+	while (p < end) {
+		if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f') {
+			p++;
+		} else if (p + 1 < end && p[0] == '-' && p[1] == '-') {
+			while (p < end && *p != '\n')
+				p++;
+		} else if (p + 1 < end && p[0] == '/' && p[1] == '*') {
+			p += 2;
+			while (p + 1 < end && !(p[0] == '*' && p[1] == '/'))
+				p++;
+			p += 2;
+		} else {
+			break;
+		}
+	}
+	return p;
+}
+
+/* True when a query's first statement is UNLISTEN *, which ends every LISTEN of the session. */
+static bool relay_is_unlisten_all(const uint8_t *text, uint32_t len)
+{
+	static const char word[] = "unlisten";
+	const uint8_t *end = text + len;
+	const uint8_t *p = relay_skip_blank(text, end);
+	if ((size_t)(end - p) < sizeof(word))
+		return false;
+	for (size_t i = 0; i < sizeof(word) - 1; i++)
+		if ((p[i] | 0x20) != word[i])
+			return false;
+	p += sizeof(word) - 1;
+	p = relay_skip_blank(p, end);
+	return p < end && *p == '*';
+}
+
 static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
 {
-	(void)body;
-	(void)len;
 	struct session *s = ((struct relay_chunk *)ctx)->s;
+	if (type == PROTO_FE_QUERY) {
+		s->is_unlisten_all_sent |= relay_is_unlisten_all(body, len);
+		return 0;
+	}
 	TERN_ASSERT(type == PROTO_FE_TERMINATE);
 	s->terminate_seen = true;
 	return RELAY_STOP_TERMINATE;
@@ -99,19 +141,39 @@ void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const 
 
 static unsigned relay_server_on_type(void *ctx, uint8_t type)
 {
-	(void)ctx;
-	return type == PROTO_BE_READY ? (PROTO_FORWARD | PROTO_INSPECT) : PROTO_FORWARD;
+	struct session *s = ((struct relay_chunk *)ctx)->s;
+	if (type == PROTO_BE_READY)
+		return PROTO_FORWARD | PROTO_INSPECT;
+	/* Command tags tell whether the client LISTENs; only transaction pooling needs to know. */
+	if (type == PROTO_BE_COMMAND_COMPLETE && s->worker->runtime->config->pool_mode == CONFIG_POOL_TRANSACTION)
+		return PROTO_FORWARD | PROTO_INSPECT;
+	return PROTO_FORWARD;
+}
+
+static bool relay_tag_is(const uint8_t *body, uint32_t len, const char *tag)
+{
+	size_t n = strlen(tag) + 1; /* the tag's NUL too */
+	return len == n && memcmp(body, tag, n) == 0;
 }
 
 static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
 {
 	struct session *s = ((struct relay_chunk *)ctx)->s;
+	if (type == PROTO_BE_COMMAND_COMPLETE) {
+		if (relay_tag_is(body, len, "LISTEN"))
+			s->is_listening = true; /* conservative: kept even if the transaction rolls back */
+		else if (relay_tag_is(body, len, "DISCARD ALL") ||
+			 (relay_tag_is(body, len, "UNLISTEN") && s->is_unlisten_all_sent))
+			s->is_listening = false;
+		return 0;
+	}
 	TERN_ASSERT(type == PROTO_BE_READY);
 	if (len != 1 || (body[0] != 'I' && body[0] != 'T' && body[0] != 'E'))
 		return -EPROTO;
 	s->tx_status = (char)body[0];
 	if (s->pending_ready > 0)
 		s->pending_ready--;
+	s->is_unlisten_all_sent = false;
 	s->ready_ns = base_now_ns();
 	session_backend_try_release(s);
 	return 0;

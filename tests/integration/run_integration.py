@@ -618,6 +618,31 @@ def server_idle_timeout_and_server_lifetime_close_server_connections(ctx):
 
 
 @test
+def a_listening_client_keeps_its_server_connection_until_unlisten(ctx):
+    t = ctx.tern(pool_mode="transaction", pool_size=1, sections={"pool": "query_wait_timeout = 1"})
+    with Wire(t.port) as listener:
+        listener.login("postgres")
+        listener.query("listen tern_channel")
+        # The only server connection stays with the listener between its transactions.
+        r = psql(t.port, "select 1")
+        check(r.returncode != 0 and "query_wait_timeout" in r.stderr, "others wait: %r" % r.stderr)
+        ctx.pg.psql("notify tern_channel, 'hello'")  # sent straight to PostgreSQL
+        while True:
+            msg = listener.read_message()
+            check(msg is not None, "the connection stays open")
+            if msg[0] == b"A":
+                check(b"tern_channel\0hello\0" in msg[1], "the notification: %r" % msg[1])
+                break
+        check(listener.query("select 5") == [["5"]], "the listener still queries")
+        listener.query("/* done */ unlisten *")
+        check(psql_ok(t.port, "select 6") == "6", "after UNLISTEN * the connection serves others")
+        listener.query("listen tern_channel")
+    # The listener left while subscribed: its connection is closed, not handed to the next client.
+    wait_for(lambda: psql(t.port, "select count(*) from pg_listening_channels()").stdout.strip() == "0",
+             "the next client's connection listens to nothing", timeout=10)
+
+
+@test
 def tern_refuses_to_start_with_a_clear_line_when_io_uring_is_blocked(ctx):
     helper = os.path.join(os.path.dirname(TERN), "tests", "fuzz", "no_uring_exec")
     check(os.path.exists(helper), "no_uring_exec is built next to tern (%s)" % helper)

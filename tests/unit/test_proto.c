@@ -1059,3 +1059,48 @@ Test(proto, builders_return_zero_and_stay_inside_a_cap_too_small)
 		}
 	}
 }
+
+static unsigned inspect_small_on_type(void *ctx, uint8_t type)
+{
+	(void)ctx;
+	(void)type;
+	return PROTO_FORWARD | PROTO_INSPECT_SMALL;
+}
+
+static int inspect_small_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	(void)type;
+	(void)body;
+	*(uint32_t *)ctx += 1;
+	cr_assert_leq(len, PROTO_INSPECT_LEN_MAX);
+	return 0;
+}
+
+static void inspect_small_forward(void *ctx, uint32_t offset, uint32_t len)
+{
+	(void)ctx;
+	(void)offset;
+	(void)len;
+}
+
+/* PROTO_INSPECT_SMALL inspects short messages and forwards long ones uninspected, without an error. */
+Test(proto, inspect_small_passes_over_long_messages_without_error)
+{
+	static uint8_t chunk[PROTO_INSPECT_LEN_MAX + 64];
+	uint32_t big = PROTO_INSPECT_LEN_MAX + 1;
+	chunk[0] = 'Q';
+	proto_write_u32(chunk + 1, big + 4);
+	memset(chunk + 5, 'x', big);
+	uint32_t small_at = 5 + big;
+	chunk[small_at] = 'Q';
+	proto_write_u32(chunk + small_at + 1, 4 + 3);
+	memcpy(chunk + small_at + 5, "ab", 3);
+	uint32_t total = small_at + 5 + 3;
+	struct proto_stream st;
+	proto_stream_init(&st);
+	uint32_t inspected = 0;
+	struct proto_scan_ops ops = {inspect_small_on_type, inspect_small_on_message, inspect_small_forward};
+	cr_assert_eq(proto_stream_feed(&st, chunk, total, UINT32_MAX, &ops, &inspected), 0);
+	cr_assert_eq(inspected, 1, "only the short message is inspected");
+	proto_stream_deinit(&st);
+}
