@@ -137,6 +137,11 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("pool", "server_lifetime", CONFIG_DURATION, "3600s", 0, 86400 * CONFIG_SECOND_MS, CONFIG_RELOAD,
 		   server_lifetime_ms, NULL,
 		   "a server connection open this long is closed when it is next free; 0 = never"),
+	CONFIG_KEY("pool", "track_extra_parameters", CONFIG_STRING, "", 0, 0, CONFIG_RESTART,
+		   track_extra_parameters, NULL,
+		   "comma-separated parameters kept per client in transaction pooling besides application_name, "
+		   "client_encoding, DateStyle, IntervalStyle, TimeZone and standard_conforming_strings; only "
+		   "parameters the server reports (ParameterStatus) can be tracked"),
 	CONFIG_KEY("auth", "mode", CONFIG_ENUM, "trust", 0, 0, CONFIG_RELOAD, auth_mode,
 		   config_auth_mode_names, "how clients authenticate to tern"),
 	CONFIG_KEY(

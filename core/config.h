@@ -42,6 +42,7 @@ struct tern_config {
 	/* [pool] */
 	uint32_t pool_size, min_pool_size; /* min_pool_size <= pool_size */
 	uint64_t query_wait_timeout_ms, server_connect_timeout_ms, server_idle_timeout_ms, server_lifetime_ms;
+	char *track_extra_parameters;
 	/* [auth] */
 	int auth_mode; /* enum config_auth_mode */
 	char *auth_file; /* already resolved against the config file's directory; "" when unset */

@@ -144,6 +144,11 @@ int main(int argc, char **argv)
 	int endpoint_len = snprintf(endpoint, sizeof(endpoint), "%s:%u", cfg.listen_host, cfg.listen_port);
 	rt.identity_hash = XXH3_64bits(endpoint, (size_t)endpoint_len);
 
+	if (params_tracked_init(&rt.tracked, cfg.track_extra_parameters) < 0) {
+		fprintf(stderr, "tern: %s: [pool] track_extra_parameters: at most %u names in all\n", config_path,
+			PARAMS_TRACKED_MAX);
+		return 2;
+	}
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	uint32_t count = cfg.workers ? cfg.workers : (uint32_t)(cpus > 0 ? cpus : 1);
 	if (count > WORKER_COUNT_MAX) {
@@ -221,6 +226,7 @@ int main(int argc, char **argv)
 	pool_opener_destroy(opener);
 	if (auth_file)
 		auth_file_destroy(auth_file);
+	params_tracked_deinit(&rt.tracked);
 	config_deinit(&cfg);
 	return 0;
 }

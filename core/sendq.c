@@ -108,6 +108,25 @@ int sendq_push_copy(struct sendq *q, const void *data, uint32_t len)
 	return 0;
 }
 
+int sendq_push_front_copy(struct sendq *q, const void *data, uint32_t len)
+{
+	TERN_ASSERT(!q->op.is_armed && q->head_sent == 0);
+	if (len == 0)
+		return 0;
+	int rc = sendq_reserve(q);
+	if (rc < 0)
+		return rc;
+	void *copy = malloc(len);
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, data, len);
+	q->head = (q->head + q->cap - 1) & (q->cap - 1);
+	q->slices[q->head] = (struct sendq_slice){.data = copy, .len = len, .buffer_id = -1};
+	q->count++;
+	q->bytes += len;
+	return 0;
+}
+
 int sendq_own_copies(struct sendq *q, struct ring *ring)
 {
 	/* Slices named by an armed send belong to the kernel until it completes: leave those. */

@@ -12,6 +12,7 @@
 #ifndef TERN_SESSION_H
 #define TERN_SESSION_H
 
+#include "params.h"
 #include "pool/pool.h"
 #include "proto.h"
 #include "reasons.h"
@@ -90,6 +91,10 @@ struct session {
 	 * arrive there) until UNLISTEN * or DISCARD ALL; at its exit that connection is closed. */
 	bool is_listening;
 	bool is_unlisten_all_sent;
+	/* Transaction pooling: the client's tracked parameters, and how many ReadyForQuery replies to
+	 * tern's own SET queries are still to be hidden from it. */
+	struct params_values params;
+	uint32_t hidden_ready;
 
 	enum session_end_reason end_reason;
 	uint64_t closing_ns;

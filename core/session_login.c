@@ -57,9 +57,12 @@ static bool login_append_option(char *out, size_t cap, size_t *len, const char *
 
 /* The connection key's options: the client's own options, then every other startup parameter as a
  * -c flag in name order, so two clients asking for the same settings share connections and a client
- * never gets a connection set up differently from what it asked. */
-static bool login_build_options(const struct proto_startup *st, char *out, size_t cap)
+ * never gets a connection set up differently from what it asked. In transaction pooling the tracked
+ * parameters are left out: they become the client's values, set on whichever connection it lands. */
+static bool login_build_options(struct session *s, const struct proto_startup *st, char *out, size_t cap)
 {
+	const struct tern_runtime *rt = s->worker->runtime;
+	bool track = rt->config->pool_mode == CONFIG_POOL_TRANSACTION;
 	size_t len = 0;
 	out[0] = '\0';
 	const char *options = proto_startup_get(st, "options");
@@ -73,6 +76,12 @@ static bool login_build_options(const struct proto_startup *st, char *out, size_
 	for (uint32_t i = 0; i < st->param_count; i++) {
 		if (!login_is_forwarded(st->names[i]))
 			continue;
+		int tracked = track ? params_tracked_index(&rt->tracked, st->names[i]) : -1;
+		if (tracked >= 0 && strlen(st->values[i]) < PARAMS_VALUE_MAX) {
+			base_strlcpy(s->params.value[tracked], st->values[i], PARAMS_VALUE_MAX);
+			s->params.is_set |= 1u << tracked;
+			continue;
+		}
 		uint32_t j = n++;
 		while (j > 0 && strcmp(st->names[order[j - 1]], st->names[i]) > 0) {
 			order[j] = order[j - 1];
@@ -96,12 +105,23 @@ static void login_send_auth(struct session *s, uint32_t code, const void *data, 
 
 static void login_send_welcome(struct session *s, const struct pool_param *params, uint32_t count)
 {
+	const struct params_tracked *tracked = &s->worker->runtime->tracked;
 	uint8_t msg[512];
 	for (uint32_t i = 0; i < count; i++) {
 		const char *value = params[i].value;
-		/* The client's own application_name, as the server would have reported it. */
-		if (strcmp(params[i].name, "application_name") == 0)
+		/* What the client asked for, as the server would have reported it. */
+		int t = params_tracked_index(tracked, params[i].name);
+		if (t >= 0 && (s->params.is_set & (1u << t)))
+			value = s->params.value[t];
+		else if (strcmp(params[i].name, "application_name") == 0)
 			value = s->application_name;
+		/* What the welcome says is what the client believes: keep it, so another client's SET on a
+		 * shared connection is undone before this one runs there. */
+		if (t >= 0 && strlen(value) < PARAMS_VALUE_MAX) {
+			if (value != s->params.value[t])
+				base_strlcpy(s->params.value[t], value, PARAMS_VALUE_MAX);
+			s->params.is_set |= 1u << t;
+		}
 		size_t n = proto_build_parameter_status(msg, sizeof(msg), params[i].name, value);
 		if (n > 0)
 			session_send_to_client(s, msg, (uint32_t)n);
@@ -241,7 +261,12 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 	if (login_needs_negotiation(st))
 		login_negotiate_version(s, st);
 	char options[LOGIN_OPTIONS_MAX];
-	if (!login_build_options(st, options, sizeof(options))) {
+	if (s->application_name[0] && rt->config->pool_mode == CONFIG_POOL_TRANSACTION) {
+		int i = params_tracked_index(&rt->tracked, "application_name");
+		base_strlcpy(s->params.value[i], s->application_name, PARAMS_VALUE_MAX);
+		s->params.is_set |= 1u << i;
+	}
+	if (!login_build_options(s, st, options, sizeof(options))) {
 		session_send_error(s, "FATAL", "54000", "startup parameters too long", NULL);
 		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 		return;

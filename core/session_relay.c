@@ -142,12 +142,59 @@ void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const 
 static unsigned relay_server_on_type(void *ctx, uint8_t type)
 {
 	struct session *s = ((struct relay_chunk *)ctx)->s;
+	if (s->hidden_ready > 0) {
+		/* The answer to tern's own SET: read what matters, show the client nothing. */
+		bool wanted = type == PROTO_BE_READY || type == PROTO_BE_PARAMETER_STATUS || type == PROTO_BE_ERROR;
+		return wanted ? PROTO_INSPECT : 0;
+	}
 	if (type == PROTO_BE_READY)
+		return PROTO_FORWARD | PROTO_INSPECT;
+	if (type == PROTO_BE_PARAMETER_STATUS && s->worker->runtime->config->pool_mode == CONFIG_POOL_TRANSACTION)
 		return PROTO_FORWARD | PROTO_INSPECT;
 	/* Command tags tell whether the client LISTENs; only transaction pooling needs to know. */
 	if (type == PROTO_BE_COMMAND_COMPLETE && s->worker->runtime->config->pool_mode == CONFIG_POOL_TRANSACTION)
 		return PROTO_FORWARD | PROTO_INSPECT;
 	return PROTO_FORWARD;
+}
+
+/* A ParameterStatus: the connection now has this value, and so does the client, unless it answers
+ * tern's own SET (the client had the value already). */
+static void relay_learn_parameter(struct session *s, const uint8_t *body, uint32_t len)
+{
+	uint32_t offset = 0;
+	const char *name = proto_read_cstring(body, len, &offset);
+	const char *value = name ? proto_read_cstring(body, len, &offset) : NULL;
+	if (!value)
+		return;
+	params_store(s->backend->params, &s->backend->param_count, name, value);
+	int i = params_tracked_index(&s->worker->runtime->tracked, name);
+	if (i < 0 || s->hidden_ready > 0)
+		return;
+	if (strlen(value) >= PARAMS_VALUE_MAX) {
+		s->params.is_set &= ~(1u << i);
+		TERN_WARN("parameter %s of client %s/%s is too long to keep across connections", name, s->user,
+			  s->database);
+		return;
+	}
+	base_strlcpy(s->params.value[i], value, PARAMS_VALUE_MAX);
+	s->params.is_set |= 1u << i;
+}
+
+/* Transaction pooling: before the client's own messages, make the connection's tracked parameters the
+ * client's. The SET's answer is hidden from the client (hidden_ready). */
+static void relay_restore_parameters(struct session *s)
+{
+	char sql[PARAMS_TRACKED_MAX * (PARAMS_VALUE_MAX * 2 + 64)];
+	int n = params_build_set(&s->worker->runtime->tracked, &s->params, s->backend->params,
+				 s->backend->param_count, sql, sizeof(sql));
+	if (n <= 0)
+		return;
+	uint8_t msg[sizeof(sql) + 8];
+	size_t len = proto_build_query(msg, sizeof(msg), sql);
+	if (len == 0 || sendq_push_front_copy(&s->to_server, msg, (uint32_t)len) < 0)
+		return;
+	s->pending_ready++;
+	s->hidden_ready++;
 }
 
 static bool relay_tag_is(const uint8_t *body, uint32_t len, const char *tag)
@@ -159,6 +206,17 @@ static bool relay_tag_is(const uint8_t *body, uint32_t len, const char *tag)
 static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
 {
 	struct session *s = ((struct relay_chunk *)ctx)->s;
+	if (type == PROTO_BE_PARAMETER_STATUS) {
+		relay_learn_parameter(s, body, len);
+		return 0;
+	}
+	if (type == PROTO_BE_ERROR) {
+		struct proto_error_fields fields;
+		if (proto_error_parse(body, len, &fields) == 0)
+			TERN_WARN("could not restore client %s/%s's parameters on server pid %u: %s (%s)", s->user,
+				  s->database, s->backend->backend_pid, fields.message, fields.sqlstate);
+		return 0;
+	}
 	if (type == PROTO_BE_COMMAND_COMPLETE) {
 		if (relay_tag_is(body, len, "LISTEN"))
 			s->is_listening = true; /* conservative: kept even if the transaction rolls back */
@@ -173,6 +231,8 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	s->tx_status = (char)body[0];
 	if (s->pending_ready > 0)
 		s->pending_ready--;
+	if (s->hidden_ready > 0)
+		s->hidden_ready--;
 	s->is_unlisten_all_sent = false;
 	s->ready_ns = base_now_ns();
 	session_backend_try_release(s);
@@ -268,6 +328,8 @@ void session_relay_attach_backend(struct session *s, struct pool_conn *conn)
 	}
 	if (s->phase == SESSION_LOGIN_WAIT)
 		session_login_on_backend(s);
+	else if (s->worker->runtime->config->pool_mode == CONFIG_POOL_TRANSACTION)
+		relay_restore_parameters(s);
 	if (!sendq_is_empty(&s->to_server))
 		session_mark_dirty(s, &s->to_server);
 	session_backend_try_release(s);

@@ -12,6 +12,7 @@
 
 #include "auth.h"
 #include "config.h"
+#include "params.h"
 #include "pool/pool.h"
 #include "reasons.h"
 #include "ring/ring.h"
@@ -39,6 +40,7 @@ struct tern_runtime {
 	uint32_t worker_count;
 	uint32_t client_count; /* atomic: sessions open in every worker */
 	uint64_t identity_hash; /* the listen endpoint, part of the pool match key */
+	struct params_tracked tracked; /* parameters kept per client in transaction pooling */
 	bool stopping;          /* atomic: leave now (SIGINT, or the drain is over) */
 	bool draining;          /* atomic: SIGTERM: accept no one, end sessions as their transactions end */
 };

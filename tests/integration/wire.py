@@ -97,6 +97,9 @@ class Wire:
                     raise WireError(error)
                 raise EOFError("connection closed before ReadyForQuery")
             messages.append(msg)
+            if msg[0] == b"S":
+                name, value = msg[1][:-1].split(b"\0", 1)
+                self.params[name.decode()] = value.rstrip(b"\0").decode()
             if msg[0] == b"E" and error is None:
                 error = error_fields(msg[1])
             if msg[0] == b"Z":

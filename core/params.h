@@ -1,0 +1,49 @@
+/*
+ * params.h — the server parameters tern keeps for each client in transaction pooling, so a client
+ * that lands on a server connection set up differently gets its own values back with one SET before
+ * its own messages (PgBouncer's "tracked parameters"). Only parameters the server reports with
+ * ParameterStatus can be tracked: that is how tern learns a client changed one.
+ *
+ * Threads: the tracked-name list is built once at startup and read-only after; a session's values
+ * belong to its worker. Ownership: callers own every buffer.
+ */
+#ifndef TERN_PARAMS_H
+#define TERN_PARAMS_H
+
+#include "base/base.h"
+#include "pool/pool.h"
+
+/* Names tracked at once: the built-in six plus track_extra_parameters. */
+#define PARAMS_TRACKED_MAX 16u
+/* A tracked value longer than this is left untracked (and logged): no reported parameter's usual values
+ * come close (application_name is at most 63 bytes). */
+#define PARAMS_VALUE_MAX 128u
+
+struct params_tracked {
+	const char *names[PARAMS_TRACKED_MAX];
+	uint32_t count;
+	char *storage; /* the extra names, owned */
+};
+
+/* The built-in names, then the comma-separated `extra` ones. 0 or -E2BIG / -ENOMEM. */
+TERN_MUST_USE int params_tracked_init(struct params_tracked *tracked, const char *extra);
+void params_tracked_deinit(struct params_tracked *tracked);
+/* The index of `name` (case-insensitive, as GUC names are), or -1. */
+int params_tracked_index(const struct params_tracked *tracked, const char *name);
+
+/* A client's tracked values; value[i][0] == '\0' with is_set clear means "as the server has it". */
+struct params_values {
+	char value[PARAMS_TRACKED_MAX][PARAMS_VALUE_MAX];
+	uint32_t is_set; /* bit i: value[i] holds the client's value */
+};
+
+/* The value of `name` among a connection's reported parameters (case-insensitive), or NULL. */
+const char *params_find(const struct pool_param *params, uint32_t count, const char *name);
+/* Records a reported value in a connection's parameter list, replacing or appending. */
+void params_store(struct pool_param *params, uint32_t *count, const char *name, const char *value);
+/* "SET a TO 'x'; SET b TO 'y'" for every tracked value the client set that the connection has
+ * differently. Returns the length, 0 when nothing differs, or -ENOSPC. */
+TERN_MUST_USE int params_build_set(const struct params_tracked *tracked, const struct params_values *client,
+				   const struct pool_param *conn, uint32_t conn_count, char *out, size_t out_size);
+
+#endif
