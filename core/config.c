@@ -148,6 +148,9 @@ static const struct config_key config_keys[] = {
 		"auth", "auth_file", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD | CONFIG_PATH, auth_file, NULL,
 		"PgBouncer userlist.txt file with plaintext passwords, md5 hashes or SCRAM secrets; relative "
 		"paths are relative to the config file"),
+	CONFIG_KEY("admin", "admin_users", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, admin_users, NULL,
+		   "comma-separated users who may connect to the admin console, the virtual database \"tern\" "
+		   "(they authenticate like any client)"),
 	CONFIG_KEY("limits", "max_client_conn", CONFIG_INT, "100", 1, 1000000, CONFIG_RELOAD, max_client_conn,
 		   NULL, "most client connections tern accepts at once (more get SQLSTATE 53300)"),
 	CONFIG_KEY("limits", "client_idle_timeout", CONFIG_DURATION, "0", 0, 86400 * CONFIG_SECOND_MS,

@@ -46,6 +46,7 @@ struct tern_config {
 	/* [auth] */
 	int auth_mode; /* enum config_auth_mode */
 	char *auth_file; /* already resolved against the config file's directory; "" when unset */
+	char *admin_users;
 	/* [limits] */
 	uint32_t max_client_conn;
 	uint64_t client_idle_timeout_ms, idle_transaction_timeout_ms, query_timeout_ms;

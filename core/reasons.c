@@ -13,6 +13,8 @@ static const struct session_end_info reasons[SESSION_END_REASON_COUNT] = {
 	[SESSION_END_AUTH_UNSUPPORTED] = {"auth_unsupported", "28000",
 					  "the client does not support the authentication method tern requires",
 					  NULL, BASE_LOG_INFO},
+	[SESSION_END_ADMIN_DENIED] = {"admin_denied", "28000", "not allowed to connect to the admin console",
+				      "List the user in [admin] admin_users.", BASE_LOG_WARNING},
 	[SESSION_END_PROTOCOL_VIOLATION] = {"protocol_violation", "08P01", "protocol violation", NULL,
 					    BASE_LOG_INFO},
 	[SESSION_END_FRAME_TOO_LARGE] = {"frame_too_large", "08P01", "message too large",

@@ -15,6 +15,7 @@ enum session_end_reason {
 	SESSION_END_TOO_MANY_CLIENTS,  /* max_client_conn reached */
 	SESSION_END_AUTH_FAILED,       /* wrong password or unknown user */
 	SESSION_END_AUTH_UNSUPPORTED,  /* the client cannot do the required method */
+	SESSION_END_ADMIN_DENIED,      /* the admin console, for a user not in admin_users */
 	SESSION_END_PROTOCOL_VIOLATION,
 	SESSION_END_FRAME_TOO_LARGE,
 	SESSION_END_UNSUPPORTED_REQUEST, /* e.g. a CancelRequest before cancels are routed */

@@ -2,6 +2,7 @@
  * release, and the one way it ends. */
 #include "session.h"
 
+#include "admin.h"
 #include "scram.h"
 #include "worker.h"
 
@@ -126,6 +127,8 @@ static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags
 		const uint8_t *data = ring_buffer_data(ring, bid);
 		if (s->phase == SESSION_READY)
 			session_relay_on_client_chunk(s, bid, data, (uint32_t)res);
+		else if (s->phase == SESSION_ADMIN)
+			admin_on_bytes(s, data, (uint32_t)res);
 		else if (s->phase != SESSION_CLOSING)
 			session_login_on_bytes(s, data, (uint32_t)res);
 		ring_buffer_unref(ring, bid);
@@ -393,6 +396,8 @@ void session_end(struct session *s, enum session_end_reason reason)
 	s->phase = SESSION_CLOSING;
 	s->closing_ns = base_now_ns();
 	__atomic_sub_fetch(&worker->runtime->client_count, 1, __ATOMIC_RELAXED);
+	if (s->is_counted)
+		__atomic_sub_fetch(&s->db->client_count, 1, __ATOMIC_RELAXED);
 	if (s->is_request_pending && pool_request_cancel(worker->runtime->pool, &s->request)) {
 		s->is_request_pending = false;
 		base_list_remove(&s->parked_link);

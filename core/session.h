@@ -38,6 +38,7 @@ enum session_phase {
 	SESSION_AUTH,        /* an authentication exchange is under way */
 	SESSION_LOGIN_WAIT,  /* authenticated, waiting for a server connection to welcome with */
 	SESSION_READY,       /* relaying */
+	SESSION_ADMIN,       /* the admin console: tern answers the queries itself */
 	SESSION_CLOSING,     /* ending: the client gets no more bytes; waiting for ops to finish */
 };
 
@@ -58,6 +59,8 @@ struct session {
 	uint32_t login_cap;
 	bool is_over_client_limit;
 	bool welcome_sent;
+	bool is_admin;
+	bool is_counted; /* in db->client_count */
 	char user[POOL_NAME_LEN_MAX];
 	char database[POOL_NAME_LEN_MAX];
 	char application_name[POOL_NAME_LEN_MAX];

@@ -1,4 +1,5 @@
 /* The login half of a session: startup packet, SSL/GSS refusal, authentication and the welcome. */
+#include "admin.h"
 #include "auth.h"
 #include "scram.h"
 #include "session.h"
@@ -132,6 +133,8 @@ static void login_send_welcome(struct session *s, const struct pool_param *param
 	session_send_to_client(s, msg, (uint32_t)n);
 	s->welcome_sent = true;
 	s->phase = SESSION_READY;
+	s->is_counted = true;
+	__atomic_add_fetch(&s->db->client_count, 1, __ATOMIC_RELAXED);
 	free(s->login_buf);
 	s->login_buf = NULL;
 	s->login_len = s->login_cap = 0;
@@ -145,6 +148,10 @@ static void login_complete(struct session *s)
 		scram_server_deinit(s->scram);
 		free(s->scram);
 		s->scram = NULL;
+	}
+	if (s->is_admin) {
+		admin_welcome(s);
+		return;
 	}
 	s->phase = SESSION_LOGIN_WAIT;
 	if (rt->config->pool_mode == CONFIG_POOL_TRANSACTION && pool_db_has_params(s->db)) {
@@ -269,6 +276,15 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 	if (!login_build_options(s, st, options, sizeof(options))) {
 		session_send_error(s, "FATAL", "54000", "startup parameters too long", NULL);
 		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		return;
+	}
+	if (strcmp(s->database, ADMIN_DATABASE) == 0) {
+		if (!admin_is_allowed(rt->config, s->user)) {
+			session_end(s, SESSION_END_ADMIN_DENIED);
+			return;
+		}
+		s->is_admin = true;
+		login_begin_auth(s);
 		return;
 	}
 	const struct auth_user *entry = rt->auth_file ? auth_file_find(rt->auth_file, s->user) : NULL;

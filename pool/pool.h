@@ -73,6 +73,7 @@ struct pool_db {
 	uint32_t param_count;
 	int params_ready;
 	uint64_t last_used_ns;
+	uint32_t client_count; /* atomic: clients logged in with this key, for SHOW POOLS */
 };
 
 enum pool_conn_state { POOL_CONN_FREE = 1, POOL_CONN_USED, POOL_CONN_CLOSING };

@@ -671,6 +671,43 @@ def each_client_keeps_its_own_parameters_on_a_shared_connection(ctx):
 
 
 @test
+def the_admin_console_shows_pools_servers_config_and_shuts_down(ctx):
+    port = free_port()
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n"
+              "primary = host=127.0.0.1 port=%d\n[pool]\npool_size = 3\n[admin]\nadmin_users = ops, postgres\n"
+              % (port, ctx.pg.primary_port))
+    t = TernProcess(TERN, config)
+    ctx.terns.append(t)
+    t.start()
+    holder = Wire(t.port)
+    holder.login("postgres")
+    holder.query("begin")  # one server connection in use
+    try:
+        admin = lambda sql: psql_ok(t.port, sql, dbname="tern")
+        check(admin("show version") == "tern 0.1.0", "SHOW VERSION")
+        config_rows = dict(line.split("|")[:2] for line in admin("show config").splitlines())
+        check(config_rows.get("pool_size") == "3" and config_rows.get("pool_mode") == "transaction",
+              "SHOW CONFIG: %r" % config_rows)
+        pools = [line.split("|") for line in admin("SHOW POOLS;").splitlines()]
+        row = [p for p in pools if p[0] == "postgres" and p[1] == "postgres"]
+        check(len(row) == 1 and row[0][4] == "1" and row[0][9] == "transaction",
+              "SHOW POOLS: one active server for postgres/postgres: %r" % pools)
+        servers = [line.split("|") for line in admin("show servers").splitlines()]
+        check(any(r[3] == "active" and r[2] == "postgres" for r in servers), "SHOW SERVERS: %r" % servers)
+        r = psql(t.port, "show nonsense", dbname="tern")
+        check(r.returncode != 0 and "unknown admin command" in r.stderr, "unknown command: %r" % r.stderr)
+        expect_login_refused(t.port, "alice", "28000", database="tern")
+        check(holder.query("select 1") == [["1"]], "the console touched no client")
+        psql(t.port, "shutdown", dbname="tern")
+        fields = holder.expect_error_and_close()
+        check(fields and fields["C"] == "57P01", "SHUTDOWN ends every session: %r" % fields)
+        t.proc.wait(timeout=10)
+        check(t.proc.returncode == 0, "tern exits 0 after SHUTDOWN")
+    finally:
+        holder.close()
+
+
+@test
 def tern_refuses_to_start_with_a_clear_line_when_io_uring_is_blocked(ctx):
     helper = os.path.join(os.path.dirname(TERN), "tests", "fuzz", "no_uring_exec")
     check(os.path.exists(helper), "no_uring_exec is built next to tern (%s)" % helper)

@@ -1,0 +1,23 @@
+/*
+ * admin.h — the admin console: the virtual database "tern", open to the users in [admin] admin_users,
+ * answering PgBouncer's SHOW commands with PgBouncer's column names where the meaning is the same.
+ *
+ * Threads: runs on the session's worker; reads pool state under the pool's locks and the config,
+ * which is read-only. Never: forwards anything to a server.
+ */
+#ifndef TERN_ADMIN_H
+#define TERN_ADMIN_H
+
+#include "config.h"
+#include "session.h"
+
+#define ADMIN_DATABASE "tern"
+
+/* True when `user` may open the admin console. */
+bool admin_is_allowed(const struct tern_config *config, const char *user);
+/* After authentication: the welcome, and the session answers queries itself from now on. */
+void admin_welcome(struct session *s);
+/* Client bytes for an admin session. */
+void admin_on_bytes(struct session *s, const uint8_t *data, uint32_t len);
+
+#endif
