@@ -28,6 +28,102 @@ static void main_usage(FILE *out)
 		     "       tern --help-config    describe every config key (--help-config=markdown: as a table)\n");
 }
 
+/* Configs and user lists replaced by a reload: a worker may still be reading one, so they are freed
+ * only at exit. A reload a second for a minute stays within this. */
+#define MAIN_RETIRED_MAX 64u
+
+struct main_retired {
+	struct tern_config *configs[MAIN_RETIRED_MAX];
+	struct auth_file *auth_files[MAIN_RETIRED_MAX];
+	uint32_t config_count, auth_file_count;
+};
+
+static void main_swap_strings(char **a, char **b)
+{
+	char *t = *a;
+	*a = *b;
+	*b = t;
+}
+
+/* SIGHUP: reloadable keys take effect now; the others keep their running values, and the log says
+ * which changed and need a restart. A bad file changes nothing. */
+static void main_reload(struct tern_runtime *rt, struct pool_opener *opener, const char *path,
+			struct main_retired *retired)
+{
+	struct tern_config *next = calloc(1, sizeof(*next));
+	char err[1024];
+	if (!next || retired->config_count == MAIN_RETIRED_MAX) {
+		TERN_ERROR("SIGHUP: cannot reload (out of memory, or more than %u reloads): restart tern",
+			   MAIN_RETIRED_MAX);
+		free(next);
+		return;
+	}
+	if (config_load(next, path, err, sizeof(err)) < 0) {
+		TERN_ERROR("SIGHUP: %s; nothing changed", err);
+		config_deinit(next);
+		free(next);
+		return;
+	}
+	struct tern_config *old = (struct tern_config *)rt->config;
+	struct auth_file *auth_file = NULL;
+	if (next->auth_file[0] && auth_file_load(next->auth_file, &auth_file, err, sizeof(err)) < 0) {
+		TERN_ERROR("SIGHUP: [auth] auth_file: %s; nothing changed", err);
+		config_deinit(next);
+		free(next);
+		return;
+	}
+	if (!auth_file && next->auth_mode != CONFIG_AUTH_TRUST) {
+		TERN_ERROR("SIGHUP: [auth] mode needs an auth_file; nothing changed");
+		config_deinit(next);
+		free(next);
+		return;
+	}
+	for (size_t i = 0; i < config_key_count(); i++) {
+		const char *section, *key, *default_text;
+		char before[512], after[512];
+		bool reloadable;
+		if (config_describe_key(old, i, &section, &key, before, sizeof(before), &default_text, &reloadable) < 0 ||
+		    config_describe_key(next, i, &section, &key, after, sizeof(after), &default_text, &reloadable) < 0 ||
+		    strcmp(before, after) == 0)
+			continue;
+		if (reloadable)
+			TERN_INFO("SIGHUP: [%s] %s = %s (was %s)", section, key, after, before);
+		else
+			TERN_WARN("SIGHUP: [%s] %s changed to %s; it needs a restart, %s stays in effect", section, key,
+				  after, before);
+	}
+	/* Keys that only a restart can change keep their running values. */
+	memcpy(next->listen_host, old->listen_host, sizeof(next->listen_host));
+	next->listen_port = old->listen_port;
+	next->workers = old->workers;
+	next->pin_workers = old->pin_workers;
+	next->pool_mode = old->pool_mode;
+	next->ring_entries = old->ring_entries;
+	next->buffer_count = old->buffer_count;
+	next->buffer_size = old->buffer_size;
+	next->max_client_frame_bytes = old->max_client_frame_bytes;
+	next->max_backend_frame_bytes = old->max_backend_frame_bytes;
+	main_swap_strings(&next->primary_conninfo, &old->primary_conninfo);
+	main_swap_strings(&next->track_extra_parameters, &old->track_extra_parameters);
+
+	base_log_level_current = next->log_level;
+	struct pool_settings settings = {
+		.pool_size = next->pool_size,
+		.min_pool_size = next->min_pool_size,
+		.idle_timeout_ns = next->server_idle_timeout_ms * BASE_NS_PER_MS,
+		.lifetime_ns = next->server_lifetime_ms * BASE_NS_PER_MS,
+	};
+	pool_set_settings(rt->pool, &settings);
+	pool_opener_set_connect_timeout(opener, next->server_connect_timeout_ms);
+	struct auth_file *old_auth = (struct auth_file *)rt->auth_file;
+	__atomic_store_n(&rt->auth_file, auth_file, __ATOMIC_RELEASE);
+	__atomic_store_n(&rt->config, next, __ATOMIC_RELEASE);
+	retired->configs[retired->config_count++] = old;
+	if (old_auth && retired->auth_file_count < MAIN_RETIRED_MAX)
+		retired->auth_files[retired->auth_file_count++] = old_auth;
+	TERN_INFO("SIGHUP: configuration reloaded from %s", path);
+}
+
 static int main_listen(const struct tern_config *cfg, char *err, size_t err_size)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
@@ -177,12 +273,13 @@ int main(int argc, char **argv)
 	/* SIGINT ends every session at once. SIGTERM drains: tern accepts no one and ends each session
 	 * as soon as it holds no transaction open, then exits, or at shutdown_timeout, whatever is left. */
 	uint64_t drain_deadline_ns = 0;
+	static struct main_retired retired;
 	for (;;) {
 		struct timespec wait = {.tv_sec = 0, .tv_nsec = 100 * 1000 * 1000};
 		siginfo_t info;
 		int sig = sigtimedwait(&signals, &info, drain_deadline_ns ? &wait : NULL);
 		if (sig == SIGHUP) {
-			TERN_WARN("SIGHUP: reloading the config is not supported yet; restart tern to apply changes");
+			main_reload(&rt, opener, config_path, &retired);
 			continue;
 		}
 		if (sig == SIGINT) {
@@ -191,8 +288,9 @@ int main(int argc, char **argv)
 		}
 		if (sig == SIGTERM && !drain_deadline_ns) {
 			TERN_INFO("SIGTERM: accepting no new clients; exiting when running transactions end "
-				  "(shutdown_timeout %.1fs, SIGINT to stop at once)", cfg.shutdown_timeout_ms / 1000.0);
-			drain_deadline_ns = base_now_ns() + cfg.shutdown_timeout_ms * BASE_NS_PER_MS;
+				  "(shutdown_timeout %.1fs, SIGINT to stop at once)",
+				  rt.config->shutdown_timeout_ms / 1000.0);
+			drain_deadline_ns = base_now_ns() + rt.config->shutdown_timeout_ms * BASE_NS_PER_MS;
 			__atomic_store_n(&rt.draining, true, __ATOMIC_RELEASE);
 			for (uint32_t i = 0; i < rt.worker_count; i++)
 				worker_stop(rt.workers[i]);
@@ -224,9 +322,18 @@ int main(int argc, char **argv)
 	free(rt.workers);
 	pool_deinit(&pool);
 	pool_opener_destroy(opener);
-	if (auth_file)
-		auth_file_destroy(auth_file);
+	if (rt.auth_file)
+		auth_file_destroy((struct auth_file *)rt.auth_file);
+	for (uint32_t i = 0; i < retired.auth_file_count; i++)
+		auth_file_destroy(retired.auth_files[i]);
 	params_tracked_deinit(&rt.tracked);
-	config_deinit(&cfg);
+	config_deinit((struct tern_config *)rt.config);
+	if (rt.config != &cfg)
+		free((struct tern_config *)rt.config);
+	for (uint32_t i = 0; i < retired.config_count; i++) {
+		config_deinit(retired.configs[i]);
+		if (retired.configs[i] != &cfg)
+			free(retired.configs[i]);
+	}
 	return 0;
 }

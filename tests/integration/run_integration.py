@@ -708,6 +708,31 @@ def the_admin_console_shows_pools_servers_config_and_shuts_down(ctx):
 
 
 @test
+def sighup_applies_reloadable_keys_and_names_the_ones_that_need_a_restart(ctx):
+    port = free_port()
+    template = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = %%d\npool_mode = transaction\n[servers]\n"
+                "primary = host=127.0.0.1 port=%d\n[pool]\npool_size = %%d\n[admin]\nadmin_users = postgres\n"
+                % (port, ctx.pg.primary_port))
+    t = TernProcess(TERN, template % (2, 3))
+    ctx.terns.append(t)
+    t.start()
+    show = lambda: dict(line.split("|")[:2] for line in psql_ok(t.port, "show config", dbname="tern").splitlines())
+    check(show()["pool_size"] == "3", "pool_size before")
+    with open(os.path.join(t.workdir, "tern.ini"), "w") as f:
+        f.write(template % (1, 7))
+    t.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: show()["pool_size"] == "7", "pool_size reloaded", timeout=10)
+    check(show()["workers"] == "2", "workers keeps its running value")
+    wait_for(lambda: "[tern] workers changed to 1; it needs a restart" in t.log_tail(50), "the log names it")
+    with open(os.path.join(t.workdir, "tern.ini"), "w") as f:
+        f.write(template % (2, 7) + "[pool]\npool_sise = 9\n")
+    t.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "pool_sise" in t.log_tail(50) and "nothing changed" in t.log_tail(50), "a bad file is refused")
+    check(show()["pool_size"] == "7", "the running configuration stays")
+    check(psql_ok(t.port, "select 1") == "1", "clients are served throughout")
+
+
+@test
 def tern_refuses_to_start_with_a_clear_line_when_io_uring_is_blocked(ctx):
     helper = os.path.join(os.path.dirname(TERN), "tests", "fuzz", "no_uring_exec")
     check(os.path.exists(helper), "no_uring_exec is built next to tern (%s)" % helper)
