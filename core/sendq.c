@@ -93,19 +93,30 @@ int sendq_push_buffer(struct sendq *q, struct ring *ring, uint16_t buffer_id, co
 	return 0;
 }
 
+/* Room for one more slice and an owned copy of the bytes; NULL with *rc set when either fails. */
+static void *sendq_copy_for_slice(struct sendq *q, const void *data, uint32_t len, int *rc)
+{
+	*rc = sendq_reserve(q);
+	if (*rc < 0)
+		return NULL;
+	void *copy = malloc(len);
+	if (!copy) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	memcpy(copy, data, len);
+	return copy;
+}
+
 int sendq_push_copy(struct sendq *q, const void *data, uint32_t len)
 {
 	if (len == 0)
 		return 0; /* an empty slice would sit at the head forever: sendq_sent only moves on bytes */
-	int rc = sendq_reserve(q);
-	if (rc < 0)
-		return rc;
-	void *copy = malloc(len);
-	if (!copy)
-		return -ENOMEM;
-	memcpy(copy, data, len);
-	sendq_append(q, copy, len, -1);
-	return 0;
+	int rc;
+	void *copy = sendq_copy_for_slice(q, data, len, &rc);
+	if (copy)
+		sendq_append(q, copy, len, -1);
+	return rc;
 }
 
 int sendq_push_front_copy(struct sendq *q, const void *data, uint32_t len)
@@ -113,13 +124,10 @@ int sendq_push_front_copy(struct sendq *q, const void *data, uint32_t len)
 	TERN_ASSERT(!q->op.is_armed && q->head_sent == 0);
 	if (len == 0)
 		return 0;
-	int rc = sendq_reserve(q);
-	if (rc < 0)
-		return rc;
-	void *copy = malloc(len);
+	int rc;
+	void *copy = sendq_copy_for_slice(q, data, len, &rc);
 	if (!copy)
-		return -ENOMEM;
-	memcpy(copy, data, len);
+		return rc;
 	q->head = (q->head + q->cap - 1) & (q->cap - 1);
 	q->slices[q->head] = (struct sendq_slice){.data = copy, .len = len, .buffer_id = -1};
 	q->count++;

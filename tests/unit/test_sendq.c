@@ -503,3 +503,19 @@ Test(sendq, deinit_drops_references_of_unsent_slices)
 	cr_assert_eq(fx.q.count, 0);
 	assert_all_buffers_back();
 }
+
+/* tern's own SET goes ahead of client bytes already queued (and of a wrapped-around queue). */
+Test(sendq, push_front_copy_goes_out_before_everything_queued)
+{
+	fx.q.fd = fx.fds[0];
+	uint8_t *b = take_buffer(3);
+	memcpy(b, "client", 6);
+	cr_assert_eq(sendq_push_buffer(&fx.q, &fx.ring, 3, b, 6), 0);
+	ring_buffer_unref(&fx.ring, 3);
+	cr_assert_eq(sendq_push_copy(&fx.q, "+tail", 5), 0);
+	cr_assert_eq(sendq_push_front_copy(&fx.q, "SET;", 4), 0);
+	cr_assert_eq(fx.q.bytes, 15);
+	(void)send_all();
+	assert_received((const uint8_t *)"SET;client+tail", 15);
+	assert_all_buffers_back();
+}
