@@ -49,7 +49,7 @@ struct tern_config {
 	char *admin_users;
 	/* [limits] */
 	uint32_t max_client_conn;
-	uint64_t client_idle_timeout_ms, idle_transaction_timeout_ms, query_timeout_ms;
+	uint64_t client_idle_timeout_ms, idle_transaction_timeout_ms, query_timeout_ms, client_login_timeout_ms;
 	uint64_t max_client_frame_bytes, max_backend_frame_bytes;
 
 	char *path; /* the file it was loaded from, or NULL for pure defaults */

@@ -313,15 +313,19 @@ int main(int argc, char **argv)
 	__atomic_store_n(&rt.stopping, true, __ATOMIC_RELEASE);
 	for (uint32_t i = 0; i < rt.worker_count; i++)
 		worker_stop(rt.workers[i]);
-	for (uint32_t i = 0; i < rt.worker_count; i++) {
+	for (uint32_t i = 0; i < rt.worker_count; i++)
 		worker_join(rt.workers[i]);
+	/* The pool thread stops before pool_deinit (it must not touch what that frees) and before the
+	 * workers are freed (a late answer to a parked request still lands in a worker's mailbox). */
+	pool_opener_stop(opener);
+	pool_deinit(&pool);
+	pool_opener_destroy(opener);
+	for (uint32_t i = 0; i < rt.worker_count; i++) {
 		if (rt.workers[i]->listen_fd >= 0)
 			close(rt.workers[i]->listen_fd);
 		free(rt.workers[i]);
 	}
 	free(rt.workers);
-	pool_deinit(&pool);
-	pool_opener_destroy(opener);
 	if (rt.auth_file)
 		auth_file_destroy((struct auth_file *)rt.auth_file);
 	for (uint32_t i = 0; i < retired.auth_file_count; i++)

@@ -30,6 +30,9 @@ static const struct session_end_info reasons[SESSION_END_REASON_COUNT] = {
 	[SESSION_END_CLIENT_IDLE_TIMEOUT] = {"client_idle_timeout", "57P05",
 					     "terminating connection due to client_idle_timeout",
 					     "The limit is [limits] client_idle_timeout.", BASE_LOG_INFO},
+	[SESSION_END_CLIENT_LOGIN_TIMEOUT] = {"client_login_timeout", "08P01",
+					      "terminating connection due to client_login_timeout",
+					      "The login took longer than [limits] client_login_timeout.", BASE_LOG_INFO},
 	[SESSION_END_IDLE_TRANSACTION_TIMEOUT] = {"idle_transaction_timeout", "25P03",
 						  "terminating connection due to idle_transaction_timeout",
 						  "The transaction was rolled back; the limit is [limits] "

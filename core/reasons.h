@@ -22,6 +22,7 @@ enum session_end_reason {
 	SESSION_END_SERVER_REFUSED,    /* the server refused the login; its SQLSTATE is relayed */
 	SESSION_END_WAIT_TIMEOUT,      /* query_wait_timeout */
 	SESSION_END_CLIENT_IDLE_TIMEOUT,      /* client_idle_timeout */
+	SESSION_END_CLIENT_LOGIN_TIMEOUT,     /* client_login_timeout */
 	SESSION_END_IDLE_TRANSACTION_TIMEOUT, /* idle_transaction_timeout */
 	SESSION_END_QUERY_TIMEOUT,            /* query_timeout */
 	SESSION_END_SERVER_LOST,       /* the server connection failed under the session */

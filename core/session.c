@@ -281,9 +281,11 @@ void session_on_wait_timeout(struct session *s)
 
 static bool session_backend_is_idle(const struct session *s)
 {
+	/* Both streams between messages: a connection released while the server still waits for the rest
+	 * of a client's message would read the next client's bytes as that message's body. */
 	return s->backend && !s->is_backend_failed && !s->is_backend_dropping && s->tx_status == 'I' &&
-	       s->pending_ready == 0 && !s->is_unsynced && sendq_is_idle(&s->to_server) &&
-	       proto_stream_is_at_boundary(&s->server_stream);
+	       s->pending_ready == 0 && !s->is_unsynced && !s->is_copy_in && sendq_is_idle(&s->to_server) &&
+	       proto_stream_is_at_boundary(&s->server_stream) && proto_stream_is_at_boundary(&s->client_stream);
 }
 
 void session_backend_try_release(struct session *s)
@@ -425,6 +427,11 @@ void session_linger_expired(struct session *s)
 void session_check_timeouts(struct session *s, uint64_t now_ns)
 {
 	const struct tern_config *cfg = s->worker->runtime->config;
+	uint64_t login_ns = cfg->client_login_timeout_ms * BASE_NS_PER_MS;
+	if ((s->phase == SESSION_STARTUP || s->phase == SESSION_AUTH) && login_ns && now_ns - s->started_ns > login_ns) {
+		session_end(s, SESSION_END_CLIENT_LOGIN_TIMEOUT);
+		return;
+	}
 	if (s->phase != SESSION_READY)
 		return;
 	uint64_t query_ns = cfg->query_timeout_ms * BASE_NS_PER_MS;
@@ -464,6 +471,7 @@ void session_destroy(struct session *s)
 	TERN_ASSERT(session_is_reapable(s));
 	struct worker *worker = s->worker;
 	base_list_remove(&s->link);
+	session_unstarve(s); /* a closing session may starve again (its reset's answer); never leave it linked */
 	worker->session_count--;
 	close(s->client_fd);
 	sendq_deinit(&s->to_client, &worker->ring);

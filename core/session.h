@@ -90,6 +90,10 @@ struct session {
 	struct base_list starved_link;
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
 	bool terminate_seen;
+	bool is_copy_in;             /* the server is in copy-in: it ignores the Syncs it receives */
+	uint32_t syncs_since_execute; /* Syncs counted since the last Execute or Query */
+	bool ssl_request_seen;
+	bool gss_request_seen;
 	/* Transaction pooling: a client that ran LISTEN keeps its server connection (its notifications
 	 * arrive there) until UNLISTEN * or DISCARD ALL; at its exit that connection is closed. */
 	bool is_listening;

@@ -172,7 +172,8 @@ void session_login_on_backend(struct session *s)
 static void login_begin_auth(struct session *s)
 {
 	const struct tern_runtime *rt = s->worker->runtime;
-	const struct auth_user *user = rt->auth_file ? auth_file_find(rt->auth_file, s->user) : NULL;
+	const struct auth_file *auth = __atomic_load_n(&rt->auth_file, __ATOMIC_ACQUIRE); /* SIGHUP swaps it */
+	const struct auth_user *user = auth ? auth_file_find(auth, s->user) : NULL;
 	int mode = rt->config->auth_mode;
 	if (mode == CONFIG_AUTH_TRUST) {
 		login_complete(s);
@@ -287,7 +288,8 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 		login_begin_auth(s);
 		return;
 	}
-	const struct auth_user *entry = rt->auth_file ? auth_file_find(rt->auth_file, s->user) : NULL;
+	const struct auth_file *auth = __atomic_load_n(&rt->auth_file, __ATOMIC_ACQUIRE);
+	const struct auth_user *entry = auth ? auth_file_find(auth, s->user) : NULL;
 	const char *server_password = entry && entry->kind == AUTH_SECRET_PLAIN ? entry->secret : NULL;
 	s->db = pool_db_get(rt->pool, s->user, s->database, options, server_password, rt->identity_hash);
 	if (!s->db) {
@@ -309,6 +311,14 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 		return -1;
 	}
 	if (st.code == PROTO_CODE_SSL || st.code == PROTO_CODE_GSSENC) {
+		/* One of each, as PostgreSQL allows: a client repeating them forever must not grow tern's
+		 * queue of answers. */
+		bool *seen = st.code == PROTO_CODE_SSL ? &s->ssl_request_seen : &s->gss_request_seen;
+		if (*seen) {
+			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+			return -1;
+		}
+		*seen = true;
 		/* Bytes sent before the answer would be read as if they had come over the encrypted channel
 		 * (CVE-2021-23214): a client must wait for 'N' before it sends anything more. */
 		if (more_follows) {
@@ -332,7 +342,8 @@ static int login_on_password(struct session *s, const uint8_t *body, uint32_t le
 {
 	const struct tern_runtime *rt = s->worker->runtime;
 	if (!s->scram) {
-		const struct auth_user *user = rt->auth_file ? auth_file_find(rt->auth_file, s->user) : NULL;
+		const struct auth_file *auth = __atomic_load_n(&rt->auth_file, __ATOMIC_ACQUIRE);
+		const struct auth_user *user = auth ? auth_file_find(auth, s->user) : NULL;
 		size_t response_len = len > 0 && body[len - 1] == '\0' ? len - 1 : len;
 		if (!auth_md5_verify(user, s->md5_salt, (const char *)body, response_len)) {
 			session_end(s, SESSION_END_AUTH_FAILED);

@@ -24,6 +24,10 @@ static void relay_request_sent(struct session *s)
 		s->request_sent_ns = s->client_active_ns;
 }
 
+/* A message type tern does not know after login: the server would close the connection; tern must
+ * not forward what it cannot account for. */
+#define RELAY_UNKNOWN_TYPE (-EBADMSG)
+
 static unsigned relay_client_on_type(void *ctx, uint8_t type)
 {
 	struct session *s = ((struct relay_chunk *)ctx)->s;
@@ -32,24 +36,37 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 		return PROTO_INSPECT; /* not forwarded: the server connection outlives the client */
 	case PROTO_FE_QUERY:
 		relay_request_sent(s);
+		s->syncs_since_execute = 0;
 		return s->is_listening ? (PROTO_FORWARD | PROTO_INSPECT_SMALL) : PROTO_FORWARD;
 	case PROTO_FE_FUNCTION_CALL:
 		relay_request_sent(s);
 		return PROTO_FORWARD;
 	case PROTO_FE_SYNC:
-		relay_request_sent(s);
 		s->is_unsynced = false;
+		if (s->is_copy_in)
+			return PROTO_FORWARD; /* the server ignores a Sync in copy-in: no ReadyForQuery comes */
+		relay_request_sent(s);
+		s->syncs_since_execute++;
+		return PROTO_FORWARD;
+	case PROTO_FE_EXECUTE:
+		s->syncs_since_execute = 0;
+		s->is_unsynced = true;
 		return PROTO_FORWARD;
 	case PROTO_FE_PARSE:
 	case PROTO_FE_BIND:
 	case PROTO_FE_DESCRIBE:
-	case PROTO_FE_EXECUTE:
 	case PROTO_FE_CLOSE:
 	case PROTO_FE_FLUSH:
 		s->is_unsynced = true;
 		return PROTO_FORWARD;
-	default:
+	case PROTO_FE_COPY_DONE:
+	case PROTO_FE_COPY_FAIL:
+		s->is_copy_in = false;
 		return PROTO_FORWARD;
+	case PROTO_FE_COPY_DATA:
+		return PROTO_FORWARD; /* outside copy-in the server ignores it, by the protocol */
+	default:
+		return PROTO_INSPECT; /* refused in on_message, before a byte of it is forwarded */
 	}
 }
 
@@ -66,7 +83,7 @@ static const uint8_t *relay_skip_blank(const uint8_t *p, const uint8_t *end)
 			p += 2;
 			while (p + 1 < end && !(p[0] == '*' && p[1] == '/'))
 				p++;
-			p += 2;
+			p = p + 2 <= end ? p + 2 : end; /* an unterminated comment runs to the end */
 		} else {
 			break;
 		}
@@ -97,7 +114,8 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		s->is_unlisten_all_sent |= relay_is_unlisten_all(body, len);
 		return 0;
 	}
-	TERN_ASSERT(type == PROTO_FE_TERMINATE);
+	if (type != PROTO_FE_TERMINATE)
+		return RELAY_UNKNOWN_TYPE;
 	s->terminate_seen = true;
 	return RELAY_STOP_TERMINATE;
 }
@@ -147,7 +165,7 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 		bool wanted = type == PROTO_BE_READY || type == PROTO_BE_PARAMETER_STATUS || type == PROTO_BE_ERROR;
 		return wanted ? PROTO_INSPECT : 0;
 	}
-	if (type == PROTO_BE_READY)
+	if (type == PROTO_BE_READY || type == PROTO_BE_COPY_IN)
 		return PROTO_FORWARD | PROTO_INSPECT;
 	if (type == PROTO_BE_PARAMETER_STATUS && s->worker->runtime->config->pool_mode == CONFIG_POOL_TRANSACTION)
 		return PROTO_FORWARD | PROTO_INSPECT;
@@ -165,6 +183,8 @@ static void relay_learn_parameter(struct session *s, const uint8_t *body, uint32
 	const char *name = proto_read_cstring(body, len, &offset);
 	const char *value = name ? proto_read_cstring(body, len, &offset) : NULL;
 	if (!value)
+		return;
+	if (!s->backend)
 		return;
 	params_store(s->backend->params, &s->backend->param_count, name, value);
 	int i = params_tracked_index(&s->worker->runtime->tracked, name);
@@ -210,6 +230,15 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		relay_learn_parameter(s, body, len);
 		return 0;
 	}
+	if (type == PROTO_BE_COPY_IN) {
+		/* Syncs the client pipelined behind the COPY's Execute reach a server in copy-in, which
+		 * ignores them: they will bring no ReadyForQuery. */
+		s->is_copy_in = true;
+		uint32_t ignored = TERN_MIN(s->syncs_since_execute, s->pending_ready);
+		s->pending_ready -= ignored;
+		s->syncs_since_execute = 0;
+		return 0;
+	}
 	if (type == PROTO_BE_ERROR) {
 		struct proto_error_fields fields;
 		if (proto_error_parse(body, len, &fields) == 0)
@@ -234,9 +263,9 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	if (s->hidden_ready > 0)
 		s->hidden_ready--;
 	s->is_unlisten_all_sent = false;
+	s->is_copy_in = false;
 	s->ready_ns = base_now_ns();
-	session_backend_try_release(s);
-	return 0;
+	return 0; /* the release, if due, comes after the whole chunk is scanned */
 }
 
 static void relay_server_forward(void *ctx, uint32_t offset, uint32_t len)
@@ -292,6 +321,12 @@ void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags
 			return;
 		}
 	} else if (res == -ENOBUFS) {
+		if (s->release_after_recv) { /* the cancelled receive ended this way: release as planned */
+			s->release_after_recv = false;
+			session_backend_try_release(s);
+			if (!s->backend)
+				return;
+		}
 		session_starve(s, SESSION_BUFFERS_SERVER);
 		return;
 	} else if (res != -ECANCELED || s->is_backend_dropping) {
@@ -302,12 +337,11 @@ void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags
 		session_backend_failed(s);
 		return;
 	}
-	if (s->release_after_recv) {
-		s->release_after_recv = false;
-		session_backend_try_release(s);
-	}
+	s->release_after_recv = false;
 	if (s->phase == SESSION_CLOSING)
 		session_backend_settle(s);
+	else
+		session_backend_try_release(s);
 	session_relay_resume_backend(s);
 }
 

@@ -360,8 +360,12 @@ static void *opener_main(void *arg)
 		pthread_mutex_lock(&opener->lock);
 		bool stopping = opener->stopping && base_list_is_empty(&opener->jobs);
 		pthread_mutex_unlock(&opener->lock);
-		if (stopping && opener->connecting_count == 0)
+		if (stopping) {
+			/* Shutting down: logins still under way are abandoned, not waited for. */
+			while (opener->connecting_count > 0)
+				opener_finish_connect(opener, opener->connecting_count - 1, "tern is shutting down");
 			break;
+		}
 		uint64_t now = base_now_ns();
 		if (now >= next_warm_ns && !opener->stopping) {
 			(void)pool_expire(opener->pool, now);
@@ -411,7 +415,8 @@ static void *opener_main(void *arg)
 			struct pool_conn *conn = watch[i].conn;
 			if (pool_conn_remove_if_free(opener->pool, conn)) {
 				TERN_INFO("server %s closed idle connection pid %u", conn->server->name, conn->backend_pid);
-				pool_conn_free(conn);
+				/* Through the queue: a cancel queued for this connection earlier runs first. */
+				opener_hook_close(opener->pool, conn);
 			}
 		}
 	}
@@ -428,15 +433,21 @@ int pool_opener_start(struct pool_opener *opener, struct pool *pool)
 	return 0;
 }
 
+void pool_opener_stop(struct pool_opener *opener)
+{
+	if (!opener->thread_started)
+		return;
+	pthread_mutex_lock(&opener->lock);
+	opener->stopping = true;
+	pthread_mutex_unlock(&opener->lock);
+	opener_wake(opener);
+	pthread_join(opener->thread, NULL);
+	opener->thread_started = false; /* from now on the close hook frees on the caller's thread */
+}
+
 void pool_opener_destroy(struct pool_opener *opener)
 {
-	if (opener->thread_started) {
-		pthread_mutex_lock(&opener->lock);
-		opener->stopping = true;
-		pthread_mutex_unlock(&opener->lock);
-		opener_wake(opener);
-		pthread_join(opener->thread, NULL);
-	}
+	pool_opener_stop(opener);
 	struct base_list *node;
 	while ((node = base_list_pop_head(&opener->jobs)) != NULL) {
 		struct opener_job *job = TERN_CONTAINER_OF(node, struct opener_job, link);

@@ -22,7 +22,10 @@ TERN_MUST_USE int pool_opener_create(struct pool_opener **out, uint64_t connect_
 struct pool_hooks pool_opener_hooks(struct pool_opener *opener);
 TERN_MUST_USE int pool_opener_start(struct pool_opener *opener, struct pool *pool);
 void pool_opener_set_connect_timeout(struct pool_opener *opener, uint64_t connect_timeout_ms);
-/* Stops the thread after closing every queued connection; frees the opener. */
+/* Stops the thread after closing every queued connection and abandoning logins under way; the
+ * hooks stay usable (closing on the caller's thread), so pool_deinit may follow. */
+void pool_opener_stop(struct pool_opener *opener);
+/* Stops the thread if it runs, then frees the opener. */
 void pool_opener_destroy(struct pool_opener *opener);
 /* Closes a connection's libpq handle and frees it; for connections never given to the pool. */
 void pool_conn_free(struct pool_conn *conn);

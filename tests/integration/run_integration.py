@@ -9,6 +9,7 @@ import hashlib
 import os
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -730,6 +731,101 @@ def sighup_applies_reloadable_keys_and_names_the_ones_that_need_a_restart(ctx):
     wait_for(lambda: "pool_sise" in t.log_tail(50) and "nothing changed" in t.log_tail(50), "a bad file is refused")
     check(show()["pool_size"] == "7", "the running configuration stays")
     check(psql_ok(t.port, "select 1") == "1", "clients are served throughout")
+
+
+@test
+def a_half_sent_client_message_keeps_its_connection_and_never_reaches_another_client(ctx):
+    # Found in review: the connection went back to the pool while the server still waited for the rest
+    # of a CopyData, so the next client's query became that message's body, and the rest of the first
+    # client's bytes ran as a query whose result went to a third client.
+    port = free_port()
+    t = TernProcess(TERN, "[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n"
+                    "primary = host=127.0.0.1 port=%d\n[pool]\npool_size = 1\nquery_wait_timeout = 1\n"
+                    "[admin]\nadmin_users = postgres\n" % (port, ctx.pg.primary_port))
+    ctx.terns.append(t)
+    t.start()
+    active = lambda: [line.split("|")[4] for line in psql_ok(t.port, "show pools", dbname="tern").splitlines()
+                      if line.startswith("postgres|postgres|")]
+    with Wire(t.port) as a, Wire(t.port) as b:
+        a.login("postgres")
+        b.login("postgres")
+        check(a.query("select 1") == [["1"]], "a has run")
+        smuggled = message(b"Q", b"select 'SMUGGLED'\0")
+        a.send(b"d" + struct.pack("!I", 4 + 100) + b"x" * 10)  # a CopyData: 10 of its 100 body bytes
+        wait_for(lambda: active() == ["1"], "a's half message holds the only server connection", timeout=10)
+        b.send(message(b"Q", b"select 2\0"))
+        try:
+            rows = b.query_rows_after_send()
+            raise AssertionError("b was served while a's message was half sent: %r" % rows)
+        except WireError as err:
+            check(err.sqlstate == "08P01" and "query_wait_timeout" in err.fields["M"], "b waits: %r" % err.fields)
+        a.send(smuggled + b"y" * (90 - len(smuggled)))  # the other 90, a query hidden inside
+        check(a.query("select 3") == [["3"]], "a goes on; its CopyData was ignored by the server")
+    with Wire(t.port) as d:
+        d.login("postgres")
+        check(d.query("select 4") == [["4"]], "the next client gets its own result")
+
+
+@test
+def extended_protocol_copy_from_stdin_gives_its_connection_back(ctx):
+    # Found in review: libpq's extended COPY sends a Sync behind Execute (ignored by a server in
+    # copy-in) and another after CopyDone; counting both kept the connection forever.
+    psql_ok(ctx.pg.primary_port, "drop table if exists ecopy; create table ecopy(x int)")
+    t = ctx.tern(pool_mode="transaction", pool_size=1, sections={"pool": "query_wait_timeout = 2"})
+    with Wire(t.port) as a:
+        a.login("postgres")
+        a.send(message(b"P", b"\0COPY ecopy FROM STDIN\0\0\0") + message(b"B", b"\0\0\0\0\0\0\0\0")
+               + message(b"E", b"\0\0\0\0\0") + message(b"S"))
+        while True:
+            msg = a.read_message()
+            check(msg is not None, "copy-in starts")
+            if msg[0] == b"G":
+                break
+        a.send(message(b"d", b"1\n2\n") + message(b"c") + message(b"S"))
+        kinds = [m[0] for m in a.read_until_ready()]
+        check(b"C" in kinds, "COPY completed: %r" % kinds)
+        check(psql_ok(t.port, "select count(*) from ecopy") == "2", "another client gets the connection")
+        check(a.query("select 5") == [["5"]], "and so does the copier again")
+
+
+@test
+def a_session_ending_while_starved_of_buffers_is_freed_safely(ctx):
+    # Found in review (ASan: heap-use-after-free): with the server-side buffers held by a client that
+    # does not read, an idle client's end (its DISCARD ALL answer cannot be received) left the session
+    # on the worker's starved list when it was freed.
+    t = ctx.tern(pool_mode="session", pool_size=5, workers=1,
+                 sections={"tern": "buffer_count = 16\nbuffer_size = 4kB"}, extra="client_idle_timeout = 1")
+    idle, hog = Wire(t.port, timeout=20), Wire(t.port, timeout=20)
+    try:
+        idle.login("postgres")
+        idle_pid = idle.query("select pg_backend_pid()")[0][0]
+        hog.login("postgres")
+        hog.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        hog.send(message(b"Q", b"select repeat('x', 2000) from generate_series(1, 200000)\0"))  # never read
+        fields = idle.expect_error_and_close()
+        check(fields and fields["C"] == "57P05", "the idle client is ended: %r" % fields)
+        wait_for(lambda: ctx.pg.psql("select count(*) from pg_stat_activity where pid = %s" % idle_pid) == "0",
+                 "its server connection is dropped once the goodbye lingered", timeout=15)
+        check(t.alive(), "tern survived the loop passes after that session was freed")
+        hog.close()  # the hog held every server-side buffer of this tiny ring (see README)
+        with Wire(t.port) as w:
+            w.login("postgres")
+            check(w.query("select 7") == [["7"]], "tern keeps serving")
+        check(t.alive(), "tern is alive")
+    finally:
+        idle.close()
+        hog.close()
+
+
+@test
+def a_second_ssl_request_is_a_protocol_violation(ctx):
+    t = ctx.tern()
+    with Wire(t.port) as w:
+        w.send(struct.pack("!II", 8, 80877103))
+        check(w.read_bytes(1) == b"N", "the first is answered")
+        w.send(struct.pack("!II", 8, 80877103))
+        fields = w.expect_error_and_close()
+        check(fields and fields["C"] == "08P01", "the second ends the connection: %r" % fields)
 
 
 @test

@@ -164,6 +164,10 @@ class Wire:
                 rows.append(row)
         return rows
 
+    def query_rows_after_send(self):
+        """Rows of a query already sent (see query)."""
+        return [m for m in self.read_until_ready() if m[0] == b"D"]
+
     def expect_error_and_close(self):
         """Reads until EOF; returns the fields of the first ErrorResponse (None if there was none)."""
         first = None
