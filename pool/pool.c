@@ -88,6 +88,8 @@ int pool_server_add(struct pool *pool, const char *name, const char *conninfo, s
 	return 0;
 }
 
+static void pool_serve_waiters(struct pool *pool, struct pool_server *server, struct pool_deferred *d);
+
 void pool_set_settings(struct pool *pool, const struct pool_settings *settings)
 {
 	for (uint32_t s = 0; s < pool->server_count; s++)
@@ -95,6 +97,15 @@ void pool_set_settings(struct pool *pool, const struct pool_settings *settings)
 	pool->settings = *settings;
 	for (uint32_t s = pool->server_count; s-- > 0;)
 		pthread_mutex_unlock(&pool->servers[s].lock);
+	/* A larger pool_size serves requests already parked now, not at the next release. */
+	for (uint32_t s = 0; s < pool->server_count; s++) {
+		struct pool_server *server = &pool->servers[s];
+		struct pool_deferred d = {0};
+		pthread_mutex_lock(&server->lock);
+		pool_serve_waiters(pool, server, &d);
+		pthread_mutex_unlock(&server->lock);
+		pool_deferred_run(pool, server, &d);
+	}
 }
 
 static uint64_t pool_hash_pair(const char *a, const char *b)

@@ -959,3 +959,27 @@ Test(pool, checkin_past_lifetime_closes_the_conn_and_opens_a_fresh_one_for_a_wai
 	env_checkin(&e, fresh);
 	env_deinit(&e);
 }
+
+/* A reload that raises pool_size serves requests already parked at once. */
+Test(pool, raising_pool_size_opens_for_requests_already_parked)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w1, w2;
+	waiter_init(&w1, &e, db);
+	waiter_init(&w2, &e, db);
+	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
+	(void)env_open_succeeds(&e, 0);
+	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 1, "the pool is full");
+	struct pool_settings settings = {.pool_size = 2};
+	pool_set_settings(&e.pool, &settings);
+	cr_assert_eq(e.open_calls, 2, "an open for the parked request, without waiting for a release");
+	check_invariants(&e, "raised");
+	struct pool_conn *second = env_open_succeeds(&e, 1);
+	cr_assert_eq(w2.req.conn, second);
+	env_checkin(&e, w1.req.conn);
+	env_checkin(&e, second);
+	env_deinit(&e);
+}
