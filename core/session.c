@@ -16,11 +16,6 @@ static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags
 static void session_client_sent(struct ring_op *op, int res, uint32_t flags);
 static void session_server_sent(struct ring_op *op, int res, uint32_t flags);
 
-static bool session_is_transaction_pooling(const struct session *s)
-{
-	return s->worker->runtime->config->pool_mode == CONFIG_POOL_TRANSACTION;
-}
-
 struct session *session_create(struct worker *worker, int client_fd)
 {
 	struct session *s = calloc(1, sizeof(*s));
@@ -29,6 +24,7 @@ struct session *session_create(struct worker *worker, int client_fd)
 	struct tern_runtime *rt = worker->runtime;
 	s->worker = worker;
 	s->phase = SESSION_STARTUP;
+	s->is_transaction_pooling = rt->config->pool_mode == CONFIG_POOL_TRANSACTION;
 	s->client_fd = client_fd;
 	s->client_recv.handler = session_client_recv_done;
 	s->backend_recv.handler = session_relay_backend_recv_done;
@@ -295,7 +291,7 @@ void session_backend_try_release(struct session *s)
 	/* An ended session's server goes back once idle (after its reset, in session pooling); a live one's
 	 * only in transaction pooling, and not while the client LISTENs on it. */
 	if (s->phase != SESSION_CLOSING &&
-	    !(session_is_transaction_pooling(s) && s->phase == SESSION_READY && !s->is_listening))
+	    !(s->is_transaction_pooling && s->phase == SESSION_READY && !s->is_listening))
 		return;
 	if (s->backend_recv.is_armed) {
 		s->release_after_recv = true;
@@ -307,7 +303,6 @@ void session_backend_try_release(struct session *s)
 	s->to_server.fd = -1;
 	s->release_after_recv = false;
 	s->backend_recv_paused = false;
-	s->is_resetting = false;
 	worker_local_put(s->worker, conn);
 }
 
@@ -356,7 +351,7 @@ static void session_backend_finish(struct session *s)
 		session_backend_settle(s);
 		return;
 	}
-	if (!session_is_transaction_pooling(s)) {
+	if (!s->is_transaction_pooling) {
 		/* Session pooling hands the next client a clean session, as PgBouncer's server_reset_query. */
 		uint8_t msg[64];
 		size_t n = proto_build_query(msg, sizeof(msg), "DISCARD ALL");
@@ -365,7 +360,6 @@ static void session_backend_finish(struct session *s)
 			session_backend_settle(s);
 			return;
 		}
-		s->is_resetting = true;
 		s->pending_ready++;
 		s->tx_status = 'T';
 		session_mark_dirty(s, &s->to_server);

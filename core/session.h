@@ -46,6 +46,7 @@ struct session {
 	struct base_list link; /* worker->sessions */
 	struct worker *worker;
 	enum session_phase phase;
+	bool is_transaction_pooling; /* pool_mode, fixed for tern's life: read once, not per message */
 	int client_fd;
 	struct ring_op client_recv; /* multishot */
 	bool client_recv_paused;   /* back pressure: re-armed when to_server drains */
@@ -58,7 +59,6 @@ struct session {
 	uint32_t login_len;
 	uint32_t login_cap;
 	bool is_over_client_limit;
-	bool welcome_sent;
 	bool is_admin;
 	bool is_counted; /* in db->client_count */
 	char user[POOL_NAME_LEN_MAX];
@@ -80,7 +80,6 @@ struct session {
 	struct base_list parked_link; /* worker->parked, oldest first */
 	uint32_t pending_ready;      /* Query/Sync/FunctionCall sent whose ReadyForQuery has not come */
 	bool is_unsynced;            /* extended-protocol messages sent since the last Sync */
-	bool is_resetting;           /* session pooling: DISCARD ALL sent at client exit */
 	bool is_backend_failed;      /* the connection broke or misbehaved: never reused */
 	bool is_backend_dropping;    /* its socket is shut; discard once no op is armed on it */
 	bool backend_recv_paused;    /* back pressure: re-armed when to_client drains */
@@ -89,7 +88,6 @@ struct session {
 	bool is_starved[RING_BUFFER_GROUPS];
 	struct base_list starved_link;
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
-	bool terminate_seen;
 	bool is_copy_in;             /* the server is in copy-in: it ignores the Syncs it receives */
 	uint32_t syncs_since_execute; /* Syncs counted since the last Execute or Query */
 	bool ssl_request_seen;

@@ -63,7 +63,7 @@ static bool login_append_option(char *out, size_t cap, size_t *len, const char *
 static bool login_build_options(struct session *s, const struct proto_startup *st, char *out, size_t cap)
 {
 	const struct tern_runtime *rt = s->worker->runtime;
-	bool track = rt->config->pool_mode == CONFIG_POOL_TRANSACTION;
+	bool track = s->is_transaction_pooling;
 	size_t len = 0;
 	out[0] = '\0';
 	const char *options = proto_startup_get(st, "options");
@@ -131,7 +131,6 @@ static void login_send_welcome(struct session *s, const struct pool_param *param
 	session_send_to_client(s, msg, (uint32_t)n);
 	n = proto_build_ready(msg, sizeof(msg), 'I');
 	session_send_to_client(s, msg, (uint32_t)n);
-	s->welcome_sent = true;
 	s->phase = SESSION_READY;
 	s->is_counted = true;
 	__atomic_add_fetch(&s->db->client_count, 1, __ATOMIC_RELAXED);
@@ -142,7 +141,6 @@ static void login_send_welcome(struct session *s, const struct pool_param *param
 
 static void login_complete(struct session *s)
 {
-	const struct tern_runtime *rt = s->worker->runtime;
 	login_send_auth(s, PROTO_AUTH_OK, NULL, 0);
 	if (s->scram) {
 		scram_server_deinit(s->scram);
@@ -154,7 +152,7 @@ static void login_complete(struct session *s)
 		return;
 	}
 	s->phase = SESSION_LOGIN_WAIT;
-	if (rt->config->pool_mode == CONFIG_POOL_TRANSACTION && pool_db_has_params(s->db)) {
+	if (s->is_transaction_pooling && pool_db_has_params(s->db)) {
 		login_send_welcome(s, s->db->params, s->db->param_count);
 		return;
 	}
@@ -269,7 +267,7 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 	if (login_needs_negotiation(st))
 		login_negotiate_version(s, st);
 	char options[LOGIN_OPTIONS_MAX];
-	if (s->application_name[0] && rt->config->pool_mode == CONFIG_POOL_TRANSACTION) {
+	if (s->application_name[0] && s->is_transaction_pooling) {
 		int i = params_tracked_index(&rt->tracked, "application_name");
 		base_strlcpy(s->params.value[i], s->application_name, PARAMS_VALUE_MAX);
 		s->params.is_set |= 1u << i;

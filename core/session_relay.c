@@ -116,7 +116,6 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	}
 	if (type != PROTO_FE_TERMINATE)
 		return RELAY_UNKNOWN_TYPE;
-	s->terminate_seen = true;
 	return RELAY_STOP_TERMINATE;
 }
 
@@ -167,10 +166,10 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	}
 	if (type == PROTO_BE_READY || type == PROTO_BE_COPY_IN)
 		return PROTO_FORWARD | PROTO_INSPECT;
-	if (type == PROTO_BE_PARAMETER_STATUS && s->worker->runtime->config->pool_mode == CONFIG_POOL_TRANSACTION)
+	if (type == PROTO_BE_PARAMETER_STATUS && s->is_transaction_pooling)
 		return PROTO_FORWARD | PROTO_INSPECT;
 	/* Command tags tell whether the client LISTENs; only transaction pooling needs to know. */
-	if (type == PROTO_BE_COMMAND_COMPLETE && s->worker->runtime->config->pool_mode == CONFIG_POOL_TRANSACTION)
+	if (type == PROTO_BE_COMMAND_COMPLETE && s->is_transaction_pooling)
 		return PROTO_FORWARD | PROTO_INSPECT;
 	return PROTO_FORWARD;
 }
@@ -362,7 +361,7 @@ void session_relay_attach_backend(struct session *s, struct pool_conn *conn)
 	}
 	if (s->phase == SESSION_LOGIN_WAIT)
 		session_login_on_backend(s);
-	else if (s->worker->runtime->config->pool_mode == CONFIG_POOL_TRANSACTION)
+	else if (s->is_transaction_pooling)
 		relay_restore_parameters(s);
 	if (!sendq_is_empty(&s->to_server))
 		session_mark_dirty(s, &s->to_server);

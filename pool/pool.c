@@ -308,7 +308,6 @@ enum pool_checkout_result pool_checkout(struct pool *pool, struct pool_request *
 	req->error.sqlstate[0] = '\0';
 	pthread_mutex_lock(&server->lock);
 	struct pool_slot *slot = &db->slots[server->index];
-	db->last_used_ns = now_ns;
 	if (!base_list_is_empty(&slot->free_conns)) {
 		struct pool_conn *conn = TERN_CONTAINER_OF(slot->free_conns.next, struct pool_conn, slot_link);
 		pool_conn_make_used(server, conn);

@@ -72,7 +72,6 @@ struct pool_db {
 	struct pool_param params[POOL_PARAMS_MAX];
 	uint32_t param_count;
 	int params_ready;
-	uint64_t last_used_ns;
 	uint32_t client_count; /* atomic: clients logged in with this key, for SHOW POOLS */
 };
 
