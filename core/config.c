@@ -142,6 +142,11 @@ static const struct config_key config_keys[] = {
 		   "comma-separated parameters kept per client in transaction pooling besides application_name, "
 		   "client_encoding, DateStyle, IntervalStyle, TimeZone and standard_conforming_strings; only "
 		   "parameters the server reports (ParameterStatus) can be tracked"),
+	CONFIG_KEY("pool", "max_prepared_statements", CONFIG_INT, "200", 0, 100000, CONFIG_RELOAD,
+		   max_prepared_statements, NULL,
+		   "transaction pooling: named prepared statements one server connection keeps for tern's clients "
+		   "(least recently used closed first); 0 passes named statements through as session pooling "
+		   "does, where a client finds them only on the connection it prepared them on"),
 	CONFIG_KEY("auth", "mode", CONFIG_ENUM, "trust", 0, 0, CONFIG_RELOAD, auth_mode,
 		   config_auth_mode_names, "how clients authenticate to tern"),
 	CONFIG_KEY(

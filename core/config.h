@@ -43,6 +43,7 @@ struct tern_config {
 	uint32_t pool_size, min_pool_size; /* min_pool_size <= pool_size */
 	uint64_t query_wait_timeout_ms, server_connect_timeout_ms, server_idle_timeout_ms, server_lifetime_ms;
 	char *track_extra_parameters;
+	uint32_t max_prepared_statements; /* 0 = named statements pass through untouched */
 	/* [auth] */
 	int auth_mode; /* enum config_auth_mode */
 	char *auth_file; /* already resolved against the config file's directory; "" when unset */

@@ -20,7 +20,7 @@ static int proto_assembly_append(struct proto_stream *stream, const uint8_t *p, 
 		uint32_t cap = TERN_MAX(stream->assembly_cap * 2, 256u);
 		while (cap < need)
 			cap *= 2;
-		cap = TERN_MIN(cap, PROTO_INSPECT_LEN_MAX);
+		cap = TERN_MIN(cap, TERN_MAX(stream->body_len, need)); /* a held message may pass 64 KiB */
 		uint8_t *grown = realloc(stream->assembly, cap);
 		if (!grown)
 			return -ENOMEM;
@@ -39,11 +39,14 @@ int proto_stream_feed(struct proto_stream *stream, const uint8_t *chunk, uint32_
 	uint32_t run_start = 0; /* start of the pending run of forwarded bytes */
 	bool run_open = (stream->header_have > 0 && (stream->action & PROTO_FORWARD));
 	int rc = 0;
+	stream->is_message_in_chunk = false; /* a message begun in an earlier chunk */
 
 	while (offset < len) {
 		if (stream->header_have < PROTO_HEADER_LEN) {
 			if (stream->header_have == 0) {
 				stream->type = chunk[offset];
+				stream->message_offset = offset;
+				stream->is_message_in_chunk = true;
 				stream->action = ops->on_type(ctx, stream->type);
 				if ((stream->action & PROTO_FORWARD) && !run_open) {
 					run_start = offset;
@@ -83,7 +86,7 @@ int proto_stream_feed(struct proto_stream *stream, const uint8_t *chunk, uint32_
 		uint32_t take = TERN_MIN(stream->body_left, len - offset);
 		const uint8_t *body = chunk + offset;
 		bool whole_in_chunk = (take == stream->body_len);
-		if ((stream->action & PROTO_INSPECT) && !whole_in_chunk && take > 0) {
+		if ((stream->action & (PROTO_INSPECT | PROTO_HOLD)) && !whole_in_chunk && take > 0) {
 			rc = proto_assembly_append(stream, body, take);
 			if (rc < 0)
 				break;
@@ -95,7 +98,7 @@ int proto_stream_feed(struct proto_stream *stream, const uint8_t *chunk, uint32_
 		/* The message is complete. */
 		stream->header_have = 0;
 		stream->messages++;
-		if (stream->action & PROTO_INSPECT) {
+		if (stream->action & (PROTO_INSPECT | PROTO_HOLD)) {
 			if (run_open && offset > run_start) {
 				/* Forward what precedes, so the owner's reaction (release a server, say) follows
 				 * the bytes it reacts to. */
@@ -104,6 +107,12 @@ int proto_stream_feed(struct proto_stream *stream, const uint8_t *chunk, uint32_
 			}
 			const uint8_t *content = whole_in_chunk ? body : stream->assembly;
 			rc = ops->on_message(ctx, stream->type, content, stream->body_len);
+			if (stream->assembly_cap > PROTO_INSPECT_LEN_MAX) {
+				/* A large held message: its assembly is not kept for the session's life. */
+				free(stream->assembly);
+				stream->assembly = NULL;
+				stream->assembly_cap = 0;
+			}
 			if (rc < 0)
 				break;
 			rc = 0;

@@ -69,6 +69,9 @@ enum {
 	/* As PROTO_INSPECT, but a message over PROTO_INSPECT_LEN_MAX is passed over uninspected instead of
 	 * being an error: for content of interest only when short (a query's first statement, say). */
 	PROTO_INSPECT_SMALL = 1u << 2,
+	/* Not forwarded: assembled whole (up to the frame limit) and handed to on_message, which sends it
+	 * on as it is or rewritten. proto_stream_message_offset says whether it can go by reference. */
+	PROTO_HOLD = 1u << 3,
 };
 
 struct proto_scan_ops {
@@ -89,6 +92,8 @@ struct proto_stream {
 	uint8_t *assembly; /* grown lazily up to PROTO_INSPECT_LEN_MAX, freed by proto_stream_deinit */
 	uint32_t assembly_len;
 	uint32_t assembly_cap;
+	uint32_t message_offset;   /* where the current message's type byte is in the chunk being fed */
+	bool is_message_in_chunk;  /* ... when the whole message lies in that chunk */
 	uint64_t messages; /* complete messages scanned, for statistics */
 };
 
@@ -98,6 +103,13 @@ void proto_stream_deinit(struct proto_stream *stream);
 static inline bool proto_stream_is_at_boundary(const struct proto_stream *stream)
 {
 	return stream->header_have == 0;
+}
+/* During on_message: true when the whole message (header included) lies in the chunk being fed,
+ * starting at *offset, so its bytes can be forwarded by reference. */
+static inline bool proto_stream_message_offset(const struct proto_stream *stream, uint32_t *offset)
+{
+	*offset = stream->message_offset;
+	return stream->is_message_in_chunk;
 }
 /* Scans one chunk. Returns 0 when the whole chunk was scanned, -EMSGSIZE for a frame over
  * `frame_len_max` or an inspected message over PROTO_INSPECT_LEN_MAX, -EPROTO for a length below 4,

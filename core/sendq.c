@@ -119,6 +119,17 @@ int sendq_push_copy(struct sendq *q, const void *data, uint32_t len)
 	return rc;
 }
 
+int sendq_push_owned(struct sendq *q, void *data, uint32_t len)
+{
+	int rc = len > 0 ? sendq_reserve(q) : 0;
+	if (len == 0 || rc < 0) {
+		free(data);
+		return rc;
+	}
+	sendq_append(q, data, len, -1);
+	return 0;
+}
+
 int sendq_push_front_copy(struct sendq *q, const void *data, uint32_t len)
 {
 	TERN_ASSERT(!q->op.is_armed && q->head_sent == 0);

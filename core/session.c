@@ -25,6 +25,9 @@ struct session *session_create(struct worker *worker, int client_fd)
 	s->worker = worker;
 	s->phase = SESSION_STARTUP;
 	s->is_transaction_pooling = rt->config->pool_mode == CONFIG_POOL_TRANSACTION;
+	s->tracks_statements = s->is_transaction_pooling && rt->config->max_prepared_statements > 0;
+	stmt_map_init(&s->statements);
+	stmt_replies_init(&s->replies);
 	s->client_fd = client_fd;
 	s->client_recv.handler = session_client_recv_done;
 	s->backend_recv.handler = session_relay_backend_recv_done;
@@ -280,7 +283,8 @@ static bool session_backend_is_idle(const struct session *s)
 	/* Both streams between messages: a connection released while the server still waits for the rest
 	 * of a client's message would read the next client's bytes as that message's body. */
 	return s->backend && !s->is_backend_failed && !s->is_backend_dropping && s->tx_status == 'I' &&
-	       s->pending_ready == 0 && !s->is_unsynced && !s->is_copy_in && sendq_is_idle(&s->to_server) &&
+	       s->pending_ready == 0 && !s->is_unsynced && !s->is_copy_in && s->replies.count == 0 &&
+	       sendq_is_idle(&s->to_server) &&
 	       proto_stream_is_at_boundary(&s->server_stream) && proto_stream_is_at_boundary(&s->client_stream);
 }
 
@@ -291,7 +295,7 @@ void session_backend_try_release(struct session *s)
 	/* An ended session's server goes back once idle (after its reset, in session pooling); a live one's
 	 * only in transaction pooling, and not while the client LISTENs on it. */
 	if (s->phase != SESSION_CLOSING &&
-	    !(s->is_transaction_pooling && s->phase == SESSION_READY && !s->is_listening))
+	    !(s->is_transaction_pooling && s->phase == SESSION_READY && !session_is_pinned(s)))
 		return;
 	if (s->backend_recv.is_armed) {
 		s->release_after_recv = true;
@@ -345,8 +349,9 @@ static void session_backend_finish(struct session *s)
 {
 	if (!s->backend)
 		return;
-	if (!session_backend_is_idle(s) || s->is_listening) {
-		/* Busy, or still subscribed to channels whose notifications must not reach the next client. */
+	if (!session_backend_is_idle(s) || session_is_pinned(s)) {
+		/* Busy, or still subscribed to channels whose notifications must not reach the next client,
+		 * or holding SQL prepared statements whose names the next client could trip over. */
 		session_backend_drop(s);
 		session_backend_settle(s);
 		return;
@@ -472,6 +477,7 @@ void session_destroy(struct session *s)
 	sendq_deinit(&s->to_server, &worker->ring);
 	proto_stream_deinit(&s->client_stream);
 	proto_stream_deinit(&s->server_stream);
+	session_relay_deinit(s);
 	free(s->login_buf);
 	if (s->scram) {
 		scram_server_deinit(s->scram);

@@ -28,9 +28,59 @@ static void relay_request_sent(struct session *s)
  * not forward what it cannot account for. */
 #define RELAY_UNKNOWN_TYPE (-EBADMSG)
 
+static void relay_expect(struct relay_chunk *chunk, uint8_t kind)
+{
+	if (session_stmts_expect(chunk->s, kind) < 0)
+		chunk->out_of_memory = true;
+}
+
+/* Transaction pooling with named-statement tracking: what tern holds, answers or drops; the replies
+ * the server will owe. Returns UINT32_MAX when the type is left to the untracked rules. */
+static unsigned relay_client_tracked_type(struct relay_chunk *chunk, uint8_t type)
+{
+	struct session *s = chunk->s;
+	if (s->is_skipping_to_sync && type != PROTO_FE_SYNC && type != PROTO_FE_TERMINATE)
+		return 0; /* as the server would after the error tern made up */
+	switch (type) {
+	case PROTO_FE_PARSE:
+	case PROTO_FE_BIND:
+	case PROTO_FE_DESCRIBE:
+	case PROTO_FE_CLOSE:
+		return PROTO_HOLD;
+	case PROTO_FE_SYNC:
+		s->is_skipping_to_sync = false;
+		if (session_stmts_is_local(s)) {
+			session_stmts_answer_sync(s); /* a batch of Parse and Close alone needs no server */
+			return 0;
+		}
+		if (!s->is_copy_in)
+			relay_expect(chunk, STMT_REPLY_SYNC);
+		break;
+	case PROTO_FE_FLUSH:
+		if (session_stmts_is_local(s))
+			return 0;
+		break;
+	case PROTO_FE_EXECUTE:
+		relay_expect(chunk, STMT_REPLY_EXECUTE);
+		break;
+	case PROTO_FE_QUERY:
+	case PROTO_FE_FUNCTION_CALL:
+		relay_expect(chunk, STMT_REPLY_QUERY);
+		break;
+	default:
+		break;
+	}
+	return UINT32_MAX;
+}
+
 static unsigned relay_client_on_type(void *ctx, uint8_t type)
 {
 	struct session *s = ((struct relay_chunk *)ctx)->s;
+	if (s->tracks_statements) {
+		unsigned action = relay_client_tracked_type(ctx, type);
+		if (action != UINT32_MAX)
+			return action;
+	}
 	switch (type) {
 	case PROTO_FE_TERMINATE:
 		return PROTO_INSPECT; /* not forwarded: the server connection outlives the client */
@@ -109,7 +159,14 @@ static bool relay_is_unlisten_all(const uint8_t *text, uint32_t len)
 
 static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
 {
-	struct session *s = ((struct relay_chunk *)ctx)->s;
+	struct relay_chunk *chunk = ctx;
+	struct session *s = chunk->s;
+	if (type == PROTO_FE_PARSE || type == PROTO_FE_BIND || type == PROTO_FE_DESCRIBE || type == PROTO_FE_CLOSE) {
+		int rc = session_stmts_on_client_message(s, type, body, len, chunk->buffer_id, chunk->data);
+		if (rc == -ENOMEM)
+			chunk->out_of_memory = true;
+		return rc == -ENOMEM ? 0 : rc;
+	}
 	if (type == PROTO_FE_QUERY) {
 		s->is_unlisten_all_sent |= relay_is_unlisten_all(body, len);
 		return 0;
@@ -163,6 +220,11 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 		/* The answer to tern's own SET: read what matters, show the client nothing. */
 		bool wanted = type == PROTO_BE_READY || type == PROTO_BE_PARAMETER_STATUS || type == PROTO_BE_ERROR;
 		return wanted ? PROTO_INSPECT : 0;
+	}
+	if (s->tracks_statements) {
+		unsigned action = session_stmts_server_type(s, type);
+		if (action)
+			return action;
 	}
 	if (type == PROTO_BE_READY || type == PROTO_BE_COPY_IN)
 		return PROTO_FORWARD | PROTO_INSPECT;
@@ -222,9 +284,8 @@ static bool relay_tag_is(const uint8_t *body, uint32_t len, const char *tag)
 	return len == n && memcmp(body, tag, n) == 0;
 }
 
-static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
+static int relay_server_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len, bool hidden)
 {
-	struct session *s = ((struct relay_chunk *)ctx)->s;
 	if (type == PROTO_BE_PARAMETER_STATUS) {
 		relay_learn_parameter(s, body, len);
 		return 0;
@@ -236,24 +297,35 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		uint32_t ignored = TERN_MIN(s->syncs_since_execute, s->pending_ready);
 		s->pending_ready -= ignored;
 		s->syncs_since_execute = 0;
+		if (s->tracks_statements)
+			session_stmts_on_copy_in(s, ignored);
 		return 0;
 	}
 	if (type == PROTO_BE_ERROR) {
 		struct proto_error_fields fields;
-		if (proto_error_parse(body, len, &fields) == 0)
+		if (hidden && proto_error_parse(body, len, &fields) == 0)
 			TERN_WARN("could not restore client %s/%s's parameters on server pid %u: %s (%s)", s->user,
 				  s->database, s->backend->backend_pid, fields.message, fields.sqlstate);
 		return 0;
 	}
 	if (type == PROTO_BE_COMMAND_COMPLETE) {
-		if (relay_tag_is(body, len, "LISTEN"))
+		if (relay_tag_is(body, len, "LISTEN")) {
 			s->is_listening = true; /* conservative: kept even if the transaction rolls back */
-		else if (relay_tag_is(body, len, "DISCARD ALL") ||
-			 (relay_tag_is(body, len, "UNLISTEN") && s->is_unlisten_all_sent))
+		} else if (relay_tag_is(body, len, "UNLISTEN") && s->is_unlisten_all_sent) {
 			s->is_listening = false;
+		} else if (relay_tag_is(body, len, "PREPARE")) {
+			s->is_sql_prepared = true; /* SQL PREPARE pins: EXECUTE finds it only on this connection */
+		} else if (relay_tag_is(body, len, "DISCARD ALL") || relay_tag_is(body, len, "DEALLOCATE ALL")) {
+			if (relay_tag_is(body, len, "DISCARD ALL"))
+				s->is_listening = false;
+			s->is_sql_prepared = false;
+			if (s->tracks_statements)
+				session_stmts_forget_all(s);
+		}
 		return 0;
 	}
-	TERN_ASSERT(type == PROTO_BE_READY);
+	if (type != PROTO_BE_READY)
+		return 0; /* inspected for the reply tracking alone */
 	if (len != 1 || (body[0] != 'I' && body[0] != 'T' && body[0] != 'E'))
 		return -EPROTO;
 	s->tx_status = (char)body[0];
@@ -265,6 +337,16 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	s->is_copy_in = false;
 	s->ready_ns = base_now_ns();
 	return 0; /* the release, if due, comes after the whole chunk is scanned */
+}
+
+static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	struct session *s = ((struct relay_chunk *)ctx)->s;
+	bool hidden = s->hidden_ready > 0; /* an answer to tern's SET, which the reply tracking never saw */
+	int rc = relay_server_message(s, type, body, len, hidden);
+	if (rc == 0 && s->tracks_statements && !hidden)
+		rc = session_stmts_on_server_message(s, type);
+	return rc;
 }
 
 static void relay_server_forward(void *ctx, uint32_t offset, uint32_t len)
@@ -361,8 +443,14 @@ void session_relay_attach_backend(struct session *s, struct pool_conn *conn)
 	}
 	if (s->phase == SESSION_LOGIN_WAIT)
 		session_login_on_backend(s);
-	else if (s->is_transaction_pooling)
+	else if (s->is_transaction_pooling) {
+		/* Tern's Parses go in front of the client's messages, and its SET in front of them all. */
+		if (s->tracks_statements && session_stmts_prepare_needed(s) < 0) {
+			session_end(s, SESSION_END_OUT_OF_MEMORY);
+			return;
+		}
 		relay_restore_parameters(s);
+	}
 	if (!sendq_is_empty(&s->to_server))
 		session_mark_dirty(s, &s->to_server);
 	session_backend_try_release(s);

@@ -132,6 +132,8 @@ void pool_opener_set_connect_timeout(struct pool_opener *opener, uint64_t connec
 
 void pool_conn_free(struct pool_conn *conn)
 {
+	if (conn->extra_free)
+		conn->extra_free(conn->extra);
 	if (conn->cancel)
 		PQfreeCancel(conn->cancel);
 	if (conn->pgconn)

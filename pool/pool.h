@@ -91,6 +91,10 @@ struct pool_conn {
 	uint64_t released_ns;
 	struct pool_param params[POOL_PARAMS_MAX];
 	uint32_t param_count;
+	/* Server-session state kept by whichever worker holds the connection (core's prepared-statement
+	 * cache); freed with the connection through extra_free. */
+	void *extra;
+	void (*extra_free)(void *extra);
 };
 
 enum pool_request_state { POOL_REQUEST_IDLE = 0, POOL_REQUEST_PARKED, POOL_REQUEST_DONE };

@@ -4,7 +4,8 @@
  *
  * Input layout:
  *   byte 0  which type classes are forwarded (bit (type & 7))
- *   byte 1  which type classes are inspected (bit ((type >> 3) & 7))
+ *   byte 1  which type classes are inspected (bit ((type >> 3) & 7)); an inspected type with its top
+ *           bit set is held (PROTO_HOLD: not forwarded, no inspect limit) instead
  *   byte 2  bits 0-1: frame_len_max choice; bits 2-4: number of chunk-length bytes (0 = one chunk);
  *           bit 5: on_message refuses messages of the type in byte 3
  *   byte 3  the refused type
@@ -12,7 +13,8 @@
  *
  * Checked: forwarded runs lie inside their chunk, come in increasing order and never overlap; they cover
  * exactly the bytes of forwarded messages; each inspected content is the message body, whose length is
- * the header's length minus 4, whether it arrived whole or assembled across chunks; the error returned
+ * the header's length minus 4, whether it arrived whole or assembled across chunks; a held message said
+ * to lie whole in its chunk is there at the offset given; the error returned
  * is the one the model predicts, at the chunk the model predicts.
  */
 #include "proto.h"
@@ -29,6 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FUZZ_CHUNK_LENGTHS_MAX 7u
 /* Enough for any input libFuzzer makes by default (4096 bytes of 5-byte messages at least). */
 #define FUZZ_MESSAGES_MAX 1024u
+
+#define FUZZ_IS_SEEN (PROTO_INSPECT | PROTO_HOLD)
 
 #define FUZZ_CHECK(cond)                                                                              \
 	do {                                                                                          \
@@ -62,6 +66,8 @@ struct fuzz_state {
 	uint8_t refused_type;
 	const struct fuzz_model *model;
 	uint32_t chunk_start, chunk_len; /* the chunk being fed, as a stream offset */
+	const uint8_t *chunk;
+	const struct proto_stream *scan;
 	uint32_t forwarded_until;        /* every forwarded run starts at or after this stream offset */
 	uint32_t forwarded_total;
 	uint32_t next_type;    /* index of the next message on_type must announce */
@@ -76,7 +82,7 @@ static unsigned fuzz_action(uint8_t forward_mask, uint8_t inspect_mask, uint8_t 
 	if ((forward_mask >> (type & 7u)) & 1u)
 		action |= PROTO_FORWARD;
 	if ((inspect_mask >> ((type >> 3) & 7u)) & 1u)
-		action |= PROTO_INSPECT;
+		action = (type & 0x80u) ? PROTO_HOLD : (action | PROTO_INSPECT);
 	return action;
 }
 
@@ -113,7 +119,7 @@ static void fuzz_model_build(struct fuzz_model *model, const struct fuzz_state *
 		uint64_t end = (uint64_t)at + 1 + length;
 		m->is_complete = end <= len;
 		m->end = m->is_complete ? (uint32_t)end : len;
-		if (m->is_complete && (m->action & PROTO_INSPECT) && state->refuse_enabled &&
+		if (m->is_complete && (m->action & FUZZ_IS_SEEN) && state->refuse_enabled &&
 		    m->type == state->refused_type) {
 			model->error = -ECANCELED;
 			/* An empty body completes with its header. */
@@ -143,7 +149,7 @@ static int fuzz_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_
 	const struct fuzz_model *model = state->model;
 	/* The next complete inspected message in stream order. */
 	while (state->next_inspect < model->count &&
-	       !(model->messages[state->next_inspect].action & PROTO_INSPECT))
+	       !(model->messages[state->next_inspect].action & FUZZ_IS_SEEN))
 		state->next_inspect++;
 	FUZZ_CHECK(state->next_inspect < model->count);
 	const struct fuzz_message *m = &model->messages[state->next_inspect++];
@@ -152,7 +158,15 @@ static int fuzz_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_
 	uint32_t header_length = proto_read_u32(state->stream + m->start + 1);
 	FUZZ_CHECK(body_len == header_length - 4);
 	FUZZ_CHECK(body_len == m->end - m->start - PROTO_HEADER_LEN);
-	FUZZ_CHECK(body_len <= PROTO_INSPECT_LEN_MAX);
+	FUZZ_CHECK(body_len <= PROTO_INSPECT_LEN_MAX || (m->action & PROTO_HOLD));
+	uint32_t offset;
+	if (proto_stream_message_offset(state->scan, &offset)) {
+		FUZZ_CHECK(state->chunk_start + offset == m->start);
+		FUZZ_CHECK(offset + PROTO_HEADER_LEN + body_len <= state->chunk_len);
+		FUZZ_CHECK(memcmp(state->chunk + offset, state->stream + m->start, PROTO_HEADER_LEN + body_len) == 0);
+	} else {
+		FUZZ_CHECK(m->start < state->chunk_start); /* it began in an earlier chunk */
+	}
 	FUZZ_CHECK(body != NULL || body_len == 0);
 	if (body_len > 0)
 		FUZZ_CHECK(memcmp(body, state->stream + m->start + PROTO_HEADER_LEN, body_len) == 0);
@@ -247,6 +261,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		memcpy(chunk, state.stream + at, chunk_len);
 		state.chunk_start = at;
 		state.chunk_len = chunk_len;
+		state.chunk = chunk;
+		state.scan = &stream;
 		rc = proto_stream_feed(&stream, chunk, chunk_len, frame_len_max, &fuzz_ops, &state);
 		free(chunk);
 		if (rc < 0) {
@@ -269,7 +285,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			const struct fuzz_message *m = &model.messages[i];
 			if (m->action & PROTO_FORWARD)
 				expected_forwarded += m->end - m->start;
-			if ((m->action & PROTO_INSPECT) && m->is_complete)
+			if ((m->action & FUZZ_IS_SEEN) && m->is_complete)
 				expected_inspected++;
 			complete += m->is_complete;
 		}

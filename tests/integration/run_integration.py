@@ -21,7 +21,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from pgcluster import PgCluster, clean_env, find_pg_bindir, free_port  # noqa: E402
 from procs import TernProcess  # noqa: E402
-from wire import Wire, WireError, message, scram_secret, startup_packet  # noqa: E402
+from wire import (SYNC, Wire, WireError, bind, close, describe, execute, message, parse,  # noqa: E402
+                  scram_secret, startup_packet)
 
 ROOT = os.environ.get("TERN_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
 TERN = os.environ.get("TERN_BINARY", os.path.join(ROOT, "build", "tern"))
@@ -669,6 +670,133 @@ def each_client_keeps_its_own_parameters_on_a_shared_connection(ctx):
     finally:
         a.close()
         b.close()
+
+
+@test
+def named_prepared_statements_need_no_free_server_to_prepare_and_run_on_any_connection(ctx):
+    t = ctx.tern(pool_mode="transaction", pool_size=1)
+    holder, a, b = Wire(t.port), Wire(t.port), Wire(t.port)
+    try:
+        for w in (holder, a, b):
+            w.login("postgres")
+        holder.query("begin")  # holds the only server connection
+        # Preparing needs no server: tern answers while every connection is in a transaction.
+        got = a.exchange(parse("add", "select $1::int + 1"), SYNC)
+        check(got == ("1Z", [], None, "I"), "Parse+Sync answered with no free server: %r" % (got,))
+        holder.query("commit")
+        got = a.exchange(bind("add", ["41"]), execute(), SYNC)
+        check(got == ("2DCZ", [["42"]], None, "I"), "the statement runs where the server connection is: %r" % (got,))
+        # Another client's name for the same text uses the same server-side statement.
+        check(b.exchange(parse("plus_one", "select $1::int + 1"), SYNC)[0] == "1Z", "b prepares")
+        got = b.exchange(bind("plus_one", ["1"]), execute(), SYNC)
+        check(got[1] == [["2"]], "b's statement runs: %r" % (got,))
+        check(b.query("select count(*) from pg_prepared_statements") == [["1"]],
+              "one server-side statement for one text")
+        # Describe of a statement prepared nowhere yet goes to a server.
+        a.exchange(parse("two", "select $1::text as t, 2 as n"), SYNC)
+        got = a.exchange(describe("S", "two"), SYNC)
+        check(got[0] == "tTZ" and got[2] is None, "Describe of a deferred statement: %r" % (got,))
+        # A name in use is refused as PostgreSQL refuses it, and the rest of the batch is skipped.
+        got = a.exchange(parse("add", "select 1"), bind("add", ["1"]), execute(), SYNC)
+        check(got[0] == "EZ" and got[2] == "42P05", "duplicate name: 42P05: %r" % (got,))
+        # Close forgets the client's name; the server keeps the statement for b.
+        check(a.exchange(close("S", "add"), SYNC)[0] == "3Z", "Close answered")
+        got = a.exchange(bind("add", ["1"]), execute(), SYNC)
+        check(got[2] == "26000", "a closed statement does not exist: %r" % (got,))
+        got = b.exchange(bind("plus_one", ["5"]), execute(), SYNC)
+        check(got[1] == [["6"]], "b's statement survives a's Close: %r" % (got,))
+        # A deferred Parse of bad SQL fails at its first use, with the server's error.
+        check(a.exchange(parse("bad", "selec 1"), SYNC)[0] == "1Z", "deferred Parse")
+        got = a.exchange(bind("bad"), execute(), SYNC)
+        check(got[0] == "EZ" and got[2] == "42601", "the syntax error at first use: %r" % (got,))
+        # In a transaction the Parse goes to the server at once: the error comes at the Parse, and the
+        # name stays free, as in PostgreSQL.
+        a.query("begin")
+        got = a.exchange(parse("bad2", "selec 1"), SYNC)
+        check(got[0] == "EZ" and got[2] == "42601" and got[3] == "E", "error at Parse in a transaction: %r" % (got,))
+        a.query("rollback")
+        got = a.exchange(parse("bad2", "select 7"), bind("bad2"), execute(), SYNC)
+        check(got == ("12DCZ", [["7"]], None, "I"), "the name is free after a failed Parse: %r" % (got,))
+        # An error in a pipelined batch skips the rest of it, tern's made-up replies too.
+        got = a.exchange(bind("two", ["x"]), execute(), parse("later", "select 1"), bind("later"), execute(), SYNC,
+                         bind("later"), execute(), SYNC)
+        check(got == ("2DC12DCZ", [["x", "2"], ["1"]], None, "I"), "a pipelined batch: %r" % (got,))
+        got = a.exchange()  # the second Sync's replies
+        check(got == ("2DCZ", [["1"]], None, "I"), "the second batch: %r" % (got,))
+        got = a.exchange(bind("nonexistent"), execute(), parse("skipped", "select 2"), SYNC)
+        check(got[0] == "EZ", "the Parse after the error is skipped: %r" % (got,))
+        got = a.exchange(parse("skipped", "select 2"), bind("skipped"), execute(), SYNC)
+        check(got[1] == [["2"]] and got[2] is None, "and its name was never taken: %r" % (got,))
+        # Unnamed statements pass through.
+        got = a.exchange(parse("", "select 3"), bind(""), execute(), SYNC)
+        check(got == ("12DCZ", [["3"]], None, "I"), "unnamed statement: %r" % (got,))
+    finally:
+        for w in (holder, a, b):
+            w.close()
+
+
+@test
+def max_prepared_statements_bounds_each_connection_least_recently_used_out(ctx):
+    t = ctx.tern(pool_mode="transaction", pool_size=1, sections={"pool": "max_prepared_statements = 2"})
+    with Wire(t.port) as w:
+        w.login("postgres")
+        for i in range(4):
+            check(w.exchange(parse("s%d" % i, "select %d + $1::int" % i), SYNC)[0] == "1Z", "prepare s%d" % i)
+        for _ in range(3):
+            for i in (0, 1, 2, 3, 1, 0):
+                got = w.exchange(bind("s%d" % i, ["10"]), execute(), SYNC)
+                check(got == ("2DCZ", [[str(10 + i)]], None, "I"), "s%d runs: %r" % (i, got))
+        check(w.query("select count(*) from pg_prepared_statements") == [["2"]],
+              "the connection holds at most max_prepared_statements")
+
+
+@test
+def sql_prepare_pins_the_client_to_its_connection_until_deallocate_all(ctx):
+    t = ctx.tern(pool_mode="transaction", pool_size=1, sections={"pool": "query_wait_timeout = 0.5"})
+    with Wire(t.port) as a:
+        a.login("postgres")
+        a.query("prepare p(int) as select $1 * 2")
+        check(a.query("execute p(21)") == [["42"]], "EXECUTE after PREPARE")
+        with Wire(t.port) as waiter:
+            waiter.login("postgres")
+            waiter.send(message(b"Q", b"select 1\0"))
+            fields = waiter.expect_error_and_close()
+            check(fields and fields["C"] == "08P01", "the pinned connection is not shared: %r" % fields)
+        check(a.query("execute p(4)") == [["8"]], "still there")
+        a.query("deallocate all")
+        check(psql_ok(t.port, "select 5") == "5", "after DEALLOCATE ALL the connection is shared again")
+        try:
+            a.query("execute p(1)")
+            check(False, "EXECUTE after DEALLOCATE ALL must fail")
+        except WireError as e:
+            check(e.sqlstate == "26000", "26000 after DEALLOCATE ALL: %s" % e)
+
+
+@test
+def pgbench_prepared_tpcb_with_64_clients_on_a_pool_of_20(ctx):
+    baseline = server_connections(ctx.pg)  # earlier tests' connections may still be on their way out
+    t = ctx.tern(pool_mode="transaction", pool_size=20)
+    pgbench(t.port, ["-i", "-s", "1", "-q"])
+    peak, done = [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], server_connections(ctx.pg))
+            done.wait(0.2)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        for args in (["-M", "prepared"], ["-S", "-M", "prepared"]):
+            out = pgbench(t.port, ["-n", "-c", "64", "-j", "2", "-T", "5"] + args, timeout=90)
+            processed, failed = pgbench_summary(out)
+            check(processed and processed > 100, "pgbench %s processed %r" % (args, processed))
+            check(failed in (0, None), "pgbench %s: %r failed transactions" % (args, failed))
+    finally:
+        done.set()
+        sampler.join(10)
+    check(peak[0] - baseline <= 20, "never more than pool_size server connections (peak %d, %d before)"
+          % (peak[0], baseline))
 
 
 @test

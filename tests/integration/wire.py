@@ -40,6 +40,53 @@ def message(kind, body=b""):
     return kind + struct.pack("!I", len(body) + 4) + body
 
 
+def cstr(text):
+    return text.encode() + b"\0"
+
+
+# Extended-protocol messages (text format throughout).
+def parse(name, sql, types=()):
+    return message(b"P", cstr(name) + cstr(sql) + struct.pack("!H", len(types)) +
+                   b"".join(struct.pack("!I", t) for t in types))
+
+
+def bind(stmt, params=(), portal=""):
+    body = cstr(portal) + cstr(stmt) + struct.pack("!H", 0) + struct.pack("!H", len(params))
+    for p in params:
+        body += struct.pack("!i", -1) if p is None else struct.pack("!I", len(p.encode())) + p.encode()
+    return message(b"B", body + struct.pack("!H", 0))
+
+
+def describe(kind, name):
+    return message(b"D", kind.encode() + cstr(name))
+
+
+def execute(portal="", max_rows=0):
+    return message(b"E", cstr(portal) + struct.pack("!I", max_rows))
+
+
+def close(kind, name):
+    return message(b"C", kind.encode() + cstr(name))
+
+
+SYNC = message(b"S")
+FLUSH = message(b"H")
+
+
+def data_row(body):
+    (count,) = struct.unpack("!H", body[:2])
+    offset, row = 2, []
+    for _ in range(count):
+        (length,) = struct.unpack("!i", body[offset:offset + 4])
+        offset += 4
+        if length < 0:
+            row.append(None)
+        else:
+            row.append(body[offset:offset + length].decode())
+            offset += length
+    return row
+
+
 class Wire:
     def __init__(self, port, host="127.0.0.1", timeout=15):
         self.sock = socket.create_connection((host, port), timeout=timeout)
@@ -163,6 +210,24 @@ class Wire:
                         offset += length
                 rows.append(row)
         return rows
+
+    def exchange(self, *messages):
+        """Sends messages (ending with a Sync) and reads to ReadyForQuery. Returns (the reply types as
+        one string, the data rows, the first error's SQLSTATE or None, the ReadyForQuery status)."""
+        self.send(b"".join(messages))
+        kinds, rows, sqlstate = "", [], None
+        while True:
+            msg = self.read_message()
+            if msg is None:
+                raise EOFError("connection closed before ReadyForQuery (got %r)" % kinds)
+            kind, body = msg
+            kinds += kind.decode()
+            if kind == b"D":
+                rows.append(data_row(body))
+            elif kind == b"E" and sqlstate is None:
+                sqlstate = error_fields(body).get("C")
+            elif kind == b"Z":
+                return kinds, rows, sqlstate, body.decode()
 
     def query_rows_after_send(self):
         """Rows of a query already sent (see query)."""

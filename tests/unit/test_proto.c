@@ -1104,3 +1104,67 @@ Test(proto, inspect_small_passes_over_long_messages_without_error)
 	cr_assert_eq(inspected, 1, "only the short message is inspected");
 	proto_stream_deinit(&st);
 }
+
+/* Held messages: never forwarded, assembled past the inspect limit, located in their chunk when whole. */
+static const struct proto_stream *held_stream;
+static bool held_in_chunk[8];
+static uint32_t held_offset[8];
+static uint32_t held_count;
+
+static int held_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t body_len)
+{
+	cr_assert_lt(held_count, 8u);
+	held_in_chunk[held_count] = proto_stream_message_offset(held_stream, &held_offset[held_count]);
+	held_count++;
+	return rec_on_message(ctx, type, body, body_len);
+}
+
+static const struct proto_scan_ops held_ops = {
+	.on_type = rec_on_type,
+	.on_message = held_on_message,
+	.forward = rec_forward,
+};
+
+Test(proto, held_messages_are_not_forwarded_and_may_pass_the_inspect_limit)
+{
+	struct rec r;
+	rec_init(&r);
+	r.actions['B'] = PROTO_HOLD;
+	r.actions['E'] = PROTO_FORWARD;
+	uint32_t big = PROTO_INSPECT_LEN_MAX + 1000;
+	uint8_t *body = calloc(1, big);
+	cr_assert(body != NULL);
+	body[big - 1] = 0x5a;
+	struct buf b;
+	buf_init(&b, 2 * big);
+	buf_message(&b, 'E', "ab", 2);
+	buf_message(&b, 'B', "xyz", 3);
+	buf_message(&b, 'B', body, big);
+	buf_message(&b, 'E', "c", 1);
+	struct proto_stream stream;
+	proto_stream_init(&stream);
+	held_stream = &stream;
+	held_count = 0;
+	/* The first 20 bytes in one chunk (E and the small B whole), the rest in 4 kB chunks. */
+	r.chunk = b.p;
+	r.chunk_len = 20;
+	cr_assert_eq(proto_stream_feed(&stream, b.p, 20, FRAME_MAX_LARGE, &held_ops, &r), 0);
+	for (uint32_t at = 20; at < b.len; at += 4096) {
+		uint32_t len = TERN_MIN(4096u, b.len - at);
+		r.chunk = b.p + at;
+		r.chunk_len = len;
+		cr_assert_eq(proto_stream_feed(&stream, b.p + at, len, FRAME_MAX_LARGE, &held_ops, &r), 0);
+	}
+	cr_assert_eq(held_count, 2u);
+	cr_assert(held_in_chunk[0], "the small held message lies whole in the first chunk");
+	cr_assert_eq(held_offset[0], 7u);
+	cr_assert_not(held_in_chunk[1], "the big one was assembled");
+	cr_assert_eq(r.inspected_len, (5 + 3) + (5 + big));
+	cr_assert_eq(r.inspected[8 + 5 + big - 1], 0x5a);
+	cr_assert_eq(r.forwarded_len, 7u + 6u, "only the E messages are forwarded");
+	cr_assert_null(stream.assembly, "a big assembly is not kept");
+	proto_stream_deinit(&stream);
+	free(body);
+	buf_free(&b);
+	rec_deinit(&r);
+}

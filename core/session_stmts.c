@@ -1,0 +1,480 @@
+/* Named prepared statements in transaction pooling. A client's Parse of a named statement is kept by
+ * tern (answered at once when no server is needed); the statement is prepared on whichever server
+ * connection runs the client's next use of it, under a name derived from its text; Bind, Describe and
+ * Close are rewritten to that name. The replies the server owes are tracked in order, so the answers
+ * to tern's own Parse and Close are hidden and the answers tern makes up go out where the server's
+ * would have. */
+#include "session.h"
+#include "worker.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static const uint8_t stmts_parse_complete[] = {PROTO_BE_PARSE_COMPLETE, 0, 0, 0, 4};
+static const uint8_t stmts_close_complete[] = {PROTO_BE_CLOSE_COMPLETE, 0, 0, 0, 4};
+static const uint8_t stmts_ready_idle[] = {PROTO_BE_READY, 0, 0, 0, 5, 'I'};
+
+static bool stmts_kind_is_made(uint8_t kind) { return kind >= STMT_REPLY_MADE_PARSE_COMPLETE; }
+
+static void stmts_send_made(struct session *s, uint8_t kind, const void *data, uint32_t len)
+{
+	if (s->phase == SESSION_CLOSING)
+		return;
+	if (kind == STMT_REPLY_MADE_PARSE_COMPLETE)
+		session_send_to_client(s, stmts_parse_complete, sizeof(stmts_parse_complete));
+	else if (kind == STMT_REPLY_MADE_CLOSE_COMPLETE)
+		session_send_to_client(s, stmts_close_complete, sizeof(stmts_close_complete));
+	else
+		session_send_to_client(s, data, len);
+}
+
+/* Sends the made-up replies that have reached the head of the queue. */
+static void stmts_send_made_replies(struct session *s)
+{
+	struct stmt_reply_entry *e;
+	while ((e = stmt_replies_head(&s->replies)) && stmts_kind_is_made(e->kind)) {
+		stmts_send_made(s, e->kind, e->data, e->data_len);
+		stmt_replies_pop(&s->replies, false);
+	}
+}
+
+/* A reply tern makes up: sent now when the server owes nothing before it, else queued. Takes `data`. */
+static int stmts_make_reply(struct session *s, uint8_t kind, void *data, uint32_t len)
+{
+	if (s->replies.count == 0) {
+		stmts_send_made(s, kind, data, len);
+		free(data);
+		return 0;
+	}
+	int rc = stmt_replies_push_back(&s->replies, kind, data, len);
+	if (rc < 0)
+		free(data);
+	return rc;
+}
+
+int session_stmts_expect(struct session *s, uint8_t kind)
+{
+	return stmt_replies_push_back(&s->replies, kind, NULL, 0);
+}
+
+bool session_stmts_is_local(const struct session *s)
+{
+	return s->replies.count == 0 && !s->is_unsynced && s->tx_status == 'I' && !s->is_copy_in;
+}
+
+void session_stmts_answer_sync(struct session *s)
+{
+	session_send_to_client(s, stmts_ready_idle, sizeof(stmts_ready_idle));
+}
+
+/* The connection's statement cache, created at its first use. */
+static struct stmt_cache *stmts_cache_of(struct pool_conn *conn)
+{
+	if (!conn->extra) {
+		conn->extra = stmt_cache_create();
+		conn->extra_free = stmt_cache_destroy;
+	}
+	return conn->extra;
+}
+
+/* A message of `type` whose body is parts[0..n) end to end, malloc'd. */
+static uint8_t *stmts_build(uint8_t type, const struct iovec *parts, unsigned n, uint32_t *len_out)
+{
+	uint64_t body = 0;
+	for (unsigned i = 0; i < n; i++)
+		body += parts[i].iov_len;
+	if (body > UINT32_MAX - PROTO_HEADER_LEN)
+		return NULL;
+	uint8_t *msg = malloc(PROTO_HEADER_LEN + body);
+	if (!msg)
+		return NULL;
+	msg[0] = type;
+	proto_write_u32(msg + 1, (uint32_t)(body + 4));
+	uint8_t *p = msg + PROTO_HEADER_LEN;
+	for (unsigned i = 0; i < n; i++) {
+		memcpy(p, parts[i].iov_base, parts[i].iov_len);
+		p += parts[i].iov_len;
+	}
+	*len_out = (uint32_t)(PROTO_HEADER_LEN + body);
+	return msg;
+}
+
+static int stmts_queue(struct session *s, uint8_t type, const struct iovec *parts, unsigned n, bool at_front)
+{
+	uint32_t len;
+	uint8_t *msg = stmts_build(type, parts, n, &len);
+	if (!msg)
+		return -ENOMEM;
+	if (!at_front)
+		return sendq_push_owned(&s->to_server, msg, len);
+	int rc = sendq_push_front_copy(&s->to_server, msg, len);
+	free(msg);
+	return rc;
+}
+
+static struct iovec stmts_cstring(const char *text) { return (struct iovec){(void *)text, strlen(text) + 1}; }
+
+/* Prepares stmt on the attached connection, which lacks it: tern's Parse (its answer hidden), after a
+ * Close of the statement it evicts when the connection holds max_prepared_statements. At the front of
+ * the queue when the queued messages were written before the connection was known. */
+static int stmts_prepare(struct session *s, struct stmt_cache *cache, struct stmt *stmt, bool at_front)
+{
+	uint32_t max = TERN_MAX(s->worker->runtime->config->max_prepared_statements, 1u);
+	char evicted[STMT_SERVER_NAME_LEN];
+	int evicting = stmt_cache_add(cache, stmt, max, evicted);
+	if (evicting < 0)
+		return evicting;
+	struct iovec parse[] = {stmts_cstring(stmt->server_name), {stmt->content, stmt->content_len}};
+	struct iovec close[] = {{(void *)"S", 1}, stmts_cstring(evicted)};
+	int rc = 0;
+	if (at_front) {
+		rc = stmts_queue(s, PROTO_FE_PARSE, parse, 2, true);
+		if (rc == 0)
+			rc = stmt_replies_push_front(&s->replies, STMT_REPLY_PARSE_HIDDEN, stmt_ref(stmt), 0);
+		if (rc == 0 && evicting)
+			rc = stmts_queue(s, PROTO_FE_CLOSE, close, 2, true);
+		if (rc == 0 && evicting)
+			rc = stmt_replies_push_front(&s->replies, STMT_REPLY_CLOSE_HIDDEN, NULL, 0);
+	} else {
+		if (evicting)
+			rc = stmts_queue(s, PROTO_FE_CLOSE, close, 2, false);
+		if (rc == 0 && evicting)
+			rc = stmt_replies_push_back(&s->replies, STMT_REPLY_CLOSE_HIDDEN, NULL, 0);
+		if (rc == 0)
+			rc = stmts_queue(s, PROTO_FE_PARSE, parse, 2, false);
+		if (rc == 0)
+			rc = stmt_replies_push_back(&s->replies, STMT_REPLY_PARSE_HIDDEN, stmt_ref(stmt), 0);
+	}
+	if (evicting)
+		s->worker->stats.statements_evicted++;
+	s->worker->stats.statements_prepared++;
+	return rc;
+}
+
+static bool stmts_has_backend(const struct session *s) { return s->backend && !s->is_backend_dropping; }
+
+/* A queued message uses stmt: prepare it now on the attached connection, or on the next one. */
+static int stmts_need(struct session *s, struct stmt *stmt)
+{
+	if (stmts_has_backend(s)) {
+		struct stmt_cache *cache = stmts_cache_of(s->backend);
+		if (!cache)
+			return -ENOMEM;
+		return stmt_cache_touch(cache, stmt) ? 0 : stmts_prepare(s, cache, stmt, false);
+	}
+	for (uint32_t i = 0; i < s->needed_count; i++)
+		if (s->needed[i] == stmt)
+			return 0;
+	if (s->needed_count == s->needed_cap) {
+		uint32_t cap = s->needed_cap ? s->needed_cap * 2 : 8;
+		struct stmt **grown = realloc(s->needed, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		s->needed = grown;
+		s->needed_cap = cap;
+	}
+	s->needed[s->needed_count++] = stmt_ref(stmt);
+	return 0;
+}
+
+int session_stmts_prepare_needed(struct session *s)
+{
+	if (s->needed_count == 0)
+		return 0;
+	struct stmt_cache *cache = stmts_cache_of(s->backend);
+	int rc = cache ? 0 : -ENOMEM;
+	/* Mark the ones present as just used, so adding the others cannot evict them. */
+	for (uint32_t i = 0; rc == 0 && i < s->needed_count; i++)
+		(void)stmt_cache_touch(cache, s->needed[i]);
+	/* Front insertions in reverse keep the Parses in the order the client used the statements. */
+	for (uint32_t i = s->needed_count; rc == 0 && i-- > 0;)
+		if (!stmt_cache_touch(cache, s->needed[i]))
+			rc = stmts_prepare(s, cache, s->needed[i], true);
+	for (uint32_t i = 0; i < s->needed_count; i++)
+		stmt_unref(s->needed[i]);
+	s->needed_count = 0;
+	return rc;
+}
+
+/* Queues the held message unchanged: by reference when it lies whole in the chunk. */
+static int stmts_forward(struct session *s, uint8_t type, const uint8_t *body, uint32_t len, uint16_t buffer_id,
+			 const uint8_t *chunk)
+{
+	uint32_t offset;
+	s->is_unsynced = true;
+	if (proto_stream_message_offset(&s->client_stream, &offset))
+		return sendq_push_buffer(&s->to_server, &s->worker->ring, buffer_id, chunk + offset,
+					 PROTO_HEADER_LEN + len);
+	struct iovec part = {(void *)body, len};
+	return stmts_queue(s, type, &part, 1, false);
+}
+
+static int stmts_refuse_duplicate(struct session *s, const char *name)
+{
+	char text[POOL_NAME_LEN_MAX * 2 + 64];
+	snprintf(text, sizeof(text), "prepared statement \"%.*s\" already exists", (int)POOL_NAME_LEN_MAX * 2, name);
+	uint8_t msg[1024];
+	size_t n = proto_build_error(msg, sizeof(msg), "ERROR", "42P05", text, NULL);
+	uint8_t *copy = n ? malloc(n) : NULL;
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, msg, n);
+	s->is_skipping_to_sync = true; /* as the server does after an error in an extended-protocol batch */
+	return stmts_make_reply(s, STMT_REPLY_MADE_ERROR, copy, (uint32_t)n);
+}
+
+static int stmts_on_parse(struct session *s, const char *name, const uint8_t *content, uint32_t len)
+{
+	if (stmt_map_get(&s->statements, name))
+		return stmts_refuse_duplicate(s, name);
+	struct stmt *stmt = stmt_create(content, len);
+	if (!stmt)
+		return -ENOMEM;
+	int rc = stmt_map_put(&s->statements, name, stmt);
+	stmt_unref(stmt); /* the map's reference keeps it */
+	if (rc < 0)
+		return rc;
+	char *name_copy = strdup(name);
+	if (!name_copy)
+		return -ENOMEM;
+	struct stmt_cache *cache = stmts_has_backend(s) ? stmts_cache_of(s->backend) : NULL;
+	if (cache && stmt_cache_touch(cache, stmt))
+		return stmts_make_reply(s, STMT_REPLY_MADE_PARSE_COMPLETE, name_copy, 0); /* prepared there already */
+	if (cache) {
+		/* A server is at hand: the client's own Parse goes to it, so an error comes where expected. */
+		uint32_t max = TERN_MAX(s->worker->runtime->config->max_prepared_statements, 1u);
+		char evicted[STMT_SERVER_NAME_LEN];
+		int evicting = stmt_cache_add(cache, stmt, max, evicted);
+		rc = evicting < 0 ? evicting : 0;
+		if (rc == 0 && evicting) {
+			struct iovec close[] = {{(void *)"S", 1}, stmts_cstring(evicted)};
+			rc = stmts_queue(s, PROTO_FE_CLOSE, close, 2, false);
+			if (rc == 0)
+				rc = session_stmts_expect(s, STMT_REPLY_CLOSE_HIDDEN);
+			s->worker->stats.statements_evicted++;
+		}
+		struct iovec parse[] = {stmts_cstring(stmt->server_name), {stmt->content, stmt->content_len}};
+		if (rc == 0)
+			rc = stmts_queue(s, PROTO_FE_PARSE, parse, 2, false);
+		if (rc == 0) {
+			rc = stmt_replies_push_back(&s->replies, STMT_REPLY_PARSE, name_copy, 0);
+			name_copy = NULL;
+		}
+		free(name_copy);
+		s->is_unsynced = true;
+		s->worker->stats.statements_prepared++;
+		return rc;
+	}
+	/* The prepare waits for the connection that runs the statement's first use. */
+	s->worker->stats.statements_deferred++;
+	return stmts_make_reply(s, STMT_REPLY_MADE_PARSE_COMPLETE, name_copy, 0);
+}
+
+int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len,
+				    uint16_t buffer_id, const uint8_t *chunk)
+{
+	uint32_t offset = 0;
+	if (type == PROTO_FE_PARSE) {
+		const char *name = proto_read_cstring(body, len, &offset);
+		if (!name)
+			return -EPROTO;
+		if (name[0])
+			return stmts_on_parse(s, name, body + offset, len - offset);
+		int rc = stmts_forward(s, type, body, len, buffer_id, chunk);
+		return rc < 0 ? rc : stmt_replies_push_back(&s->replies, STMT_REPLY_PARSE, NULL, 0);
+	}
+	if (type == PROTO_FE_BIND) {
+		const char *portal = proto_read_cstring(body, len, &offset);
+		const char *name = portal ? proto_read_cstring(body, len, &offset) : NULL;
+		if (!name)
+			return -EPROTO;
+		struct stmt *stmt = name[0] ? stmt_map_get(&s->statements, name) : NULL;
+		int rc;
+		if (!stmt) {
+			rc = stmts_forward(s, type, body, len, buffer_id, chunk);
+		} else {
+			rc = stmts_need(s, stmt);
+			struct iovec parts[] = {stmts_cstring(portal), stmts_cstring(stmt->server_name),
+						{(void *)(body + offset), len - offset}};
+			if (rc == 0)
+				rc = stmts_queue(s, type, parts, 3, false);
+			s->is_unsynced = true;
+		}
+		return rc < 0 ? rc : session_stmts_expect(s, STMT_REPLY_BIND);
+	}
+	TERN_ASSERT(type == PROTO_FE_DESCRIBE || type == PROTO_FE_CLOSE);
+	if (len < 2)
+		return -EPROTO;
+	char kind = (char)body[0];
+	offset = 1;
+	const char *name = proto_read_cstring(body, len, &offset);
+	if (!name)
+		return -EPROTO;
+	struct stmt *stmt = kind == 'S' && name[0] ? stmt_map_get(&s->statements, name) : NULL;
+	if (type == PROTO_FE_CLOSE && stmt) {
+		/* The server-side statement stays for other clients; only the client's name goes. */
+		(void)stmt_map_remove(&s->statements, name);
+		return stmts_make_reply(s, STMT_REPLY_MADE_CLOSE_COMPLETE, NULL, 0);
+	}
+	int rc;
+	if (stmt) {
+		rc = stmts_need(s, stmt);
+		struct iovec parts[] = {{(void *)"S", 1}, stmts_cstring(stmt->server_name)};
+		if (rc == 0)
+			rc = stmts_queue(s, type, parts, 2, false);
+		s->is_unsynced = true;
+	} else {
+		rc = stmts_forward(s, type, body, len, buffer_id, chunk);
+	}
+	if (rc < 0)
+		return rc;
+	if (type == PROTO_FE_CLOSE)
+		return session_stmts_expect(s, STMT_REPLY_CLOSE);
+	return session_stmts_expect(s, kind == 'S' ? STMT_REPLY_DESCRIBE_STATEMENT : STMT_REPLY_DESCRIBE_PORTAL);
+}
+
+unsigned session_stmts_server_type(const struct session *s, uint8_t type)
+{
+	const struct stmt_reply_entry *head = stmt_replies_head((struct stmt_replies *)&s->replies);
+	if (!head)
+		return 0;
+	switch (type) {
+	case PROTO_BE_PARSE_COMPLETE:
+	case PROTO_BE_CLOSE_COMPLETE:
+		if (head->kind == STMT_REPLY_PARSE_HIDDEN || head->kind == STMT_REPLY_CLOSE_HIDDEN)
+			return PROTO_INSPECT; /* the answer to tern's own message: hidden */
+		return PROTO_FORWARD | PROTO_INSPECT;
+	case PROTO_BE_BIND_COMPLETE:
+	case PROTO_BE_NO_DATA:
+	case PROTO_BE_EMPTY_QUERY:
+	case PROTO_BE_PORTAL_SUSPENDED:
+	case PROTO_BE_ERROR:
+	case PROTO_BE_COMMAND_COMPLETE:
+		return PROTO_FORWARD | PROTO_INSPECT;
+	case PROTO_BE_ROW_DESCRIPTION:
+		if (head->kind == STMT_REPLY_DESCRIBE_STATEMENT || head->kind == STMT_REPLY_DESCRIBE_PORTAL)
+			return PROTO_FORWARD | PROTO_INSPECT;
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+/* The server did not prepare stmt (its Parse failed or was skipped): the connection lacks it. */
+static void stmts_forget_on_connection(struct session *s, const struct stmt *stmt)
+{
+	if (stmt && s->backend && s->backend->extra)
+		stmt_cache_remove(s->backend->extra, stmt);
+}
+
+/* A client statement the server never created: the client's name for it goes too, as in PostgreSQL. */
+static void stmts_forget_name(struct session *s, const char *name, bool server_lacks_it)
+{
+	if (!name)
+		return;
+	if (server_lacks_it)
+		stmts_forget_on_connection(s, stmt_map_get(&s->statements, name));
+	(void)stmt_map_remove(&s->statements, name);
+}
+
+/* An ErrorResponse for the head reply: after an extended-protocol message's error the server skips
+ * everything up to the next Sync, and so do the replies it owes. */
+static void stmts_on_error(struct session *s, struct stmt_reply_entry *head)
+{
+	if (head->kind == STMT_REPLY_QUERY || head->kind == STMT_REPLY_SYNC)
+		return; /* ends at ReadyForQuery */
+	do {
+		switch (head->kind) {
+		case STMT_REPLY_PARSE:
+			stmts_forget_name(s, head->data, true);
+			break;
+		case STMT_REPLY_MADE_PARSE_COMPLETE:
+			stmts_forget_name(s, head->data, false);
+			break;
+		case STMT_REPLY_PARSE_HIDDEN:
+			stmts_forget_on_connection(s, head->data);
+			break;
+		case STMT_REPLY_QUERY:
+			/* A Query the server skips brings no ReadyForQuery. */
+			TERN_ASSERT(s->pending_ready > 0);
+			s->pending_ready--;
+			break;
+		default:
+			break;
+		}
+		stmt_replies_pop(&s->replies, false);
+		head = stmt_replies_head(&s->replies);
+	} while (head && head->kind != STMT_REPLY_SYNC);
+}
+
+int session_stmts_on_server_message(struct session *s, uint8_t type)
+{
+	struct stmt_reply_entry *head = stmt_replies_head(&s->replies);
+	if (!head)
+		return 0; /* asynchronous: a notice, a notification, a parameter's new value */
+	uint8_t kind = head->kind;
+	bool matches;
+	switch (type) {
+	case PROTO_BE_PARSE_COMPLETE:
+		matches = kind == STMT_REPLY_PARSE || kind == STMT_REPLY_PARSE_HIDDEN;
+		break;
+	case PROTO_BE_BIND_COMPLETE:
+		matches = kind == STMT_REPLY_BIND;
+		break;
+	case PROTO_BE_CLOSE_COMPLETE:
+		matches = kind == STMT_REPLY_CLOSE || kind == STMT_REPLY_CLOSE_HIDDEN;
+		break;
+	case PROTO_BE_NO_DATA:
+	case PROTO_BE_ROW_DESCRIPTION:
+		matches = kind == STMT_REPLY_DESCRIBE_STATEMENT || kind == STMT_REPLY_DESCRIBE_PORTAL;
+		break;
+	case PROTO_BE_COMMAND_COMPLETE:
+	case PROTO_BE_EMPTY_QUERY:
+	case PROTO_BE_PORTAL_SUSPENDED:
+		if (kind == STMT_REPLY_QUERY)
+			return 0; /* one of the statements of a simple Query */
+		matches = kind == STMT_REPLY_EXECUTE;
+		break;
+	case PROTO_BE_READY:
+		matches = kind == STMT_REPLY_SYNC || kind == STMT_REPLY_QUERY;
+		break;
+	case PROTO_BE_ERROR:
+		stmts_on_error(s, head);
+		stmts_send_made_replies(s);
+		return 0;
+	default:
+		return 0;
+	}
+	if (!matches) {
+		TERN_WARN("server pid %u answered '%c' where tern expected reply kind %u; closing the connection",
+			  s->backend ? s->backend->backend_pid : 0, type, kind);
+		return -EPROTO;
+	}
+	stmt_replies_pop(&s->replies, false);
+	stmts_send_made_replies(s);
+	return 0;
+}
+
+void session_stmts_on_copy_in(struct session *s, uint32_t ignored_syncs)
+{
+	(void)stmt_replies_remove_after_head(&s->replies, STMT_REPLY_SYNC, ignored_syncs);
+}
+
+void session_stmts_forget_all(struct session *s)
+{
+	stmt_map_clear(&s->statements);
+	if (s->backend && s->backend->extra)
+		stmt_cache_clear(s->backend->extra);
+}
+
+void session_relay_deinit(struct session *s)
+{
+	stmt_map_deinit(&s->statements);
+	stmt_replies_deinit(&s->replies);
+	for (uint32_t i = 0; i < s->needed_count; i++)
+		stmt_unref(s->needed[i]);
+	free(s->needed);
+	s->needed = NULL;
+	s->needed_count = s->needed_cap = 0;
+}

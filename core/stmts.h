@@ -1,0 +1,144 @@
+/*
+ * stmts.h — named prepared statements in transaction pooling (PgBouncer's max_prepared_statements).
+ * A client's statement names map to statements identified by their text and parameter types; on a
+ * server connection a statement lives under one name derived from that identity, so any client that
+ * prepared the same text can use it there. Three pieces:
+ *  - stmt: one statement's identity and Parse content (refcounted, shared by the maps that hold it);
+ *  - stmt_map: a client's names → stmts;
+ *  - stmt_cache: which statements a server connection holds, least recently used first out;
+ *  - stmt_replies: the replies a session still expects from its server, in order, so tern can hide the
+ *    answers to its own messages and place the answers it makes up itself where the server would.
+ *
+ * Threads: a map and a reply queue belong to one session (one worker); a cache to the connection and
+ * so to whichever worker holds it. Ownership: maps and queues hold one reference on each stmt.
+ * Never: does I/O or knows sessions and pools.
+ */
+#ifndef TERN_STMTS_H
+#define TERN_STMTS_H
+
+#include "base/base.h"
+
+#include <stdint.h>
+
+/* "tern_" + 32 hex digits of a 128-bit hash + NUL: well under PostgreSQL's NAMEDATALEN (64). */
+#define STMT_SERVER_NAME_LEN 38u
+/* A server connection holds at most this many statements whatever the config says: each costs the
+ * server memory, and eviction scans the cache. */
+#define STMT_CACHE_MAX 100000u
+
+struct stmt {
+	uint32_t refs;
+	uint64_t hash_high, hash_low; /* of the Parse content: query text, NUL, parameter types */
+	char server_name[STMT_SERVER_NAME_LEN];
+	uint32_t content_len;
+	uint8_t content[]; /* the Parse body after the statement name */
+};
+
+/* A statement for a Parse body's content after its name; NULL when out of memory. One reference. */
+struct stmt *stmt_create(const uint8_t *content, uint32_t len);
+static inline struct stmt *stmt_ref(struct stmt *stmt)
+{
+	stmt->refs++;
+	return stmt;
+}
+void stmt_unref(struct stmt *stmt);
+
+/* ---- a client's names ---- */
+
+struct stmt_map_entry {
+	char *name; /* owned; NULL for an empty slot */
+	struct stmt *stmt;
+};
+
+struct stmt_map {
+	struct stmt_map_entry *slots; /* open addressing, linear probing; power-of-two capacity */
+	uint32_t capacity;
+	uint32_t count;
+};
+
+void stmt_map_init(struct stmt_map *map);
+void stmt_map_deinit(struct stmt_map *map);
+struct stmt *stmt_map_get(const struct stmt_map *map, const char *name);
+/* Adds name → stmt (taking a reference); the name must not be present. 0 or -ENOMEM. */
+TERN_MUST_USE int stmt_map_put(struct stmt_map *map, const char *name, struct stmt *stmt);
+/* True when the name was present and is now gone. */
+bool stmt_map_remove(struct stmt_map *map, const char *name);
+void stmt_map_clear(struct stmt_map *map);
+
+/* ---- a server connection's statements ---- */
+
+struct stmt_cache_entry {
+	uint64_t hash_high, hash_low;
+	uint64_t last_use; /* 0 marks an empty slot */
+};
+
+struct stmt_cache {
+	struct stmt_cache_entry *slots; /* open addressing, linear probing; power-of-two capacity */
+	uint32_t capacity;
+	uint32_t count;
+	uint64_t clock; /* uses so far: orders entries for eviction */
+};
+
+struct stmt_cache *stmt_cache_create(void);
+/* void * so a pool connection can free it without knowing the type. */
+void stmt_cache_destroy(void *cache);
+/* True when the connection holds the statement; marks it most recently used. */
+bool stmt_cache_touch(struct stmt_cache *cache, const struct stmt *stmt);
+/* Records that the connection now holds stmt (which it must not hold yet). When that leaves more than
+ * `max` entries, the least recently used other one is removed and returned in *evicted_name (the
+ * caller closes it on the server): returns 1 then, 0 when nothing was evicted, -ENOMEM. */
+TERN_MUST_USE int stmt_cache_add(struct stmt_cache *cache, const struct stmt *stmt, uint32_t max,
+				 char evicted_name[STMT_SERVER_NAME_LEN]);
+void stmt_cache_remove(struct stmt_cache *cache, const struct stmt *stmt);
+void stmt_cache_clear(struct stmt_cache *cache);
+
+/* ---- the replies a session waits for ---- */
+
+enum stmt_reply {
+	STMT_REPLY_PARSE = 1,     /* a client's Parse: ParseComplete */
+	STMT_REPLY_PARSE_HIDDEN,  /* tern's Parse before a use: its ParseComplete is hidden */
+	STMT_REPLY_BIND,          /* BindComplete */
+	STMT_REPLY_DESCRIBE_STATEMENT, /* ParameterDescription, then RowDescription or NoData */
+	STMT_REPLY_DESCRIBE_PORTAL,    /* RowDescription or NoData */
+	STMT_REPLY_EXECUTE,       /* rows, then CommandComplete, EmptyQueryResponse or PortalSuspended */
+	STMT_REPLY_CLOSE,         /* CloseComplete */
+	STMT_REPLY_CLOSE_HIDDEN,  /* tern's Close of an evicted statement: hidden */
+	STMT_REPLY_SYNC,          /* ReadyForQuery */
+	STMT_REPLY_QUERY,         /* a simple Query or FunctionCall: everything up to ReadyForQuery */
+	/* Made up by tern, sent to the client when they reach the head of the queue. */
+	STMT_REPLY_MADE_PARSE_COMPLETE,
+	STMT_REPLY_MADE_CLOSE_COMPLETE,
+	STMT_REPLY_MADE_ERROR, /* data: the ErrorResponse message, owned */
+};
+
+struct stmt_reply_entry {
+	uint8_t kind; /* enum stmt_reply */
+	/* PARSE: the client's statement name (owned; NULL for the unnamed one), forgotten if the Parse
+	 * fails. PARSE_HIDDEN: the stmt (a reference), dropped from the connection's cache if it fails.
+	 * MADE_ERROR: the message (owned). */
+	void *data;
+	uint32_t data_len;
+};
+
+struct stmt_replies {
+	struct stmt_reply_entry *entries; /* circular; power-of-two capacity */
+	uint32_t capacity;
+	uint32_t head;
+	uint32_t count;
+};
+
+void stmt_replies_init(struct stmt_replies *replies);
+void stmt_replies_deinit(struct stmt_replies *replies);
+TERN_MUST_USE int stmt_replies_push_back(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len);
+TERN_MUST_USE int stmt_replies_push_front(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len);
+static inline struct stmt_reply_entry *stmt_replies_head(struct stmt_replies *replies)
+{
+	return replies->count ? &replies->entries[replies->head] : NULL;
+}
+/* Removes the head, freeing what it owns unless `keep_data` (then the caller took it). */
+void stmt_replies_pop(struct stmt_replies *replies, bool keep_data);
+/* Removes up to n entries of `kind` that follow the head; returns how many. */
+uint32_t stmt_replies_remove_after_head(struct stmt_replies *replies, uint8_t kind, uint32_t n);
+void stmt_replies_clear(struct stmt_replies *replies);
+
+#endif
