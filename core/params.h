@@ -46,4 +46,15 @@ void params_store(struct pool_param *params, uint32_t *count, const char *name, 
 TERN_MUST_USE int params_build_set(const struct params_tracked *tracked, const struct params_values *client,
 				   const struct pool_param *conn, uint32_t conn_count, char *out, size_t out_size);
 
+/* search_path, which PostgreSQL before 18 does not report, is tracked from the client's own SQL: the
+ * value as the client wrote it, replayed verbatim with "SET search_path TO <value>" (so it parses as
+ * the client's did). PARAMS_SEARCH_PATH_DEFAULT stands for RESET; PARAMS_SEARCH_PATH_KEY is where a
+ * connection's value is kept among its parameters (a name no server reports). */
+#define PARAMS_SEARCH_PATH_DEFAULT "DEFAULT"
+#define PARAMS_SEARCH_PATH_KEY "tern.search_path"
+/* When the first statement of a simple query is SET [SESSION] search_path {TO | =} value, RESET
+ * search_path or RESET ALL: writes the value ("DEFAULT" for a reset) and returns 1. 0 for any other
+ * statement (SET LOCAL included), -ENOSPC when the value does not fit. */
+TERN_MUST_USE int params_parse_search_path_set(const uint8_t *sql, uint32_t len, char *value, size_t value_size);
+
 #endif

@@ -101,6 +101,12 @@ struct session {
 	 * tern's own SET queries are still to be hidden from it. */
 	struct params_values params;
 	uint32_t hidden_ready;
+	/* search_path as the client last SET it outside a transaction ("" = never), and the value of a SET
+	 * sent whose success (its CommandComplete, then ReadyForQuery 'I' with no error) is awaited. */
+	char search_path[PARAMS_VALUE_MAX];
+	char pending_search_path[PARAMS_VALUE_MAX];
+	bool is_search_path_pending;
+	bool is_search_path_confirmed;
 	/* Transaction pooling with max_prepared_statements: the client's named statements, the replies
 	 * expected from the server in order (so tern can hide the answers to its own Parse and Close and
 	 * place the ones it makes up), and the statements queued messages use that must be prepared on

@@ -4,6 +4,7 @@
 #include "worker.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Returned by on_message to stop the scan at a client's Terminate. */
@@ -87,7 +88,8 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 	case PROTO_FE_QUERY:
 		relay_request_sent(s);
 		s->syncs_since_execute = 0;
-		return s->is_listening ? (PROTO_FORWARD | PROTO_INSPECT_SMALL) : PROTO_FORWARD;
+		/* Transaction pooling reads a query's first statement: UNLISTEN *, SET search_path. */
+		return s->is_transaction_pooling ? (PROTO_FORWARD | PROTO_INSPECT_SMALL) : PROTO_FORWARD;
 	case PROTO_FE_FUNCTION_CALL:
 		relay_request_sent(s);
 		return PROTO_FORWARD;
@@ -168,7 +170,12 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		return rc == -ENOMEM ? 0 : rc;
 	}
 	if (type == PROTO_FE_QUERY) {
-		s->is_unlisten_all_sent |= relay_is_unlisten_all(body, len);
+		if (s->is_listening)
+			s->is_unlisten_all_sent |= relay_is_unlisten_all(body, len);
+		if (params_parse_search_path_set(body, len, s->pending_search_path, PARAMS_VALUE_MAX) == 1) {
+			s->is_search_path_pending = true;
+			s->is_search_path_confirmed = false;
+		}
 		return 0;
 	}
 	if (type != PROTO_FE_TERMINATE)
@@ -230,6 +237,8 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 		return PROTO_FORWARD | PROTO_INSPECT;
 	if (type == PROTO_BE_PARAMETER_STATUS && s->is_transaction_pooling)
 		return PROTO_FORWARD | PROTO_INSPECT;
+	if (type == PROTO_BE_ERROR && s->is_search_path_pending)
+		return PROTO_FORWARD | PROTO_INSPECT; /* the SET failed */
 	/* Command tags tell whether the client LISTENs; only transaction pooling needs to know. */
 	if (type == PROTO_BE_COMMAND_COMPLETE && s->is_transaction_pooling)
 		return PROTO_FORWARD | PROTO_INSPECT;
@@ -268,7 +277,18 @@ static void relay_restore_parameters(struct session *s)
 	char sql[PARAMS_TRACKED_MAX * (PARAMS_VALUE_MAX * 2 + 64)];
 	int n = params_build_set(&s->worker->runtime->tracked, &s->params, s->backend->params,
 				 s->backend->param_count, sql, sizeof(sql));
-	if (n <= 0)
+	if (n < 0)
+		return;
+	const char *want = s->search_path[0] ? s->search_path : PARAMS_SEARCH_PATH_DEFAULT;
+	const char *have = params_find(s->backend->params, s->backend->param_count, PARAMS_SEARCH_PATH_KEY);
+	if (strcmp(want, have ? have : PARAMS_SEARCH_PATH_DEFAULT) != 0) {
+		int m = snprintf(sql + n, sizeof(sql) - (size_t)n, "%sSET search_path TO %s", n ? "; " : "", want);
+		if (m < 0 || (size_t)m >= sizeof(sql) - (size_t)n)
+			return;
+		n += m;
+		params_store(s->backend->params, &s->backend->param_count, PARAMS_SEARCH_PATH_KEY, want);
+	}
+	if (n == 0)
 		return;
 	uint8_t msg[sizeof(sql) + 8];
 	size_t len = proto_build_query(msg, sizeof(msg), sql);
@@ -276,6 +296,14 @@ static void relay_restore_parameters(struct session *s)
 		return;
 	s->pending_ready++;
 	s->hidden_ready++;
+}
+
+/* The client's search_path took effect on its connection. */
+static void relay_keep_search_path(struct session *s, const char *value)
+{
+	base_strlcpy(s->search_path, value, sizeof(s->search_path));
+	if (s->backend)
+		params_store(s->backend->params, &s->backend->param_count, PARAMS_SEARCH_PATH_KEY, value);
 }
 
 static bool relay_tag_is(const uint8_t *body, uint32_t len, const char *tag)
@@ -302,6 +330,8 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 		return 0;
 	}
 	if (type == PROTO_BE_ERROR) {
+		if (!hidden)
+			s->is_search_path_pending = false;
 		struct proto_error_fields fields;
 		if (hidden && proto_error_parse(body, len, &fields) == 0)
 			TERN_WARN("could not restore client %s/%s's parameters on server pid %u: %s (%s)", s->user,
@@ -309,6 +339,8 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 		return 0;
 	}
 	if (type == PROTO_BE_COMMAND_COMPLETE) {
+		if (s->is_search_path_pending && (relay_tag_is(body, len, "SET") || relay_tag_is(body, len, "RESET")))
+			s->is_search_path_confirmed = true;
 		if (relay_tag_is(body, len, "LISTEN")) {
 			s->is_listening = true; /* conservative: kept even if the transaction rolls back */
 		} else if (relay_tag_is(body, len, "UNLISTEN") && s->is_unlisten_all_sent) {
@@ -316,8 +348,10 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 		} else if (relay_tag_is(body, len, "PREPARE")) {
 			s->is_sql_prepared = true; /* SQL PREPARE pins: EXECUTE finds it only on this connection */
 		} else if (relay_tag_is(body, len, "DISCARD ALL") || relay_tag_is(body, len, "DEALLOCATE ALL")) {
-			if (relay_tag_is(body, len, "DISCARD ALL"))
+			if (relay_tag_is(body, len, "DISCARD ALL")) {
 				s->is_listening = false;
+				relay_keep_search_path(s, PARAMS_SEARCH_PATH_DEFAULT);
+			}
 			s->is_sql_prepared = false;
 			if (s->tracks_statements)
 				session_stmts_forget_all(s);
@@ -329,6 +363,11 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 	if (len != 1 || (body[0] != 'I' && body[0] != 'T' && body[0] != 'E'))
 		return -EPROTO;
 	s->tx_status = (char)body[0];
+	if (s->is_search_path_pending && !hidden) {
+		if (s->is_search_path_confirmed && s->tx_status == 'I')
+			relay_keep_search_path(s, s->pending_search_path);
+		s->is_search_path_pending = false;
+	}
 	if (s->pending_ready > 0)
 		s->pending_ready--;
 	if (s->hidden_ready > 0)

@@ -673,6 +673,37 @@ def each_client_keeps_its_own_parameters_on_a_shared_connection(ctx):
 
 
 @test
+def each_client_keeps_its_own_search_path_on_a_shared_connection(ctx):
+    psql_ok(ctx.pg.primary_port, "drop schema if exists sp_a cascade; create schema sp_a; "
+            "create table sp_a.which(v text); insert into sp_a.which values ('a'); "
+            "drop table if exists public.which; create table public.which(v text); "
+            "insert into public.which values ('public')")
+    t = ctx.tern(pool_mode="transaction", pool_size=1)
+    a, b = Wire(t.port), Wire(t.port)
+    try:
+        a.login("postgres")
+        b.login("postgres")
+        a.query("set search_path = sp_a, public")
+        for _ in range(3):  # one server connection, taken in turn
+            check(a.query("select v from which") == [["a"]], "a's search_path on the shared connection")
+            check(b.query("select v from which") == [["public"]], "b's default search_path")
+        b.query("begin; set search_path to sp_a; rollback")
+        check(b.query("select v from which") == [["public"]], "a rolled-back SET search_path is not kept")
+        try:
+            b.query("set search_path to sp_a; select 1/0")
+            check(False, "division by zero must fail")
+        except WireError:
+            pass
+        check(b.query("select v from which") == [["public"]], "a SET in a failed implicit transaction is not kept")
+        a.query("reset search_path")
+        check(a.query("select v from which") == [["public"]], "RESET search_path")
+        check(b.query("show search_path") == [['"$user", public']], "b sees the server's default")
+    finally:
+        a.close()
+        b.close()
+
+
+@test
 def named_prepared_statements_need_no_free_server_to_prepare_and_run_on_any_connection(ctx):
     t = ctx.tern(pool_mode="transaction", pool_size=1)
     holder, a, b = Wire(t.port), Wire(t.port), Wire(t.port)

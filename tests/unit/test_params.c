@@ -66,3 +66,31 @@ Test(params, set_lists_only_values_that_differ_and_quotes_them)
 	cr_assert_eq(params_build_set(&t, &client, conn, 0, sql, 8), -ENOSPC, "a short buffer is refused");
 	params_tracked_deinit(&t);
 }
+
+static int search_path_of(const char *sql, char *value, size_t size)
+{
+	return params_parse_search_path_set((const uint8_t *)sql, (uint32_t)strlen(sql), value, size);
+}
+
+Test(params, search_path_is_read_from_set_and_reset_as_the_client_wrote_it)
+{
+	char v[64];
+	cr_assert_eq(search_path_of("SET search_path TO app, public", v, sizeof(v)), 1);
+	cr_assert_str_eq(v, "app, public");
+	cr_assert_eq(search_path_of("  /* c */ set Session SEARCH_PATH = \"$user\", 'x;y' ; select 1", v, sizeof(v)), 1);
+	cr_assert_str_eq(v, "\"$user\", 'x;y'");
+	cr_assert_eq(search_path_of("reset search_path", v, sizeof(v)), 1);
+	cr_assert_str_eq(v, PARAMS_SEARCH_PATH_DEFAULT);
+	cr_assert_eq(search_path_of("RESET ALL", v, sizeof(v)), 1);
+	cr_assert_str_eq(v, PARAMS_SEARCH_PATH_DEFAULT);
+	/* Not tracked: other statements, SET LOCAL, a longer identifier, comments, empty or unterminated. */
+	cr_assert_eq(search_path_of("set local search_path to x", v, sizeof(v)), 0);
+	cr_assert_eq(search_path_of("set search_paths to x", v, sizeof(v)), 0);
+	cr_assert_eq(search_path_of("set timezone to 'UTC'", v, sizeof(v)), 0);
+	cr_assert_eq(search_path_of("select 'set search_path to x'", v, sizeof(v)), 0);
+	cr_assert_eq(search_path_of("set search_path to x -- why", v, sizeof(v)), 0);
+	cr_assert_eq(search_path_of("set search_path to ;", v, sizeof(v)), 0);
+	cr_assert_eq(search_path_of("set search_path to 'x", v, sizeof(v)), 0);
+	cr_assert_eq(search_path_of("reset timezone", v, sizeof(v)), 0);
+	cr_assert_eq(search_path_of("set search_path to a_very_long_schema_name", v, 8), -ENOSPC);
+}
