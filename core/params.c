@@ -67,8 +67,7 @@ void params_store(struct pool_param *params, uint32_t *count, const char *name, 
 	(*count)++;
 }
 
-/* Skips blanks and comments. */
-static const uint8_t *params_skip_blank(const uint8_t *p, const uint8_t *end)
+const uint8_t *params_sql_skip_blank(const uint8_t *p, const uint8_t *end)
 {
 	while (p < end) {
 		if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f') {
@@ -88,8 +87,7 @@ static const uint8_t *params_skip_blank(const uint8_t *p, const uint8_t *end)
 	return p;
 }
 
-/* Consumes `word` (ASCII, case-insensitive) when it is the next token. */
-static bool params_take_word(const uint8_t **p, const uint8_t *end, const char *word)
+bool params_sql_take_word(const uint8_t **p, const uint8_t *end, const char *word)
 {
 	size_t n = strlen(word);
 	if ((size_t)(end - *p) < n || strncasecmp((const char *)*p, word, n) != 0)
@@ -97,28 +95,28 @@ static bool params_take_word(const uint8_t **p, const uint8_t *end, const char *
 	const uint8_t *after = *p + n;
 	if (after < end && (isalnum(*after) || *after == '_' || *after == '$'))
 		return false; /* a longer identifier */
-	*p = params_skip_blank(after, end);
+	*p = params_sql_skip_blank(after, end);
 	return true;
 }
 
 int params_parse_search_path_set(const uint8_t *sql, uint32_t len, char *value, size_t value_size)
 {
 	const uint8_t *end = sql + len;
-	const uint8_t *p = params_skip_blank(sql, end);
-	if (params_take_word(&p, end, "reset")) {
-		if (!params_take_word(&p, end, "search_path") && !params_take_word(&p, end, "all"))
+	const uint8_t *p = params_sql_skip_blank(sql, end);
+	if (params_sql_take_word(&p, end, "reset")) {
+		if (!params_sql_take_word(&p, end, "search_path") && !params_sql_take_word(&p, end, "all"))
 			return 0;
 		base_strlcpy(value, PARAMS_SEARCH_PATH_DEFAULT, value_size);
 		return 1;
 	}
-	if (!params_take_word(&p, end, "set"))
+	if (!params_sql_take_word(&p, end, "set"))
 		return 0;
-	(void)params_take_word(&p, end, "session");
-	if (!params_take_word(&p, end, "search_path"))
+	(void)params_sql_take_word(&p, end, "session");
+	if (!params_sql_take_word(&p, end, "search_path"))
 		return 0;
 	if (p < end && *p == '=')
-		p = params_skip_blank(p + 1, end);
-	else if (!params_take_word(&p, end, "to"))
+		p = params_sql_skip_blank(p + 1, end);
+	else if (!params_sql_take_word(&p, end, "to"))
 		return 0;
 	/* The value runs to the statement's end: a ';' outside quotes, or the text's end. */
 	const uint8_t *start = p;

@@ -46,6 +46,11 @@ void params_store(struct pool_param *params, uint32_t *count, const char *name, 
 TERN_MUST_USE int params_build_set(const struct params_tracked *tracked, const struct params_values *client,
 				   const struct pool_param *conn, uint32_t conn_count, char *out, size_t out_size);
 
+/* A few words of SQL, read without a parser: skips blanks and comments from p; consumes `word`
+ * (ASCII, case-insensitive, not a prefix of a longer identifier) and the blanks after it. */
+const uint8_t *params_sql_skip_blank(const uint8_t *p, const uint8_t *end);
+bool params_sql_take_word(const uint8_t **p, const uint8_t *end, const char *word);
+
 /* search_path, which PostgreSQL before 18 does not report, is tracked from the client's own SQL: the
  * value as the client wrote it, replayed verbatim with "SET search_path TO <value>" (so it parses as
  * the client's did). PARAMS_SEARCH_PATH_DEFAULT stands for RESET; PARAMS_SEARCH_PATH_KEY is where a

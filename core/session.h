@@ -114,6 +114,10 @@ struct session {
 	bool tracks_statements;
 	bool is_skipping_to_sync; /* after an error tern made up: the server would skip to the next Sync */
 	bool is_sql_prepared;     /* ran SQL PREPARE: pinned to its connection like LISTEN */
+	/* The unnamed statement (portal) is a SQL DEALLOCATE of one of the client's statements, which tern
+	 * answers itself: the server knows the statement by another name. */
+	bool is_unnamed_deallocate;
+	bool is_portal_deallocate;
 	struct stmt_map statements;
 	struct stmt_replies replies;
 	struct stmt **needed;
@@ -184,7 +188,7 @@ TERN_MUST_USE int session_stmts_expect(struct session *s, uint8_t kind);
 /* True when a Sync or Flush can be answered by tern: the server owes nothing and holds no batch. */
 bool session_stmts_is_local(const struct session *s);
 void session_stmts_answer_sync(struct session *s);
-/* A held Parse, Bind, Describe or Close (chunk and buffer_id: the chunk it was read from). 0, -EPROTO
+/* A held Parse, Bind, Describe, Close or Execute (chunk and buffer_id: the chunk it was read from). 0, -EPROTO
  * (malformed) or -ENOMEM. */
 TERN_MUST_USE int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len,
 						  uint16_t buffer_id, const uint8_t *chunk);

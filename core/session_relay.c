@@ -62,6 +62,8 @@ static unsigned relay_client_tracked_type(struct relay_chunk *chunk, uint8_t typ
 			return 0;
 		break;
 	case PROTO_FE_EXECUTE:
+		if (s->is_portal_deallocate)
+			return PROTO_HOLD; /* it may be the DEALLOCATE tern answers */
 		relay_expect(chunk, STMT_REPLY_EXECUTE);
 		break;
 	case PROTO_FE_QUERY:
@@ -122,48 +124,20 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 	}
 }
 
-/* Skips whitespace and SQL comments from p; returns where the next token starts. */
-static const uint8_t *relay_skip_blank(const uint8_t *p, const uint8_t *end)
-{
-	while (p < end) {
-		if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f') {
-			p++;
-		} else if (p + 1 < end && p[0] == '-' && p[1] == '-') {
-			while (p < end && *p != '\n')
-				p++;
-		} else if (p + 1 < end && p[0] == '/' && p[1] == '*') {
-			p += 2;
-			while (p + 1 < end && !(p[0] == '*' && p[1] == '/'))
-				p++;
-			p = p + 2 <= end ? p + 2 : end; /* an unterminated comment runs to the end */
-		} else {
-			break;
-		}
-	}
-	return p;
-}
-
 /* True when a query's first statement is UNLISTEN *, which ends every LISTEN of the session. */
 static bool relay_is_unlisten_all(const uint8_t *text, uint32_t len)
 {
-	static const char word[] = "unlisten";
 	const uint8_t *end = text + len;
-	const uint8_t *p = relay_skip_blank(text, end);
-	if ((size_t)(end - p) < sizeof(word))
-		return false;
-	for (size_t i = 0; i < sizeof(word) - 1; i++)
-		if ((p[i] | 0x20) != word[i])
-			return false;
-	p += sizeof(word) - 1;
-	p = relay_skip_blank(p, end);
-	return p < end && *p == '*';
+	const uint8_t *p = params_sql_skip_blank(text, end);
+	return params_sql_take_word(&p, end, "unlisten") && p < end && *p == '*';
 }
 
 static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
 {
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
-	if (type == PROTO_FE_PARSE || type == PROTO_FE_BIND || type == PROTO_FE_DESCRIBE || type == PROTO_FE_CLOSE) {
+	if (type == PROTO_FE_PARSE || type == PROTO_FE_BIND || type == PROTO_FE_DESCRIBE || type == PROTO_FE_CLOSE ||
+	    type == PROTO_FE_EXECUTE) {
 		int rc = session_stmts_on_client_message(s, type, body, len, chunk->buffer_id, chunk->data);
 		if (rc == -ENOMEM)
 			chunk->out_of_memory = true;

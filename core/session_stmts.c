@@ -7,6 +7,7 @@
 #include "session.h"
 #include "worker.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +15,13 @@
 static const uint8_t stmts_parse_complete[] = {PROTO_BE_PARSE_COMPLETE, 0, 0, 0, 4};
 static const uint8_t stmts_close_complete[] = {PROTO_BE_CLOSE_COMPLETE, 0, 0, 0, 4};
 static const uint8_t stmts_ready_idle[] = {PROTO_BE_READY, 0, 0, 0, 5, 'I'};
+static const uint8_t stmts_bind_complete[] = {PROTO_BE_BIND_COMPLETE, 0, 0, 0, 4};
+static const uint8_t stmts_no_data[] = {PROTO_BE_NO_DATA, 0, 0, 0, 4};
+/* ParameterDescription with no parameters, then NoData: a Describe of a DEALLOCATE statement. */
+static const uint8_t stmts_describe_no_data[] = {PROTO_BE_PARAMETER_DESCRIPTION, 0, 0, 0, 6, 0, 0,
+						 PROTO_BE_NO_DATA, 0, 0, 0, 4};
+static const uint8_t stmts_deallocate_complete[] = {PROTO_BE_COMMAND_COMPLETE, 0, 0, 0, 15, 'D', 'E', 'A', 'L',
+						    'L', 'O', 'C', 'A', 'T', 'E', 0};
 
 static bool stmts_kind_is_made(uint8_t kind) { return kind >= STMT_REPLY_MADE_PARSE_COMPLETE; }
 
@@ -221,7 +229,55 @@ static int stmts_refuse_duplicate(struct session *s, const char *name)
 		return -ENOMEM;
 	memcpy(copy, msg, n);
 	s->is_skipping_to_sync = true; /* as the server does after an error in an extended-protocol batch */
-	return stmts_make_reply(s, STMT_REPLY_MADE_ERROR, copy, (uint32_t)n);
+	return stmts_make_reply(s, STMT_REPLY_MADE_MESSAGES, copy, (uint32_t)n);
+}
+
+/* A reply of fixed bytes tern makes up. */
+static int stmts_make_bytes(struct session *s, const void *bytes, uint32_t len)
+{
+	void *copy = malloc(len);
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, bytes, len);
+	return stmts_make_reply(s, STMT_REPLY_MADE_MESSAGES, copy, len);
+}
+
+/* True when an unnamed Parse's query is "DEALLOCATE [PREPARE] name" for one of the client's statements
+ * (as psycopg sends when it drops one): that name is forgotten here, and tern answers the statement. */
+static bool stmts_is_deallocate_of_own(struct session *s, const uint8_t *content, uint32_t len)
+{
+	const uint8_t *end = memchr(content, '\0', len);
+	if (!end)
+		return false;
+	const uint8_t *p = params_sql_skip_blank(content, end);
+	if (!params_sql_take_word(&p, end, "deallocate"))
+		return false;
+	(void)params_sql_take_word(&p, end, "prepare");
+	char name[POOL_NAME_LEN_MAX];
+	size_t n = 0;
+	if (p < end && *p == '"') { /* a quoted identifier keeps its case; "" is a quote */
+		for (p++; p < end && n + 1 < sizeof(name); p++) {
+			if (*p == '"' && !(end - p >= 2 && p[1] == '"'))
+				break;
+			if (*p == '"')
+				p++;
+			name[n++] = (char)*p;
+		}
+		if (p >= end || *p != '"')
+			return false;
+		p++;
+	} else {
+		for (; p < end && n + 1 < sizeof(name) && (isalnum(*p) || *p == '_' || *p == '$'); p++)
+			name[n++] = (char)tolower(*p); /* an unquoted identifier folds to lower case */
+	}
+	name[n] = '\0';
+	p = params_sql_skip_blank(p, end);
+	if (p < end && *p == ';')
+		p = params_sql_skip_blank(p + 1, end);
+	if (n == 0 || p != end || !stmt_map_get(&s->statements, name))
+		return false;
+	(void)stmt_map_remove(&s->statements, name);
+	return true;
 }
 
 static int stmts_on_parse(struct session *s, const char *name, const uint8_t *content, uint32_t len)
@@ -281,6 +337,9 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 			return -EPROTO;
 		if (name[0])
 			return stmts_on_parse(s, name, body + offset, len - offset);
+		s->is_unnamed_deallocate = stmts_is_deallocate_of_own(s, body + offset, len - offset);
+		if (s->is_unnamed_deallocate)
+			return stmts_make_reply(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0);
 		int rc = stmts_forward(s, type, body, len, buffer_id, chunk);
 		return rc < 0 ? rc : stmt_replies_push_back(&s->replies, STMT_REPLY_PARSE, NULL, 0);
 	}
@@ -289,6 +348,10 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 		const char *name = portal ? proto_read_cstring(body, len, &offset) : NULL;
 		if (!name)
 			return -EPROTO;
+		if (!portal[0])
+			s->is_portal_deallocate = !name[0] && s->is_unnamed_deallocate;
+		if (!name[0] && s->is_unnamed_deallocate)
+			return stmts_make_bytes(s, stmts_bind_complete, sizeof(stmts_bind_complete));
 		struct stmt *stmt = name[0] ? stmt_map_get(&s->statements, name) : NULL;
 		int rc;
 		if (!stmt) {
@@ -303,6 +366,15 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 		}
 		return rc < 0 ? rc : session_stmts_expect(s, STMT_REPLY_BIND);
 	}
+	if (type == PROTO_FE_EXECUTE) {
+		const char *portal = proto_read_cstring(body, len, &offset);
+		if (!portal)
+			return -EPROTO;
+		if (!portal[0]) /* the DEALLOCATE tern answers: held only while is_portal_deallocate */
+			return stmts_make_bytes(s, stmts_deallocate_complete, sizeof(stmts_deallocate_complete));
+		int rc = stmts_forward(s, type, body, len, buffer_id, chunk);
+		return rc < 0 ? rc : session_stmts_expect(s, STMT_REPLY_EXECUTE);
+	}
 	TERN_ASSERT(type == PROTO_FE_DESCRIBE || type == PROTO_FE_CLOSE);
 	if (len < 2)
 		return -EPROTO;
@@ -311,6 +383,10 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 	const char *name = proto_read_cstring(body, len, &offset);
 	if (!name)
 		return -EPROTO;
+	if (type == PROTO_FE_DESCRIBE && !name[0] && kind == 'S' && s->is_unnamed_deallocate)
+		return stmts_make_bytes(s, stmts_describe_no_data, sizeof(stmts_describe_no_data));
+	if (type == PROTO_FE_DESCRIBE && !name[0] && kind == 'P' && s->is_portal_deallocate)
+		return stmts_make_bytes(s, stmts_no_data, sizeof(stmts_no_data));
 	struct stmt *stmt = kind == 'S' && name[0] ? stmt_map_get(&s->statements, name) : NULL;
 	if (type == PROTO_FE_CLOSE && stmt) {
 		/* The server-side statement stays for other clients; only the client's name goes. */

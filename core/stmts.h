@@ -108,14 +108,14 @@ enum stmt_reply {
 	/* Made up by tern, sent to the client when they reach the head of the queue. */
 	STMT_REPLY_MADE_PARSE_COMPLETE,
 	STMT_REPLY_MADE_CLOSE_COMPLETE,
-	STMT_REPLY_MADE_ERROR, /* data: the ErrorResponse message, owned */
+	STMT_REPLY_MADE_MESSAGES, /* data: whole messages (an ErrorResponse, say), owned */
 };
 
 struct stmt_reply_entry {
 	uint8_t kind; /* enum stmt_reply */
 	/* PARSE: the client's statement name (owned; NULL for the unnamed one), forgotten if the Parse
 	 * fails. PARSE_HIDDEN: the stmt (a reference), dropped from the connection's cache if it fails.
-	 * MADE_ERROR: the message (owned). */
+	 * MADE_MESSAGES: the messages (owned). */
 	void *data;
 	uint32_t data_len;
 };

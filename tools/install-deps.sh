@@ -14,7 +14,11 @@ PACKAGES=(
     libjansson-dev
     postgresql postgresql-contrib pgbouncer
     python3 clang
+    python3-psycopg nodejs openjdk-17-jdk-headless libpostgresql-jdbc-java
 )
+# npm for the node-postgres client test; a nodejs from NodeSource ships its own npm and conflicts
+# with Debian's npm package.
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

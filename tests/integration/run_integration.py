@@ -761,6 +761,13 @@ def named_prepared_statements_need_no_free_server_to_prepare_and_run_on_any_conn
         # Unnamed statements pass through.
         got = a.exchange(parse("", "select 3"), bind(""), execute(), SYNC)
         check(got == ("12DCZ", [["3"]], None, "I"), "unnamed statement: %r" % (got,))
+        # SQL DEALLOCATE of a protocol-level statement, as psycopg sends it, is answered by tern.
+        a.exchange(parse("Gone", "select 4"), SYNC)
+        got = a.exchange(parse("", 'deallocate prepare "Gone"'), bind(""), describe("P", ""), execute(), SYNC)
+        check(got == ("12nCZ", [], None, "I"), "DEALLOCATE of the client's statement: %r" % (got,))
+        check(a.exchange(bind("Gone"), execute(), SYNC)[2] == "26000", "and the statement is gone")
+        got = a.exchange(parse("", "deallocate nothing_here"), bind(""), execute(), SYNC)
+        check(got[2] == "26000", "DEALLOCATE of another name goes to the server: %r" % (got,))
     finally:
         for w in (holder, a, b):
             w.close()
