@@ -46,8 +46,8 @@ static void main_swap_strings(char **a, char **b)
 }
 
 /* SIGHUP: reloadable keys take effect now; the others keep their running values, and the log says
- * which changed and need a restart. A bad file changes nothing. */
-static void main_reload(struct tern_runtime *rt, struct pool_opener *opener, const char *path,
+ * which changed and need a restart. A bad file changes nothing (and the result is <0). */
+static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, const char *path,
 			struct main_retired *retired)
 {
 	struct tern_config *next = calloc(1, sizeof(*next));
@@ -56,13 +56,13 @@ static void main_reload(struct tern_runtime *rt, struct pool_opener *opener, con
 		TERN_ERROR("SIGHUP: cannot reload (out of memory, or more than %u reloads): restart tern",
 			   MAIN_RETIRED_MAX);
 		free(next);
-		return;
+		return -ENOMEM;
 	}
 	if (config_load(next, path, err, sizeof(err)) < 0) {
 		TERN_ERROR("SIGHUP: %s; nothing changed", err);
 		config_deinit(next);
 		free(next);
-		return;
+		return -EINVAL;
 	}
 	struct tern_config *old = (struct tern_config *)rt->config;
 	struct auth_file *auth_file = NULL;
@@ -70,13 +70,13 @@ static void main_reload(struct tern_runtime *rt, struct pool_opener *opener, con
 		TERN_ERROR("SIGHUP: [auth] auth_file: %s; nothing changed", err);
 		config_deinit(next);
 		free(next);
-		return;
+		return -EINVAL;
 	}
 	if (!auth_file && next->auth_mode != CONFIG_AUTH_TRUST) {
 		TERN_ERROR("SIGHUP: [auth] mode needs an auth_file; nothing changed");
 		config_deinit(next);
 		free(next);
-		return;
+		return -EINVAL;
 	}
 	for (size_t i = 0; i < config_key_count(); i++) {
 		const char *section, *key, *default_text;
@@ -122,6 +122,7 @@ static void main_reload(struct tern_runtime *rt, struct pool_opener *opener, con
 	if (old_auth && retired->auth_file_count < MAIN_RETIRED_MAX)
 		retired->auth_files[retired->auth_file_count++] = old_auth;
 	TERN_INFO("SIGHUP: configuration reloaded from %s", path);
+	return 0;
 }
 
 static int main_listen(const struct tern_config *cfg, char *err, size_t err_size)
@@ -264,7 +265,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "tern: %s\n", err);
 			return 1;
 		}
-		rt.worker_count++;
+		/* Release: workers already running read workers[i] once they see the count (main alone writes it). */
+		__atomic_store_n(&rt.worker_count, rt.worker_count + 1, __ATOMIC_RELEASE);
 	}
 	TERN_INFO("tern %s listening on %s:%u with %u workers, %s pooling, primary \"%s\"", TERN_VERSION,
 		  cfg.listen_host, cfg.listen_port, count,
@@ -279,7 +281,11 @@ int main(int argc, char **argv)
 		siginfo_t info;
 		int sig = sigtimedwait(&signals, &info, drain_deadline_ns ? &wait : NULL);
 		if (sig == SIGHUP) {
-			main_reload(&rt, opener, config_path, &retired);
+			/* Odd while reloading, even after: the admin RELOAD waits for a reload begun after it asked. */
+			__atomic_add_fetch(&rt.reload_generation, 1, __ATOMIC_RELEASE);
+			int rc = main_reload(&rt, opener, config_path, &retired);
+			__atomic_store_n(&rt.reload_result, rc, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&rt.reload_generation, 1, __ATOMIC_RELEASE);
 			continue;
 		}
 		if (sig == SIGINT) {
@@ -315,6 +321,7 @@ int main(int argc, char **argv)
 		worker_stop(rt.workers[i]);
 	for (uint32_t i = 0; i < rt.worker_count; i++)
 		worker_join(rt.workers[i]);
+	worker_finish_jobs(&rt);
 	/* The pool thread stops before pool_deinit (it must not touch what that frees) and before the
 	 * workers are freed (a late answer to a parked request still lands in a worker's mailbox). */
 	pool_opener_stop(opener);

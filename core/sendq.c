@@ -191,6 +191,7 @@ void sendq_sent(struct sendq *q, struct ring *ring, uint32_t sent)
 {
 	TERN_ASSERT(sent <= q->bytes);
 	q->bytes -= sent;
+	q->sent_bytes_total += sent;
 	while (sent > 0) {
 		TERN_ASSERT(q->count > 0);
 		struct sendq_slice *slice = &q->slices[q->head];

@@ -221,9 +221,14 @@ void session_acquire_backend(struct session *s)
 {
 	struct worker *worker = s->worker;
 	TERN_ASSERT(!s->backend && !s->is_request_pending);
+	if (worker_pause_gate(worker, s))
+		return; /* PAUSE: the worker asks again at RESUME */
+	session_stats_close_assignment(s);
 	struct pool_conn *conn = worker_local_take(worker, s->db);
 	if (conn) {
 		worker->stats.local_reuse++;
+		/* The request arrived just now (no clock read here), or left the PAUSE gate just now. */
+		s->stats.assigned_ns = TERN_MAX(s->client_active_ns, s->pause_wait_ns);
 		session_relay_attach_backend(s, conn);
 		return;
 	}
@@ -233,7 +238,9 @@ void session_acquire_backend(struct session *s)
 	req->on_done = session_request_done_hook;
 	req->owner = s;
 	worker->stats.pool_checkouts++;
-	if (pool_checkout(worker->runtime->pool, req, base_now_ns()) == POOL_CHECKOUT_GOT) {
+	uint64_t now = base_now_ns();
+	if (pool_checkout(worker->runtime->pool, req, now) == POOL_CHECKOUT_GOT) {
+		s->stats.assigned_ns = now;
 		session_relay_attach_backend(s, req->conn);
 		return;
 	}

@@ -349,6 +349,8 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 	s->is_unlisten_all_sent = false;
 	s->is_copy_in = false;
 	s->ready_ns = base_now_ns();
+	if (!hidden)
+		session_stats_on_ready(s);
 	return 0; /* the release, if due, comes after the whole chunk is scanned */
 }
 

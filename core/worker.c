@@ -1,5 +1,6 @@
 #include "worker.h"
 
+#include "admin.h"
 #include "pool/opener.h"
 #include "session.h"
 
@@ -74,7 +75,7 @@ struct worker_cancel {
 void worker_route_cancel(struct tern_runtime *runtime, uint32_t pid, uint32_t secret)
 {
 	uint32_t index = pid >> 24;
-	if (index >= runtime->worker_count)
+	if (index >= worker_started_count(runtime))
 		return; /* not a key tern gave out */
 	struct worker *target = runtime->workers[index];
 	struct worker_cancel *cancel = malloc(sizeof(*cancel));
@@ -111,28 +112,325 @@ static void worker_apply_cancel(struct worker *worker, const struct worker_cance
 	}
 }
 
+/* ---- questions to every worker (SHOW CLIENTS, SHOW STATS) ---- */
+
+int worker_job_post(struct tern_runtime *runtime, struct worker_job *job)
+{
+	TERN_ASSERT(job->origin && job->fill && job->done && !job->parts);
+	uint32_t count = worker_started_count(runtime);
+	job->parts = calloc(count, sizeof(*job->parts));
+	if (!job->parts)
+		return -ENOMEM;
+	job->part_count = count;
+	job->pending = count; /* published with the first part by the mailbox lock */
+	for (uint32_t i = 0; i < count; i++) {
+		struct worker *target = runtime->workers[i];
+		struct worker_job_part *part = &job->parts[i];
+		part->job = job; /* part i is worker i's from here on: not touched again until done */
+		pthread_mutex_lock(&target->mailbox_lock);
+		base_list_insert_tail(&target->jobs, &part->link);
+		__atomic_add_fetch(&target->mailbox_count, 1, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&target->mailbox_lock);
+		if (!pthread_equal(pthread_self(), target->thread))
+			ring_wake(&target->ring);
+	}
+	return 0;
+}
+
+void worker_job_deinit(struct worker_job *job)
+{
+	for (uint32_t i = 0; i < job->part_count; i++)
+		free(job->parts[i].data);
+	free(job->parts);
+	job->parts = NULL;
+	job->part_count = 0;
+}
+
+/* Answers one part on this worker; the last part answered hands the job back to its origin. At exit
+ * (is_final) every worker thread is joined and its mailbox lock destroyed: no lock, no wake. */
+static void worker_job_answer(struct worker *worker, struct worker_job_part *part, bool is_final)
+{
+	struct worker_job *job = part->job;
+	job->fill(worker, part);
+	/* Release: this part's answer is written. Acquire (for the last): every other part's is visible. */
+	if (__atomic_sub_fetch(&job->pending, 1, __ATOMIC_ACQ_REL) != 0)
+		return;
+	struct worker *origin = job->origin;
+	if (is_final) {
+		base_list_insert_tail(&origin->jobs_done, &job->link);
+		return;
+	}
+	pthread_mutex_lock(&origin->mailbox_lock);
+	base_list_insert_tail(&origin->jobs_done, &job->link);
+	__atomic_add_fetch(&origin->mailbox_count, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&origin->mailbox_lock);
+	if (!pthread_equal(pthread_self(), origin->thread))
+		ring_wake(&origin->ring);
+}
+
+void worker_finish_jobs(struct tern_runtime *runtime)
+{
+	/* Every worker thread is joined (the join orders their writes before these reads), and no other
+	 * thread touches jobs lists. Parts still queued are answered here (no session is left), then every
+	 * job is done (its admin session is gone: done frees it). */
+	for (uint32_t i = 0; i < runtime->worker_count; i++) {
+		struct worker *worker = runtime->workers[i];
+		struct base_list *node;
+		while ((node = base_list_pop_head(&worker->jobs)) != NULL)
+			worker_job_answer(worker, TERN_CONTAINER_OF(node, struct worker_job_part, link), true);
+	}
+	for (uint32_t i = 0; i < runtime->worker_count; i++) {
+		struct base_list *node;
+		while ((node = base_list_pop_head(&runtime->workers[i]->jobs_done)) != NULL) {
+			struct worker_job *job = TERN_CONTAINER_OF(node, struct worker_job, link);
+			job->done(job);
+		}
+	}
+}
+
+/* ---- SHOW STATS: per-database totals ---- */
+
+/* worker_totals is added and subtracted as an array of counters. */
+static_assert(sizeof(struct worker_totals) % sizeof(uint64_t) == 0, "worker_totals holds uint64_t only");
+#define WORKER_TOTALS_FIELDS (sizeof(struct worker_totals) / sizeof(uint64_t))
+
+static void worker_totals_add(struct worker_totals *to, const struct worker_totals *from)
+{
+	uint64_t *a = (uint64_t *)to;
+	const uint64_t *b = (const uint64_t *)from;
+	for (size_t i = 0; i < WORKER_TOTALS_FIELDS; i++)
+		a[i] += b[i];
+}
+
+static void worker_totals_add_session(struct worker_totals *to, struct session *s)
+{
+	session_stats_close_assignment(s);
+	struct worker_totals t = {
+		.xact_count = s->stats.xact_count,
+		.query_count = s->stats.query_count,
+		.received_bytes = s->to_server.sent_bytes_total,
+		.sent_bytes = s->to_client.sent_bytes_total,
+		.xact_ns = s->stats.xact_ns,
+		.query_ns = s->stats.query_ns,
+		.wait_ns = s->stats.wait_ns,
+	};
+	worker_totals_add(to, &t);
+}
+
+#define WORKER_STATS_NO_SLOT UINT32_MAX
+
+static uint32_t worker_stats_find(const struct worker *worker, const char *database)
+{
+	for (uint32_t i = 0; i < worker->db_totals_count; i++)
+		if (strcmp(worker->db_totals[i].database, database) == 0)
+			return i;
+	return WORKER_STATS_NO_SLOT;
+}
+
+/* The session's row, made on first use; WORKER_STATS_NO_SLOT for an admin session or out of memory. */
+static uint32_t worker_stats_slot(struct worker *worker, struct session *s)
+{
+	if (!s->db)
+		return WORKER_STATS_NO_SLOT; /* the admin console, or a client that never named a database */
+	if (s->stats.slot)
+		return s->stats.slot - 1;
+	const char *database = s->database;
+	uint32_t i = worker_stats_find(worker, database);
+	if (i == WORKER_STATS_NO_SLOT && worker->db_totals_count >= WORKER_STATS_DATABASES_MAX - 1) {
+		database = WORKER_STATS_OTHER; /* the last row is kept for every further name */
+		i = worker_stats_find(worker, database);
+	}
+	if (i == WORKER_STATS_NO_SLOT) {
+		if (worker->db_totals_count == worker->db_totals_cap) {
+			uint32_t cap = TERN_MIN(TERN_MAX(worker->db_totals_cap * 2, 8u), WORKER_STATS_DATABASES_MAX);
+			struct worker_db_totals *grown = realloc(worker->db_totals, cap * sizeof(*grown));
+			if (!grown)
+				return WORKER_STATS_NO_SLOT; /* this session goes uncounted */
+			worker->db_totals = grown;
+			worker->db_totals_cap = cap;
+		}
+		i = worker->db_totals_count++;
+		memset(&worker->db_totals[i], 0, sizeof(worker->db_totals[i]));
+		base_strlcpy(worker->db_totals[i].database, database, sizeof(worker->db_totals[i].database));
+	}
+	s->stats.slot = i + 1;
+	return i;
+}
+
+/* A session is freed: what it counted joins its row. */
+static void worker_stats_fold(struct worker *worker, struct session *s)
+{
+	uint32_t slot = worker_stats_slot(worker, s);
+	if (slot != WORKER_STATS_NO_SLOT)
+		worker_totals_add_session(&worker->db_totals[slot].freed, s);
+}
+
+/* Every row's count so far: freed sessions, live ones and ending ones. Malloc'd; NULL: no memory. */
+static struct worker_totals *worker_stats_current(struct worker *worker)
+{
+	struct base_list *lists[] = {&worker->sessions, &worker->reaping};
+	struct base_list *node, *tmp;
+	for (size_t l = 0; l < TERN_ARRAY_LEN(lists); l++) { /* rows first: the table may grow */
+		base_list_for_each_safe(node, tmp, lists[l])
+		{
+			(void)worker_stats_slot(worker, TERN_CONTAINER_OF(node, struct session, link));
+		}
+	}
+	struct worker_totals *current = calloc(TERN_MAX(worker->db_totals_count, 1u), sizeof(*current));
+	if (!current)
+		return NULL;
+	for (uint32_t i = 0; i < worker->db_totals_count; i++)
+		current[i] = worker->db_totals[i].freed;
+	for (size_t l = 0; l < TERN_ARRAY_LEN(lists); l++) {
+		base_list_for_each_safe(node, tmp, lists[l])
+		{
+			struct session *s = TERN_CONTAINER_OF(node, struct session, link);
+			uint32_t slot = worker_stats_slot(worker, s);
+			if (slot != WORKER_STATS_NO_SLOT)
+				worker_totals_add_session(&current[slot], s);
+		}
+	}
+	return current;
+}
+
+/* The period's end: its increase becomes `last`, which the averages are made of. */
+static void worker_stats_period(struct worker *worker, uint64_t now_ns)
+{
+	worker->next_stats_period_ns = now_ns + WORKER_STATS_PERIOD_S * BASE_NS_PER_SEC;
+	struct worker_totals *current = worker_stats_current(worker);
+	if (!current)
+		return; /* out of memory: the averages stay those of the period before */
+	for (uint32_t i = 0; i < worker->db_totals_count; i++) {
+		struct worker_db_totals *row = &worker->db_totals[i];
+		uint64_t *last = (uint64_t *)&row->last;
+		const uint64_t *now = (const uint64_t *)&current[i], *mark = (const uint64_t *)&row->mark;
+		for (size_t f = 0; f < WORKER_TOTALS_FIELDS; f++)
+			last[f] = now[f] - mark[f];
+		row->mark = current[i];
+	}
+	free(current);
+}
+
+struct worker_db_report *worker_stats_report(struct worker *worker, uint32_t *count)
+{
+	struct worker_totals *current = worker_stats_current(worker);
+	struct worker_db_report *rows =
+		current ? calloc(TERN_MAX(worker->db_totals_count, 1u), sizeof(*rows)) : NULL;
+	if (!rows) {
+		free(current);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < worker->db_totals_count; i++) {
+		memcpy(rows[i].database, worker->db_totals[i].database, sizeof(rows[i].database));
+		rows[i].total = current[i];
+		rows[i].last = worker->db_totals[i].last;
+	}
+	*count = worker->db_totals_count;
+	free(current);
+	return rows;
+}
+
+/* ---- PAUSE's gate ---- */
+
+bool worker_pause_gate(struct worker *worker, struct session *s)
+{
+	if (__atomic_load_n(&worker->runtime->is_paused, __ATOMIC_ACQUIRE)) {
+		if (!s->is_pause_waiting) {
+			s->is_pause_waiting = true;
+			s->pause_wait_ns = base_now_ns();
+			worker->pause_waiting_count++;
+		}
+		session_hold_parked_bytes(s); /* a waiting client holds no receive buffers */
+		return true;
+	}
+	if (s->is_pause_waiting) {
+		uint64_t now = base_now_ns();
+		s->is_pause_waiting = false;
+		s->stats.wait_ns += now - s->pause_wait_ns;
+		s->pause_wait_ns = now; /* the server assignment starts after the wait, not before it */
+	}
+	return false;
+}
+
+bool worker_pause_is_acknowledged(struct tern_runtime *runtime, uint32_t generation)
+{
+	uint32_t count = worker_started_count(runtime);
+	for (uint32_t i = 0; i < count; i++)
+		if (__atomic_load_n(&runtime->workers[i]->pause_generation_seen, __ATOMIC_ACQUIRE) != generation)
+			return false;
+	return true;
+}
+
+/* The sessions held at the gate: after RESUME each asks for its server again; while paused, those
+ * held past query_wait_timeout end as a pool wait would. Recounts the ones still held. */
+static void worker_pause_scan(struct worker *worker, uint64_t now_ns)
+{
+	bool is_paused = __atomic_load_n(&worker->runtime->is_paused, __ATOMIC_ACQUIRE);
+	const struct tern_config *config = __atomic_load_n(&worker->runtime->config, __ATOMIC_ACQUIRE); /* SIGHUP */
+	uint64_t wait_ns = config->query_wait_timeout_ms * BASE_NS_PER_MS;
+	uint32_t held = 0;
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &worker->sessions)
+	{
+		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
+		if (!s->is_pause_waiting)
+			continue;
+		if (!is_paused) {
+			bool wants_server = !s->backend && !s->is_request_pending &&
+					    (s->phase == SESSION_LOGIN_WAIT ||
+					     (s->phase == SESSION_READY && !sendq_is_empty(&s->to_server)));
+			if (wants_server)
+				session_acquire_backend(s); /* passes the gate, which counts the wait */
+			else
+				s->is_pause_waiting = false;
+		} else if (wait_ns > 0 && now_ns - s->pause_wait_ns >= wait_ns) {
+			s->is_pause_waiting = false;
+			session_end(s, SESSION_END_WAIT_TIMEOUT);
+		}
+		held += s->is_pause_waiting; /* an ended session stays readable until the pass ends */
+	}
+	worker->pause_waiting_count = held;
+}
+
 static void worker_on_wake(struct ring *ring)
 {
 	struct worker *worker = ring->owner;
 	if (__atomic_load_n(&worker->mailbox_count, __ATOMIC_ACQUIRE) == 0)
 		return;
-	struct base_list done, cancels;
+	struct base_list done, cancels, jobs, jobs_done;
 	base_list_init(&done);
 	base_list_init(&cancels);
+	base_list_init(&jobs);
+	base_list_init(&jobs_done);
 	pthread_mutex_lock(&worker->mailbox_lock);
 	base_list_splice_tail(&done, &worker->mailbox);
 	base_list_splice_tail(&cancels, &worker->cancels);
+	base_list_splice_tail(&jobs, &worker->jobs);
+	base_list_splice_tail(&jobs_done, &worker->jobs_done);
 	__atomic_store_n(&worker->mailbox_count, 0, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&worker->mailbox_lock);
 	struct base_list *node;
+	uint64_t now = base_list_is_empty(&done) ? 0 : base_now_ns();
 	while ((node = base_list_pop_head(&done)) != NULL) {
 		struct pool_request *req = TERN_CONTAINER_OF(node, struct pool_request, link);
-		session_on_request_done(req->owner);
+		struct session *s = req->owner;
+		if (req->conn && s->phase != SESSION_CLOSING) {
+			/* SHOW STATS: the wait ends and the server assignment begins. */
+			s->stats.wait_ns += now - req->parked_ns;
+			s->stats.assigned_ns = now;
+		}
+		session_on_request_done(s);
 	}
 	while ((node = base_list_pop_head(&cancels)) != NULL) {
 		struct worker_cancel *cancel = TERN_CONTAINER_OF(node, struct worker_cancel, link);
 		worker_apply_cancel(worker, cancel);
 		free(cancel);
+	}
+	while ((node = base_list_pop_head(&jobs)) != NULL)
+		worker_job_answer(worker, TERN_CONTAINER_OF(node, struct worker_job_part, link), false);
+	while ((node = base_list_pop_head(&jobs_done)) != NULL) {
+		struct worker_job *job = TERN_CONTAINER_OF(node, struct worker_job, link);
+		job->done(job);
 	}
 }
 
@@ -187,6 +485,12 @@ static void worker_on_tick(struct ring *ring)
 		if (s->closing_ns + WORKER_LINGER_NS <= now && !s->client_eof)
 			session_linger_expired(s);
 	}
+	if (worker->pause_waiting_count > 0)
+		worker_pause_scan(worker, now);
+	if (worker->admin_waiting_count > 0)
+		admin_on_tick(worker);
+	if (now >= worker->next_stats_period_ns)
+		worker_stats_period(worker, now);
 	if (!worker->accept_op.is_armed && worker->listen_fd >= 0 &&
 	    !__atomic_load_n(&worker->runtime->stopping, __ATOMIC_RELAXED))
 		ring_accept_multishot(&worker->ring, &worker->accept_op, worker->listen_fd);
@@ -198,6 +502,9 @@ static void worker_end_pass(struct worker *worker)
 {
 	/* Mailbox deliveries from this thread's own checkins (no eventfd write for those). */
 	worker_on_wake(&worker->ring);
+	struct tern_runtime *rt = worker->runtime;
+	if (worker->pause_waiting_count > 0 && !__atomic_load_n(&rt->is_paused, __ATOMIC_ACQUIRE))
+		worker_pause_scan(worker, base_now_ns()); /* RESUME: before the flush, which sends their bytes */
 	struct base_list *node, *tmp;
 	base_list_for_each_safe(node, tmp, &worker->starved)
 	{
@@ -213,9 +520,17 @@ static void worker_end_pass(struct worker *worker)
 	base_list_for_each_safe(node, tmp, &worker->reaping)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-		if (session_is_reapable(s))
+		if (session_is_reapable(s)) {
+			worker_stats_fold(worker, s);
 			session_destroy(s);
+		}
 	}
+	/* PAUSE's acknowledgment, at a pass boundary: every transaction this worker starts after this load
+	 * sees is_paused (stored before the generation), and every one it started before has its server
+	 * (or its place in the pool's queue) visible to whoever reads this store. */
+	uint32_t generation = __atomic_load_n(&rt->pause_generation, __ATOMIC_ACQUIRE);
+	if (generation != worker->pause_generation_seen)
+		__atomic_store_n(&worker->pause_generation_seen, generation, __ATOMIC_RELEASE);
 }
 
 static void worker_pin(struct worker *worker)
@@ -277,6 +592,7 @@ static void *worker_main(void *arg)
 	worker->ring.on_wake = worker_on_wake;
 	worker->ring.on_tick = worker_on_tick;
 	ring_tick_start(&worker->ring, (uint64_t)WORKER_TICK_MS * BASE_NS_PER_MS);
+	worker->next_stats_period_ns = base_now_ns() + WORKER_STATS_PERIOD_S * BASE_NS_PER_SEC;
 	worker->accept_op.handler = worker_on_accept;
 	ring_accept_multishot(&worker->ring, &worker->accept_op, worker->listen_fd);
 	TERN_INFO("worker %u: io_uring %s, %u buffers of %u bytes", worker->index, worker->ring.setup_mode,
@@ -311,6 +627,8 @@ int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t i
 	base_list_init(&worker->starved);
 	base_list_init(&worker->mailbox);
 	base_list_init(&worker->cancels);
+	base_list_init(&worker->jobs);
+	base_list_init(&worker->jobs_done);
 	pthread_mutex_init(&worker->mailbox_lock, NULL);
 	pthread_mutex_init(&worker->init_lock, NULL);
 	pthread_cond_init(&worker->init_cond, NULL);
@@ -338,6 +656,9 @@ bool worker_is_drained(struct worker *worker) { return __atomic_load_n(&worker->
 void worker_join(struct worker *worker)
 {
 	pthread_join(worker->thread, NULL);
+	free(worker->db_totals);
+	worker->db_totals = NULL;
+	worker->db_totals_count = worker->db_totals_cap = 0;
 	pthread_mutex_destroy(&worker->mailbox_lock);
 	pthread_mutex_destroy(&worker->init_lock);
 	pthread_cond_destroy(&worker->init_cond);

@@ -25,6 +25,12 @@
 #define WORKER_TICK_MS 100u
 /* Worker indexes fit the top byte of the BackendKeyData pid (for cancel routing). */
 #define WORKER_COUNT_MAX 128u
+/* SHOW STATS's averages are over the last full period of this many seconds (PgBouncer's stats_period). */
+#define WORKER_STATS_PERIOD_S 60u
+/* Database names one worker keeps SHOW STATS totals for: a table scanned by name when a session first
+ * needs its row. Past it, sessions of further names are counted in the row WORKER_STATS_OTHER. */
+#define WORKER_STATS_DATABASES_MAX 1024u
+#define WORKER_STATS_OTHER "(other)"
 
 struct worker;
 
@@ -37,12 +43,70 @@ struct tern_runtime {
 	struct pool_server *primary;
 	const struct auth_file *auth_file; /* NULL without [auth] auth_file */
 	struct worker **workers;
-	uint32_t worker_count;
+	uint32_t worker_count; /* atomic: main publishes each worker once started (worker_started_count) */
 	uint32_t client_count; /* atomic: sessions open in every worker */
 	uint64_t identity_hash; /* the listen endpoint, part of the pool match key */
 	struct params_tracked tracked; /* parameters kept per client in transaction pooling */
 	bool stopping;          /* atomic: leave now (SIGINT, or the drain is over) */
 	bool draining;          /* atomic: SIGTERM: accept no one, end sessions as their transactions end */
+	/* Admin PAUSE/RESUME: while is_paused, new transactions wait at the gate (worker_pause_gate). Each
+	 * PAUSE or RESUME bumps pause_generation; a worker acknowledges a generation at the end of a pass,
+	 * after which every transaction it starts sees the gate (see worker_pause_is_acknowledged). */
+	bool is_paused;            /* atomic */
+	uint32_t pause_generation; /* atomic */
+	/* SIGHUP reloads, for the admin RELOAD: odd while main reloads, even when done; reload_result is
+	 * the last one's (0 or <0, nothing changed). */
+	uint32_t reload_generation; /* atomic */
+	int reload_result;          /* atomic */
+};
+
+/* SHOW STATS's sums for one database (times in ns). */
+struct worker_totals {
+	uint64_t xact_count;
+	uint64_t query_count;
+	uint64_t received_bytes; /* from clients, sent on to servers (with tern's own parameter restores) */
+	uint64_t sent_bytes;     /* to clients */
+	uint64_t xact_ns;
+	uint64_t query_ns;
+	uint64_t wait_ns;
+};
+
+/* One worker's row of SHOW STATS: totals of freed sessions, and the period bookkeeping. */
+struct worker_db_totals {
+	char database[POOL_NAME_LEN_MAX];
+	struct worker_totals freed; /* sessions freed since start */
+	struct worker_totals mark;  /* everything (freed + live) at the start of the current period */
+	struct worker_totals last;  /* the increase over the last full period */
+};
+
+/* A worker's answer to SHOW STATS for one database. */
+struct worker_db_report {
+	char database[POOL_NAME_LEN_MAX];
+	struct worker_totals total; /* since start, live sessions included */
+	struct worker_totals last;  /* the last full period's increase */
+};
+
+/* A question for every worker (SHOW CLIENTS, SHOW STATS). A session is touched only by its worker, so
+ * each worker answers its own part on its own thread, from its mailbox; the last to answer hands the
+ * job back to the worker that asked, where `done` runs. The parts' answers are published by the
+ * release of `pending` (every answer is written before its worker's decrement; the last decrement
+ * acquires them all) and by the mailbox lock of the origin. */
+struct worker_job;
+struct worker_job_part {
+	struct base_list link; /* the answering worker's jobs list while queued */
+	struct worker_job *job;
+	void *data; /* the answer, malloc'd by fill; freed by worker_job_deinit */
+	size_t len;
+	bool is_truncated; /* fill ran out of room or memory */
+};
+struct worker_job {
+	struct base_list link; /* the origin's jobs_done list once every part is answered */
+	struct worker *origin;
+	void (*fill)(struct worker *worker, struct worker_job_part *part); /* on each worker */
+	void (*done)(struct worker_job *job); /* on the origin, once; it deinits and frees the job */
+	uint32_t pending;                     /* atomic: parts not answered yet */
+	uint32_t part_count;
+	struct worker_job_part *parts; /* by worker index */
 };
 
 struct worker_stats {
@@ -78,6 +142,14 @@ struct worker {
 	uint64_t next_timeout_scan_ns;
 	uint32_t session_count;
 	struct worker_stats stats;
+	struct base_list jobs;      /* worker_job_parts to answer (mailbox_lock) */
+	struct base_list jobs_done; /* worker_jobs this worker asked, all answered (mailbox_lock) */
+	uint32_t pause_generation_seen; /* atomic: written by the worker, read by PAUSE on any worker */
+	uint32_t pause_waiting_count;   /* sessions held at the PAUSE gate (recounted by each scan) */
+	uint32_t admin_waiting_count;   /* admin sessions polled on the tick (recounted by each poll) */
+	struct worker_db_totals *db_totals;
+	uint32_t db_totals_count, db_totals_cap;
+	uint64_t next_stats_period_ns;
 	/* Startup handshake with main: init result. */
 	int init_result;
 	char init_error[512];
@@ -86,6 +158,12 @@ struct worker {
 	bool init_done;
 	bool is_drained; /* atomic: draining, and no session is left */
 };
+
+/* The workers started so far, for another worker's thread: workers[i] below it are published. */
+static inline uint32_t worker_started_count(const struct tern_runtime *runtime)
+{
+	return __atomic_load_n(&runtime->worker_count, __ATOMIC_ACQUIRE);
+}
 
 /* Creates the worker and its thread; returns after the thread has set up its ring, with the result. */
 TERN_MUST_USE int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t index, int listen_fd,
@@ -97,6 +175,23 @@ void worker_join(struct worker *worker);
 
 /* A CancelRequest arrived on any worker: hands it to the worker named in the key's top byte. */
 void worker_route_cancel(struct tern_runtime *runtime, uint32_t pid, uint32_t secret);
+
+/* Asks every worker to fill its part of `job` (fill, done and origin set by the caller); done runs on
+ * the origin's thread. 0 or -ENOMEM (nothing was sent). */
+TERN_MUST_USE int worker_job_post(struct tern_runtime *runtime, struct worker_job *job);
+/* Frees the parts' answers and the parts. */
+void worker_job_deinit(struct worker_job *job);
+/* After every worker thread has been joined: answers and ends the jobs still in mailboxes. */
+void worker_finish_jobs(struct tern_runtime *runtime);
+
+struct session;
+/* PAUSE's gate, where a session asks for a server: true when it must wait (it is held, its bytes
+ * copied out of receive buffers, and let go at RESUME); false when it may go on. */
+bool worker_pause_gate(struct worker *worker, struct session *s);
+/* True once every worker has acknowledged pause generation `generation` (PAUSE, on any worker). */
+bool worker_pause_is_acknowledged(struct tern_runtime *runtime, uint32_t generation);
+/* SHOW STATS: this worker's rows, live sessions included; malloc'd, NULL when out of memory. */
+struct worker_db_report *worker_stats_report(struct worker *worker, uint32_t *count);
 
 /* Worker-local reuse: a connection released in this pass, kept until its end. */
 struct pool_conn *worker_local_take(struct worker *worker, const struct pool_db *db);

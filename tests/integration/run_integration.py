@@ -7,6 +7,7 @@ usage: run_integration.py [-k SUBSTRING]...   (TERN_BINARY and TERN_SOURCE_ROOT 
 import argparse
 import hashlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -897,6 +898,268 @@ def sighup_applies_reloadable_keys_and_names_the_ones_that_need_a_restart(ctx):
     wait_for(lambda: "pool_sise" in t.log_tail(50) and "nothing changed" in t.log_tail(50), "a bad file is refused")
     check(show()["pool_size"] == "7", "the running configuration stays")
     check(psql_ok(t.port, "select 1") == "1", "clients are served throughout")
+
+
+def admin_tern(ctx, pool_size=2, pool=""):
+    """A tern whose admin console is open to postgres, with two workers (so every SHOW that gathers
+    from the workers gathers from more than the one it runs on)."""
+    return ctx.tern(pool_mode="transaction", pool_size=pool_size, workers=2, sections={"pool": pool},
+                    extra="[admin]\nadmin_users = postgres")
+
+
+def admin_console(port):
+    w = Wire(port)
+    w.login("postgres", database="tern")
+    return w
+
+
+def admin_table(w, sql):
+    """(column names, rows as dicts) of an admin SHOW."""
+    w.send(message(b"Q", sql.encode() + b"\0"))
+    names, rows = [], []
+    for kind, body in w.read_until_ready():
+        if kind == b"T":
+            (count,) = struct.unpack("!H", body[:2])
+            offset = 2
+            for _ in range(count):
+                end = body.index(b"\0", offset)
+                names.append(body[offset:end].decode())
+                offset = end + 1 + 18
+        elif kind == b"D":
+            (count,) = struct.unpack("!H", body[:2])
+            offset, row = 2, []
+            for _ in range(count):
+                (length,) = struct.unpack("!i", body[offset:offset + 4])
+                row.append(body[offset + 4:offset + 4 + length].decode())
+                offset += 4 + length
+            rows.append(dict(zip(names, row)))
+    return names, rows
+
+
+def admin_command(w, sql):
+    """Sends an admin command and returns its CommandComplete tag; raises WireError for an error."""
+    w.send(message(b"Q", sql.encode() + b"\0"))
+    tags = [body[:-1].decode() for kind, body in w.read_until_ready() if kind == b"C"]
+    return tags[-1] if tags else None
+
+
+def in_thread(fn):
+    """Runs fn in a thread; returns (thread, box) where box holds its result or its exception."""
+    box = {}
+
+    def run():
+        try:
+            box["result"] = fn()
+        except Exception as exc:  # reported by the test that joins
+            box["error"] = exc
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th, box
+
+
+PGBOUNCER_CLIENT_COLUMNS = ["type", "user", "database", "state", "addr", "port", "local_addr", "local_port",
+                            "connect_time", "request_time", "wait", "wait_us", "close_needed", "ptr", "link",
+                            "remote_pid", "tls", "application_name"]
+PGBOUNCER_STATS_COLUMNS = ["database", "total_xact_count", "total_query_count", "total_received", "total_sent",
+                           "total_xact_time", "total_query_time", "total_wait_time", "avg_xact_count",
+                           "avg_query_count", "avg_recv", "avg_sent", "avg_xact_time", "avg_query_time",
+                           "avg_wait_time"]
+
+
+@test
+def admin_show_clients_lists_every_worker_s_clients_with_user_database_and_state(ctx):
+    t = admin_tern(ctx, pool_size=1)
+    idle = [Wire(t.port) for _ in range(6)]  # enough that both workers have some
+    holder, waiter = Wire(t.port), Wire(t.port)
+    console = admin_console(t.port)
+    try:
+        for i, w in enumerate(idle):
+            w.login("postgres", params={"application_name": "idle_%d" % i})
+        holder.login("postgres", params={"application_name": "holder"})
+        waiter.login("postgres", params={"application_name": "waiter"})
+        holder.query("begin")  # holds the only server connection
+        waiter.send(message(b"Q", b"select 1\0"))  # waits for it
+        by_app = {}
+
+        def waiter_waits():
+            names, rows = admin_table(console, "SHOW CLIENTS")
+            check(names == PGBOUNCER_CLIENT_COLUMNS, "PgBouncer's columns, in its order: %r" % names)
+            by_app.clear()
+            by_app.update({r["application_name"]: r for r in rows})
+            return by_app.get("waiter", {}).get("state") == "waiting"
+
+        wait_for(waiter_waits, "the waiting client shown as waiting", timeout=10)
+        for i, w in enumerate(idle):
+            row = by_app.get("idle_%d" % i)
+            check(row and row["state"] == "idle" and row["user"] == "postgres" and row["database"] == "postgres",
+                  "idle client %d: %r" % (i, row))
+            check(row["type"] == "C" and row["addr"] == "127.0.0.1" and row["port"] == str(w.sock.getsockname()[1])
+                  and row["local_port"] == str(t.port) and row["link"] == "", "idle client %d's addresses: %r" % (i, row))
+            check(re.match(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$", row["connect_time"]), "connect_time: %r" % row)
+        row = by_app["holder"]
+        check(row["state"] == "active" and row["link"] != "" and row["ptr"] != "", "the holder is active: %r" % row)
+        row = by_app["waiter"]
+        check(row["wait"].isdigit() and row["wait_us"].isdigit(), "the waiter's wait: %r" % row)
+        consoles = [r for r in by_app.values() if r["database"] == "tern"]
+        check(len(consoles) == 1 and consoles[0]["state"] == "active", "the console itself: %r" % consoles)
+        check(len(by_app) == 9, "every client once: %r" % sorted(by_app))
+        holder.query("commit")
+        check(waiter.read_until_ready() and True, "the waiter runs once the holder commits")
+        idle[0].close()
+        wait_for(lambda: "idle_0" not in {r["application_name"] for r in admin_table(console, "show clients")[1]},
+                 "a client that left is no longer listed", timeout=10)
+    finally:
+        for w in idle + [holder, waiter, console]:
+            w.close()
+
+
+@test
+def admin_show_stats_counts_transactions_bytes_and_waits_per_database(ctx):
+    t = admin_tern(ctx, pool_size=1)
+    for i in range(3):  # clients that come and go: their counts outlive them
+        check(psql_ok(t.port, "select %d" % i) == str(i), "psql %d" % i)
+    holder, waiter = Wire(t.port), Wire(t.port)
+    console = admin_console(t.port)
+    try:
+        holder.login("postgres")
+        waiter.login("postgres")
+        for i in range(5):  # a client that stays
+            check(waiter.query("select %d" % i) == [[str(i)]], "query %d" % i)
+        holder.query("begin")
+        waiter.send(message(b"Q", b"select 'waited'\0"))
+        wait_for(lambda: any(r["application_name"] == "" and r["state"] == "waiting"
+                             for r in admin_table(console, "show clients")[1]), "a client waits", timeout=10)
+        holder.query("commit")
+        check(waiter.query_rows_after_send(), "the waiting client ran")
+        names, rows = admin_table(console, "SHOW STATS")
+        check(names == PGBOUNCER_STATS_COLUMNS, "PgBouncer's columns, in its order: %r" % names)
+        row = [r for r in rows if r["database"] == "postgres"]
+        check(len(row) == 1, "one row for postgres, summed over the workers: %r" % rows)
+        row = row[0]
+        # 3 psql sessions, 5 + 1 queries of the staying client, the holder's transaction.
+        check(int(row["total_xact_count"]) >= 10, "transactions counted: %r" % row)
+        check(int(row["total_query_count"]) >= 10 and int(row["total_query_time"]) > 0, "queries counted: %r" % row)
+        check(int(row["total_received"]) > 0 and int(row["total_sent"]) > 0, "bytes counted: %r" % row)
+        check(int(row["total_xact_time"]) > 0, "transaction time counted: %r" % row)
+        check(int(row["total_wait_time"]) > 0, "the wait counted: %r" % row)
+        before = int(row["total_xact_count"])
+        check(waiter.query("select 1") == [["1"]], "one more")
+        after = int([r for r in admin_table(console, "show stats")[1] if r["database"] == "postgres"][0]
+                    ["total_xact_count"])
+        check(after == before + 1, "one more transaction, one more count: %d then %d" % (before, after))
+    finally:
+        for w in (holder, waiter, console):
+            w.close()
+
+
+@test
+def admin_reload_applies_a_changed_pool_size_before_it_answers(ctx):
+    port = free_port()
+    template = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n"
+                "primary = host=127.0.0.1 port=%d\n[pool]\npool_size = %%d\n[admin]\nadmin_users = postgres\n"
+                % (port, ctx.pg.primary_port))
+    t = TernProcess(TERN, template % 3)
+    ctx.terns.append(t)
+    t.start()
+    with admin_console(t.port) as console:
+        show = lambda: {r["key"]: r["value"] for r in admin_table(console, "show config")[1]}
+        check(show()["pool_size"] == "3", "pool_size before")
+        with open(os.path.join(t.workdir, "tern.ini"), "w") as f:
+            f.write(template % 7)
+        check(admin_command(console, "RELOAD;") == "RELOAD", "RELOAD answers RELOAD")
+        check(show()["pool_size"] == "7", "the new pool_size is in effect when RELOAD answers")
+        with open(os.path.join(t.workdir, "tern.ini"), "w") as f:
+            f.write(template % 8 + "[pool]\npool_sise = 9\n")
+        try:
+            admin_command(console, "reload")
+            raise AssertionError("RELOAD of a bad file answered without an error")
+        except WireError as err:
+            check(err.sqlstate == "F0000", "a bad file: F0000: %r" % err.fields)
+        check(show()["pool_size"] == "7", "a bad file changes nothing")
+    check(psql_ok(t.port, "select 1") == "1", "clients are served throughout")
+
+
+@test
+def admin_pause_waits_for_open_transactions_and_holds_new_ones_until_resume(ctx):
+    t = admin_tern(ctx, pool_size=2)
+    holder, late = Wire(t.port), Wire(t.port)
+    console, other = admin_console(t.port), admin_console(t.port)
+    try:
+        holder.login("postgres")
+        late.login("postgres")
+        holder.query("begin")
+        holder.query("select 1")  # an open transaction holds a server connection
+        pausing, pause_box = in_thread(lambda: admin_command(console, "PAUSE"))
+        pausing.join(0.5)
+        check(pausing.is_alive(), "PAUSE waits while a transaction is open: %r" % pause_box)
+        check(holder.query("select 2") == [["2"]], "the open transaction goes on during PAUSE")
+        running, run_box = in_thread(lambda: late.query("select 42"))  # a new transaction: held
+        wait_for(lambda: any(r["state"] == "waiting" for r in admin_table(other, "show clients")[1]),
+                 "the new transaction waits at the gate", timeout=10)
+        try:
+            admin_command(other, "pause")
+            raise AssertionError("a second PAUSE was accepted")
+        except WireError as err:
+            check(err.sqlstate == "55000", "a second PAUSE: 55000: %r" % err.fields)
+        holder.query("commit")
+        pausing.join(10)
+        check(not pausing.is_alive() and pause_box.get("result") == "PAUSE",
+              "PAUSE answers once the transaction ended: %r" % pause_box)
+        check(running.is_alive(), "the new transaction still waits while paused: %r" % run_box)
+        check(admin_command(other, "resume") == "RESUME", "RESUME")
+        running.join(10)
+        check(run_box.get("result") == [["42"]], "the held transaction runs after RESUME: %r" % run_box)
+        try:
+            admin_command(other, "resume")
+            raise AssertionError("RESUME while not paused was accepted")
+        except WireError as err:
+            check(err.sqlstate == "55000", "RESUME while not paused: 55000: %r" % err.fields)
+        check(psql_ok(t.port, "select 3") == "3", "new clients are served after RESUME")
+    finally:
+        for w in (holder, late, console, other):
+            w.close()
+
+
+@test
+def admin_pause_keeps_query_wait_timeout_for_held_clients(ctx):
+    t = admin_tern(ctx, pool_size=2, pool="query_wait_timeout = 0.5")
+    check(psql_ok(t.port, "select 0") == "0", "a first client: the welcome needs no server from now on")
+    with admin_console(t.port) as console:
+        check(admin_command(console, "pause") == "PAUSE", "PAUSE with nothing running answers at once")
+        with Wire(t.port) as w:
+            w.login("postgres")
+            started = time.monotonic()
+            w.send(message(b"Q", b"select 1\0"))
+            fields = w.expect_error_and_close()
+            check(fields and fields["C"] == "08P01" and "query_wait_timeout" in fields["M"],
+                  "08P01 query_wait_timeout behind PAUSE: %r" % fields)
+            check(time.monotonic() - started < 5, "ended at query_wait_timeout, not later")
+        # A login that needs a server (a database no client used yet) waits at the gate too.
+        expect_login_refused(t.port, "postgres", "08P01", database="template1")
+        check(admin_command(console, "resume") == "RESUME", "RESUME")
+    check(psql_ok(t.port, "select 4") == "4", "served after RESUME")
+
+
+@test
+def admin_answers_pipelined_commands_in_order_and_survives_a_console_leaving_mid_answer(ctx):
+    t = admin_tern(ctx)
+    with admin_console(t.port) as console:
+        # SHOW STATS and SHOW CLIENTS are answered by every worker: what comes behind them waits.
+        console.send(b"".join(message(b"Q", sql + b"\0") for sql in
+                              (b"show stats", b"show version", b"show clients", b"show version")))
+        heads = []
+        for _ in range(4):
+            messages = console.read_until_ready()
+            heads.append(messages[0][1][2:20] if messages[0][0] == b"T" else None)
+        check([h.split(b"\0")[0] for h in heads] == [b"database", b"version", b"type", b"version"],
+              "answers in the order asked: %r" % heads)
+        for sql in (b"show clients", b"show stats"):
+            leaving = admin_console(t.port)
+            leaving.send(message(b"Q", sql + b"\0"))
+            leaving.close()  # gone before the workers' answers are in
+        check(admin_command(console, "show version") == "SHOW", "the console goes on")
+        check(len(admin_table(console, "show clients")[1]) >= 1, "and so does SHOW CLIENTS")
 
 
 @test
