@@ -57,6 +57,8 @@ bool params_sql_take_word(const uint8_t **p, const uint8_t *end, const char *wor
  * connection's value is kept among its parameters (a name no server reports). */
 #define PARAMS_SEARCH_PATH_DEFAULT "DEFAULT"
 #define PARAMS_SEARCH_PATH_KEY "tern.search_path"
+/* A connection whose search_path may have been changed in a way tern could not follow. */
+#define PARAMS_SEARCH_PATH_UNKNOWN "\x01unknown"
 /* When the first statement of a simple query is SET [SESSION] search_path {TO | =} value, RESET
  * search_path or RESET ALL: writes the value ("DEFAULT" for a reset) and returns 1. 0 for any other
  * statement (SET LOCAL included), -ENOSPC when the value does not fit. */

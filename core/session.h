@@ -134,7 +134,7 @@ struct session {
 	bool is_portal_deallocate;
 	struct stmt_map statements;
 	struct stmt_replies replies;
-	struct stmt **needed;
+	struct stmt_need *needed;
 	uint32_t needed_count, needed_cap;
 
 	enum session_end_reason end_reason;

@@ -146,7 +146,9 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	if (type == PROTO_FE_QUERY) {
 		if (s->is_listening)
 			s->is_unlisten_all_sent |= relay_is_unlisten_all(body, len);
-		if (params_parse_search_path_set(body, len, s->pending_search_path, PARAMS_VALUE_MAX) == 1) {
+		/* Only a query with nothing before it in flight: its own CommandComplete must confirm it. */
+		if (s->pending_ready == 1 && s->tx_status == 'I' &&
+		    params_parse_search_path_set(body, len, s->pending_search_path, PARAMS_VALUE_MAX) == 1) {
 			s->is_search_path_pending = true;
 			s->is_search_path_confirmed = false;
 		}
@@ -313,8 +315,19 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 		return 0;
 	}
 	if (type == PROTO_BE_COMMAND_COMPLETE) {
-		if (s->is_search_path_pending && (relay_tag_is(body, len, "SET") || relay_tag_is(body, len, "RESET")))
-			s->is_search_path_confirmed = true;
+		if (relay_tag_is(body, len, "SET") || relay_tag_is(body, len, "RESET")) {
+			if (s->is_search_path_pending && !s->is_search_path_confirmed) {
+				s->is_search_path_confirmed = true;
+			} else {
+				/* A SET tern cannot attribute (in a transaction block, through the extended
+				 * protocol, a second one in a query): it may have changed search_path, so the
+				 * connection's value is unknown and the next client gets its own replayed. */
+				s->is_search_path_pending = false;
+				if (s->backend)
+					params_store(s->backend->params, &s->backend->param_count, PARAMS_SEARCH_PATH_KEY,
+						     PARAMS_SEARCH_PATH_UNKNOWN);
+			}
+		}
 		if (relay_tag_is(body, len, "LISTEN")) {
 			s->is_listening = true; /* conservative: kept even if the transaction rolls back */
 		} else if (relay_tag_is(body, len, "UNLISTEN") && s->is_unlisten_all_sent) {
@@ -340,6 +353,9 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 	if (s->is_search_path_pending && !hidden) {
 		if (s->is_search_path_confirmed && s->tx_status == 'I')
 			relay_keep_search_path(s, s->pending_search_path);
+		else if (s->is_search_path_confirmed && s->backend) /* it ran inside a transaction block */
+			params_store(s->backend->params, &s->backend->param_count, PARAMS_SEARCH_PATH_KEY,
+				     PARAMS_SEARCH_PATH_UNKNOWN);
 		s->is_search_path_pending = false;
 	}
 	if (s->pending_ready > 0)

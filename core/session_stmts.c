@@ -47,23 +47,29 @@ static void stmts_send_made_replies(struct session *s)
 	}
 }
 
-/* A reply tern makes up: sent now when the server owes nothing before it, else queued. Takes `data`. */
-static int stmts_make_reply(struct session *s, uint8_t kind, void *data, uint32_t len)
+/* A reply tern makes up: sent now when the server owes nothing before it, else queued (with stmt, for a
+ * ParseComplete, so a skip can forget the name). Takes `data`. */
+static int stmts_make_reply_for(struct session *s, uint8_t kind, void *data, uint32_t len, struct stmt *stmt)
 {
 	if (s->replies.count == 0) {
 		stmts_send_made(s, kind, data, len);
 		free(data);
 		return 0;
 	}
-	int rc = stmt_replies_push_back(&s->replies, kind, data, len);
+	int rc = stmt_replies_push_back(&s->replies, kind, data, len, stmt);
 	if (rc < 0)
 		free(data);
 	return rc;
 }
 
+static int stmts_make_reply(struct session *s, uint8_t kind, void *data, uint32_t len)
+{
+	return stmts_make_reply_for(s, kind, data, len, NULL);
+}
+
 int session_stmts_expect(struct session *s, uint8_t kind)
 {
-	return stmt_replies_push_back(&s->replies, kind, NULL, 0);
+	return stmt_replies_push_back(&s->replies, kind, NULL, 0, NULL);
 }
 
 bool session_stmts_is_local(const struct session *s)
@@ -123,67 +129,87 @@ static int stmts_queue(struct session *s, uint8_t type, const struct iovec *part
 
 static struct iovec stmts_cstring(const char *text) { return (struct iovec){(void *)text, strlen(text) + 1}; }
 
-/* Prepares stmt on the attached connection, which lacks it: tern's Parse (its answer hidden), after a
- * Close of the statement it evicts when the connection holds max_prepared_statements. At the front of
- * the queue when the queued messages were written before the connection was known. */
-static int stmts_prepare(struct session *s, struct stmt_cache *cache, struct stmt *stmt, bool at_front)
+/* Queues tern's messages that prepare stmt (their answers hidden): a Close of `evicted` when the cache
+ * made room, then a Close of stmt itself — harmless when the server lacks it, and it heals a server
+ * that kept it where the cache lost track (a Close skipped after an error) — then the Parse. At the
+ * front of the queue, or at its end. */
+static int stmts_queue_prepare(struct session *s, struct stmt *stmt, const char *evicted, bool at_front)
 {
-	uint32_t max = TERN_MAX(s->worker->runtime->config->max_prepared_statements, 1u);
-	char evicted[STMT_SERVER_NAME_LEN];
-	int evicting = stmt_cache_add(cache, stmt, max, evicted);
-	if (evicting < 0)
-		return evicting;
 	struct iovec parse[] = {stmts_cstring(stmt->server_name), {stmt->content, stmt->content_len}};
-	struct iovec close[] = {{(void *)"S", 1}, stmts_cstring(evicted)};
+	struct iovec close_self[] = {{(void *)"S", 1}, stmts_cstring(stmt->server_name)};
+	struct iovec close_evicted[] = {{(void *)"S", 1}, stmts_cstring(evicted ? evicted : "")};
+	struct {
+		uint8_t type;
+		struct iovec *parts;
+		uint8_t reply;
+		struct stmt *stmt;
+	} steps[] = {
+		{PROTO_FE_CLOSE, close_evicted, STMT_REPLY_CLOSE_HIDDEN, NULL},
+		{PROTO_FE_CLOSE, close_self, STMT_REPLY_CLOSE_HIDDEN, NULL},
+		{PROTO_FE_PARSE, parse, STMT_REPLY_PARSE_HIDDEN, stmt},
+	};
+	unsigned first = evicted ? 0 : 1, count = 3;
 	int rc = 0;
-	if (at_front) {
-		rc = stmts_queue(s, PROTO_FE_PARSE, parse, 2, true);
+	for (unsigned k = 0; rc == 0 && k < count - first; k++) {
+		unsigned step = at_front ? count - 1 - k : first + k; /* front insertions go in reverse */
+		rc = stmts_queue(s, steps[step].type, steps[step].parts, 2, at_front);
 		if (rc == 0)
-			rc = stmt_replies_push_front(&s->replies, STMT_REPLY_PARSE_HIDDEN, stmt_ref(stmt), 0);
-		if (rc == 0 && evicting)
-			rc = stmts_queue(s, PROTO_FE_CLOSE, close, 2, true);
-		if (rc == 0 && evicting)
-			rc = stmt_replies_push_front(&s->replies, STMT_REPLY_CLOSE_HIDDEN, NULL, 0);
-	} else {
-		if (evicting)
-			rc = stmts_queue(s, PROTO_FE_CLOSE, close, 2, false);
-		if (rc == 0 && evicting)
-			rc = stmt_replies_push_back(&s->replies, STMT_REPLY_CLOSE_HIDDEN, NULL, 0);
-		if (rc == 0)
-			rc = stmts_queue(s, PROTO_FE_PARSE, parse, 2, false);
-		if (rc == 0)
-			rc = stmt_replies_push_back(&s->replies, STMT_REPLY_PARSE_HIDDEN, stmt_ref(stmt), 0);
+			rc = at_front ? stmt_replies_push_front(&s->replies, steps[step].reply, NULL, 0, steps[step].stmt)
+				      : stmt_replies_push_back(&s->replies, steps[step].reply, NULL, 0, steps[step].stmt);
 	}
-	if (evicting)
+	if (evicted)
 		s->worker->stats.statements_evicted++;
 	s->worker->stats.statements_prepared++;
 	return rc;
 }
 
+/* Records in the connection's cache that stmt will be there; *evicted names the statement the cache
+ * dropped to stay within max_prepared_statements (NULL when none). */
+static int stmts_cache_add(struct session *s, struct stmt_cache *cache, struct stmt *stmt,
+			   char evicted[STMT_SERVER_NAME_LEN], const char **evicted_out)
+{
+	uint32_t max = TERN_MAX(s->worker->runtime->config->max_prepared_statements, 1u);
+	int rc = stmt_cache_add(cache, stmt, max, evicted);
+	*evicted_out = rc == 1 ? evicted : NULL;
+	return rc < 0 ? rc : 0;
+}
+
 static bool stmts_has_backend(const struct session *s) { return s->backend && !s->is_backend_dropping; }
 
-/* A queued message uses stmt: prepare it now on the attached connection, or on the next one. */
+/* A queued message uses stmt. With a connection attached, stmt is prepared there now unless its cache
+ * has it. Without one, the connection is not known yet: for the first message queued, stmt is
+ * prepared in front of it once the connection comes (its cache consulted then); a later message gets
+ * tern's Close and Parse right before it whatever the connection holds, so a Parse that fails makes
+ * the server skip only what follows, as the client's own Parse would. */
 static int stmts_need(struct session *s, struct stmt *stmt)
 {
+	const char *evicted;
+	char evicted_name[STMT_SERVER_NAME_LEN];
 	if (stmts_has_backend(s)) {
 		struct stmt_cache *cache = stmts_cache_of(s->backend);
 		if (!cache)
 			return -ENOMEM;
-		return stmt_cache_touch(cache, stmt) ? 0 : stmts_prepare(s, cache, stmt, false);
+		if (stmt_cache_touch(cache, stmt))
+			return 0;
+		int rc = stmts_cache_add(s, cache, stmt, evicted_name, &evicted);
+		return rc < 0 ? rc : stmts_queue_prepare(s, stmt, evicted, false);
 	}
 	for (uint32_t i = 0; i < s->needed_count; i++)
-		if (s->needed[i] == stmt)
-			return 0;
+		if (s->needed[i].stmt == stmt)
+			return 0; /* prepared ahead of an earlier message already */
 	if (s->needed_count == s->needed_cap) {
 		uint32_t cap = s->needed_cap ? s->needed_cap * 2 : 8;
-		struct stmt **grown = realloc(s->needed, cap * sizeof(*grown));
+		struct stmt_need *grown = realloc(s->needed, cap * sizeof(*grown));
 		if (!grown)
 			return -ENOMEM;
 		s->needed = grown;
 		s->needed_cap = cap;
 	}
-	s->needed[s->needed_count++] = stmt_ref(stmt);
-	return 0;
+	bool is_first = sendq_is_empty(&s->to_server) && s->needed_count == 0;
+	int rc = is_first ? 0 : stmts_queue_prepare(s, stmt, NULL, false);
+	if (rc == 0)
+		s->needed[s->needed_count++] = (struct stmt_need){.stmt = stmt_ref(stmt), .is_queued = !is_first};
+	return rc;
 }
 
 int session_stmts_prepare_needed(struct session *s)
@@ -194,13 +220,27 @@ int session_stmts_prepare_needed(struct session *s)
 	int rc = cache ? 0 : -ENOMEM;
 	/* Mark the ones present as just used, so adding the others cannot evict them. */
 	for (uint32_t i = 0; rc == 0 && i < s->needed_count; i++)
-		(void)stmt_cache_touch(cache, s->needed[i]);
-	/* Front insertions in reverse keep the Parses in the order the client used the statements. */
-	for (uint32_t i = s->needed_count; rc == 0 && i-- > 0;)
-		if (!stmt_cache_touch(cache, s->needed[i]))
-			rc = stmts_prepare(s, cache, s->needed[i], true);
+		(void)stmt_cache_touch(cache, s->needed[i].stmt);
+	for (uint32_t i = s->needed_count; rc == 0 && i-- > 0;) {
+		struct stmt_need *need = &s->needed[i];
+		if (stmt_cache_touch(cache, need->stmt))
+			continue;
+		const char *evicted;
+		char evicted_name[STMT_SERVER_NAME_LEN];
+		rc = stmts_cache_add(s, cache, need->stmt, evicted_name, &evicted);
+		if (rc < 0)
+			break;
+		if (!need->is_queued) {
+			rc = stmts_queue_prepare(s, need->stmt, evicted, true); /* in front of its first use */
+		} else if (evicted) {
+			struct iovec close[] = {{(void *)"S", 1}, stmts_cstring(evicted)};
+			rc = stmts_queue(s, PROTO_FE_CLOSE, close, 2, true);
+			if (rc == 0)
+				rc = stmt_replies_push_front(&s->replies, STMT_REPLY_CLOSE_HIDDEN, NULL, 0, NULL);
+		}
+	}
 	for (uint32_t i = 0; i < s->needed_count; i++)
-		stmt_unref(s->needed[i]);
+		stmt_unref(s->needed[i].stmt);
 	s->needed_count = 0;
 	return rc;
 }
@@ -295,36 +335,32 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 	if (!name_copy)
 		return -ENOMEM;
 	struct stmt_cache *cache = stmts_has_backend(s) ? stmts_cache_of(s->backend) : NULL;
-	if (cache && stmt_cache_touch(cache, stmt))
-		return stmts_make_reply(s, STMT_REPLY_MADE_PARSE_COMPLETE, name_copy, 0); /* prepared there already */
+	if (cache && stmt_cache_touch(cache, stmt)) /* prepared there already */
+		return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, name_copy, 0, stmt);
 	if (cache) {
-		/* A server is at hand: the client's own Parse goes to it, so an error comes where expected. */
-		uint32_t max = TERN_MAX(s->worker->runtime->config->max_prepared_statements, 1u);
-		char evicted[STMT_SERVER_NAME_LEN];
-		int evicting = stmt_cache_add(cache, stmt, max, evicted);
-		rc = evicting < 0 ? evicting : 0;
-		if (rc == 0 && evicting) {
-			struct iovec close[] = {{(void *)"S", 1}, stmts_cstring(evicted)};
-			rc = stmts_queue(s, PROTO_FE_CLOSE, close, 2, false);
-			if (rc == 0)
-				rc = session_stmts_expect(s, STMT_REPLY_CLOSE_HIDDEN);
-			s->worker->stats.statements_evicted++;
-		}
-		struct iovec parse[] = {stmts_cstring(stmt->server_name), {stmt->content, stmt->content_len}};
+		/* A server is at hand: the client's own Parse goes to it, so an error comes where expected
+		 * (after the Closes that make room and heal, as for tern's own Parse). */
+		const char *evicted;
+		char evicted_name[STMT_SERVER_NAME_LEN];
+		rc = stmts_cache_add(s, cache, stmt, evicted_name, &evicted);
 		if (rc == 0)
-			rc = stmts_queue(s, PROTO_FE_PARSE, parse, 2, false);
-		if (rc == 0) {
-			rc = stmt_replies_push_back(&s->replies, STMT_REPLY_PARSE, name_copy, 0);
+			rc = stmts_queue_prepare(s, stmt, evicted, false);
+		struct stmt_reply_entry *parse = rc == 0 ? &s->replies.entries[(s->replies.head + s->replies.count - 1) &
+										(s->replies.capacity - 1)]
+							  : NULL;
+		if (parse) { /* the Parse's answer is the client's: shown, and failing forgets the name */
+			TERN_ASSERT(parse->kind == STMT_REPLY_PARSE_HIDDEN && !parse->data);
+			parse->kind = STMT_REPLY_PARSE;
+			parse->data = name_copy;
 			name_copy = NULL;
 		}
 		free(name_copy);
 		s->is_unsynced = true;
-		s->worker->stats.statements_prepared++;
 		return rc;
 	}
 	/* The prepare waits for the connection that runs the statement's first use. */
 	s->worker->stats.statements_deferred++;
-	return stmts_make_reply(s, STMT_REPLY_MADE_PARSE_COMPLETE, name_copy, 0);
+	return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, name_copy, 0, stmt);
 }
 
 int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len,
@@ -341,7 +377,7 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 		if (s->is_unnamed_deallocate)
 			return stmts_make_reply(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0);
 		int rc = stmts_forward(s, type, body, len, buffer_id, chunk);
-		return rc < 0 ? rc : stmt_replies_push_back(&s->replies, STMT_REPLY_PARSE, NULL, 0);
+		return rc < 0 ? rc : stmt_replies_push_back(&s->replies, STMT_REPLY_PARSE, NULL, 0, NULL);
 	}
 	if (type == PROTO_FE_BIND) {
 		const char *portal = proto_read_cstring(body, len, &offset);
@@ -444,14 +480,12 @@ static void stmts_forget_on_connection(struct session *s, const struct stmt *stm
 		stmt_cache_remove(s->backend->extra, stmt);
 }
 
-/* A client statement the server never created: the client's name for it goes too, as in PostgreSQL. */
-static void stmts_forget_name(struct session *s, const char *name, bool server_lacks_it)
+/* A client statement the server never created: the client's name for it goes too, as in PostgreSQL,
+ * if it still names that statement (the client may have closed and reused it since). */
+static void stmts_forget_name(struct session *s, const char *name, struct stmt *stmt)
 {
-	if (!name)
-		return;
-	if (server_lacks_it)
-		stmts_forget_on_connection(s, stmt_map_get(&s->statements, name));
-	(void)stmt_map_remove(&s->statements, name);
+	if (name && stmt && stmt_map_get(&s->statements, name) == stmt)
+		(void)stmt_map_remove(&s->statements, name);
 }
 
 /* An ErrorResponse for the head reply: after an extended-protocol message's error the server skips
@@ -463,13 +497,14 @@ static void stmts_on_error(struct session *s, struct stmt_reply_entry *head)
 	do {
 		switch (head->kind) {
 		case STMT_REPLY_PARSE:
-			stmts_forget_name(s, head->data, true);
+			stmts_forget_name(s, head->data, head->stmt);
+			stmts_forget_on_connection(s, head->stmt);
 			break;
 		case STMT_REPLY_MADE_PARSE_COMPLETE:
-			stmts_forget_name(s, head->data, false);
+			stmts_forget_name(s, head->data, head->stmt);
 			break;
 		case STMT_REPLY_PARSE_HIDDEN:
-			stmts_forget_on_connection(s, head->data);
+			stmts_forget_on_connection(s, head->stmt);
 			break;
 		case STMT_REPLY_QUERY:
 			/* A Query the server skips brings no ReadyForQuery. */
@@ -482,6 +517,8 @@ static void stmts_on_error(struct session *s, struct stmt_reply_entry *head)
 		stmt_replies_pop(&s->replies, false);
 		head = stmt_replies_head(&s->replies);
 	} while (head && head->kind != STMT_REPLY_SYNC);
+	if (!head)
+		s->is_skipping_to_sync = true; /* the client has not sent the Sync yet: the server skips to it */
 }
 
 int session_stmts_on_server_message(struct session *s, uint8_t type)
@@ -549,7 +586,7 @@ void session_relay_deinit(struct session *s)
 	stmt_map_deinit(&s->statements);
 	stmt_replies_deinit(&s->replies);
 	for (uint32_t i = 0; i < s->needed_count; i++)
-		stmt_unref(s->needed[i]);
+		stmt_unref(s->needed[i].stmt);
 	free(s->needed);
 	s->needed = NULL;
 	s->needed_count = s->needed_cap = 0;

@@ -271,11 +271,11 @@ void stmt_replies_init(struct stmt_replies *replies) { memset(replies, 0, sizeof
 
 static void stmt_reply_free(struct stmt_reply_entry *e)
 {
-	if (e->kind == STMT_REPLY_PARSE_HIDDEN)
-		stmt_unref(e->data);
-	else
-		free(e->data);
+	free(e->data);
 	e->data = NULL;
+	if (e->stmt)
+		stmt_unref(e->stmt);
+	e->stmt = NULL;
 }
 
 static int stmt_replies_reserve(struct stmt_replies *replies)
@@ -295,22 +295,26 @@ static int stmt_replies_reserve(struct stmt_replies *replies)
 	return 0;
 }
 
-int stmt_replies_push_back(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len)
+int stmt_replies_push_back(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len,
+			   struct stmt *stmt)
 {
 	if (stmt_replies_reserve(replies) < 0)
 		return -ENOMEM;
 	uint32_t i = (replies->head + replies->count) & (replies->capacity - 1);
-	replies->entries[i] = (struct stmt_reply_entry){.kind = kind, .data = data, .data_len = data_len};
+	replies->entries[i] = (struct stmt_reply_entry){
+		.kind = kind, .data = data, .data_len = data_len, .stmt = stmt ? stmt_ref(stmt) : NULL};
 	replies->count++;
 	return 0;
 }
 
-int stmt_replies_push_front(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len)
+int stmt_replies_push_front(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len,
+			    struct stmt *stmt)
 {
 	if (stmt_replies_reserve(replies) < 0)
 		return -ENOMEM;
 	replies->head = (replies->head - 1) & (replies->capacity - 1);
-	replies->entries[replies->head] = (struct stmt_reply_entry){.kind = kind, .data = data, .data_len = data_len};
+	replies->entries[replies->head] = (struct stmt_reply_entry){
+		.kind = kind, .data = data, .data_len = data_len, .stmt = stmt ? stmt_ref(stmt) : NULL};
 	replies->count++;
 	return 0;
 }

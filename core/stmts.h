@@ -92,6 +92,12 @@ TERN_MUST_USE int stmt_cache_add(struct stmt_cache *cache, const struct stmt *st
 void stmt_cache_remove(struct stmt_cache *cache, const struct stmt *stmt);
 void stmt_cache_clear(struct stmt_cache *cache);
 
+/* A statement a session's queued messages use, collected while no connection is attached. */
+struct stmt_need {
+	struct stmt *stmt; /* a reference */
+	bool is_queued;    /* tern's Close and Parse are queued before its use already */
+};
+
 /* ---- the replies a session waits for ---- */
 
 enum stmt_reply {
@@ -113,11 +119,13 @@ enum stmt_reply {
 
 struct stmt_reply_entry {
 	uint8_t kind; /* enum stmt_reply */
-	/* PARSE: the client's statement name (owned; NULL for the unnamed one), forgotten if the Parse
-	 * fails. PARSE_HIDDEN: the stmt (a reference), dropped from the connection's cache if it fails.
-	 * MADE_MESSAGES: the messages (owned). */
+	/* PARSE and MADE_PARSE_COMPLETE: the client's statement name (owned; NULL for the unnamed one),
+	 * forgotten if the Parse fails or is skipped. MADE_MESSAGES: the messages (owned). */
 	void *data;
 	uint32_t data_len;
+	/* PARSE, PARSE_HIDDEN, MADE_PARSE_COMPLETE: the statement (a reference), which the connection
+	 * lacks if the Parse fails or is skipped, and which the client's name must still name to be forgotten. */
+	struct stmt *stmt;
 };
 
 struct stmt_replies {
@@ -129,8 +137,11 @@ struct stmt_replies {
 
 void stmt_replies_init(struct stmt_replies *replies);
 void stmt_replies_deinit(struct stmt_replies *replies);
-TERN_MUST_USE int stmt_replies_push_back(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len);
-TERN_MUST_USE int stmt_replies_push_front(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len);
+/* Queue an entry; it owns `data` and takes a reference on `stmt` (either may be NULL) once queued. */
+TERN_MUST_USE int stmt_replies_push_back(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len,
+					 struct stmt *stmt);
+TERN_MUST_USE int stmt_replies_push_front(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len,
+					  struct stmt *stmt);
 static inline struct stmt_reply_entry *stmt_replies_head(struct stmt_replies *replies)
 {
 	return replies->count ? &replies->entries[replies->head] : NULL;

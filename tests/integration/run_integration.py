@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from pgcluster import PgCluster, clean_env, find_pg_bindir, free_port  # noqa: E402
 from procs import TernProcess  # noqa: E402
-from wire import (SYNC, Wire, WireError, bind, close, describe, execute, message, parse,  # noqa: E402
+from wire import (FLUSH, SYNC, Wire, WireError, bind, close, describe, execute, message, parse,  # noqa: E402
                   scram_secret, startup_packet)
 
 ROOT = os.environ.get("TERN_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
@@ -809,6 +809,201 @@ def sql_prepare_pins_the_client_to_its_connection_until_deallocate_all(ctx):
             check(False, "EXECUTE after DEALLOCATE ALL must fail")
         except WireError as e:
             check(e.sqlstate == "26000", "26000 after DEALLOCATE ALL: %s" % e)
+
+
+def q(sql):
+    return message(b"Q", sql.encode() + b"\0")
+
+
+def read_until(w, kind):
+    """The reply types up to and including the first of `kind`."""
+    kinds = ""
+    while True:
+        m = w.read_message()
+        if m is None:
+            return kinds + "<EOF>"
+        kinds += m[0].decode()
+        if m[0] == kind:
+            return kinds
+
+
+def read_n_ready(w, n):
+    """Reply types and SQLSTATEs up to the n-th ReadyForQuery; "<hang>" when one does not come in 3 s."""
+    kinds, errs = "", []
+    w.sock.settimeout(3)
+    for _ in range(n):
+        while True:
+            try:
+                m = w.read_message()
+            except TimeoutError:
+                w.sock.settimeout(15)
+                return kinds + "<hang>", errs
+            if m is None:
+                return kinds + "<EOF>", errs
+            kinds += m[0].decode()
+            if m[0] == b"E":
+                errs.append(dict((chr(p[0]), p[1:].decode()) for p in m[1].split(b"\0") if p).get("C"))
+            if m[0] == b"Z":
+                break
+    w.sock.settimeout(15)
+    return kinds, errs
+
+
+@test
+def prepared_an_error_before_the_clients_sync_skips_what_it_sends_next(ctx):
+    t = ctx.tern(pool_size=1)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        w.send(parse("", "select 1/0") + bind("") + execute() + FLUSH)
+        got = read_until(w, b"E")
+        print("  first write:", got)
+        # PostgreSQL skips these until the Sync and answers only ReadyForQuery.
+        try:
+            got = w.exchange(describe("P", ""), close("P", ""), SYNC)
+        except Exception as e:  # noqa: BLE001
+            got = repr(e)
+        print("  second write:", got)
+        try:
+            after = w.exchange(parse("", "select 5"), bind(""), execute(), SYNC)
+        except Exception as e:  # noqa: BLE001
+            after = repr(e)
+        print("  next batch:", after)
+        print("  tern log:", [l for l in t.log_tail(5).splitlines() if "WARNING" in l])
+        check(after == ("12DCZ", [["5"]], None, "I"), "the session goes on: %r" % (after,))
+
+
+@test
+def prepared_a_deferred_parse_never_runs_ahead_of_earlier_pipelined_messages(ctx):
+    psql_ok(ctx.pg.primary_port, "drop table if exists rv_new; drop table if exists rv_log; create table rv_log(v int)")
+    t = ctx.tern(pool_size=1)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        w.query("select 1")  # connection released afterwards
+        w.send(q("create table rv_new(v int)") + parse("s2", "select count(*) from rv_new") + bind("s2") +
+               execute() + SYNC)
+        got = read_n_ready(w, 2)
+        print("  Query(CREATE) + Parse/Bind/Execute/Sync:", got)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        exists = w.query("select count(*) from pg_tables where tablename = 'rv_new'")
+        print("  rv_new exists:", exists)
+        # Two pipelined batches: the second one's statement is bad; batch 1 (an INSERT) must still run.
+        w.send(parse("bad", "select nope from rv_log"))
+        w.send(parse("", "insert into rv_log values (1)") + bind("") + execute() + SYNC +
+               bind("bad") + execute() + SYNC)
+        got2 = read_n_ready(w, 2)
+        print("  batch1 INSERT, batch2 bad stmt:", got2)
+        logged = w.query("select count(*) from rv_log")
+        print("  rows in rv_log:", logged)
+        check(got[0].startswith("CZ12") and exists == [["1"]], "the CREATE runs before the Parse: %r" % (got,))
+        check(logged == [["1"]], "batch 1's INSERT ran")
+
+
+@test
+def prepared_a_skipped_eviction_close_does_not_break_the_statement(ctx):
+    t = ctx.tern(pool_size=1, sections={"pool": "max_prepared_statements = 1"})
+    with Wire(t.port) as w:
+        w.login("postgres")
+        check(w.exchange(parse("a", "select 'a'"), bind("a"), execute(), SYNC)[1] == [["a"]], "a runs")
+        w.query("begin")
+        got = w.exchange(parse("", "select 1/0"), bind(""), execute(), parse("b", "select 'b'"), SYNC)
+        print("  error then Parse b (evicts a):", got)
+        w.query("rollback")
+        for i in range(2):
+            got = w.exchange(bind("a"), execute(), SYNC)
+            print("  bind a #%d:" % i, got)
+        check(got[1] == [["a"]] and got[2] is None, "a still runs: %r" % (got,))
+
+
+@test
+def prepared_a_skipped_parse_forgets_only_its_own_statement(ctx):
+    t = ctx.tern(pool_size=1)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        w.query("begin")
+        got = w.exchange(parse("", "select 1/0"), bind(""), execute(), parse("s1", "select 'one'"), close("S", "s1"),
+                         parse("s1", "select 'two'"), SYNC)
+        print("  error, Parse s1, Close s1, Parse s1:", got)
+        w.query("rollback")
+        got = w.exchange(parse("x", "select 'one'"), bind("x"), execute(), SYNC)
+        print("  Parse x (same text as the skipped Parse) + Bind x:", got)
+        check(got[1] == [["one"]], "x runs: %r" % (got,))
+
+
+@test
+def search_path_set_in_a_transaction_block_does_not_leak_to_the_next_client(ctx):
+    psql_ok(ctx.pg.primary_port, "create schema if not exists sp_r")
+    t = ctx.tern(pool_size=1)
+    a, b = Wire(t.port), Wire(t.port)
+    try:
+        a.login("postgres")
+        b.login("postgres")
+        a.query("begin")
+        a.query("set search_path to sp_r")
+        a.query("commit")
+        seen_b = b.query("show search_path")
+        print("  b after a's committed SET in a transaction:", seen_b)
+        check(seen_b == [['"$user", public']], "b keeps the default")
+    finally:
+        a.close()
+        b.close()
+
+
+@test
+def search_path_set_through_the_extended_protocol_does_not_leak(ctx):
+    psql_ok(ctx.pg.primary_port, "create schema if not exists sp_r")
+    t = ctx.tern(pool_size=1)
+    a, b = Wire(t.port), Wire(t.port)
+    try:
+        a.login("postgres")
+        b.login("postgres")
+        print("  a SET via Parse/Bind/Execute:", a.exchange(parse("", "set search_path to sp_r"), bind(""), execute(), SYNC))
+        seen_b = b.query("show search_path")
+        print("  b sees:", seen_b)
+        check(seen_b == [['"$user", public']], "b keeps the default")
+    finally:
+        a.close()
+        b.close()
+
+
+@test
+def prepared_a_batch_using_more_statements_than_max_prepared_statements(ctx):
+    t = ctx.tern(pool_size=1, sections={"pool": "max_prepared_statements = 1"})
+    with Wire(t.port) as w:
+        w.login("postgres")
+        w.exchange(parse("a", "select 'a'"), parse("b", "select 'b'"), SYNC)
+        got = w.exchange(bind("a"), execute(), bind("b"), execute(), SYNC)
+        print("  one batch using a and b:", got)
+        for i in range(3):
+            got = w.exchange(bind("b"), execute(), SYNC)
+            print("  bind b #%d:" % i, got)
+        print("  server holds:", w.query("select count(*) from pg_prepared_statements"))
+        check(got[1] == [["b"]], "b runs: %r" % (got,))
+
+
+@test
+def prepared_describe_suspend_empty_notice_and_copy_replies_stay_in_order(ctx):
+    psql_ok(ctx.pg.primary_port, "drop table if exists rv_c; create table rv_c(v int)")
+    t = ctx.tern(pool_size=1)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        w.exchange(parse("g", "select generate_series(1, $1::int)"), parse("e", ""),
+                   parse("n", "do $$begin raise notice 'hi'; end$$"), parse("c", "copy rv_c from stdin"), SYNC)
+        got = w.exchange(describe("S", "g"), bind("g", ["3"], portal="p"), describe("P", "p"), execute("p", 2),
+                         execute("p", 2), close("P", "p"), bind("e"), execute(), bind("n"), execute(), SYNC)
+        print("  describe/suspend/empty/notice:", got)
+        check(got[0] == "tT2TDDsDC3" "2I" "2NCZ", "replies in order: %r" % (got,))
+        w.send(bind("c") + execute() + SYNC)
+        print("  copy in:", read_until(w, b"G"))
+        got = w.exchange(message(b"d", b"1\n2\n"), message(b"c"), SYNC)
+        print("  copy done:", got)
+        check(got[0] == "CZ" and w.query("select count(*) from rv_c") == [["2"]], "copy in: %r" % (got,))
+        w.send(bind("c") + execute() + SYNC)
+        read_until(w, b"G")
+        w.send(message(b"f", b"nope\0") + SYNC)
+        print("  copy fail:", read_n_ready(w, 1))
+        got = w.exchange(bind("g", ["1"]), execute(), SYNC)
+        check(got[1] == [["1"]], "after CopyFail: %r" % (got,))
 
 
 @test

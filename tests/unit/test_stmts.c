@@ -122,13 +122,15 @@ Test(stmts, replies_keep_order_at_both_ends_and_across_growth)
 	struct stmt_replies r;
 	stmt_replies_init(&r);
 	for (int i = 0; i < 40; i++)
-		cr_assert_eq(stmt_replies_push_back(&r, STMT_REPLY_BIND, NULL, 0), 0);
+		cr_assert_eq(stmt_replies_push_back(&r, STMT_REPLY_BIND, NULL, 0, NULL), 0);
 	for (int i = 0; i < 35; i++)
 		stmt_replies_pop(&r, false);
 	/* The head has wrapped; pushing at the front and back keeps the order. */
-	cr_assert_eq(stmt_replies_push_front(&r, STMT_REPLY_PARSE_HIDDEN, make("select 1"), 0), 0);
-	cr_assert_eq(stmt_replies_push_front(&r, STMT_REPLY_CLOSE_HIDDEN, NULL, 0), 0);
-	cr_assert_eq(stmt_replies_push_back(&r, STMT_REPLY_SYNC, NULL, 0), 0);
+	struct stmt *stmt = make("select 1");
+	cr_assert_eq(stmt_replies_push_front(&r, STMT_REPLY_PARSE_HIDDEN, NULL, 0, stmt), 0);
+	stmt_unref(stmt); /* the queue holds its own reference */
+	cr_assert_eq(stmt_replies_push_front(&r, STMT_REPLY_CLOSE_HIDDEN, NULL, 0, NULL), 0);
+	cr_assert_eq(stmt_replies_push_back(&r, STMT_REPLY_SYNC, NULL, 0, NULL), 0);
 	char kinds[64];
 	kinds_of(&r, kinds);
 	cr_assert_str_eq(kinds, "8233333" "9");
@@ -141,7 +143,7 @@ Test(stmts, syncs_after_the_head_are_removed_up_to_the_count)
 	stmt_replies_init(&r);
 	uint8_t seq[] = {STMT_REPLY_EXECUTE, STMT_REPLY_SYNC, STMT_REPLY_BIND, STMT_REPLY_SYNC, STMT_REPLY_SYNC};
 	for (size_t i = 0; i < sizeof(seq); i++)
-		cr_assert_eq(stmt_replies_push_back(&r, seq[i], NULL, 0), 0);
+		cr_assert_eq(stmt_replies_push_back(&r, seq[i], NULL, 0, NULL), 0);
 	cr_assert_eq(stmt_replies_remove_after_head(&r, STMT_REPLY_SYNC, 2), 2u);
 	char kinds[16];
 	kinds_of(&r, kinds);
