@@ -195,21 +195,7 @@ class Wire:
     def query(self, sql):
         """Rows as lists of str/None, from a simple query."""
         self.send(message(b"Q", sql.encode() + b"\0"))
-        rows = []
-        for kind, body in self.read_until_ready():
-            if kind == b"D":
-                (count,) = struct.unpack("!H", body[:2])
-                offset, row = 2, []
-                for _ in range(count):
-                    (length,) = struct.unpack("!i", body[offset:offset + 4])
-                    offset += 4
-                    if length < 0:
-                        row.append(None)
-                    else:
-                        row.append(body[offset:offset + length].decode())
-                        offset += length
-                rows.append(row)
-        return rows
+        return [data_row(body) for kind, body in self.read_until_ready() if kind == b"D"]
 
     def exchange(self, *messages):
         """Sends messages (ending with a Sync) and reads to ReadyForQuery. Returns (the reply types as
