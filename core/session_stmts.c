@@ -43,7 +43,7 @@ static void stmts_send_made_replies(struct session *s)
 	struct stmt_reply_entry *e;
 	while ((e = stmt_replies_head(&s->replies)) && stmts_kind_is_made(e->kind)) {
 		stmts_send_made(s, e->kind, e->data, e->data_len);
-		stmt_replies_pop(&s->replies, false);
+		stmt_replies_pop(&s->replies);
 	}
 }
 
@@ -132,8 +132,10 @@ static struct iovec stmts_cstring(const char *text) { return (struct iovec){(voi
 /* Queues tern's messages that prepare stmt (their answers hidden): a Close of `evicted` when the cache
  * made room, then a Close of stmt itself — harmless when the server lacks it, and it heals a server
  * that kept it where the cache lost track (a Close skipped after an error) — then the Parse. At the
- * front of the queue, or at its end. */
-static int stmts_queue_prepare(struct session *s, struct stmt *stmt, const char *evicted, bool at_front)
+ * front of the queue, or at its end. With `client_name` (taken) the Parse is the client's own: its
+ * answer is shown, and if it fails the client's name is forgotten. */
+static int stmts_queue_prepare(struct session *s, struct stmt *stmt, const char *evicted, bool at_front,
+			       char *client_name)
 {
 	struct iovec parse[] = {stmts_cstring(stmt->server_name), {stmt->content, stmt->content_len}};
 	struct iovec close_self[] = {{(void *)"S", 1}, stmts_cstring(stmt->server_name)};
@@ -146,20 +148,21 @@ static int stmts_queue_prepare(struct session *s, struct stmt *stmt, const char 
 	} steps[] = {
 		{PROTO_FE_CLOSE, close_evicted, STMT_REPLY_CLOSE_HIDDEN, NULL},
 		{PROTO_FE_CLOSE, close_self, STMT_REPLY_CLOSE_HIDDEN, NULL},
-		{PROTO_FE_PARSE, parse, STMT_REPLY_PARSE_HIDDEN, stmt},
+		{PROTO_FE_PARSE, parse, client_name ? STMT_REPLY_PARSE : STMT_REPLY_PARSE_HIDDEN, stmt},
 	};
 	unsigned first = evicted ? 0 : 1, count = 3;
 	int rc = 0;
 	for (unsigned k = 0; rc == 0 && k < count - first; k++) {
 		unsigned step = at_front ? count - 1 - k : first + k; /* front insertions go in reverse */
 		rc = stmts_queue(s, steps[step].type, steps[step].parts, 2, at_front);
+		char *name = steps[step].type == PROTO_FE_PARSE ? client_name : NULL;
 		if (rc == 0)
-			rc = at_front ? stmt_replies_push_front(&s->replies, steps[step].reply, NULL, 0, steps[step].stmt)
-				      : stmt_replies_push_back(&s->replies, steps[step].reply, NULL, 0, steps[step].stmt);
+			rc = at_front ? stmt_replies_push_front(&s->replies, steps[step].reply, name, 0, steps[step].stmt)
+				      : stmt_replies_push_back(&s->replies, steps[step].reply, name, 0, steps[step].stmt);
+		if (rc == 0 && name)
+			client_name = NULL; /* the entry owns it now */
 	}
-	if (evicted)
-		s->worker->stats.statements_evicted++;
-	s->worker->stats.statements_prepared++;
+	free(client_name);
 	return rc;
 }
 
@@ -192,7 +195,7 @@ static int stmts_need(struct session *s, struct stmt *stmt)
 		if (stmt_cache_touch(cache, stmt))
 			return 0;
 		int rc = stmts_cache_add(s, cache, stmt, evicted_name, &evicted);
-		return rc < 0 ? rc : stmts_queue_prepare(s, stmt, evicted, false);
+		return rc < 0 ? rc : stmts_queue_prepare(s, stmt, evicted, false, NULL);
 	}
 	for (uint32_t i = 0; i < s->needed_count; i++)
 		if (s->needed[i].stmt == stmt)
@@ -206,7 +209,7 @@ static int stmts_need(struct session *s, struct stmt *stmt)
 		s->needed_cap = cap;
 	}
 	bool is_first = sendq_is_empty(&s->to_server) && s->needed_count == 0;
-	int rc = is_first ? 0 : stmts_queue_prepare(s, stmt, NULL, false);
+	int rc = is_first ? 0 : stmts_queue_prepare(s, stmt, NULL, false, NULL);
 	if (rc == 0)
 		s->needed[s->needed_count++] = (struct stmt_need){.stmt = stmt_ref(stmt), .is_queued = !is_first};
 	return rc;
@@ -231,7 +234,7 @@ int session_stmts_prepare_needed(struct session *s)
 		if (rc < 0)
 			break;
 		if (!need->is_queued) {
-			rc = stmts_queue_prepare(s, need->stmt, evicted, true); /* in front of its first use */
+			rc = stmts_queue_prepare(s, need->stmt, evicted, true, NULL); /* in front of its first use */
 		} else if (evicted) {
 			struct iovec close[] = {{(void *)"S", 1}, stmts_cstring(evicted)};
 			rc = stmts_queue(s, PROTO_FE_CLOSE, close, 2, true);
@@ -344,22 +347,13 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 		char evicted_name[STMT_SERVER_NAME_LEN];
 		rc = stmts_cache_add(s, cache, stmt, evicted_name, &evicted);
 		if (rc == 0)
-			rc = stmts_queue_prepare(s, stmt, evicted, false);
-		struct stmt_reply_entry *parse = rc == 0 ? &s->replies.entries[(s->replies.head + s->replies.count - 1) &
-										(s->replies.capacity - 1)]
-							  : NULL;
-		if (parse) { /* the Parse's answer is the client's: shown, and failing forgets the name */
-			TERN_ASSERT(parse->kind == STMT_REPLY_PARSE_HIDDEN && !parse->data);
-			parse->kind = STMT_REPLY_PARSE;
-			parse->data = name_copy;
-			name_copy = NULL;
-		}
-		free(name_copy);
+			rc = stmts_queue_prepare(s, stmt, evicted, false, name_copy);
+		else
+			free(name_copy);
 		s->is_unsynced = true;
 		return rc;
 	}
 	/* The prepare waits for the connection that runs the statement's first use. */
-	s->worker->stats.statements_deferred++;
 	return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, name_copy, 0, stmt);
 }
 
@@ -514,7 +508,7 @@ static void stmts_on_error(struct session *s, struct stmt_reply_entry *head)
 		default:
 			break;
 		}
-		stmt_replies_pop(&s->replies, false);
+		stmt_replies_pop(&s->replies);
 		head = stmt_replies_head(&s->replies);
 	} while (head && head->kind != STMT_REPLY_SYNC);
 	if (!head)
@@ -564,7 +558,7 @@ int session_stmts_on_server_message(struct session *s, uint8_t type)
 			  s->backend ? s->backend->backend_pid : 0, type, kind);
 		return -EPROTO;
 	}
-	stmt_replies_pop(&s->replies, false);
+	stmt_replies_pop(&s->replies);
 	stmts_send_made_replies(s);
 	return 0;
 }

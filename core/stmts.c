@@ -319,12 +319,10 @@ int stmt_replies_push_front(struct stmt_replies *replies, uint8_t kind, void *da
 	return 0;
 }
 
-void stmt_replies_pop(struct stmt_replies *replies, bool keep_data)
+void stmt_replies_pop(struct stmt_replies *replies)
 {
 	TERN_ASSERT(replies->count > 0);
-	struct stmt_reply_entry *e = &replies->entries[replies->head];
-	if (!keep_data)
-		stmt_reply_free(e);
+	stmt_reply_free(&replies->entries[replies->head]);
 	replies->head = (replies->head + 1) & (replies->capacity - 1);
 	replies->count--;
 }
@@ -352,7 +350,7 @@ uint32_t stmt_replies_remove_after_head(struct stmt_replies *replies, uint8_t ki
 void stmt_replies_clear(struct stmt_replies *replies)
 {
 	while (replies->count > 0)
-		stmt_replies_pop(replies, false);
+		stmt_replies_pop(replies);
 }
 
 void stmt_replies_deinit(struct stmt_replies *replies)

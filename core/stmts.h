@@ -146,8 +146,8 @@ static inline struct stmt_reply_entry *stmt_replies_head(struct stmt_replies *re
 {
 	return replies->count ? &replies->entries[replies->head] : NULL;
 }
-/* Removes the head, freeing what it owns unless `keep_data` (then the caller took it). */
-void stmt_replies_pop(struct stmt_replies *replies, bool keep_data);
+/* Removes the head, freeing what it owns. */
+void stmt_replies_pop(struct stmt_replies *replies);
 /* Removes up to n entries of `kind` that follow the head; returns how many. */
 uint32_t stmt_replies_remove_after_head(struct stmt_replies *replies, uint8_t kind, uint32_t n);
 void stmt_replies_clear(struct stmt_replies *replies);

@@ -114,9 +114,6 @@ struct worker_stats {
 	uint64_t local_reuse;
 	uint64_t pool_checkouts;
 	uint64_t cancels_sent;
-	/* Named prepared statements (transaction pooling): Parses tern sent a server, Parses it answered
-	 * itself and deferred, statements closed to stay within max_prepared_statements. */
-	uint64_t statements_prepared, statements_deferred, statements_evicted;
 	uint64_t ended[SESSION_END_REASON_COUNT];
 };
 

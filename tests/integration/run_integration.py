@@ -8,6 +8,7 @@ import argparse
 import hashlib
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -488,6 +489,27 @@ def absorb_stray_cancel(w):
         check(err.sqlstate == "57014", "only a stray cancel may fail the throwaway statement: %r" % err.fields)
 
 
+def start_sleep_absorbing_stray_cancels(ctx, w, attempt):
+    """Sends pg_sleep(30) and waits until the server runs it. A stray second SIGINT (see
+    absorb_stray_cancel) may land late and cancel it first: then the client has its 57014 already,
+    and the query is sent again."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        w.send(message(b"Q", b"select pg_sleep(30)\0"))
+        while time.monotonic() < deadline:
+            if ctx.pg.psql("select count(*) from pg_stat_activity where query = 'select pg_sleep(30)' "
+                           "and state = 'active'") == "1":
+                return
+            if select.select([w.sock], [], [], 0.1)[0]:
+                try:
+                    w.read_until_ready()
+                    raise AssertionError("pg_sleep(30) ended without a cancel")
+                except WireError as err:
+                    check(err.sqlstate == "57014", "only a stray cancel may end it early: %r" % err.fields)
+                break
+    raise AssertionError("pg_sleep(30) never ran on the server (attempt %d)" % attempt)
+
+
 def send_cancel(port, pid, secret):
     """A CancelRequest on its own connection; the server side closes it without an answer."""
     with Wire(port) as c:
@@ -506,10 +528,7 @@ def cancel_requests_reach_the_owning_worker_and_stop_only_a_running_query(ctx):
             send_cancel(t.port, pid, secret)
         check(w.query("select 1") == [["1"]], "a cancel with no query running does nothing")
         for attempt in range(4):
-            w.send(message(b"Q", b"select pg_sleep(30)\0"))
-            wait_for(lambda: ctx.pg.psql("select count(*) from pg_stat_activity where "
-                                         "query = 'select pg_sleep(30)' and state = 'active'") == "1",
-                     "the query runs on the server (attempt %d)" % attempt)
+            start_sleep_absorbing_stray_cancels(ctx, w, attempt)
             started = time.monotonic()
             send_cancel(t.port, pid, secret)
             try:
@@ -787,6 +806,17 @@ def max_prepared_statements_bounds_each_connection_least_recently_used_out(ctx):
                 check(got == ("2DCZ", [[str(10 + i)]], None, "I"), "s%d runs: %r" % (i, got))
         check(w.query("select count(*) from pg_prepared_statements") == [["2"]],
               "the connection holds at most max_prepared_statements")
+
+
+@test
+def max_prepared_statements_0_passes_named_statements_through_unchanged(ctx):
+    t = ctx.tern(pool_mode="transaction", pool_size=1, sections={"pool": "max_prepared_statements = 0"})
+    with Wire(t.port) as w:
+        w.login("postgres")
+        got = w.exchange(parse("mine", "select 6"), bind("mine"), execute(), SYNC)
+        check(got == ("12DCZ", [["6"]], None, "I"), "the server's own answers: %r" % (got,))
+        check(w.query("select name from pg_prepared_statements") == [["mine"]],
+              "the server holds the client's name, not tern's")
 
 
 @test

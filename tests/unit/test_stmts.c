@@ -124,7 +124,7 @@ Test(stmts, replies_keep_order_at_both_ends_and_across_growth)
 	for (int i = 0; i < 40; i++)
 		cr_assert_eq(stmt_replies_push_back(&r, STMT_REPLY_BIND, NULL, 0, NULL), 0);
 	for (int i = 0; i < 35; i++)
-		stmt_replies_pop(&r, false);
+		stmt_replies_pop(&r);
 	/* The head has wrapped; pushing at the front and back keeps the order. */
 	struct stmt *stmt = make("select 1");
 	cr_assert_eq(stmt_replies_push_front(&r, STMT_REPLY_PARSE_HIDDEN, NULL, 0, stmt), 0);
