@@ -86,12 +86,14 @@ struct config_key {
 static const char *const config_pool_mode_names[] = {"session", "transaction", NULL};
 static const char *const config_log_level_names[] = {"error", "warning", "info", "debug", NULL};
 static const char *const config_auth_mode_names[] = {"trust", "md5", "scram", NULL};
+static const char *const config_tls_mode_names[] = {"disable", "allow", "prefer", "require", NULL};
+static const char *const config_tls_protocol_names[] = {"TLSv1.2", "TLSv1.3", NULL};
 /* Even indexes mean true. */
 static const char *const config_bool_names[] = {"true", "false", "on", "off", "yes", "no", "1", "0", NULL};
 
 /* Sections without keys yet still load, so a file can be written once for the releases that fill them. */
 static const char *const config_sections[] = {"tern", "servers", "routing", "pool",
-					      "auth", "limits",	 "journal", "admin"};
+					      "auth", "limits",	 "journal", "admin", "tls"};
 
 static const struct config_key config_keys[] = {
 	CONFIG_KEY("tern", "listen", CONFIG_LISTEN, "127.0.0.1:6432", 0, 0, CONFIG_RESTART, listen_host, NULL,
@@ -106,7 +108,7 @@ static const struct config_key config_keys[] = {
 		   "the end of each transaction (transaction)"),
 	CONFIG_KEY("tern", "ring_entries", CONFIG_INT, "1024", 64, 32768, CONFIG_RESTART, ring_entries, NULL,
 		   "submission queue depth of each worker's io_uring"),
-	CONFIG_KEY("tern", "buffer_count", CONFIG_INT, "512", 16, 32768, CONFIG_RESTART, buffer_count, NULL,
+	CONFIG_KEY("tern", "buffer_count", CONFIG_INT, "512", 16, 16384, CONFIG_RESTART, buffer_count, NULL,
 		   "provided receive buffers per worker for each direction (client reads, server reads); "
 		   "must be a power of two"),
 	CONFIG_KEY("tern", "buffer_size", CONFIG_SIZE, "16kB", 4 * CONFIG_KB, CONFIG_MB, CONFIG_RESTART,
@@ -156,6 +158,26 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("admin", "admin_users", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, admin_users, NULL,
 		   "comma-separated users who may connect to the admin console, the virtual database \"tern\" "
 		   "(they authenticate like any client)"),
+	CONFIG_KEY("tls", "client_tls_sslmode", CONFIG_ENUM, "disable", 0, 0, CONFIG_RELOAD, client_tls_sslmode,
+		   config_tls_mode_names,
+		   "TLS toward clients: disable answers SSLRequest with N and refuses a direct TLS handshake; "
+		   "allow and prefer use TLS when the client asks for it; require also refuses clients that "
+		   "do not (28000)"),
+	CONFIG_KEY("tls", "client_tls_cert_file", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD | CONFIG_PATH,
+		   client_tls_cert_file, NULL,
+		   "PEM file with tern's certificate, then any intermediate certificates; needed unless "
+		   "client_tls_sslmode = disable"),
+	CONFIG_KEY("tls", "client_tls_key_file", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD | CONFIG_PATH,
+		   client_tls_key_file, NULL, "PEM file with the certificate's private key, unencrypted"),
+	CONFIG_KEY("tls", "client_tls_ca_file", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD | CONFIG_PATH,
+		   client_tls_ca_file, NULL,
+		   "PEM file of CAs: clients are asked for a certificate, and one that is sent must verify "
+		   "against these (a client that sends none is still accepted); empty = none asked for"),
+	CONFIG_KEY("tls", "client_tls_min_protocol", CONFIG_ENUM, "TLSv1.2", 0, 0, CONFIG_RELOAD,
+		   client_tls_min_protocol, config_tls_protocol_names, "oldest TLS version accepted"),
+	CONFIG_KEY("tls", "client_tls_ciphers", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, client_tls_ciphers, NULL,
+		   "OpenSSL cipher list for TLS 1.2; empty = OpenSSL's default (TLS 1.3 suites are always "
+		   "OpenSSL's defaults)"),
 	CONFIG_KEY("limits", "max_client_conn", CONFIG_INT, "100", 1, 1000000, CONFIG_RELOAD, max_client_conn,
 		   NULL, "most client connections tern accepts at once (more get SQLSTATE 53300)"),
 	CONFIG_KEY("limits", "client_login_timeout", CONFIG_DURATION, "60s", 0, 86400 * CONFIG_SECOND_MS,
@@ -691,6 +713,13 @@ static void config_check_across_keys(struct config_parse *parse)
 	if (cfg->primary_conninfo == NULL || cfg->primary_conninfo[0] == '\0') {
 		config_fail(parse, config_key_line(parse, "servers", "primary"),
 			    "[servers] primary: must not be empty (a libpq conninfo such as \"host=10.0.0.1 port=5432\")");
+	}
+	if (cfg->client_tls_sslmode != CONFIG_TLS_DISABLE &&
+	    (!cfg->client_tls_cert_file || !cfg->client_tls_cert_file[0] || !cfg->client_tls_key_file ||
+	     !cfg->client_tls_key_file[0])) {
+		config_fail(parse, config_key_line(parse, "tls", "client_tls_sslmode"),
+			    "[tls] client_tls_sslmode: %s needs client_tls_cert_file and client_tls_key_file",
+			    config_tls_mode_names[cfg->client_tls_sslmode]);
 	}
 	/* The provided-buffer ring indexes its entries with a mask. */
 	if ((cfg->buffer_count & (cfg->buffer_count - 1)) != 0) {

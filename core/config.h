@@ -24,6 +24,8 @@
 
 enum config_pool_mode { CONFIG_POOL_SESSION = 0, CONFIG_POOL_TRANSACTION = 1 };
 enum config_auth_mode { CONFIG_AUTH_TRUST = 0, CONFIG_AUTH_MD5 = 1, CONFIG_AUTH_SCRAM = 2 };
+/* client_tls_sslmode: allow and prefer behave alike on the server side (TLS when the client asks). */
+enum config_tls_mode { CONFIG_TLS_DISABLE = 0, CONFIG_TLS_ALLOW = 1, CONFIG_TLS_PREFER = 2, CONFIG_TLS_REQUIRE = 3 };
 
 struct tern_config {
 	/* [tern] */
@@ -48,6 +50,11 @@ struct tern_config {
 	int auth_mode; /* enum config_auth_mode */
 	char *auth_file; /* already resolved against the config file's directory; "" when unset */
 	char *admin_users;
+	/* [tls] */
+	int client_tls_sslmode; /* enum config_tls_mode */
+	char *client_tls_cert_file, *client_tls_key_file, *client_tls_ca_file; /* resolved paths; "" unset */
+	int client_tls_min_protocol; /* 0: TLSv1.2, 1: TLSv1.3 */
+	char *client_tls_ciphers;    /* "" = OpenSSL's default */
 	/* [limits] */
 	uint32_t max_client_conn;
 	uint64_t client_idle_timeout_ms, idle_transaction_timeout_ms, query_timeout_ms, client_login_timeout_ms;

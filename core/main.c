@@ -4,6 +4,7 @@
 #include "pool/opener.h"
 #include "pool/pool.h"
 #include "session.h"
+#include "tls.h"
 #include "worker.h"
 
 #include <errno.h>
@@ -35,8 +36,25 @@ static void main_usage(FILE *out)
 struct main_retired {
 	struct tern_config *configs[MAIN_RETIRED_MAX];
 	struct auth_file *auth_files[MAIN_RETIRED_MAX];
-	uint32_t config_count, auth_file_count;
+	struct tls_context *tls_contexts[MAIN_RETIRED_MAX];
+	uint32_t config_count, auth_file_count, tls_context_count;
 };
+
+/* The TLS context [tls] describes, or NULL with client_tls_sslmode = disable. 0 or <0 with `err` set. */
+static int main_tls_context(const struct tern_config *cfg, struct tls_context **out, char *err, size_t err_size)
+{
+	*out = NULL;
+	if (cfg->client_tls_sslmode == CONFIG_TLS_DISABLE)
+		return 0;
+	struct tls_settings settings = {
+		.cert_file = cfg->client_tls_cert_file,
+		.key_file = cfg->client_tls_key_file,
+		.ca_file = cfg->client_tls_ca_file,
+		.min_protocol = cfg->client_tls_min_protocol == 1 ? "TLSv1.3" : "TLSv1.2",
+		.ciphers = cfg->client_tls_ciphers,
+	};
+	return tls_context_create(&settings, out, err, err_size);
+}
 
 static void main_swap_strings(char **a, char **b)
 {
@@ -66,17 +84,18 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 	}
 	struct tern_config *old = (struct tern_config *)rt->config;
 	struct auth_file *auth_file = NULL;
+	struct tls_context *tls = NULL;
 	if (next->auth_file[0] && auth_file_load(next->auth_file, &auth_file, err, sizeof(err)) < 0) {
 		TERN_ERROR("SIGHUP: [auth] auth_file: %s; nothing changed", err);
-		config_deinit(next);
-		free(next);
-		return -EINVAL;
+		goto fail;
 	}
 	if (!auth_file && next->auth_mode != CONFIG_AUTH_TRUST) {
 		TERN_ERROR("SIGHUP: [auth] mode needs an auth_file; nothing changed");
-		config_deinit(next);
-		free(next);
-		return -EINVAL;
+		goto fail;
+	}
+	if (main_tls_context(next, &tls, err, sizeof(err)) < 0) {
+		TERN_ERROR("SIGHUP: [tls] %s; nothing changed", err);
+		goto fail;
 	}
 	for (size_t i = 0; i < config_key_count(); i++) {
 		const char *section, *key, *default_text;
@@ -116,13 +135,23 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 	pool_set_settings(rt->pool, &settings);
 	pool_opener_set_connect_timeout(opener, next->server_connect_timeout_ms);
 	struct auth_file *old_auth = (struct auth_file *)rt->auth_file;
+	struct tls_context *old_tls = (struct tls_context *)rt->tls;
 	__atomic_store_n(&rt->auth_file, auth_file, __ATOMIC_RELEASE);
+	__atomic_store_n(&rt->tls, tls, __ATOMIC_RELEASE);
 	__atomic_store_n(&rt->config, next, __ATOMIC_RELEASE);
 	retired->configs[retired->config_count++] = old;
 	if (old_auth && retired->auth_file_count < MAIN_RETIRED_MAX)
 		retired->auth_files[retired->auth_file_count++] = old_auth;
+	if (old_tls && retired->tls_context_count < MAIN_RETIRED_MAX)
+		retired->tls_contexts[retired->tls_context_count++] = old_tls;
 	TERN_INFO("SIGHUP: configuration reloaded from %s", path);
 	return 0;
+fail:
+	if (auth_file)
+		auth_file_destroy(auth_file);
+	config_deinit(next);
+	free(next);
+	return -EINVAL;
 }
 
 static int main_listen(const struct tern_config *cfg, char *err, size_t err_size)
@@ -204,6 +233,12 @@ int main(int argc, char **argv)
 			config_path, cfg.auth_mode == CONFIG_AUTH_MD5 ? "md5" : "scram");
 		return 2;
 	}
+	struct tls_context *tls = NULL;
+	if (main_tls_context(&cfg, &tls, err, sizeof(err)) < 0) {
+		fprintf(stderr, "tern: %s: [tls] %s\n", config_path, err);
+		return 2;
+	}
+	rt.tls = tls;
 
 	/* Signals are taken by this thread alone, with sigwaitinfo; every thread inherits the mask. */
 	sigset_t signals;
@@ -337,6 +372,9 @@ int main(int argc, char **argv)
 		auth_file_destroy((struct auth_file *)rt.auth_file);
 	for (uint32_t i = 0; i < retired.auth_file_count; i++)
 		auth_file_destroy(retired.auth_files[i]);
+	tls_context_destroy((struct tls_context *)rt.tls);
+	for (uint32_t i = 0; i < retired.tls_context_count; i++)
+		tls_context_destroy(retired.tls_contexts[i]);
 	params_tracked_deinit(&rt.tracked);
 	config_deinit((struct tern_config *)rt.config);
 	if (rt.config != &cfg)

@@ -49,6 +49,9 @@ static const struct session_end_info reasons[SESSION_END_REASON_COUNT] = {
 	[SESSION_END_OUT_OF_MEMORY] = {"out_of_memory", "53200", "out of memory in tern", NULL, BASE_LOG_ERROR},
 	[SESSION_END_SHUTDOWN] = {"shutdown", "57P01", "terminating connection: tern is shutting down", NULL,
 				  BASE_LOG_INFO},
+	[SESSION_END_TLS_FAILED] = {"tls_failed", NULL, NULL, NULL, BASE_LOG_INFO},
+	[SESSION_END_TLS_REQUIRED] = {"tls_required", "28000", "TLS is required to connect to tern",
+				      "Connect with sslmode=require (client_tls_sslmode = require).", BASE_LOG_INFO},
 };
 
 const struct session_end_info *session_end_info(enum session_end_reason reason)

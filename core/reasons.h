@@ -28,6 +28,8 @@ enum session_end_reason {
 	SESSION_END_SERVER_LOST,       /* the server connection failed under the session */
 	SESSION_END_OUT_OF_MEMORY,
 	SESSION_END_SHUTDOWN,
+	SESSION_END_TLS_FAILED,        /* the TLS handshake or a record failed (the client gets TLS's alert) */
+	SESSION_END_TLS_REQUIRED,      /* client_tls_sslmode = require, and the client did not ask for TLS */
 	SESSION_END_REASON_COUNT
 };
 

@@ -17,9 +17,16 @@
 #include <openssl/rand.h>
 
 static const char scram_secret_prefix[] = "SCRAM-SHA-256$";
+static const char scram_mechanism[] = "SCRAM-SHA-256";
+static const char scram_mechanism_plus[] = "SCRAM-SHA-256-PLUS";
+/* The one channel binding type PostgreSQL (and so every libpq client) uses. */
+static const char scram_cb_name_end_point[] = "tls-server-end-point";
 
-/* The longest base64 value we ever decode is a SCRAM_SALT_MAX salt; anything longer is malformed. */
-#define SCRAM_B64_DECODED_MAX ((SCRAM_SALT_MAX + 2) / 3 * 3)
+/* c= of client-final decodes to this: the gs2 header, then under PLUS the channel binding data. */
+#define SCRAM_CBIND_INPUT_MAX (SCRAM_GS2_HEADER_MAX + SCRAM_CHANNEL_BINDING_MAX)
+/* The longest base64 values we decode are a SCRAM_SALT_MAX salt and the cbind-input; anything longer is
+ * malformed. */
+#define SCRAM_B64_DECODED_MAX ((TERN_MAX(SCRAM_SALT_MAX, SCRAM_CBIND_INPUT_MAX) + 2) / 3 * 3)
 #define SCRAM_B64_LEN(raw_len) (((raw_len) + 2) / 3 * 4)
 
 static_assert(SCRAM_B64_LEN(SCRAM_KEY_LEN) + 2 + 1 <= SCRAM_SERVER_FINAL_MAX, "server-final must fit");
@@ -28,7 +35,14 @@ static_assert(SCRAM_B64_LEN(SCRAM_KEY_LEN) + 2 + 1 <= SCRAM_SERVER_FINAL_MAX, "s
 	(2 + SCRAM_CLIENT_NONCE_MAX + SCRAM_SERVER_NONCE_MAX + 3 + SCRAM_B64_LEN(SCRAM_SALT_MAX) + 3 + 10 + 1)
 static_assert(SCRAM_SERVER_FIRST_LONGEST <= SCRAM_SERVER_FIRST_MAX, "server-first must fit its buffer");
 static_assert(SCRAM_B64_LEN(SCRAM_SERVER_NONCE_RAW_LEN) <= SCRAM_SERVER_NONCE_MAX, "random nonce must fit");
-static_assert(SCRAM_GS2_HEADER_MAX <= SCRAM_B64_DECODED_MAX, "c= of the longest header must be decodable");
+static_assert(SCRAM_CBIND_INPUT_MAX <= SCRAM_B64_DECODED_MAX, "c= of the longest header must be decodable");
+static_assert(2 + sizeof(scram_cb_name_end_point) - 1 + 2 <= SCRAM_GS2_HEADER_MAX,
+	      "the tls-server-end-point gs2 header must be kept");
+/* "c=" cbind-input ",r=" nonces ",p=" proof: the longest client-final without extensions. */
+#define SCRAM_CLIENT_FINAL_LONGEST                                                                        \
+	(2 + SCRAM_B64_LEN(SCRAM_CBIND_INPUT_MAX) + 3 + SCRAM_CLIENT_NONCE_MAX + SCRAM_SERVER_NONCE_MAX + \
+	 3 + SCRAM_B64_LEN(SCRAM_KEY_LEN))
+static_assert(SCRAM_CLIENT_FINAL_LONGEST <= SCRAM_CLIENT_FINAL_MAX, "a valid client-final must be accepted");
 
 /* ---- base64 (RFC 4648, padded, no whitespace) ---- */
 
@@ -279,6 +293,36 @@ int scram_server_begin(struct scram_server *s, const struct scram_secret *secret
 	return 0;
 }
 
+void scram_server_set_channel_binding(struct scram_server *s, const uint8_t *data, size_t len)
+{
+	TERN_ASSERT(s != NULL);
+	TERN_ASSERT(data != NULL || len == 0);
+	TERN_ASSERT(len <= SCRAM_CHANNEL_BINDING_MAX);
+	TERN_ASSERT(s->step == SCRAM_STEP_BEGUN);
+	/* The mechanism list offered depends on the binding, so the choice cannot precede it. */
+	TERN_ASSERT(!s->channel_binding_is_used);
+	if (len > 0)
+		memcpy(s->channel_binding, data, len);
+	s->channel_binding_len = len;
+}
+
+int scram_server_select_mechanism(struct scram_server *s, const char *mechanism)
+{
+	TERN_ASSERT(s != NULL && mechanism != NULL);
+	TERN_ASSERT(s->step == SCRAM_STEP_BEGUN);
+	if (strcmp(mechanism, scram_mechanism) == 0) {
+		s->channel_binding_is_used = false;
+		return 0;
+	}
+	/* PLUS without a binding was never offered: a client choosing it is as wrong as an unknown name. */
+	if (strcmp(mechanism, scram_mechanism_plus) == 0 && s->channel_binding_len > 0) {
+		s->channel_binding_is_used = true;
+		return 0;
+	}
+	s->step = SCRAM_STEP_FAILED;
+	return -ENOTSUP;
+}
+
 /* A read position over one borrowed message. */
 struct scram_cursor {
 	const uint8_t *p;
@@ -377,19 +421,18 @@ static int scram_parse_client_first(struct scram_server *s, const uint8_t *msg, 
 				    size_t *nonce_offset, size_t *nonce_len)
 {
 	struct scram_cursor c = {.p = msg, .len = len, .pos = 0};
-	bool binding_is_requested = false;
+	uint8_t flag = len > 0 ? msg[0] : 0;
+	size_t cb_name_start = 0, cb_name_len = 0;
 
-	/* "y" means the client could bind but believes we cannot. Once SCRAM-SHA-256-PLUS is offered,
-	 * "y" must be refused: it would mean someone stripped PLUS from our mechanism list. */
 	if (scram_cursor_take(&c, 'p')) {
 		if (!scram_cursor_take(&c, '='))
 			return -EPROTO;
-		size_t start = c.pos;
+		cb_name_start = c.pos;
 		while (c.pos < c.len && scram_cb_name_char_is_valid(c.p[c.pos]))
 			c.pos++;
-		if (c.pos == start)
+		cb_name_len = c.pos - cb_name_start;
+		if (cb_name_len == 0)
 			return -EPROTO;
-		binding_is_requested = true;
 	} else if (!scram_cursor_take(&c, 'n') && !scram_cursor_take(&c, 'y')) {
 		return -EPROTO;
 	}
@@ -423,8 +466,21 @@ static int scram_parse_client_first(struct scram_server *s, const uint8_t *msg, 
 		if (!scram_cursor_take(&c, ',') || !scram_cursor_extension(&c))
 			return -EPROTO;
 
-	if (binding_is_requested)
-		return -ENOTSUP;
+	/* Well formed; now whether the flag agrees with the mechanism, as PostgreSQL checks. */
+	if (flag == 'p') {
+		if (!s->channel_binding_is_used)
+			return -EPROTO; /* binding data under the mechanism without binding */
+		if (cb_name_len != sizeof(scram_cb_name_end_point) - 1 ||
+		    memcmp(msg + cb_name_start, scram_cb_name_end_point, cb_name_len) != 0)
+			return -ENOTSUP;
+	} else {
+		if (s->channel_binding_is_used)
+			return -EPROTO; /* PLUS chosen, then no binding data */
+		/* "y": the client could bind but believes we cannot. We offered PLUS, so someone stripped it
+		 * from the mechanism list on the way. */
+		if (flag == 'y' && s->channel_binding_len > 0)
+			return -EPROTO;
+	}
 	memcpy(s->gs2_header, msg, gs2_len);
 	s->gs2_header_len = gs2_len;
 	memcpy(s->client_first_bare, msg + bare_start, len - bare_start);
@@ -447,6 +503,8 @@ int scram_server_first(struct scram_server *s, const uint8_t *client_first, size
 	TERN_ASSERT(s != NULL && out != NULL);
 	TERN_ASSERT(client_first != NULL || len == 0);
 	TERN_ASSERT(s->step == SCRAM_STEP_BEGUN);
+	TERN_ASSERT(s->channel_binding_len <= SCRAM_CHANNEL_BINDING_MAX);
+	TERN_ASSERT(!s->channel_binding_is_used || s->channel_binding_len > 0);
 	s->step = SCRAM_STEP_FAILED;
 
 	size_t nonce_offset = 0, client_nonce_len = 0;
@@ -533,13 +591,16 @@ int scram_server_final(struct scram_server *s, const uint8_t *client_final, size
 	const uint8_t *value;
 	size_t value_len;
 
-	/* c= carries the gs2 header, and with channel binding the tls-server-end-point hash after it:
-	 * that comparison belongs here once the "p" flag is accepted. */
-	uint8_t binding[SCRAM_B64_DECODED_MAX];
+	/* c= is the gs2 header, and under PLUS the tls-server-end-point hash after it: a client that saw
+	 * another certificate (a man in the middle's) sends another hash. */
+	uint8_t cbind_input[SCRAM_B64_DECODED_MAX];
 	if (!scram_cursor_attribute(&c, 'c', &value, &value_len))
 		return -EPROTO;
-	int n = scram_b64_decode(value, value_len, binding, sizeof(binding));
-	if (n < 0 || (size_t)n != s->gs2_header_len || memcmp(binding, s->gs2_header, s->gs2_header_len) != 0)
+	size_t binding_len = s->channel_binding_is_used ? s->channel_binding_len : 0;
+	int n = scram_b64_decode(value, value_len, cbind_input, sizeof(cbind_input));
+	if (n < 0 || (size_t)n != s->gs2_header_len + binding_len ||
+	    memcmp(cbind_input, s->gs2_header, s->gs2_header_len) != 0 ||
+	    memcmp(cbind_input + s->gs2_header_len, s->channel_binding, binding_len) != 0)
 		return -EPROTO;
 
 	if (!scram_cursor_take(&c, ',') || !scram_cursor_attribute(&c, 'r', &value, &value_len))

@@ -6,13 +6,16 @@
  *
  * Threads: a struct scram_server belongs to one session on one thread; there is no shared state except
  * the process-wide key behind scram_secret_mock(), created once under pthread_once.
- * Ownership: the caller owns every struct (a scram_server is 1200 bytes); the exchange
+ * Ownership: the caller owns every struct (a scram_server is 1280 bytes); the exchange
  * copies what it must keep into bounded buffers and keeps no pointer to caller memory.
  *
  * SASLprep (RFC 4013) is not applied to passwords: PostgreSQL applies it, so a non-ASCII password that
  * SASLprep would change yields a different secret here; ASCII passwords are unaffected.
- * Channel binding (SCRAM-SHA-256-PLUS) is not offered yet: the gs2 header is kept so that a
- * tls-server-end-point check can slot into scram_server_final() when TLS arrives.
+ * Channel binding (SCRAM-SHA-256-PLUS, RFC 5802 sections 6-7) supports only tls-server-end-point
+ * (RFC 5929), as PostgreSQL does: the caller, which owns the TLS connection, hands in the hash of the
+ * server certificate with scram_server_set_channel_binding() and passes the client's mechanism choice to
+ * scram_server_select_mechanism(); this module never sees TLS. A caller that does neither gets plain
+ * SCRAM-SHA-256 exactly as before.
  */
 #ifndef TERN_SCRAM_H
 #define TERN_SCRAM_H
@@ -32,12 +35,18 @@
 #define SCRAM_CLIENT_FIRST_BARE_MAX 512
 /* "r=" + both nonces + ",s=" + base64 of the largest salt (88) + ",i=" + 10 digits fits in 384. */
 #define SCRAM_SERVER_FIRST_MAX 384
-/* Client-final is "c=..,r=..,p=.." plus optional extensions; longer is treated as malformed. */
+/* Client-final is "c=..,r=..,p=.." plus optional extensions; longer is treated as malformed. The longest
+ * valid form without extensions, c= of a 40-byte header and 64 bytes of binding (140 characters), both
+ * nonces and the proof, is 384. */
 #define SCRAM_CLIENT_FINAL_MAX 512
 /* "v=" + base64 of a 32-byte signature (44) + NUL. */
 #define SCRAM_SERVER_FINAL_MAX 64
-/* gs2 header "p=<cb-name>,," — cb-names are short tokens such as "tls-server-end-point" (20). */
+/* gs2 header "p=<cb-name>,," — cb-names are short tokens; the one accepted, "p=tls-server-end-point,,",
+ * is 24 bytes. A longer header is refused as malformed. */
 #define SCRAM_GS2_HEADER_MAX 40
+/* tls-server-end-point data is a hash of the server certificate with the certificate's own digest
+ * (SHA-256 at least); SHA-512's 64 bytes is the longest in use. */
+#define SCRAM_CHANNEL_BINDING_MAX 64
 /* PostgreSQL's default scram_iterations; used for derived and mock secrets. */
 #define SCRAM_ITERATIONS_DEFAULT 4096
 /* PBKDF2 in OpenSSL counts iterations in an int. */
@@ -80,9 +89,15 @@ struct scram_server {
 	struct scram_secret secret;
 	char server_nonce[SCRAM_SERVER_NONCE_MAX + 1];
 	size_t server_nonce_len;
-	/* gs2-header as received ("n,,", "y,,"); c= in client-final must decode to exactly this. */
+	/* gs2-header as received ("n,,", "y,,", "p=tls-server-end-point,,"); c= in client-final must decode
+	 * to exactly this, followed by channel_binding when SCRAM-SHA-256-PLUS was selected. */
 	char gs2_header[SCRAM_GS2_HEADER_MAX];
 	size_t gs2_header_len;
+	/* tls-server-end-point data of this connection; length 0 means channel binding is unavailable. */
+	uint8_t channel_binding[SCRAM_CHANNEL_BINDING_MAX];
+	size_t channel_binding_len;
+	/* The client selected SCRAM-SHA-256-PLUS; implies channel_binding_len > 0. */
+	bool channel_binding_is_used;
 	char client_first_bare[SCRAM_CLIENT_FIRST_BARE_MAX];
 	size_t client_first_bare_len;
 	/* Starts "r=<client nonce><server nonce>,", so the combined nonce is server_first + 2. */
@@ -101,15 +116,31 @@ struct scram_server {
 TERN_MUST_USE int scram_server_begin(struct scram_server *s, const struct scram_secret *secret,
 				     const char *server_nonce);
 
+/* Makes channel binding available: `data` (1..SCRAM_CHANNEL_BINDING_MAX bytes) is the connection's
+ * tls-server-end-point hash and is copied. Call it after scram_server_begin() and before the mechanism is
+ * selected, only on a TLS connection whose certificate yields that hash; the caller then offers
+ * SCRAM-SHA-256-PLUS besides SCRAM-SHA-256. len 0 leaves channel binding unavailable. */
+void scram_server_set_channel_binding(struct scram_server *s, const uint8_t *data, size_t len);
+
+/* `mechanism` is the name the client chose in SASLInitialResponse. "SCRAM-SHA-256" is always accepted,
+ * "SCRAM-SHA-256-PLUS" only once a binding is set. Returns 0 or -ENOTSUP (any other name, or PLUS without
+ * a binding); an error ends the exchange. Optional: without it the mechanism is SCRAM-SHA-256. Call it
+ * after scram_server_begin() and any scram_server_set_channel_binding(), before scram_server_first(). */
+TERN_MUST_USE int scram_server_select_mechanism(struct scram_server *s, const char *mechanism);
+
 /* `client_first` is the SASLInitialResponse payload. Writes server-first-message ("r=..,s=..,i=..")
- * to `out` with a terminating NUL and returns its length without the NUL, or
- * -EPROTO (malformed, over-long, authzid or "m=" present), -ENOTSUP (channel binding "p=" requested;
- * only the "n" and "y" flags are accepted while SCRAM-SHA-256-PLUS is not offered) or -ENOSPC.
+ * to `out` with a terminating NUL and returns its length without the NUL, or -ENOSPC, or the refusals
+ * PostgreSQL makes:
+ * -EPROTO: malformed, over-long, authzid or "m=" present; a gs2 flag that contradicts the mechanism
+ *   ("p" under SCRAM-SHA-256, "n" or "y" under SCRAM-SHA-256-PLUS); or "y" under SCRAM-SHA-256 while a
+ *   binding is set, since we offered PLUS and the client's belief that we did not means a downgrade.
+ * -ENOTSUP: under SCRAM-SHA-256-PLUS, a channel binding type other than tls-server-end-point.
  * Any error ends the exchange (step FAILED). Must be called once, after scram_server_begin(). */
 TERN_MUST_USE int scram_server_first(struct scram_server *s, const uint8_t *client_first, size_t len,
 				     char *out, size_t out_size);
 
-/* `client_final` is the SASLResponse payload. Checks c= (base64 of the gs2 header), r= (the combined
+/* `client_final` is the SASLResponse payload. Checks c= (base64 of the gs2 header, followed under
+ * SCRAM-SHA-256-PLUS by the channel binding data, RFC 5802 section 7's cbind-input), r= (the combined
  * nonce) and p= (the proof). Writes server-final-message ("v=...") with a NUL and returns its length,
  * or -EPROTO (malformed, channel binding or nonce mismatch), -EACCES (wrong password or unknown user),
  * -ENOSPC or -EIO (OpenSSL). Any error ends the exchange. Must be called once, after scram_server_first()

@@ -74,6 +74,8 @@ static void sendq_append(struct sendq *q, const uint8_t *data, uint32_t len, int
 int sendq_push_buffer(struct sendq *q, struct ring *ring, uint16_t buffer_id, const uint8_t *data, uint32_t len)
 {
 	TERN_DEBUG_ASSERT(len > 0);
+	if (buffer_id == RING_NO_BUFFER)
+		return sendq_push_copy(q, data, len);
 	/* Bytes that continue the previous slice of the same buffer extend it: one iovec, no new ref. */
 	if (q->count > 0) {
 		struct sendq_slice *last = &q->slices[(q->head + q->count - 1) & (q->cap - 1)];
@@ -167,6 +169,10 @@ int sendq_own_copies(struct sendq *q, struct ring *ring)
 
 void sendq_flush(struct sendq *q, struct ring *ring)
 {
+	if (q->filter) {
+		q->filter(q, ring);
+		return;
+	}
 	if (q->op.is_armed || q->count == 0 || q->fd < 0)
 		return;
 	uint32_t n = 0;
@@ -185,6 +191,19 @@ void sendq_flush(struct sendq *q, struct ring *ring)
 	q->msg.msg_iov = q->iov;
 	q->msg.msg_iovlen = n;
 	ring_sendmsg(ring, &q->op, q->fd, &q->msg);
+}
+
+uint32_t sendq_peek_copy(const struct sendq *q, uint8_t *out, uint32_t cap)
+{
+	uint32_t copied = 0;
+	for (uint32_t i = 0; i < q->count && copied < cap; i++) {
+		const struct sendq_slice *slice = &q->slices[(q->head + i) & (q->cap - 1)];
+		uint32_t skip = (i == 0) ? q->head_sent : 0;
+		uint32_t len = TERN_MIN(slice->len - skip, cap - copied);
+		memcpy(out + copied, slice->data + skip, len);
+		copied += len;
+	}
+	return copied;
 }
 
 void sendq_sent(struct sendq *q, struct ring *ring, uint32_t sent)

@@ -116,6 +116,16 @@ bool session_resume_starved(struct session *s)
 	return true;
 }
 
+void session_on_client_bytes(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)
+{
+	if (s->phase == SESSION_READY)
+		session_relay_on_client_chunk(s, buffer_id, data, len);
+	else if (s->phase == SESSION_ADMIN)
+		admin_on_bytes(s, data, len);
+	else if (s->phase != SESSION_CLOSING)
+		session_login_on_bytes(s, data, len);
+}
+
 static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags)
 {
 	struct session *s = TERN_CONTAINER_OF(op, struct session, client_recv);
@@ -124,12 +134,10 @@ static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags
 		TERN_ASSERT(ring_completion_has_buffer(flags));
 		uint16_t bid = ring_completion_buffer_id(flags);
 		const uint8_t *data = ring_buffer_data(ring, bid);
-		if (s->phase == SESSION_READY)
-			session_relay_on_client_chunk(s, bid, data, (uint32_t)res);
-		else if (s->phase == SESSION_ADMIN)
-			admin_on_bytes(s, data, (uint32_t)res);
-		else if (s->phase != SESSION_CLOSING)
-			session_login_on_bytes(s, data, (uint32_t)res);
+		if (s->tls)
+			session_tls_on_ciphertext(s, data, (uint32_t)res);
+		else
+			session_on_client_bytes(s, bid, data, (uint32_t)res);
 		ring_buffer_unref(ring, bid);
 	} else if (res == 0) {
 		s->client_eof = true;
@@ -158,7 +166,12 @@ static void session_client_sent(struct ring_op *op, int res, uint32_t flags)
 	sendq_sent(q, &s->worker->ring, (uint32_t)res);
 	if (!sendq_is_empty(q))
 		session_mark_dirty(s, q);
-	if (s->backend_recv_paused && q->bytes < SESSION_QUEUE_LOW_BYTES) {
+	session_client_drained(s);
+}
+
+void session_client_drained(struct session *s)
+{
+	if (s->backend_recv_paused && s->to_client.bytes < SESSION_QUEUE_LOW_BYTES) {
 		s->backend_recv_paused = false;
 		session_relay_resume_backend(s);
 	}
@@ -412,7 +425,7 @@ void session_end(struct session *s, enum session_end_reason reason)
 	}
 	session_unstarve(s);
 	/* Stop reading the client; keep writing until the goodbye is out (bounded by the linger). */
-	shutdown(s->client_fd, tell_client ? SHUT_RD : SHUT_RDWR);
+	shutdown(s->client_fd, tell_client || session_tls_is_sending(s) ? SHUT_RD : SHUT_RDWR);
 	ring_cancel(&worker->ring, &s->client_recv);
 	session_backend_finish(s);
 	base_list_remove(&s->link);
@@ -468,7 +481,8 @@ bool session_is_in_transaction(const struct session *s)
 bool session_is_reapable(const struct session *s)
 {
 	return s->phase == SESSION_CLOSING && !s->client_recv.is_armed && !s->to_client.op.is_armed &&
-	       (sendq_is_empty(&s->to_client) || s->client_eof) && !s->to_server.op.is_armed &&
+	       ((sendq_is_empty(&s->to_client) && !session_tls_is_sending(s)) || s->client_eof) &&
+	       !session_tls_is_armed(s) && !s->to_server.op.is_armed &&
 	       !s->backend_recv.is_armed && !s->is_request_pending && s->backend == NULL;
 }
 
@@ -481,6 +495,7 @@ void session_destroy(struct session *s)
 	worker->session_count--;
 	close(s->client_fd);
 	sendq_deinit(&s->to_client, &worker->ring);
+	session_tls_destroy(s);
 	sendq_deinit(&s->to_server, &worker->ring);
 	proto_stream_deinit(&s->client_stream);
 	proto_stream_deinit(&s->server_stream);

@@ -1,4 +1,5 @@
-/* The login half of a session: startup packet, SSL/GSS refusal, authentication and the welcome. */
+/* The login half of a session: startup packet, SSLRequest (TLS) and GSS refusal, authentication and
+ * the welcome. */
 #include "admin.h"
 #include "auth.h"
 #include "scram.h"
@@ -199,8 +200,19 @@ static void login_begin_auth(struct session *s)
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}
-	static const char mechanisms[] = "SCRAM-SHA-256\0"; /* the list ends with an empty name */
-	login_send_auth(s, PROTO_AUTH_SASL, mechanisms, sizeof(mechanisms));
+	/* Over TLS, SCRAM-SHA-256-PLUS binds the proof to tern's certificate (tls-server-end-point); a
+	 * certificate whose signature has no separate hash (Ed25519) gives no binding data, and libpq then
+	 * refuses PLUS, so it is not offered. Each list ends with an empty name. */
+	static const char plain[] = "SCRAM-SHA-256\0";
+	static const char plus[] = "SCRAM-SHA-256-PLUS\0SCRAM-SHA-256\0";
+	const uint8_t *binding;
+	size_t binding_len = session_tls_channel_binding(s, &binding);
+	if (binding_len > 0 && binding_len <= SCRAM_CHANNEL_BINDING_MAX) {
+		scram_server_set_channel_binding(s->scram, binding, binding_len);
+		login_send_auth(s, PROTO_AUTH_SASL, plus, sizeof(plus));
+	} else {
+		login_send_auth(s, PROTO_AUTH_SASL, plain, sizeof(plain));
+	}
 }
 
 /* NegotiateProtocolVersion: tern speaks 3.0 and knows no protocol extensions (_pq_.*). */
@@ -312,7 +324,7 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 		/* One of each, as PostgreSQL allows: a client repeating them forever must not grow tern's
 		 * queue of answers. */
 		bool *seen = st.code == PROTO_CODE_SSL ? &s->ssl_request_seen : &s->gss_request_seen;
-		if (*seen) {
+		if (*seen || (st.code == PROTO_CODE_SSL && s->tls)) {
 			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return -1;
 		}
@@ -323,13 +335,26 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return -1;
 		}
-		session_send_to_client(s, "N", 1);
+		const struct tls_context *tls = __atomic_load_n(&s->worker->runtime->tls, __ATOMIC_ACQUIRE);
+		if (st.code == PROTO_CODE_GSSENC || !tls) {
+			session_send_to_client(s, "N", 1);
+			return 0;
+		}
+		session_send_to_client(s, "S", 1);
+		if (session_tls_start(s, tls, false) < 0) {
+			session_end(s, SESSION_END_OUT_OF_MEMORY);
+			return -1;
+		}
 		return 0;
 	}
 	if (st.code == PROTO_CODE_CANCEL) {
 		/* A cancel connection gets no answer, whatever happens to the cancel (as in PostgreSQL). */
 		worker_route_cancel(s->worker->runtime, st.cancel_pid, st.cancel_key);
 		session_end(s, SESSION_END_CLIENT_CLOSED);
+		return -1;
+	}
+	if (!s->tls && s->worker->runtime->config->client_tls_sslmode == CONFIG_TLS_REQUIRE) {
+		session_end(s, SESSION_END_TLS_REQUIRED);
 		return -1;
 	}
 	login_on_startup(s, &st);
@@ -359,7 +384,7 @@ static int login_on_password(struct session *s, const uint8_t *body, uint32_t le
 			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return -1;
 		}
-		if (strcmp(mechanism, "SCRAM-SHA-256") != 0) {
+		if (scram_server_select_mechanism(s->scram, mechanism) < 0) {
 			session_end(s, SESSION_END_AUTH_UNSUPPORTED);
 			return -1;
 		}
@@ -387,8 +412,27 @@ static int login_on_password(struct session *s, const uint8_t *body, uint32_t le
 	return 0;
 }
 
+/* TLS's record type for a handshake: a client's first byte 0x16 is a ClientHello (a startup packet would
+ * start with the high byte of its length, always 0). */
+#define LOGIN_TLS_HANDSHAKE 0x16
+
 void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len)
 {
+	if (s->phase == SESSION_STARTUP && s->login_len == 0 && !s->tls && !s->ssl_request_seen &&
+	    data[0] == LOGIN_TLS_HANDSHAKE) {
+		/* Direct TLS (PostgreSQL 17's sslnegotiation=direct): the handshake with no SSLRequest. */
+		const struct tls_context *tls = __atomic_load_n(&s->worker->runtime->tls, __ATOMIC_ACQUIRE);
+		if (!tls) {
+			session_end(s, SESSION_END_TLS_FAILED); /* a TLS client cannot read a plaintext error */
+			return;
+		}
+		if (session_tls_start(s, tls, true) < 0) {
+			session_end(s, SESSION_END_OUT_OF_MEMORY);
+			return;
+		}
+		session_tls_on_ciphertext(s, data, len);
+		return;
+	}
 	if (s->login_len + len > LOGIN_BUF_MAX) {
 		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 		return;

@@ -35,6 +35,7 @@
 struct worker;
 
 struct pool_opener;
+struct tls_context;
 
 struct tern_runtime {
 	const struct tern_config *config;
@@ -42,6 +43,7 @@ struct tern_runtime {
 	struct pool_opener *opener;
 	struct pool_server *primary;
 	const struct auth_file *auth_file; /* NULL without [auth] auth_file */
+	const struct tls_context *tls;     /* atomic (SIGHUP swaps it); NULL with client_tls_sslmode = disable */
 	struct worker **workers;
 	uint32_t worker_count; /* atomic: main publishes each worker once started (worker_started_count) */
 	uint32_t client_count; /* atomic: sessions open in every worker */

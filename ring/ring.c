@@ -93,6 +93,7 @@ int ring_init(struct ring *ring, const struct ring_params *params, char *why, si
 		return rc;
 	}
 	ring->uring = uring;
+	TERN_ASSERT((size_t)params->buffer_count * RING_BUFFER_GROUPS <= RING_NO_BUFFER);
 	ring->buf_count = params->buffer_count;
 	ring->buf_size = params->buffer_size;
 	size_t total = (size_t)ring->buf_count * RING_BUFFER_GROUPS;

@@ -101,6 +101,8 @@ void ring_cancel(struct ring *ring, struct ring_op *target);
 /* Pushes queued submissions to the kernel without waiting. */
 void ring_submit(struct ring *ring);
 
+/* Not a receive buffer (ring-wide ids stay below it: RING_BUFFER_GROUPS * buffer_count <= 65535). */
+#define RING_NO_BUFFER UINT16_MAX
 /* Receive buffers. A completion with IORING_CQE_F_BUFFER hands its buffer to the handler with one
  * reference; every reference is dropped exactly once with ring_buffer_unref. The id in the handler's
  * flags is ring-wide (group * buf_count + index), so it alone names the buffer. */

@@ -12,6 +12,7 @@ import select
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -62,7 +63,7 @@ class Context:
         self.workdir = None
 
     def tern(self, pool_mode="transaction", pool_size=4, workers=2, extra="", auth="trust", users=None,
-             sections=None):
+             sections=None, files=None):
         port = free_port()
         config = """[tern]
 listen = 127.0.0.1:%d
@@ -83,7 +84,9 @@ mode = %s
 """ % (port, workers, pool_mode, (sections or {}).get("tern", ""), self.pg.primary_port, pool_size, (sections or {}).get("pool", ""), auth,
             "auth_file = users.txt" if users is not None else "",
             "" if "max_client_conn" in extra else "max_client_conn = 1000", extra)
-        files = {"users.txt": users} if users is not None else None
+        files = dict(files or {})
+        if users is not None:
+            files["users.txt"] = users
         proc = TernProcess(TERN, config, extra_files=files)
         self.terns.append(proc)
         proc.start()
@@ -1480,6 +1483,197 @@ def a_second_ssl_request_is_a_protocol_violation(ctx):
         w.send(struct.pack("!II", 8, 80877103))
         fields = w.expect_error_and_close()
         check(fields and fields["C"] == "08P01", "the second ends the connection: %r" % fields)
+
+
+# ---------------------------------------------------------------- TLS toward clients
+
+SSL_REQUEST = struct.pack("!II", 8, 80877103)
+
+
+def make_certificate(ctx, name, key="rsa:2048"):
+    """A self-signed certificate for localhost / 127.0.0.1, made with the openssl command; returns the
+    {"NAME.crt": ..., "NAME.key": ...} files for ctx.tern(files=...) and the certificate's path."""
+    directory = os.path.join(ctx.pg.base_dir, "certs")
+    os.makedirs(directory, exist_ok=True)
+    crt, keyfile = os.path.join(directory, name + ".crt"), os.path.join(directory, name + ".key")
+    if not os.path.exists(crt):
+        argv = ["openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", keyfile, "-out", crt]
+        argv += ["-newkey", key] if key != "ed25519" else ["-newkey", "ed25519"]
+        subprocess.run(argv, check=True, capture_output=True, timeout=60)
+    files = {}
+    for path in (crt, keyfile):
+        with open(path) as f:
+            files[os.path.basename(path)] = f.read()
+    return files, crt
+
+
+def tls_tern(ctx, mode="prefer", cert="tern", key="rsa:2048", **kw):
+    files, crt = make_certificate(ctx, cert, key)
+    extra = kw.pop("extra", "")
+    extra += "\n[tls]\nclient_tls_sslmode = %s\nclient_tls_cert_file = %s.crt\nclient_tls_key_file = %s.key\n" % (
+        mode, cert, cert)
+    t = ctx.tern(extra=extra, files=files, **kw)
+    t.crt = crt
+    return t
+
+
+def tls_client_context(alpn=("postgresql",)):
+    c = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    c.check_hostname = False
+    c.verify_mode = ssl.CERT_NONE
+    if alpn:
+        c.set_alpn_protocols(list(alpn))
+    return c
+
+
+def tls_wire(port, direct=False, alpn=("postgresql",)):
+    """A raw client over TLS: after SSLRequest and 'S', or a direct handshake (PostgreSQL 17)."""
+    w = Wire(port)
+    if not direct:
+        w.send(SSL_REQUEST)
+        check(w.read_bytes(1) == b"S", "SSLRequest answered S")
+    w.sock = tls_client_context(alpn).wrap_socket(w.sock, server_hostname="localhost")
+    return w
+
+
+def psql_tls(t, sql, sslmode="require", conninfo="", password=None):
+    """psql -c SQL with sslmode and more conninfo (later keys override earlier ones)."""
+    argv = ["psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql,
+            "host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=%s %s" % (t.port, sslmode, conninfo)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env(password))
+
+
+@test
+def tls_psql_with_sslmode_require_and_verify_full_gets_the_same_results(ctx):
+    t = tls_tern(ctx, mode="prefer", pool_mode="transaction", pool_size=2)
+    r = psql_tls(t, "\\conninfo", sslmode="verify-full", conninfo="host=localhost sslrootcert=%s" % t.crt)
+    check(r.returncode == 0 and "SSL connection (protocol: TLSv1.3" in r.stdout, "verify-full over TLS 1.3: %r %r" % (
+        r.stdout, r.stderr))
+    sql = "select md5(string_agg(g::text || repeat('x', g % 300), ',')) from generate_series(1, 200000) g"
+    direct = ctx.pg.psql(sql)
+    r = psql_tls(t, sql)
+    check(r.returncode == 0 and r.stdout.strip() == direct, "the same digest over TLS: %r" % (r.stderr,))
+    # A result of many records (about 60 MB) comes through whole, behind the client's reading pace.
+    r = psql_tls(t, "copy (select g, repeat('y', 300) from generate_series(1, 200000) g) to stdout")
+    check(r.returncode == 0, "copy out over TLS: %r" % r.stderr)
+    lines = r.stdout.splitlines()
+    check(len(lines) == 200000 and lines[-1] == "200000\t" + "y" * 300, "every row, in order")
+    # psql's default sslmode=prefer takes TLS; sslmode=disable still works in prefer mode.
+    r = psql_tls(t, "select 1", sslmode="disable")
+    check(r.returncode == 0 and r.stdout.strip() == "1", "plaintext in prefer mode: %r" % r.stderr)
+
+
+@test
+def tls_pgbench_prepared_over_tls_in_transaction_pooling(ctx):
+    t = tls_tern(ctx, mode="require", pool_mode="transaction", pool_size=4)
+    pgbench(t.port, ["-i", "-s", "1", "-q"])
+    argv = ["pgbench", "-c", "16", "-j", "2", "-t", "100", "-M", "prepared", "-n",
+            "host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=require" % t.port]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env())
+    check(r.returncode == 0, "pgbench over TLS: %s" % r.stderr[-2000:])
+    processed, failed = pgbench_summary(r.stdout)
+    check(processed == 1600 and not failed, "every transaction: %r" % ((processed, failed),))
+
+
+@test
+def tls_require_refuses_clients_without_tls_with_28000(ctx):
+    t = tls_tern(ctx, mode="require")
+    r = psql_tls(t, "select 1", sslmode="disable")
+    check(r.returncode != 0 and "TLS is required" in r.stderr, "psql sslmode=disable refused: %r" % r.stderr)
+    expect_login_refused(t.port, "postgres", "28000")
+    with Wire(t.port) as w:  # after an SSLRequest answered S, the client went on in the clear
+        w.send(SSL_REQUEST)
+        check(w.read_bytes(1) == b"S", "S")
+        w.send(startup_packet("postgres"))
+        check(w.read_bytes(1) in (None, b"\x15"), "garbage instead of a ClientHello ends the connection")
+    r = psql_tls(t, "select 2")
+    check(r.returncode == 0 and r.stdout.strip() == "2", "TLS clients are served: %r" % r.stderr)
+
+
+@test
+def tls_direct_handshake_needs_alpn_postgresql(ctx):
+    t = tls_tern(ctx, mode="require")
+    with tls_wire(t.port, direct=True) as w:
+        check(w.sock.selected_alpn_protocol() == "postgresql", "ALPN postgresql")
+        w.login("postgres")
+        check(w.query("select 40 + 2") == [["42"]], "a session over direct TLS")
+    with tls_wire(t.port, direct=True, alpn=None) as w:  # no ALPN: a readable refusal, as PostgreSQL 17
+        fields = w.expect_error_and_close()
+        check(fields and fields["C"] == "08P01" and "ALPN" in fields["M"], "08P01 naming ALPN: %r" % fields)
+    try:
+        tls_wire(t.port, direct=True, alpn=("http/1.1",)).close()
+        raise AssertionError("a handshake offering only http/1.1 was accepted")
+    except ssl.SSLError as err:
+        check("no application protocol" in str(err).lower().replace("_", " "), "refused with no_application_protocol: %s" % err)
+    # After an SSLRequest, ALPN is optional (libpq before 17 sends none).
+    with tls_wire(t.port, alpn=None) as w:
+        w.login("postgres")
+        check(w.query("select 1") == [["1"]], "SSLRequest without ALPN")
+    with tls_wire(t.port, direct=True) as w:
+        w.send(SSL_REQUEST)  # inside TLS, an SSLRequest is a protocol violation
+        fields = w.expect_error_and_close()
+        check(fields and fields["C"] == "08P01", "SSLRequest inside TLS: %r" % fields)
+    plain = ctx.tern()  # TLS off: a direct handshake is closed without a word
+    with Wire(plain.port) as w:
+        try:
+            w.sock = tls_client_context().wrap_socket(w.sock, server_hostname="localhost")
+            raise AssertionError("a direct handshake succeeded with TLS off")
+        except (ssl.SSLError, ConnectionResetError, OSError):
+            pass
+    check(psql_ok(plain.port, "select 3") == "3", "plain tern serves on")
+
+
+@test
+def tls_scram_sha_256_plus_binds_the_channel(ctx):
+    users = '"postgres" "%s"\n' % scram_secret("s3cret")
+    t = tls_tern(ctx, mode="prefer", auth="scram", users=users)
+    r = psql_tls(t, "select 7", conninfo="channel_binding=require", password="s3cret")
+    check(r.returncode == 0 and r.stdout.strip() == "7", "channel_binding=require: %r" % r.stderr)
+    r = psql_tls(t, "select 8", conninfo="channel_binding=require", password="wrong")
+    check(r.returncode != 0 and "password authentication failed" in r.stderr, "wrong password: %r" % r.stderr)
+    r = psql_tls(t, "select 9", conninfo="channel_binding=disable", password="s3cret")
+    check(r.returncode == 0 and r.stdout.strip() == "9", "plain SCRAM over TLS: %r" % r.stderr)
+    r = psql_tls(t, "select 10", sslmode="disable", conninfo="channel_binding=require", password="s3cret")
+    check(r.returncode != 0 and "channel binding" in r.stderr, "no PLUS without TLS: %r" % r.stderr)
+    # An Ed25519 certificate has no tls-server-end-point hash: SCRAM-SHA-256-PLUS is not offered.
+    e = tls_tern(ctx, mode="prefer", cert="ed", key="ed25519", auth="scram", users=users)
+    r = psql_tls(e, "select 11", conninfo="channel_binding=prefer", password="s3cret")
+    check(r.returncode == 0 and r.stdout.strip() == "11", "Ed25519 without PLUS: %r" % r.stderr)
+
+
+@test
+def tls_sighup_swaps_the_certificate_and_mode(ctx):
+    port = free_port()
+    new_files, new_crt = make_certificate(ctx, "next")
+    files, crt = make_certificate(ctx, "tern")
+    files.update(new_files)
+    template = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\n[servers]\nprimary = host=127.0.0.1 port=%d\n"
+                "[tls]\nclient_tls_sslmode = %%s\nclient_tls_cert_file = %%s.crt\nclient_tls_key_file = %%s.key\n"
+                % (port, ctx.pg.primary_port))
+    t = TernProcess(TERN, template % ("prefer", "tern", "tern"), extra_files=files)
+    ctx.terns.append(t)
+    t.start()
+
+    def served_certificate():
+        with tls_wire(t.port) as w:
+            return w.sock.getpeercert(binary_form=True)
+
+    def pem_der(path):
+        with open(path) as f:
+            return ssl.PEM_cert_to_DER_cert(f.read())
+
+    check(served_certificate() == pem_der(crt), "the first certificate")
+    with open(os.path.join(t.workdir, "tern.ini"), "w") as f:
+        f.write(template % ("require", "next", "next"))
+    t.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: served_certificate() == pem_der(new_crt), "the new certificate after SIGHUP", timeout=10)
+    expect_login_refused(t.port, "postgres", "28000")  # and require now refuses the clear
+    with open(os.path.join(t.workdir, "tern.ini"), "w") as f:
+        f.write(template % ("require", "missing", "missing"))
+    t.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "nothing changed" in t.log_tail(50), "a missing certificate is refused")
+    check(served_certificate() == pem_der(new_crt), "the running certificate stays")
 
 
 @test

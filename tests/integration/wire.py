@@ -5,6 +5,7 @@ import hashlib
 import hmac
 import os
 import socket
+import ssl
 import struct
 
 
@@ -225,7 +226,7 @@ class Wire:
         while True:
             try:
                 msg = self.read_message()
-            except (ConnectionResetError, socket.timeout):
+            except (ConnectionResetError, socket.timeout, ssl.SSLError):
                 return first
             if msg is None:
                 return first

@@ -317,7 +317,9 @@ Test(config, buffer_count_must_be_a_power_of_two)
 	expect_error_at("[tern]\nworkers = 1\nbuffer_count = 1000\n", 3,
 			"[tern] buffer_count: must be a power of two");
 	expect_value("tern.buffer_count", "16", "16");
-	expect_value("tern.buffer_count", "32768", "32768");
+	expect_value("tern.buffer_count", "16384", "16384");
+	/* Ring-wide buffer ids of both groups stay below SENDQ_NO_BUFFER (65535). */
+	expect_error_at("[tern]\nbuffer_count = 32768\n", 2, "between 16 and 16384");
 }
 
 Test(config, listen_accepts_ipv4_any_ipv4_ipv6_and_names)

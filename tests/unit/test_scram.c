@@ -71,9 +71,11 @@ static void b64(const uint8_t *in, size_t len, char *out)
 	EVP_EncodeBlock((unsigned char *)out, in, (int)len);
 }
 
-/* Returns the client-final-message for `without_proof`, given what the server sent. */
+/* Returns the client-final-message for `without_proof`, given what the server sent, and the
+ * server-final-message the client must then receive: "v=" + base64(HMAC(ServerKey, AuthMessage)). */
 static void client_final_build(const char *password, const char *client_first_bare, const char *server_first,
-			       const char *without_proof, char *out, size_t out_size)
+			       const char *without_proof, char *out, size_t out_size,
+			       char expected_server_final[SCRAM_SERVER_FINAL_MAX])
 {
 	const char *salt_b64 = strstr(server_first, ",s=") + 3;
 	const char *iterations_text = strstr(server_first, ",i=") + 3;
@@ -101,32 +103,78 @@ static void client_final_build(const char *password, const char *client_first_ba
 	char proof_b64[64];
 	b64(proof, 32, proof_b64);
 	snprintf(out, out_size, "%s,p=%s", without_proof, proof_b64);
+
+	uint8_t server_key[32], server_signature[32];
+	HMAC(EVP_sha256(), salted, 32, (const unsigned char *)"Server Key", 10, server_key, &n);
+	HMAC(EVP_sha256(), server_key, 32, (const unsigned char *)auth_message, strlen(auth_message),
+	     server_signature, &n);
+	memcpy(expected_server_final, "v=", 2);
+	b64(server_signature, 32, expected_server_final + 2);
 }
 
-/* The full exchange for `password`; returns scram_server_final's result. */
-static int exchange(const struct scram_secret *secret, const char *gs2_header, const char *bare,
-		    const char *final_extension, const char *password)
+/* Channel binding on both sides of an exchange; all zero is plain SCRAM-SHA-256 as callers had it. */
+struct exchange_options {
+	const uint8_t *server_binding; /* given to scram_server_set_channel_binding() when non-NULL */
+	size_t server_binding_len;
+	const char *mechanism;	       /* given to scram_server_select_mechanism() when non-NULL */
+	const uint8_t *client_binding; /* what the client puts after the gs2 header in c= */
+	size_t client_binding_len;
+	const char *server_nonce; /* NULL: random */
+};
+
+/* The full exchange for `password`; returns the first error, or scram_server_final's result after
+ * checking the server-final against what the client computed itself. */
+static int exchange_with(const struct scram_secret *secret, const struct exchange_options *options,
+			 const char *gs2_header, const char *bare, const char *final_extension,
+			 const char *password)
 {
 	struct scram_server s;
-	char client_first[512], server_first[SCRAM_SERVER_FIRST_MAX], client_final[1024], server_final[64];
+	char client_first[512], server_first[SCRAM_SERVER_FIRST_MAX], client_final[1024];
+	char server_final[SCRAM_SERVER_FINAL_MAX], expected_server_final[SCRAM_SERVER_FINAL_MAX];
 	snprintf(client_first, sizeof(client_first), "%s%s", gs2_header, bare);
-	cr_assert_eq(scram_server_begin(&s, secret, NULL), 0);
-	int rc = first(&s, client_first, server_first, sizeof(server_first));
+	cr_assert_eq(scram_server_begin(&s, secret, options->server_nonce), 0);
+	if (options->server_binding != NULL)
+		scram_server_set_channel_binding(&s, options->server_binding, options->server_binding_len);
+	int rc = 0;
+	if (options->mechanism != NULL)
+		rc = scram_server_select_mechanism(&s, options->mechanism);
+	if (rc == 0)
+		rc = first(&s, client_first, server_first, sizeof(server_first));
 	if (rc < 0) {
+		cr_assert_eq(s.step, SCRAM_STEP_FAILED);
 		scram_server_deinit(&s);
 		return rc;
 	}
-	char binding[64], without_proof[512];
-	b64((const uint8_t *)gs2_header, strlen(gs2_header), binding);
+	/* c= is base64(gs2-header || channel binding data), RFC 5802 section 7 (cbind-input). */
+	uint8_t cbind_input[256];
+	size_t header_len = strlen(gs2_header);
+	cr_assert_leq(header_len + options->client_binding_len, sizeof(cbind_input));
+	memcpy(cbind_input, gs2_header, header_len);
+	if (options->client_binding_len > 0)
+		memcpy(cbind_input + header_len, options->client_binding, options->client_binding_len);
+	char cbind_b64[360], without_proof[768];
+	b64(cbind_input, header_len + options->client_binding_len, cbind_b64);
 	const char *nonce_end = strchr(server_first, ',');
-	snprintf(without_proof, sizeof(without_proof), "c=%s,r=%.*s%s", binding,
+	snprintf(without_proof, sizeof(without_proof), "c=%s,r=%.*s%s", cbind_b64,
 		 (int)(nonce_end - server_first - 2), server_first + 2, final_extension);
-	client_final_build(password, bare, server_first, without_proof, client_final, sizeof(client_final));
+	client_final_build(password, bare, server_first, without_proof, client_final, sizeof(client_final),
+			   expected_server_final);
 	rc = final(&s, client_final, server_final, sizeof(server_final));
-	if (rc > 0)
+	if (rc > 0) {
 		cr_assert(scram_server_is_done(&s));
+		cr_assert_str_eq(server_final, expected_server_final);
+	} else {
+		cr_assert_eq(s.step, SCRAM_STEP_FAILED);
+	}
 	scram_server_deinit(&s);
 	return rc;
+}
+
+static int exchange(const struct scram_secret *secret, const char *gs2_header, const char *bare,
+		    const char *final_extension, const char *password)
+{
+	static const struct exchange_options plain = {0};
+	return exchange_with(secret, &plain, gs2_header, bare, final_extension, password);
 }
 
 /* ---- RFC 7677 ---- */
@@ -365,23 +413,212 @@ Test(scram, channel_binding_mismatch_and_final_grammar_errors_are_eproto)
 	}
 }
 
-Test(scram, channel_binding_request_is_enotsup)
+Test(scram, channel_binding_request_without_plus_is_eproto)
 {
 	struct scram_secret secret = rfc_secret();
 	struct scram_server s;
 	char out[SCRAM_SERVER_FIRST_MAX];
+	/* PostgreSQL: "The client selected SCRAM-SHA-256 without channel binding, but the SCRAM message
+	 * includes channel binding data." */
 	cr_assert_eq(scram_server_begin(&s, &secret, NULL), 0);
 	cr_assert_eq(first(&s, "p=tls-server-end-point,,n=,r=rOprNGfwEbeRWgbNEkqO", out, sizeof(out)),
-		     -ENOTSUP);
+		     -EPROTO);
 	cr_assert_eq(s.step, SCRAM_STEP_FAILED);
 	scram_server_deinit(&s);
-	/* A malformed request is malformed before it is unsupported. */
+	/* A malformed request is malformed before anything else. */
 	cr_assert_eq(scram_server_begin(&s, &secret, NULL), 0);
 	cr_assert_eq(first(&s, "p=tls server,,n=,r=abc", out, sizeof(out)), -EPROTO);
 	scram_server_deinit(&s);
 	cr_assert_eq(scram_server_begin(&s, &secret, NULL), 0);
 	cr_assert_eq(first(&s, "p=,,n=,r=abc", out, sizeof(out)), -EPROTO);
 	scram_server_deinit(&s);
+}
+
+/* ---- channel binding (SCRAM-SHA-256-PLUS, tls-server-end-point) ---- */
+
+#define GS2_PLUS "p=tls-server-end-point,,"
+#define PLAIN_BARE "n=,r=fyko+d2lbbFgONRv9qkxdawL"
+
+/* Stands in for the SHA-256 of a server certificate; NUL and high bytes on purpose. */
+static const uint8_t end_point_hash[32] = {0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa,
+					   0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x2c, 0x3d, 0x3d, 0x2c, 0x00, 0x00,
+					   0x80, 0x7f, 0xfe, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07};
+
+static const struct exchange_options plus = {
+	.server_binding = end_point_hash,
+	.server_binding_len = sizeof(end_point_hash),
+	.mechanism = "SCRAM-SHA-256-PLUS",
+	.client_binding = end_point_hash,
+	.client_binding_len = sizeof(end_point_hash),
+};
+
+Test(scram, plus_exchange_with_a_32_byte_binding_succeeds_and_server_final_verifies)
+{
+	struct scram_secret secret = rfc_secret();
+	cr_assert_gt(exchange_with(&secret, &plus, GS2_PLUS, PLAIN_BARE, "", RFC_PASSWORD), 0);
+	cr_assert_eq(exchange_with(&secret, &plus, GS2_PLUS, PLAIN_BARE, "", "pencil2"), -EACCES);
+}
+
+Test(scram, plus_with_the_wrong_binding_in_c_is_eproto)
+{
+	struct scram_secret secret = rfc_secret();
+	uint8_t other[sizeof(end_point_hash)];
+	/* One bit off in the first, a middle and the last byte: another certificate's hash. */
+	static const size_t flipped[] = {0, 16, sizeof(end_point_hash) - 1};
+	for (size_t i = 0; i < TERN_ARRAY_LEN(flipped); i++) {
+		memcpy(other, end_point_hash, sizeof(other));
+		other[flipped[i]] ^= 0x01;
+		struct exchange_options options = plus;
+		options.client_binding = other;
+		cr_assert_eq(exchange_with(&secret, &options, GS2_PLUS, PLAIN_BARE, "", RFC_PASSWORD),
+			     -EPROTO, "accepted a flip of byte %zu", flipped[i]);
+	}
+	/* The header alone, a truncated hash, the hash with a byte more. */
+	static const size_t lengths[] = {0, sizeof(end_point_hash) - 1};
+	for (size_t i = 0; i < TERN_ARRAY_LEN(lengths); i++) {
+		struct exchange_options options = plus;
+		options.client_binding_len = lengths[i];
+		cr_assert_eq(exchange_with(&secret, &options, GS2_PLUS, PLAIN_BARE, "", RFC_PASSWORD),
+			     -EPROTO, "accepted %zu bytes of binding", lengths[i]);
+	}
+	uint8_t longer[sizeof(end_point_hash) + 1];
+	memcpy(longer, end_point_hash, sizeof(end_point_hash));
+	longer[sizeof(end_point_hash)] = 0;
+	struct exchange_options options = plus;
+	options.client_binding = longer;
+	options.client_binding_len = sizeof(longer);
+	cr_assert_eq(exchange_with(&secret, &options, GS2_PLUS, PLAIN_BARE, "", RFC_PASSWORD), -EPROTO);
+	/* Plain SCRAM-SHA-256 with a binding available: c= is the header alone, as before. */
+	options = plus;
+	options.mechanism = "SCRAM-SHA-256";
+	cr_assert_eq(exchange_with(&secret, &options, "n,,", PLAIN_BARE, "", RFC_PASSWORD), -EPROTO);
+	options.client_binding_len = 0;
+	cr_assert_gt(exchange_with(&secret, &options, "n,,", PLAIN_BARE, "", RFC_PASSWORD), 0);
+}
+
+Test(scram, plus_without_a_binding_is_enotsup_from_select)
+{
+	struct scram_secret secret = rfc_secret();
+	struct scram_server s;
+	cr_assert_eq(scram_server_begin(&s, &secret, NULL), 0);
+	cr_assert_eq(scram_server_select_mechanism(&s, "SCRAM-SHA-256-PLUS"), -ENOTSUP);
+	cr_assert_eq(s.step, SCRAM_STEP_FAILED);
+	scram_server_deinit(&s);
+	/* len 0 means unavailable */
+	cr_assert_eq(scram_server_begin(&s, &secret, NULL), 0);
+	scram_server_set_channel_binding(&s, end_point_hash, 0);
+	cr_assert_eq(scram_server_select_mechanism(&s, "SCRAM-SHA-256-PLUS"), -ENOTSUP);
+	scram_server_deinit(&s);
+}
+
+Test(scram, select_accepts_only_the_two_mechanism_names)
+{
+	struct scram_secret secret = rfc_secret();
+	struct scram_server s;
+	static const char *const bad[] = {"", "SCRAM-SHA-1", "scram-sha-256", "SCRAM-SHA-256 ",
+					  "SCRAM-SHA-256-PLUS2", "SCRAM-SHA-256-", "MD5"};
+	for (size_t i = 0; i < TERN_ARRAY_LEN(bad); i++) {
+		cr_assert_eq(scram_server_begin(&s, &secret, NULL), 0);
+		scram_server_set_channel_binding(&s, end_point_hash, sizeof(end_point_hash));
+		cr_assert_eq(scram_server_select_mechanism(&s, bad[i]), -ENOTSUP, "accepted \"%s\"", bad[i]);
+		scram_server_deinit(&s);
+	}
+	cr_assert_eq(scram_server_begin(&s, &secret, NULL), 0);
+	cr_assert_eq(scram_server_select_mechanism(&s, "SCRAM-SHA-256"), 0);
+	scram_server_deinit(&s);
+	cr_assert_eq(scram_server_begin(&s, &secret, NULL), 0);
+	scram_server_set_channel_binding(&s, end_point_hash, sizeof(end_point_hash));
+	cr_assert_eq(scram_server_select_mechanism(&s, "SCRAM-SHA-256"), 0);
+	cr_assert_eq(scram_server_select_mechanism(&s, "SCRAM-SHA-256-PLUS"), 0);
+	scram_server_deinit(&s);
+}
+
+Test(scram, y_flag_is_eproto_when_a_binding_is_offered_and_accepted_otherwise)
+{
+	struct scram_secret secret = rfc_secret();
+	/* A binding set and the plain mechanism, selected or by default: PLUS was stripped on the way. */
+	struct exchange_options options = {.server_binding = end_point_hash,
+					   .server_binding_len = sizeof(end_point_hash)};
+	cr_assert_eq(exchange_with(&secret, &options, "y,,", PLAIN_BARE, "", RFC_PASSWORD), -EPROTO);
+	options.mechanism = "SCRAM-SHA-256";
+	cr_assert_eq(exchange_with(&secret, &options, "y,,", PLAIN_BARE, "", RFC_PASSWORD), -EPROTO);
+	/* "n" (the client chose not to bind) stays fine. */
+	cr_assert_gt(exchange_with(&secret, &options, "n,,", PLAIN_BARE, "", RFC_PASSWORD), 0);
+	/* No binding: the client rightly believes we cannot bind. */
+	options = (struct exchange_options){.mechanism = "SCRAM-SHA-256"};
+	cr_assert_gt(exchange_with(&secret, &options, "y,,", PLAIN_BARE, "", RFC_PASSWORD), 0);
+}
+
+Test(scram, gs2_flag_that_contradicts_the_mechanism_is_refused)
+{
+	struct scram_secret secret = rfc_secret();
+	struct exchange_options plain_offered = plus;
+	plain_offered.mechanism = "SCRAM-SHA-256";
+	cr_assert_eq(exchange_with(&secret, &plain_offered, GS2_PLUS, PLAIN_BARE, "", RFC_PASSWORD), -EPROTO);
+	cr_assert_eq(exchange_with(&secret, &plus, "p=tls-unique,,", PLAIN_BARE, "", RFC_PASSWORD), -ENOTSUP);
+	cr_assert_eq(exchange_with(&secret, &plus, "p=tls-server-end-point2,,", PLAIN_BARE, "", RFC_PASSWORD),
+		     -ENOTSUP);
+	cr_assert_eq(exchange_with(&secret, &plus, "p=tls-exporter,,", PLAIN_BARE, "", RFC_PASSWORD),
+		     -ENOTSUP);
+	cr_assert_eq(exchange_with(&secret, &plus, "n,,", PLAIN_BARE, "", RFC_PASSWORD), -EPROTO);
+	cr_assert_eq(exchange_with(&secret, &plus, "y,,", PLAIN_BARE, "", RFC_PASSWORD), -EPROTO);
+	/* Malformed stays malformed, and an authzid is still refused. */
+	cr_assert_eq(exchange_with(&secret, &plus, "p=,,", PLAIN_BARE, "", RFC_PASSWORD), -EPROTO);
+	cr_assert_eq(exchange_with(&secret, &plus, "p=tls-server-end-point,a=admin,", PLAIN_BARE, "",
+				   RFC_PASSWORD),
+		     -EPROTO);
+}
+
+Test(scram, longest_plus_client_final_is_accepted_and_a_longer_c_is_eproto)
+{
+	struct scram_secret secret = rfc_secret();
+	/* A SHA-512 certificate hash, the longest client nonce and the longest server nonce. */
+	uint8_t hash[SCRAM_CHANNEL_BINDING_MAX];
+	for (size_t i = 0; i < sizeof(hash); i++)
+		hash[i] = (uint8_t)(0xff - i * 7);
+	char server_nonce[SCRAM_SERVER_NONCE_MAX + 1];
+	memset(server_nonce, 'S', SCRAM_SERVER_NONCE_MAX);
+	server_nonce[SCRAM_SERVER_NONCE_MAX] = '\0';
+	char bare[8 + SCRAM_CLIENT_NONCE_MAX + 1];
+	snprintf(bare, sizeof(bare), "n=,r=%0*d", SCRAM_CLIENT_NONCE_MAX, 7);
+	struct exchange_options options = {.server_binding = hash,
+					   .server_binding_len = sizeof(hash),
+					   .mechanism = "SCRAM-SHA-256-PLUS",
+					   .client_binding = hash,
+					   .client_binding_len = sizeof(hash),
+					   .server_nonce = server_nonce};
+	cr_assert_gt(exchange_with(&secret, &options, GS2_PLUS, bare, "", RFC_PASSWORD), 0);
+
+	/* c= of more bytes than any valid cbind-input: refused, never copied past a buffer. */
+	uint8_t too_long[SCRAM_GS2_HEADER_MAX + SCRAM_CHANNEL_BINDING_MAX + 32];
+	memset(too_long, 0x5a, sizeof(too_long));
+	static const size_t lengths[] = {SCRAM_CHANNEL_BINDING_MAX + 1, SCRAM_CHANNEL_BINDING_MAX + 17,
+					 sizeof(too_long)};
+	for (size_t i = 0; i < TERN_ARRAY_LEN(lengths); i++) {
+		options.client_binding = too_long;
+		options.client_binding_len = lengths[i];
+		cr_assert_eq(exchange_with(&secret, &options, GS2_PLUS, bare, "", RFC_PASSWORD), -EPROTO,
+			     "accepted %zu bytes of binding", lengths[i]);
+	}
+}
+
+Test(scram, channel_binding_over_the_max_is_a_programmer_error, .signal = SIGABRT)
+{
+	struct scram_secret secret = rfc_secret();
+	struct scram_server s;
+	uint8_t hash[SCRAM_CHANNEL_BINDING_MAX + 1] = {0};
+	cr_assert_eq(scram_server_begin(&s, &secret, NULL), 0);
+	scram_server_set_channel_binding(&s, hash, sizeof(hash));
+}
+
+Test(scram, channel_binding_after_the_mechanism_is_a_programmer_error, .signal = SIGABRT)
+{
+	struct scram_secret secret = rfc_secret();
+	struct scram_server s;
+	cr_assert_eq(scram_server_begin(&s, &secret, NULL), 0);
+	scram_server_set_channel_binding(&s, end_point_hash, sizeof(end_point_hash));
+	cr_assert_eq(scram_server_select_mechanism(&s, "SCRAM-SHA-256-PLUS"), 0);
+	scram_server_set_channel_binding(&s, end_point_hash, sizeof(end_point_hash));
 }
 
 Test(scram, client_first_grammar_errors_are_eproto)

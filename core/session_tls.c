@@ -1,0 +1,224 @@
+/*
+ * TLS toward the client. The session keeps speaking plaintext: its client queue (to_client) holds
+ * what the client must read, as without TLS, and the queue's filter encrypts it at flush time into a
+ * second queue (wire) that the socket sends. Received ciphertext is decrypted into a stack buffer
+ * and handed to the phase's handler with RING_NO_BUFFER, so the relay copies what it forwards.
+ *
+ * Memory per TLS client: the OpenSSL connection (tls.h) plus at most TLS_WIRE_HIGH bytes of
+ * ciphertext in the wire queue; plaintext waits in to_client under the usual back pressure.
+ */
+#include "session.h"
+#include "tls.h"
+#include "worker.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+/* Ciphertext queued to the socket above which no more plaintext is encrypted: two full records keep a
+ * loopback socket busy while the rest waits, as plaintext, under the relay's back pressure. */
+#define TLS_WIRE_HIGH (2u * TLS_RECORD_CIPHERTEXT_MAX)
+
+struct session_tls {
+	struct session *s;
+	struct tls_conn *conn;
+	struct sendq wire;    /* ciphertext (and the clear bytes below) to the socket */
+	uint32_t clear_bytes; /* bytes at the front of to_client that go out unencrypted: 'S' and before */
+	bool is_direct;       /* began with a ClientHello, not an SSLRequest: ALPN must be "postgresql" */
+	bool is_checked;      /* the finished handshake was checked */
+	bool is_closed;       /* close_notify queued */
+};
+
+/* Moves what OpenSSL has to send into the wire queue. 0 or -ENOMEM. */
+static int tls_take_output(struct session_tls *t)
+{
+	uint32_t len = tls_conn_ciphertext_len(t->conn);
+	if (len == 0)
+		return 0;
+	uint8_t *block = malloc(len);
+	if (!block)
+		return -ENOMEM;
+	tls_conn_take_ciphertext(t->conn, block, len);
+	return sendq_push_owned(&t->wire, block, len);
+}
+
+/* A TLS failure: the alert OpenSSL queued goes out, the session ends. */
+static void tls_fail(struct session *s, int rc)
+{
+	struct session_tls *t = s->tls;
+	if (rc == -ESHUTDOWN) { /* close_notify: the client left in order */
+		s->client_eof = true;
+		session_end(s, SESSION_END_CLIENT_CLOSED);
+		return;
+	}
+	TERN_INFO("client TLS: %s", rc == -ENOMEM ? "out of memory" : tls_conn_error_text(t->conn));
+	if (tls_take_output(t) == 0)
+		sendq_flush(&t->wire, &s->worker->ring);
+	session_end(s, rc == -ENOMEM ? SESSION_END_OUT_OF_MEMORY : SESSION_END_TLS_FAILED);
+}
+
+/* to_client's filter: encrypts its plaintext into the wire queue, and sends. */
+static void tls_encrypt(struct sendq *q, struct ring *ring)
+{
+	struct session *s = TERN_CONTAINER_OF(q, struct session, to_client);
+	struct session_tls *t = s->tls;
+	uint8_t plain[TLS_RECORD_PLAINTEXT_MAX];
+	int rc = 0;
+	while (q->count > 0 && t->wire.bytes < TLS_WIRE_HIGH && rc == 0) {
+		if (t->clear_bytes > 0) {
+			uint32_t n = sendq_peek_copy(q, plain, TERN_MIN(t->clear_bytes, (uint32_t)sizeof(plain)));
+			rc = sendq_push_copy(&t->wire, plain, n);
+			t->clear_bytes -= n;
+			sendq_sent(q, ring, n);
+			continue;
+		}
+		if (!tls_conn_is_handshake_done(t->conn))
+			break; /* the welcome waits for the handshake (nothing is queued before it in practice) */
+		/* Small messages share a record: one seal and one header for a batch of replies. */
+		uint32_t len = sendq_peek_copy(q, plain, sizeof(plain));
+		int n = tls_conn_write_plaintext(t->conn, plain, len);
+		if (n < 0) {
+			rc = n;
+			break;
+		}
+		sendq_sent(q, ring, (uint32_t)n);
+		rc = tls_take_output(t);
+	}
+	/* An ended session's last words are followed by close_notify. */
+	if (rc == 0 && s->phase == SESSION_CLOSING && q->count == 0 && !t->is_closed &&
+	    tls_conn_is_handshake_done(t->conn) && !s->client_eof) {
+		t->is_closed = true;
+		tls_conn_shutdown(t->conn);
+		rc = tls_take_output(t);
+	}
+	if (rc < 0) {
+		sendq_clear(q, ring); /* undeliverable: the session ends (or has ended) */
+		s->client_eof = true;
+		if (s->phase != SESSION_CLOSING)
+			tls_fail(s, rc);
+		return;
+	}
+	sendq_flush(&t->wire, ring);
+}
+
+static void tls_wire_sent(struct ring_op *op, int res, uint32_t flags)
+{
+	(void)flags;
+	struct sendq *wire = TERN_CONTAINER_OF(op, struct sendq, op);
+	struct session_tls *t = TERN_CONTAINER_OF(wire, struct session_tls, wire);
+	struct session *s = t->s;
+	struct ring *ring = &s->worker->ring;
+	if (res <= 0) {
+		sendq_clear(wire, ring);
+		sendq_clear(&s->to_client, ring);
+		s->client_eof = true;
+		session_end(s, SESSION_END_CLIENT_IO_ERROR);
+		return;
+	}
+	sendq_sent(wire, ring, (uint32_t)res);
+	tls_encrypt(&s->to_client, ring);
+	session_client_drained(s);
+}
+
+int session_tls_start(struct session *s, const struct tls_context *ctx, bool is_direct)
+{
+	TERN_ASSERT(!s->tls);
+	struct session_tls *t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	if (tls_conn_create(ctx, &t->conn) < 0) {
+		free(t);
+		return -ENOMEM;
+	}
+	t->s = s;
+	t->is_direct = is_direct;
+	t->clear_bytes = (uint32_t)s->to_client.bytes;
+	sendq_init(&t->wire, tls_wire_sent);
+	t->wire.fd = s->client_fd;
+	s->tls = t;
+	s->to_client.filter = tls_encrypt;
+	return 0;
+}
+
+/* The handshake just finished: a direct one must have chosen PostgreSQL's ALPN. False ended the session. */
+static bool tls_check_handshake(struct session *s)
+{
+	struct session_tls *t = s->tls;
+	t->is_checked = true;
+	TERN_DEBUG("client TLS: %s %s%s", tls_conn_protocol_name(t->conn), tls_conn_cipher_name(t->conn),
+		   t->is_direct ? " (direct)" : "");
+	if (t->is_direct && !tls_conn_is_alpn_postgresql(t->conn)) {
+		/* As PostgreSQL 17: a direct handshake without ALPN could be a confused HTTPS client. */
+		session_send_error(s, "FATAL", "08P01",
+				   "received direct TLS connection request without ALPN protocol negotiation extension",
+				   NULL);
+		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		return false;
+	}
+	/* The welcome and anything else queued while the handshake ran can go out now. */
+	session_mark_dirty(s, &s->to_client);
+	return true;
+}
+
+void session_tls_on_ciphertext(struct session *s, const uint8_t *data, uint32_t len)
+{
+	struct session_tls *t = s->tls;
+	uint8_t plain[TLS_RECORD_PLAINTEXT_MAX];
+	while (s->phase != SESSION_CLOSING) {
+		int fed = 0;
+		if (len > 0) {
+			fed = tls_conn_feed_ciphertext(t->conn, data, len);
+			if (fed < 0) {
+				tls_fail(s, fed);
+				return;
+			}
+			data += fed;
+			len -= (uint32_t)fed;
+		}
+		int n = tls_conn_read_plaintext(t->conn, plain, sizeof(plain));
+		int rc = tls_take_output(t); /* handshake records, tickets, alerts */
+		if (n < 0 || rc < 0) {
+			tls_fail(s, n < 0 ? n : rc);
+			return;
+		}
+		if (!t->is_checked && tls_conn_is_handshake_done(t->conn) && !tls_check_handshake(s))
+			return;
+		if (n > 0)
+			session_on_client_bytes(s, RING_NO_BUFFER, plain, (uint32_t)n);
+		else if (len == 0)
+			break; /* everything fed is read: wait for more ciphertext */
+		else if (fed == 0) { /* full and nothing to read: cannot happen while a record fits (tls.h) */
+			tls_fail(s, -EPROTO);
+			return;
+		}
+	}
+	if (!sendq_is_empty(&t->wire))
+		sendq_flush(&t->wire, &s->worker->ring);
+}
+
+bool session_tls_is_sending(const struct session *s)
+{
+	return s->tls && (s->tls->wire.op.is_armed || !sendq_is_empty(&s->tls->wire));
+}
+
+bool session_tls_is_armed(const struct session *s)
+{
+	return s->tls && s->tls->wire.op.is_armed;
+}
+
+size_t session_tls_channel_binding(const struct session *s, const uint8_t **data)
+{
+	*data = NULL;
+	return s->tls ? tls_conn_channel_binding(s->tls->conn, data) : 0;
+}
+
+void session_tls_destroy(struct session *s)
+{
+	struct session_tls *t = s->tls;
+	if (!t)
+		return;
+	TERN_ASSERT(!t->wire.op.is_armed);
+	sendq_deinit(&t->wire, &s->worker->ring);
+	tls_conn_destroy(t->conn);
+	free(t);
+	s->tls = NULL;
+}
