@@ -354,9 +354,11 @@ static void admin_client_row(struct admin_reply *r, struct session *s, uint64_t 
 		snprintf(link, sizeof(link), "%p", (void *)s->backend);
 	else
 		link[0] = '\0';
+	char tls[96];
+	session_tls_describe(s, tls, sizeof(tls));
 	const char *values[] = {
 		"C", s->user, s->database, state, addr, port, local_addr, local_port, connect_time,
-		request_time, wait, wait_us, "0", ptr, link, "0", "", s->application_name,
+		request_time, wait, wait_us, "0", ptr, link, "0", tls, s->application_name,
 	};
 	static_assert(TERN_ARRAY_LEN(values) == TERN_ARRAY_LEN(admin_client_columns), "a value per column");
 	admin_row(r, values, ADMIN_CLIENT_COLUMNS);

@@ -12,6 +12,7 @@
 #include "worker.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 /* Ciphertext queued to the socket above which no more plaintext is encrypted: two full records keep a
@@ -209,6 +210,13 @@ size_t session_tls_channel_binding(const struct session *s, const uint8_t **data
 {
 	*data = NULL;
 	return s->tls ? tls_conn_channel_binding(s->tls->conn, data) : 0;
+}
+
+void session_tls_describe(const struct session *s, char *out, size_t size)
+{
+	out[0] = '\0';
+	if (s->tls && tls_conn_is_handshake_done(s->tls->conn))
+		snprintf(out, size, "%s/%s", tls_conn_protocol_name(s->tls->conn), tls_conn_cipher_name(s->tls->conn));
 }
 
 void session_tls_destroy(struct session *s)

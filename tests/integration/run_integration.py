@@ -1508,11 +1508,11 @@ def make_certificate(ctx, name, key="rsa:2048"):
     return files, crt
 
 
-def tls_tern(ctx, mode="prefer", cert="tern", key="rsa:2048", **kw):
+def tls_tern(ctx, mode="prefer", cert="tern", key="rsa:2048", tls_extra="", **kw):
     files, crt = make_certificate(ctx, cert, key)
     extra = kw.pop("extra", "")
-    extra += "\n[tls]\nclient_tls_sslmode = %s\nclient_tls_cert_file = %s.crt\nclient_tls_key_file = %s.key\n" % (
-        mode, cert, cert)
+    extra += "\n[tls]\nclient_tls_sslmode = %s\nclient_tls_cert_file = %s.crt\nclient_tls_key_file = %s.key\n%s" % (
+        mode, cert, cert, tls_extra)
     t = ctx.tern(extra=extra, files=files, **kw)
     t.crt = crt
     return t
@@ -1537,10 +1537,10 @@ def tls_wire(port, direct=False, alpn=("postgresql",)):
     return w
 
 
-def psql_tls(t, sql, sslmode="require", conninfo="", password=None):
+def psql_tls(t, sql, sslmode="require", conninfo="", password=None, dbname="postgres"):
     """psql -c SQL with sslmode and more conninfo (later keys override earlier ones)."""
     argv = ["psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql,
-            "host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=%s %s" % (t.port, sslmode, conninfo)]
+            "host=127.0.0.1 port=%d user=postgres dbname=%s sslmode=%s %s" % (t.port, dbname, sslmode, conninfo)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env(password))
 
 
@@ -1578,7 +1578,11 @@ def tls_pgbench_prepared_over_tls_in_transaction_pooling(ctx):
 
 @test
 def tls_require_refuses_clients_without_tls_with_28000(ctx):
-    t = tls_tern(ctx, mode="require")
+    t = tls_tern(ctx, mode="require", extra="\n[admin]\nadmin_users = postgres\n")
+    r = psql_tls(t, "show clients", dbname="tern")  # the admin console over TLS shows the TLS in use
+    rows = [line.split("|") for line in r.stdout.splitlines()]
+    check(r.returncode == 0 and len(rows) == 1 and rows[0][16].startswith("TLSv1.3/TLS_"),
+          "SHOW CLIENTS names the protocol and cipher: %r %r" % (r.stdout, r.stderr))
     r = psql_tls(t, "select 1", sslmode="disable")
     check(r.returncode != 0 and "TLS is required" in r.stderr, "psql sslmode=disable refused: %r" % r.stderr)
     expect_login_refused(t.port, "postgres", "28000")
@@ -1640,6 +1644,20 @@ def tls_scram_sha_256_plus_binds_the_channel(ctx):
     e = tls_tern(ctx, mode="prefer", cert="ed", key="ed25519", auth="scram", users=users)
     r = psql_tls(e, "select 11", conninfo="channel_binding=prefer", password="s3cret")
     check(r.returncode == 0 and r.stdout.strip() == "11", "Ed25519 without PLUS: %r" % r.stderr)
+
+
+@test
+def tls_client_certificates_are_checked_against_client_tls_ca_file(ctx):
+    _, other = make_certificate(ctx, "other")
+    t = tls_tern(ctx, mode="require", tls_extra="client_tls_ca_file = tern.crt\n")
+    key = t.crt[:-len(".crt")] + ".key"
+    r = psql_tls(t, "select 1", conninfo="sslcert=%s sslkey=%s" % (t.crt, key))
+    check(r.returncode == 0 and r.stdout.strip() == "1", "a certificate the CA file vouches for: %r" % r.stderr)
+    r = psql_tls(t, "select 2", conninfo="sslcert=%s sslkey=%s" % (other, other[:-len(".crt")] + ".key"))
+    check(r.returncode != 0 and ("unknown ca" in r.stderr or "certificate" in r.stderr),
+          "a certificate from another issuer is refused: %r" % r.stderr)
+    r = psql_tls(t, "select 3")
+    check(r.returncode == 0 and r.stdout.strip() == "3", "a client without a certificate is served: %r" % r.stderr)
 
 
 @test
