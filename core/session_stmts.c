@@ -261,6 +261,7 @@ static int stmts_forward(struct session *s, uint8_t type, const uint8_t *body, u
 	return stmts_queue(s, type, &part, 1, false);
 }
 
+/* A Parse of a name the client uses already: 42P05, as PostgreSQL answers, with the same effect. */
 static int stmts_refuse_duplicate(struct session *s, const char *name)
 {
 	char text[POOL_NAME_LEN_MAX * 2 + 64];
@@ -271,8 +272,23 @@ static int stmts_refuse_duplicate(struct session *s, const char *name)
 	if (!copy)
 		return -ENOMEM;
 	memcpy(copy, msg, n);
-	s->is_skipping_to_sync = true; /* as the server does after an error in an extended-protocol batch */
-	return stmts_make_reply(s, STMT_REPLY_MADE_MESSAGES, copy, (uint32_t)n);
+	if (!stmts_has_backend(s) && !s->is_unsynced) {
+		/* Nothing of this batch reaches a server: tern answers and skips to the Sync, as the server would. */
+		s->is_skipping_to_sync = true;
+		return stmts_make_reply(s, STMT_REPLY_MADE_MESSAGES, copy, (uint32_t)n);
+	}
+	/* The server runs this batch (or a transaction block): it must fail there too, rolling back what the
+	 * batch did and skipping to the Sync. A Parse that cannot parse does that; its error is replaced by
+	 * the 42P05. Named, so that it leaves the unnamed statement alone; it creates nothing. */
+	static const char query[] = "tern refuses a statement name in use";
+	struct iovec parse[] = {stmts_cstring("tern_refused"), {(void *)query, sizeof(query)}, {(void *)"\0\0", 2}};
+	int rc = stmts_queue(s, PROTO_FE_PARSE, parse, 3, false);
+	s->is_unsynced = true;
+	if (rc == 0)
+		rc = stmt_replies_push_back(&s->replies, STMT_REPLY_PARSE_REFUSED, copy, (uint32_t)n, NULL);
+	if (rc < 0)
+		free(copy);
+	return rc;
 }
 
 /* A reply of fixed bytes tern makes up. */
@@ -455,8 +471,11 @@ unsigned session_stmts_server_type(const struct session *s, uint8_t type)
 	case PROTO_BE_NO_DATA:
 	case PROTO_BE_EMPTY_QUERY:
 	case PROTO_BE_PORTAL_SUSPENDED:
-	case PROTO_BE_ERROR:
 	case PROTO_BE_COMMAND_COMPLETE:
+		return PROTO_FORWARD | PROTO_INSPECT;
+	case PROTO_BE_ERROR:
+		if (head->kind == STMT_REPLY_PARSE_REFUSED)
+			return PROTO_INSPECT; /* replaced by the client's 42P05 */
 		return PROTO_FORWARD | PROTO_INSPECT;
 	case PROTO_BE_ROW_DESCRIPTION:
 		if (head->kind == STMT_REPLY_DESCRIBE_STATEMENT || head->kind == STMT_REPLY_DESCRIBE_PORTAL)
@@ -547,6 +566,8 @@ int session_stmts_on_server_message(struct session *s, uint8_t type)
 		matches = kind == STMT_REPLY_SYNC || kind == STMT_REPLY_QUERY;
 		break;
 	case PROTO_BE_ERROR:
+		if (kind == STMT_REPLY_PARSE_REFUSED)
+			stmts_send_made(s, STMT_REPLY_MADE_MESSAGES, head->data, head->data_len);
 		stmts_on_error(s, head);
 		stmts_send_made_replies(s);
 		return 0;

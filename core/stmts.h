@@ -111,6 +111,9 @@ enum stmt_reply {
 	STMT_REPLY_CLOSE_HIDDEN,  /* tern's Close of an evicted statement: hidden */
 	STMT_REPLY_SYNC,          /* ReadyForQuery */
 	STMT_REPLY_QUERY,         /* a simple Query or FunctionCall: everything up to ReadyForQuery */
+	/* tern's Parse that cannot succeed, sent to fail the server's batch for a client's Parse of a name in
+	 * use: its ErrorResponse is replaced by data (the client's 42P05, owned). */
+	STMT_REPLY_PARSE_REFUSED,
 	/* Made up by tern, sent to the client when they reach the head of the queue. */
 	STMT_REPLY_MADE_PARSE_COMPLETE,
 	STMT_REPLY_MADE_CLOSE_COMPLETE,
@@ -120,7 +123,7 @@ enum stmt_reply {
 struct stmt_reply_entry {
 	uint8_t kind; /* enum stmt_reply */
 	/* PARSE and MADE_PARSE_COMPLETE: the client's statement name (owned; NULL for the unnamed one),
-	 * forgotten if the Parse fails or is skipped. MADE_MESSAGES: the messages (owned). */
+	 * forgotten if the Parse fails or is skipped. MADE_MESSAGES and PARSE_REFUSED: the messages (owned). */
 	void *data;
 	uint32_t data_len;
 	/* PARSE, PARSE_HIDDEN, MADE_PARSE_COMPLETE: the statement (a reference), which the connection

@@ -906,6 +906,30 @@ def prepared_an_error_before_the_clients_sync_skips_what_it_sends_next(ctx):
 
 
 @test
+def prepared_a_name_in_use_fails_the_servers_batch_and_transaction_as_postgresql_does(ctx):
+    psql_ok(ctx.pg.primary_port, "drop table if exists dup_t; create table dup_t(v int)")
+    t = ctx.tern(pool_size=1)
+    outcomes = {}
+    for label, port in (("postgresql", ctx.pg.primary_port), ("tern", t.port)):
+        with Wire(port) as w:
+            w.login("postgres")
+            check(w.exchange(parse("dup", "select 1"), SYNC)[0] == "1Z", "the first Parse")
+            # The INSERT before the refused Parse is rolled back with the implicit transaction.
+            batch = w.exchange(parse("", "insert into dup_t values (1)"), bind(""), execute(),
+                               parse("dup", "select 2"), bind("dup"), execute(), SYNC)
+            w.query("begin")
+            w.query("insert into dup_t values (2)")
+            in_block = w.exchange(parse("dup", "select 3"), SYNC)  # fails the transaction block
+            after = w.exchange(bind("dup"), execute(), SYNC)      # 25P02 until ROLLBACK
+            w.query("rollback")
+            still = w.exchange(bind("dup"), execute(), SYNC)
+            rows = psql_ok(ctx.pg.primary_port, "select count(*) from dup_t")
+            outcomes[label] = (batch, in_block, after, still, rows)
+    check(outcomes["tern"] == outcomes["postgresql"], "tern answers as PostgreSQL: %r" % (outcomes,))
+    check(outcomes["tern"][0][2] == "42P05" and outcomes["tern"][4] == "0", "nothing committed: %r" % (outcomes,))
+
+
+@test
 def prepared_a_deferred_parse_never_runs_ahead_of_earlier_pipelined_messages(ctx):
     psql_ok(ctx.pg.primary_port, "drop table if exists rv_new; drop table if exists rv_log; create table rv_log(v int)")
     t = ctx.tern(pool_size=1)
