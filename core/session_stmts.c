@@ -346,7 +346,7 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 	struct stmt *stmt = stmt_create(content, len);
 	if (!stmt)
 		return -ENOMEM;
-	int rc = stmt_map_put(&s->statements, name, stmt);
+	int rc = stmt_map_put(&s->statements, name, stmt, s->replies.pushed);
 	stmt_unref(stmt); /* the map's reference keeps it */
 	if (rc < 0)
 		return rc;
@@ -591,7 +591,12 @@ void session_stmts_on_copy_in(struct session *s, uint32_t ignored_syncs)
 
 void session_stmts_forget_all(struct session *s)
 {
-	stmt_map_clear(&s->statements);
+	/* Only the names the client put before the command: a Parse pipelined behind it stays. */
+	const struct stmt_reply_entry *head = stmt_replies_head(&s->replies);
+	if (head)
+		stmt_map_remove_before(&s->statements, head->seq);
+	else
+		stmt_map_clear(&s->statements);
 	if (s->backend && s->backend->extra)
 		stmt_cache_clear(s->backend->extra);
 }

@@ -84,7 +84,7 @@ static int stmt_map_grow(struct stmt_map *map)
 	return 0;
 }
 
-int stmt_map_put(struct stmt_map *map, const char *name, struct stmt *stmt)
+int stmt_map_put(struct stmt_map *map, const char *name, struct stmt *stmt, uint64_t seq)
 {
 	TERN_ASSERT(!stmt_map_find(map, name));
 	if ((map->count + 1) * 4 > map->capacity * 3 && stmt_map_grow(map) < 0) /* load ≤ 3/4 */
@@ -92,16 +92,13 @@ int stmt_map_put(struct stmt_map *map, const char *name, struct stmt *stmt)
 	char *copy = strdup(name);
 	if (!copy)
 		return -ENOMEM;
-	stmt_map_insert_slot(map, (struct stmt_map_entry){.name = copy, .stmt = stmt_ref(stmt)});
+	stmt_map_insert_slot(map, (struct stmt_map_entry){.name = copy, .stmt = stmt_ref(stmt), .seq = seq});
 	map->count++;
 	return 0;
 }
 
-bool stmt_map_remove(struct stmt_map *map, const char *name)
+static void stmt_map_remove_entry(struct stmt_map *map, struct stmt_map_entry *e)
 {
-	struct stmt_map_entry *e = stmt_map_find(map, name);
-	if (!e)
-		return false;
 	free(e->name);
 	stmt_unref(e->stmt);
 	e->name = NULL;
@@ -118,7 +115,28 @@ bool stmt_map_remove(struct stmt_map *map, const char *name)
 			hole = i;
 		}
 	}
+}
+
+bool stmt_map_remove(struct stmt_map *map, const char *name)
+{
+	struct stmt_map_entry *e = stmt_map_find(map, name);
+	if (!e)
+		return false;
+	stmt_map_remove_entry(map, e);
 	return true;
+}
+
+void stmt_map_remove_before(struct stmt_map *map, uint64_t seq)
+{
+	/* A removal shifts later entries of the chain back, possibly into slot i: look at i again. Entries
+	 * only move into holes at or after i (or, wrapping, among the slots already kept). */
+	for (uint32_t i = 0; i < map->capacity;) {
+		struct stmt_map_entry *e = &map->slots[i];
+		if (e->name && e->seq < seq)
+			stmt_map_remove_entry(map, e);
+		else
+			i++;
+	}
 }
 
 void stmt_map_clear(struct stmt_map *map)
@@ -301,8 +319,11 @@ int stmt_replies_push_back(struct stmt_replies *replies, uint8_t kind, void *dat
 	if (stmt_replies_reserve(replies) < 0)
 		return -ENOMEM;
 	uint32_t i = (replies->head + replies->count) & (replies->capacity - 1);
-	replies->entries[i] = (struct stmt_reply_entry){
-		.kind = kind, .data = data, .data_len = data_len, .stmt = stmt ? stmt_ref(stmt) : NULL};
+	replies->entries[i] = (struct stmt_reply_entry){.kind = kind,
+							.data = data,
+							.data_len = data_len,
+							.stmt = stmt ? stmt_ref(stmt) : NULL,
+							.seq = ++replies->pushed};
 	replies->count++;
 	return 0;
 }

@@ -48,6 +48,7 @@ void stmt_unref(struct stmt *stmt);
 struct stmt_map_entry {
 	char *name; /* owned; NULL for an empty slot */
 	struct stmt *stmt;
+	uint64_t seq; /* the session's stmt_replies.pushed when the name was put (stream order) */
 };
 
 struct stmt_map {
@@ -59,11 +60,14 @@ struct stmt_map {
 void stmt_map_init(struct stmt_map *map);
 void stmt_map_deinit(struct stmt_map *map);
 struct stmt *stmt_map_get(const struct stmt_map *map, const char *name);
-/* Adds name → stmt (taking a reference); the name must not be present. 0 or -ENOMEM. */
-TERN_MUST_USE int stmt_map_put(struct stmt_map *map, const char *name, struct stmt *stmt);
+/* Adds name → stmt (taking a reference) at position `seq` of the client's stream; the name must not be
+ * present. 0 or -ENOMEM. */
+TERN_MUST_USE int stmt_map_put(struct stmt_map *map, const char *name, struct stmt *stmt, uint64_t seq);
 /* True when the name was present and is now gone. */
 bool stmt_map_remove(struct stmt_map *map, const char *name);
 void stmt_map_clear(struct stmt_map *map);
+/* Forgets the names put with a seq below `seq` (those the client sent before a DEALLOCATE ALL). */
+void stmt_map_remove_before(struct stmt_map *map, uint64_t seq);
 
 /* ---- a server connection's statements ---- */
 
@@ -129,6 +133,7 @@ struct stmt_reply_entry {
 	/* PARSE, PARSE_HIDDEN, MADE_PARSE_COMPLETE: the statement (a reference), which the connection
 	 * lacks if the Parse fails or is skipped, and which the client's name must still name to be forgotten. */
 	struct stmt *stmt;
+	uint64_t seq; /* push_back order: 1, 2, ...; 0 for entries pushed at the front (tern's own) */
 };
 
 struct stmt_replies {
@@ -136,6 +141,7 @@ struct stmt_replies {
 	uint32_t capacity;
 	uint32_t head;
 	uint32_t count;
+	uint64_t pushed; /* entries pushed at the back so far */
 };
 
 void stmt_replies_init(struct stmt_replies *replies);

@@ -930,6 +930,22 @@ def prepared_a_name_in_use_fails_the_servers_batch_and_transaction_as_postgresql
 
 
 @test
+def prepared_deallocate_all_forgets_only_the_statements_sent_before_it(ctx):
+    t = ctx.tern(pool_size=1)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        check(w.exchange(parse("old", "select 1"), SYNC)[0] == "1Z", "a statement before")
+        # One write: DEALLOCATE ALL, then a Parse the client expects to survive it.
+        w.send(q("deallocate all") + parse("kept", "select 41 + 1") + SYNC)
+        kinds, errs = read_n_ready(w, 2)
+        check(kinds == "CZ1Z" and not errs, "both answered: %r" % ((kinds, errs),))
+        got = w.exchange(bind("kept"), execute(), SYNC)
+        check(got == ("2DCZ", [["42"]], None, "I"), "the later statement stays: %r" % (got,))
+        got = w.exchange(bind("old"), execute(), SYNC)
+        check(got[2] == "26000", "the earlier one is gone: %r" % (got,))
+
+
+@test
 def prepared_a_deferred_parse_never_runs_ahead_of_earlier_pipelined_messages(ctx):
     psql_ok(ctx.pg.primary_port, "drop table if exists rv_new; drop table if exists rv_log; create table rv_log(v int)")
     t = ctx.tern(pool_size=1)

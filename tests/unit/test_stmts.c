@@ -42,7 +42,7 @@ Test(stmts, map_keeps_every_name_through_growth_and_removals)
 	char name[32];
 	for (int i = 0; i < 1000; i++) {
 		snprintf(name, sizeof(name), "s%d", i);
-		cr_assert_eq(stmt_map_put(&map, name, stmt), 0);
+		cr_assert_eq(stmt_map_put(&map, name, stmt, (uint64_t)i), 0);
 	}
 	cr_assert_eq(stmt->refs, 1001u);
 	/* Remove every third name: the rest must still be found (backward-shift deletion). */
@@ -56,6 +56,13 @@ Test(stmts, map_keeps_every_name_through_growth_and_removals)
 		cr_assert_eq(stmt_map_get(&map, name) != NULL, i % 3 != 0, "name %s", name);
 	}
 	cr_assert_eq(map.count, 666u);
+	/* DEALLOCATE ALL forgets the names put before it in the stream, whatever slots they landed in. */
+	stmt_map_remove_before(&map, 500);
+	for (int i = 0; i < 1000; i++) {
+		snprintf(name, sizeof(name), "s%d", i);
+		cr_assert_eq(stmt_map_get(&map, name) != NULL, i >= 500 && i % 3 != 0, "name %s", name);
+	}
+	cr_assert_eq(map.count, 333u);
 	stmt_map_clear(&map);
 	cr_assert_eq(stmt->refs, 1u);
 	cr_assert_null(stmt_map_get(&map, "s1"));
