@@ -317,6 +317,10 @@ void session_backend_try_release(struct session *s)
 	if (s->phase != SESSION_CLOSING &&
 	    !(s->is_transaction_pooling && s->phase == SESSION_READY && !session_is_pinned(s)))
 		return;
+	if (s->is_search_path_stale && s->phase == SESSION_READY) {
+		session_relay_learn_search_path(s); /* the connection goes back once the answer is in */
+		return;
+	}
 	if (s->backend_recv.is_armed) {
 		s->release_after_recv = true;
 		ring_cancel(&s->worker->ring, &s->backend_recv);

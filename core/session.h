@@ -124,6 +124,11 @@ struct session {
 	char pending_search_path[PARAMS_VALUE_MAX];
 	bool is_search_path_pending;
 	bool is_search_path_confirmed;
+	/* A SET tern could not attribute ran (extended protocol, in a transaction block, a second SET in one
+	 * query): search_path above may be stale. Before the connection goes back, tern asks the server
+	 * (a hidden SHOW search_path, is_learning_search_path while its answer comes). */
+	bool is_search_path_stale;
+	bool is_learning_search_path;
 	/* Transaction pooling with max_prepared_statements: the client's named statements, the replies
 	 * expected from the server in order (so tern can hide the answers to its own Parse and Close and
 	 * place the ones it makes up), and the statements queued messages use that must be prepared on
@@ -184,6 +189,8 @@ void session_relay_attach_backend(struct session *s, struct pool_conn *conn);
 void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags);
 /* Arms the server receive when a server is attached and nothing holds it back. */
 void session_relay_resume_backend(struct session *s);
+/* Transaction pooling: queues the hidden SHOW search_path that learns a stale value (see session). */
+void session_relay_learn_search_path(struct session *s);
 /* Gives the server connection back when the transaction (or the reset) is over. */
 void session_backend_try_release(struct session *s);
 /* The server connection broke or misbehaved: drop it and end the session with SERVER_LOST. */

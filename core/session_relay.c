@@ -200,8 +200,9 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 {
 	struct session *s = ((struct relay_chunk *)ctx)->s;
 	if (s->hidden_ready > 0) {
-		/* The answer to tern's own SET: read what matters, show the client nothing. */
-		bool wanted = type == PROTO_BE_READY || type == PROTO_BE_PARAMETER_STATUS || type == PROTO_BE_ERROR;
+		/* The answer to tern's own SET or SHOW: read what matters, show the client nothing. */
+		bool wanted = type == PROTO_BE_READY || type == PROTO_BE_PARAMETER_STATUS || type == PROTO_BE_ERROR ||
+			      (type == PROTO_BE_DATA_ROW && s->is_learning_search_path);
 		return wanted ? PROTO_INSPECT : 0;
 	}
 	if (s->tracks_statements) {
@@ -288,8 +289,45 @@ static bool relay_tag_is(const uint8_t *body, uint32_t len, const char *tag)
 	return len == n && memcmp(body, tag, n) == 0;
 }
 
+void session_relay_learn_search_path(struct session *s)
+{
+	uint8_t msg[64];
+	size_t len = proto_build_query(msg, sizeof(msg), "SHOW search_path");
+	s->is_search_path_stale = false;
+	if (sendq_push_copy(&s->to_server, msg, (uint32_t)len) < 0) {
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
+		return;
+	}
+	s->is_learning_search_path = true;
+	s->pending_ready++;
+	s->hidden_ready++; /* pending_ready keeps the connection until the answer is in */
+	session_mark_dirty(s, &s->to_server);
+	session_relay_resume_backend(s);
+}
+
+/* The hidden SHOW search_path's row: the value in effect, which SET accepts back as written. */
+static void relay_learn_search_path_row(struct session *s, const uint8_t *body, uint32_t len)
+{
+	if (len < 6 || body[0] != 0 || body[1] != 1) /* one column */
+		return;
+	uint32_t n = proto_read_u32(body + 2);
+	if (n == UINT32_MAX || n > len - 6 || n >= PARAMS_VALUE_MAX) {
+		TERN_WARN("search_path of client %s/%s is too long to keep across connections", s->user, s->database);
+		return;
+	}
+	char value[PARAMS_VALUE_MAX];
+	memcpy(value, body + 6, n);
+	value[n] = '\0';
+	/* SHOW writes an empty list as "", which SET refuses (a zero-length identifier); '' means the same. */
+	relay_keep_search_path(s, strcmp(value, "\"\"") == 0 ? "''" : value);
+}
+
 static int relay_server_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len, bool hidden)
 {
+	if (type == PROTO_BE_DATA_ROW) {
+		relay_learn_search_path_row(s, body, len);
+		return 0;
+	}
 	if (type == PROTO_BE_PARAMETER_STATUS) {
 		relay_learn_parameter(s, body, len);
 		return 0;
@@ -323,6 +361,7 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 				 * protocol, a second one in a query): it may have changed search_path, so the
 				 * connection's value is unknown and the next client gets its own replayed. */
 				s->is_search_path_pending = false;
+				s->is_search_path_stale = true;
 				if (s->backend)
 					params_store(s->backend->params, &s->backend->param_count, PARAMS_SEARCH_PATH_KEY,
 						     PARAMS_SEARCH_PATH_UNKNOWN);
@@ -353,11 +392,15 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 	if (s->is_search_path_pending && !hidden) {
 		if (s->is_search_path_confirmed && s->tx_status == 'I')
 			relay_keep_search_path(s, s->pending_search_path);
-		else if (s->is_search_path_confirmed && s->backend) /* it ran inside a transaction block */
+		else if (s->is_search_path_confirmed && s->backend) { /* it ran inside a transaction block */
 			params_store(s->backend->params, &s->backend->param_count, PARAMS_SEARCH_PATH_KEY,
 				     PARAMS_SEARCH_PATH_UNKNOWN);
+			s->is_search_path_stale = true;
+		}
 		s->is_search_path_pending = false;
 	}
+	if (hidden && s->hidden_ready == 1)
+		s->is_learning_search_path = false;
 	if (s->pending_ready > 0)
 		s->pending_ready--;
 	if (s->hidden_ready > 0)

@@ -1040,6 +1040,45 @@ def search_path_set_through_the_extended_protocol_does_not_leak(ctx):
 
 
 @test
+def search_path_a_client_set_where_tern_cannot_read_it_follows_the_client(ctx):
+    psql_ok(ctx.pg.primary_port, "create schema if not exists sp_x; create schema if not exists sp_y; "
+            "create schema if not exists sp_z")
+    t = ctx.tern(pool_size=1)
+    a, b = Wire(t.port), Wire(t.port)
+    try:
+        a.login("postgres")
+        b.login("postgres")
+
+        def a_sees_after_b_used_the_connection():
+            b.query("set search_path to public")  # the one connection now has b's value
+            return a.query("show search_path")[0][0]
+
+        # Through the extended protocol (JDBC's setSchema does this).
+        got = a.exchange(parse("", "set search_path to sp_x"), bind(""), execute(), SYNC)
+        check(got[0] == "12CZ", "SET through Parse/Bind/Execute: %r" % (got,))
+        check(a_sees_after_b_used_the_connection() == "sp_x", "a keeps sp_x")
+        # Two SETs in one query: the second is the one in effect.
+        a.query("set search_path to sp_y; set search_path to sp_z")
+        check(a_sees_after_b_used_the_connection() == "sp_z", "a keeps sp_z")
+        # Inside a transaction block that commits, and one that rolls back.
+        a.query("begin")
+        a.query("set search_path to sp_x")
+        a.query("commit")
+        check(a_sees_after_b_used_the_connection() == "sp_x", "a keeps the committed sp_x")
+        a.query("begin")
+        a.query("set search_path to sp_y")
+        a.query("rollback")
+        check(a_sees_after_b_used_the_connection() == "sp_x", "a rolled sp_y back")
+        # An empty search_path survives the round trip through SHOW.
+        a.exchange(parse("", "set search_path to ''"), bind(""), execute(), SYNC)
+        check(a_sees_after_b_used_the_connection() == '""', "a keeps the empty list")
+        check(b.query("show search_path") == [["public"]], "b kept its own throughout")
+    finally:
+        a.close()
+        b.close()
+
+
+@test
 def prepared_a_batch_using_more_statements_than_max_prepared_statements(ctx):
     t = ctx.tern(pool_size=1, sections={"pool": "max_prepared_statements = 1"})
     with Wire(t.port) as w:
