@@ -155,7 +155,7 @@ static void admin_show_pools(struct admin_reply *r, struct tern_runtime *rt)
 	admin_columns(r, columns, 10);
 	struct pool *pool = rt->pool;
 	uint64_t now = base_now_ns();
-	const char *mode = rt->config->pool_mode == CONFIG_POOL_TRANSACTION ? "transaction" : "session";
+	const char *mode = runtime_config(rt)->pool_mode == CONFIG_POOL_TRANSACTION ? "transaction" : "session";
 	pthread_mutex_lock(&pool->dbs_lock);
 	struct base_list *node, *tmp;
 	base_list_for_each_safe(node, tmp, &pool->dbs)
@@ -543,7 +543,7 @@ static void admin_wake_workers(struct tern_runtime *rt, const struct worker *sel
 	uint32_t count = worker_started_count(rt);
 	for (uint32_t i = 0; i < count; i++)
 		if (rt->workers[i] != self)
-			ring_wake(&rt->workers[i]->ring);
+			worker_wake(rt->workers[i]);
 }
 
 /* True when no server connection is in use and no request waits in the pool's queues. */
@@ -663,7 +663,7 @@ static void admin_on_query(struct session *s, const char *sql)
 		admin_show_version(&r);
 		admin_complete(&r, "SHOW");
 	} else if (strcmp(command, "show config") == 0) {
-		admin_show_config(&r, __atomic_load_n(&rt->config, __ATOMIC_ACQUIRE)); /* SIGHUP swaps it */
+		admin_show_config(&r, runtime_config(rt)); /* SIGHUP swaps it */
 		admin_complete(&r, "SHOW");
 	} else if (strcmp(command, "show pools") == 0) {
 		admin_show_pools(&r, rt);

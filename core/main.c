@@ -125,7 +125,7 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 	main_swap_strings(&next->primary_conninfo, &old->primary_conninfo);
 	main_swap_strings(&next->track_extra_parameters, &old->track_extra_parameters);
 
-	base_log_level_current = next->log_level;
+	__atomic_store_n(&base_log_level_current, next->log_level, __ATOMIC_RELAXED);
 	struct pool_settings settings = {
 		.pool_size = next->pool_size,
 		.min_pool_size = next->min_pool_size,

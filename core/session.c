@@ -24,8 +24,8 @@ struct session *session_create(struct worker *worker, int client_fd)
 	struct tern_runtime *rt = worker->runtime;
 	s->worker = worker;
 	s->phase = SESSION_STARTUP;
-	s->is_transaction_pooling = rt->config->pool_mode == CONFIG_POOL_TRANSACTION;
-	s->tracks_statements = s->is_transaction_pooling && rt->config->max_prepared_statements > 0;
+	s->is_transaction_pooling = runtime_config(rt)->pool_mode == CONFIG_POOL_TRANSACTION;
+	s->tracks_statements = s->is_transaction_pooling && runtime_config(rt)->max_prepared_statements > 0;
 	stmt_map_init(&s->statements);
 	stmt_replies_init(&s->replies);
 	s->client_fd = client_fd;
@@ -46,7 +46,7 @@ struct session *session_create(struct worker *worker, int client_fd)
 	if (getrandom(&s->key_secret, sizeof(s->key_secret), 0) != sizeof(s->key_secret))
 		s->key_secret = (uint32_t)base_now_ns();
 	uint32_t clients = __atomic_add_fetch(&rt->client_count, 1, __ATOMIC_RELAXED);
-	s->is_over_client_limit = clients > rt->config->max_client_conn;
+	s->is_over_client_limit = clients > runtime_config(rt)->max_client_conn;
 	base_list_insert_tail(&worker->sessions, &s->link);
 	worker->session_count++;
 	ring_recv_multishot(&worker->ring, &s->client_recv, client_fd, SESSION_BUFFERS_CLIENT);
@@ -227,7 +227,7 @@ static void session_request_done_hook(struct pool_request *req)
 	pthread_mutex_unlock(&worker->mailbox_lock);
 	/* The worker reads its mailbox at the end of every pass: only another thread needs to wake it. */
 	if (was_empty && !pthread_equal(pthread_self(), worker->thread))
-		ring_wake(&worker->ring);
+		worker_wake(worker);
 }
 
 void session_acquire_backend(struct session *s)
@@ -449,7 +449,7 @@ void session_linger_expired(struct session *s)
 
 void session_check_timeouts(struct session *s, uint64_t now_ns)
 {
-	const struct tern_config *cfg = s->worker->runtime->config;
+	const struct tern_config *cfg = runtime_config(s->worker->runtime);
 	uint64_t login_ns = cfg->client_login_timeout_ms * BASE_NS_PER_MS;
 	if ((s->phase == SESSION_STARTUP || s->phase == SESSION_AUTH) && login_ns && now_ns - s->started_ns > login_ns) {
 		session_end(s, SESSION_END_CLIENT_LOGIN_TIMEOUT);

@@ -173,7 +173,7 @@ static void login_begin_auth(struct session *s)
 	const struct tern_runtime *rt = s->worker->runtime;
 	const struct auth_file *auth = __atomic_load_n(&rt->auth_file, __ATOMIC_ACQUIRE); /* SIGHUP swaps it */
 	const struct auth_user *user = auth ? auth_file_find(auth, s->user) : NULL;
-	int mode = rt->config->auth_mode;
+	int mode = runtime_config(rt)->auth_mode;
 	if (mode == CONFIG_AUTH_TRUST) {
 		login_complete(s);
 		return;
@@ -290,7 +290,7 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 		return;
 	}
 	if (strcmp(s->database, ADMIN_DATABASE) == 0) {
-		if (!admin_is_allowed(rt->config, s->user)) {
+		if (!admin_is_allowed(runtime_config(rt), s->user)) {
 			session_end(s, SESSION_END_ADMIN_DENIED);
 			return;
 		}
@@ -353,7 +353,7 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 		session_end(s, SESSION_END_CLIENT_CLOSED);
 		return -1;
 	}
-	if (!s->tls && s->worker->runtime->config->client_tls_sslmode == CONFIG_TLS_REQUIRE) {
+	if (!s->tls && runtime_config(s->worker->runtime)->client_tls_sslmode == CONFIG_TLS_REQUIRE) {
 		session_end(s, SESSION_END_TLS_REQUIRED);
 		return -1;
 	}

@@ -176,7 +176,7 @@ static const struct proto_scan_ops relay_client_ops = {
 void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)
 {
 	struct relay_chunk chunk = {.s = s, .buffer_id = buffer_id, .data = data};
-	uint64_t frame_max = s->worker->runtime->config->max_client_frame_bytes;
+	uint64_t frame_max = runtime_config(s->worker->runtime)->max_client_frame_bytes;
 	s->client_active_ns = base_now_ns();
 	int rc = proto_stream_feed(&s->client_stream, data, len, frame_max, &relay_client_ops, &chunk);
 	if (chunk.out_of_memory) {
@@ -466,7 +466,7 @@ void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags
 		int rc = s->is_backend_dropping
 				 ? 0
 				 : proto_stream_feed(&s->server_stream, chunk.data, (uint32_t)res,
-						     s->worker->runtime->config->max_backend_frame_bytes,
+						     runtime_config(s->worker->runtime)->max_backend_frame_bytes,
 						     &relay_server_ops, &chunk);
 		ring_buffer_unref(ring, bid);
 		if (rc < 0 || chunk.out_of_memory) {

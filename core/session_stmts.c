@@ -171,7 +171,7 @@ static int stmts_queue_prepare(struct session *s, struct stmt *stmt, const char 
 static int stmts_cache_add(struct session *s, struct stmt_cache *cache, struct stmt *stmt,
 			   char evicted[STMT_SERVER_NAME_LEN], const char **evicted_out)
 {
-	uint32_t max = TERN_MAX(s->worker->runtime->config->max_prepared_statements, 1u);
+	uint32_t max = TERN_MAX(runtime_config(s->worker->runtime)->max_prepared_statements, 1u);
 	int rc = stmt_cache_add(cache, stmt, max, evicted);
 	*evicted_out = rc == 1 ? evicted : NULL;
 	return rc < 0 ? rc : 0;

@@ -88,7 +88,7 @@ void worker_route_cancel(struct tern_runtime *runtime, uint32_t pid, uint32_t se
 	__atomic_add_fetch(&target->mailbox_count, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&target->mailbox_lock);
 	if (!pthread_equal(pthread_self(), target->thread))
-		ring_wake(&target->ring);
+		worker_wake(target);
 }
 
 /* Cancels the running query of the session the key names, if the secret matches. A session with no
@@ -132,7 +132,7 @@ int worker_job_post(struct tern_runtime *runtime, struct worker_job *job)
 		__atomic_add_fetch(&target->mailbox_count, 1, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&target->mailbox_lock);
 		if (!pthread_equal(pthread_self(), target->thread))
-			ring_wake(&target->ring);
+			worker_wake(target);
 	}
 	return 0;
 }
@@ -165,7 +165,7 @@ static void worker_job_answer(struct worker *worker, struct worker_job_part *par
 	__atomic_add_fetch(&origin->mailbox_count, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&origin->mailbox_lock);
 	if (!pthread_equal(pthread_self(), origin->thread))
-		ring_wake(&origin->ring);
+		worker_wake(origin);
 }
 
 void worker_finish_jobs(struct tern_runtime *runtime)
@@ -366,7 +366,7 @@ bool worker_pause_is_acknowledged(struct tern_runtime *runtime, uint32_t generat
 static void worker_pause_scan(struct worker *worker, uint64_t now_ns)
 {
 	bool is_paused = __atomic_load_n(&worker->runtime->is_paused, __ATOMIC_ACQUIRE);
-	const struct tern_config *config = __atomic_load_n(&worker->runtime->config, __ATOMIC_ACQUIRE); /* SIGHUP */
+	const struct tern_config *config = runtime_config(worker->runtime); /* SIGHUP */
 	uint64_t wait_ns = config->query_wait_timeout_ms * BASE_NS_PER_MS;
 	uint32_t held = 0;
 	struct base_list *node, *tmp;
@@ -469,7 +469,7 @@ static void worker_on_tick(struct ring *ring)
 			session_check_timeouts(s, now);
 		}
 	}
-	uint64_t wait_ns = worker->runtime->config->query_wait_timeout_ms * BASE_NS_PER_MS;
+	uint64_t wait_ns = runtime_config(worker->runtime)->query_wait_timeout_ms * BASE_NS_PER_MS;
 	if (wait_ns > 0) {
 		base_list_for_each_safe(node, tmp, &worker->parked)
 		{
@@ -535,7 +535,7 @@ static void worker_end_pass(struct worker *worker)
 
 static void worker_pin(struct worker *worker)
 {
-	if (!worker->runtime->config->pin_workers)
+	if (!runtime_config(worker->runtime)->pin_workers)
 		return;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	if (cpus <= 0)
@@ -576,7 +576,7 @@ static void worker_shutdown_sessions(struct worker *worker)
 static void *worker_main(void *arg)
 {
 	struct worker *worker = arg;
-	const struct tern_config *cfg = worker->runtime->config;
+	const struct tern_config *cfg = runtime_config(worker->runtime);
 	worker_pin(worker);
 	struct ring_params params = {
 		.entries = cfg->ring_entries,
@@ -586,6 +586,17 @@ static void *worker_main(void *arg)
 	int rc = ring_init(&worker->ring, &params, worker->init_error, sizeof(worker->init_error));
 	if (rc < 0) {
 		worker_report_init(worker, rc);
+		return NULL;
+	}
+	/* Other threads wake the worker through its own descriptor for the ring's eventfd: main may wake a
+	 * worker whose ring is already gone at exit, and must never write to a reused descriptor. */
+	worker->wake_fd = dup(worker->ring.event_fd);
+	if (worker->wake_fd < 0) {
+		int saved = errno;
+		snprintf(worker->init_error, sizeof(worker->init_error), "worker %u: dup: %s", worker->index,
+			 strerror(saved));
+		ring_deinit(&worker->ring);
+		worker_report_init(worker, -saved);
 		return NULL;
 	}
 	worker->ring.owner = worker;
@@ -620,6 +631,7 @@ int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t i
 	worker->index = index;
 	worker->runtime = runtime;
 	worker->listen_fd = listen_fd;
+	worker->wake_fd = -1;
 	base_list_init(&worker->sessions);
 	base_list_init(&worker->parked);
 	base_list_init(&worker->flush);
@@ -649,13 +661,23 @@ int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t i
 	return 0;
 }
 
-void worker_stop(struct worker *worker) { ring_wake(&worker->ring); }
+void worker_wake(struct worker *worker)
+{
+	uint64_t one = 1;
+	ssize_t n = write(worker->wake_fd, &one, sizeof(one));
+	(void)n; /* EAGAIN: the counter is non-zero, the worker is being woken anyway */
+}
+
+void worker_stop(struct worker *worker) { worker_wake(worker); }
 
 bool worker_is_drained(struct worker *worker) { return __atomic_load_n(&worker->is_drained, __ATOMIC_ACQUIRE); }
 
 void worker_join(struct worker *worker)
 {
 	pthread_join(worker->thread, NULL);
+	if (worker->wake_fd >= 0)
+		close(worker->wake_fd);
+	worker->wake_fd = -1;
 	free(worker->db_totals);
 	worker->db_totals = NULL;
 	worker->db_totals_count = worker->db_totals_cap = 0;

@@ -4,7 +4,7 @@
  * connections released during the current loop pass.
  *
  * Threads: everything in struct worker is the worker thread's, except the mailbox (short mutex) and
- * the ring's eventfd (ring_wake). The runtime is shared and read-only after startup, except the
+ * the ring's eventfd (worker_wake). The runtime is shared and read-only after startup, except the
  * atomic client count.
  */
 #ifndef TERN_WORKER_H
@@ -61,6 +61,13 @@ struct tern_runtime {
 	uint32_t reload_generation; /* atomic */
 	int reload_result;          /* atomic */
 };
+
+/* The running configuration, from any thread: SIGHUP replaces it (main keeps the old one readable until
+ * exit), so read it through here and, for consistent values, once per use. */
+static inline const struct tern_config *runtime_config(const struct tern_runtime *rt)
+{
+	return __atomic_load_n(&rt->config, __ATOMIC_ACQUIRE);
+}
 
 /* SHOW STATS's sums for one database (times in ns). */
 struct worker_totals {
@@ -156,6 +163,7 @@ struct worker {
 	pthread_cond_t init_cond;
 	bool init_done;
 	bool is_drained; /* atomic: draining, and no session is left */
+	int wake_fd;     /* the ring's eventfd, dup'ed: other threads wake the worker here (worker_wake) */
 };
 
 /* The workers started so far, for another worker's thread: workers[i] below it are published. */
@@ -168,6 +176,8 @@ static inline uint32_t worker_started_count(const struct tern_runtime *runtime)
 TERN_MUST_USE int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t index, int listen_fd,
 			       char *err, size_t err_size);
 void worker_stop(struct worker *worker); /* asks the thread to end; join with worker_join */
+/* Any thread: the worker runs its on_wake (mailbox, cancels, jobs) soon. Safe until worker_join. */
+void worker_wake(struct worker *worker);
 /* True once a draining worker has no session left. */
 bool worker_is_drained(struct worker *worker);
 void worker_join(struct worker *worker);

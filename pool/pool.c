@@ -441,12 +441,12 @@ bool pool_conn_remove_if_free(struct pool *pool, struct pool_conn *conn)
 
 uint32_t pool_expire(struct pool *pool, uint64_t now_ns)
 {
-	uint64_t idle_ns = pool->settings.idle_timeout_ns;
 	uint32_t closed = 0;
 	for (uint32_t s = 0; s < pool->server_count; s++) {
 		struct pool_server *server = &pool->servers[s];
 		struct pool_deferred d = {0};
 		pthread_mutex_lock(&server->lock);
+		uint64_t idle_ns = pool->settings.idle_timeout_ns; /* pool_set_settings writes it under the locks */
 		struct base_list *node, *tmp;
 		base_list_for_each_safe(node, tmp, &server->free_conns)
 		{

@@ -92,11 +92,11 @@ static inline uint64_t base_now_ns(void)
 
 /* ---- logging ---- */
 enum base_log_level { BASE_LOG_ERROR = 0, BASE_LOG_WARNING, BASE_LOG_INFO, BASE_LOG_DEBUG };
-extern int base_log_level_current;
+extern int base_log_level_current; /* atomic: a reload sets it while every thread logs */
 void base_log_write(enum base_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define TERN_LOG(level, ...) \
 	do { \
-		if ((int)(level) <= base_log_level_current) \
+		if ((int)(level) <= __atomic_load_n(&base_log_level_current, __ATOMIC_RELAXED)) \
 			base_log_write((level), __VA_ARGS__); \
 	} while (0)
 #define TERN_ERROR(...) TERN_LOG(BASE_LOG_ERROR, __VA_ARGS__)
