@@ -82,6 +82,28 @@ int proto_stream_feed(struct proto_stream *stream, const uint8_t *chunk, uint32_
 				rc = -EMSGSIZE;
 				break;
 			}
+			stream->is_heading = (stream->action & PROTO_HOLD_HEAD) && stream->body_len > PROTO_HOLD_HEAD_LEN;
+		}
+		if (stream->is_heading) {
+			uint32_t part = TERN_MIN(PROTO_HOLD_HEAD_LEN - stream->assembly_len, len - offset);
+			rc = proto_assembly_append(stream, chunk + offset, part);
+			if (rc < 0)
+				break;
+			offset += part;
+			stream->body_left -= part;
+			if (stream->assembly_len < PROTO_HOLD_HEAD_LEN)
+				break; /* the chunk ended */
+			stream->is_heading = false;
+			rc = ops->on_head(ctx, stream->type, stream->assembly, PROTO_HOLD_HEAD_LEN, stream->body_len);
+			if (rc < 0)
+				break;
+			stream->action = (unsigned)rc & PROTO_FORWARD; /* the rest: by reference, or nowhere */
+			rc = 0;
+			if (stream->action) {
+				run_start = offset;
+				run_open = true;
+			}
+			continue;
 		}
 		uint32_t take = TERN_MIN(stream->body_left, len - offset);
 		const uint8_t *body = chunk + offset;

@@ -72,7 +72,12 @@ enum {
 	/* Not forwarded: assembled whole (up to the frame limit) and handed to on_message, which sends it
 	 * on as it is or rewritten. proto_stream_message_offset says whether it can go by reference. */
 	PROTO_HOLD = 1u << 3,
+	/* With PROTO_HOLD: a body over PROTO_HOLD_HEAD_LEN is not assembled whole; its first
+	 * PROTO_HOLD_HEAD_LEN bytes go to on_head, whose answer says what becomes of the rest (a Bind's
+	 * names are rewritten while its parameters stream by reference). */
+	PROTO_HOLD_HEAD = 1u << 4,
 };
+#define PROTO_HOLD_HEAD_LEN 1024u
 
 struct proto_scan_ops {
 	unsigned (*on_type)(void *ctx, uint8_t type);
@@ -80,6 +85,9 @@ struct proto_scan_ops {
 	int (*on_message)(void *ctx, uint8_t type, const uint8_t *body, uint32_t body_len);
 	/* Bytes [offset, offset + len) of the current chunk are to be forwarded. */
 	void (*forward)(void *ctx, uint32_t offset, uint32_t len);
+	/* PROTO_HOLD_HEAD: the first head_len bytes of a body of body_len. Returns PROTO_FORWARD (the rest
+	 * is forwarded as it arrives), 0 (the rest is dropped) or <0 to stop the scan with that error. */
+	int (*on_head)(void *ctx, uint8_t type, const uint8_t *head, uint32_t head_len, uint32_t body_len);
 };
 
 struct proto_stream {
@@ -92,6 +100,7 @@ struct proto_stream {
 	uint8_t *assembly; /* grown lazily up to PROTO_INSPECT_LEN_MAX, freed by proto_stream_deinit */
 	uint32_t assembly_len;
 	uint32_t assembly_cap;
+	bool is_heading;           /* assembling a PROTO_HOLD_HEAD message's head */
 	uint32_t message_offset;   /* where the current message's type byte is in the chunk being fed */
 	bool is_message_in_chunk;  /* ... when the whole message lies in that chunk */
 	uint64_t messages; /* complete messages scanned, for statistics */

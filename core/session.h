@@ -227,6 +227,11 @@ void session_stmts_answer_sync(struct session *s);
  * (malformed) or -ENOMEM. */
 TERN_MUST_USE int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len,
 						  uint16_t buffer_id, const uint8_t *chunk);
+/* The first head_len bytes of a Bind of body_len (longer than PROTO_HOLD_HEAD_LEN): queues them with the
+ * statement name rewritten and returns PROTO_FORWARD for the rest, or 0 when tern answered the Bind and
+ * the rest is dropped; -EPROTO or -ENOMEM. */
+TERN_MUST_USE int session_stmts_on_bind_head(struct session *s, const uint8_t *head, uint32_t head_len,
+					     uint32_t body_len);
 /* A connection was attached: prepares there the statements queued messages use. 0 or -ENOMEM. */
 TERN_MUST_USE int session_stmts_prepare_needed(struct session *s);
 /* How a server message of `type` must be scanned for the reply tracking (0: as usual). */

@@ -43,8 +43,9 @@ static unsigned relay_client_tracked_type(struct relay_chunk *chunk, uint8_t typ
 	if (s->is_skipping_to_sync && type != PROTO_FE_SYNC && type != PROTO_FE_TERMINATE)
 		return 0; /* as the server would after the error tern made up */
 	switch (type) {
-	case PROTO_FE_PARSE:
 	case PROTO_FE_BIND:
+		return PROTO_HOLD | PROTO_HOLD_HEAD; /* names rewritten, parameters streamed */
+	case PROTO_FE_PARSE:
 	case PROTO_FE_DESCRIBE:
 	case PROTO_FE_CLOSE:
 		return PROTO_HOLD;
@@ -167,10 +168,24 @@ static void relay_client_forward(void *ctx, uint32_t offset, uint32_t len)
 		chunk->out_of_memory = true;
 }
 
+/* The head of a long Bind: its names are rewritten, its parameters follow by reference. */
+static int relay_client_on_head(void *ctx, uint8_t type, const uint8_t *head, uint32_t head_len, uint32_t body_len)
+{
+	struct relay_chunk *chunk = ctx;
+	TERN_ASSERT(type == PROTO_FE_BIND);
+	int rc = session_stmts_on_bind_head(chunk->s, head, head_len, body_len);
+	if (rc == -ENOMEM) {
+		chunk->out_of_memory = true;
+		return 0;
+	}
+	return rc;
+}
+
 static const struct proto_scan_ops relay_client_ops = {
 	.on_type = relay_client_on_type,
 	.on_message = relay_client_on_message,
 	.forward = relay_client_forward,
+	.on_head = relay_client_on_head,
 };
 
 void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)

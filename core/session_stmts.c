@@ -92,19 +92,20 @@ static struct stmt_cache *stmts_cache_of(struct pool_conn *conn)
 	return conn->extra;
 }
 
-/* A message of `type` whose body is parts[0..n) end to end, malloc'd. */
-static uint8_t *stmts_build(uint8_t type, const struct iovec *parts, unsigned n, uint32_t *len_out)
+/* A message of `type` whose body begins with parts[0..n) end to end, malloc'd: the whole message, or
+ * with `rest` more bytes of body that follow it (the length counts them). */
+static uint8_t *stmts_build(uint8_t type, const struct iovec *parts, unsigned n, uint32_t rest, uint32_t *len_out)
 {
 	uint64_t body = 0;
 	for (unsigned i = 0; i < n; i++)
 		body += parts[i].iov_len;
-	if (body > UINT32_MAX - PROTO_HEADER_LEN)
+	if (body + rest > UINT32_MAX - PROTO_HEADER_LEN)
 		return NULL;
 	uint8_t *msg = malloc(PROTO_HEADER_LEN + body);
 	if (!msg)
 		return NULL;
 	msg[0] = type;
-	proto_write_u32(msg + 1, (uint32_t)(body + 4));
+	proto_write_u32(msg + 1, (uint32_t)(body + rest + 4));
 	uint8_t *p = msg + PROTO_HEADER_LEN;
 	for (unsigned i = 0; i < n; i++) {
 		memcpy(p, parts[i].iov_base, parts[i].iov_len);
@@ -114,10 +115,11 @@ static uint8_t *stmts_build(uint8_t type, const struct iovec *parts, unsigned n,
 	return msg;
 }
 
-static int stmts_queue(struct session *s, uint8_t type, const struct iovec *parts, unsigned n, bool at_front)
+static int stmts_queue_with_rest(struct session *s, uint8_t type, const struct iovec *parts, unsigned n,
+				 uint32_t rest, bool at_front)
 {
 	uint32_t len;
-	uint8_t *msg = stmts_build(type, parts, n, &len);
+	uint8_t *msg = stmts_build(type, parts, n, rest, &len);
 	if (!msg)
 		return -ENOMEM;
 	if (!at_front)
@@ -125,6 +127,11 @@ static int stmts_queue(struct session *s, uint8_t type, const struct iovec *part
 	int rc = sendq_push_front_copy(&s->to_server, msg, len);
 	free(msg);
 	return rc;
+}
+
+static int stmts_queue(struct session *s, uint8_t type, const struct iovec *parts, unsigned n, bool at_front)
+{
+	return stmts_queue_with_rest(s, type, parts, n, 0, at_front);
 }
 
 static struct iovec stmts_cstring(const char *text) { return (struct iovec){(void *)text, strlen(text) + 1}; }
@@ -373,6 +380,53 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 	return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, name_copy, 0, stmt);
 }
 
+/* A Bind: body holds its first len bytes of body_len (all of them, or the head of a long one whose rest
+ * follows). Returns PROTO_FORWARD when the rest is to go on to the server, 0 when tern answered the
+ * Bind itself, or <0. */
+static int stmts_on_bind(struct session *s, const uint8_t *body, uint32_t len, uint32_t body_len,
+			 uint16_t buffer_id, const uint8_t *chunk)
+{
+	uint32_t offset = 0;
+	const char *portal = proto_read_cstring(body, len, &offset);
+	const char *name = portal ? proto_read_cstring(body, len, &offset) : NULL;
+	struct stmt *stmt = NULL;
+	if (name) {
+		if (!portal[0])
+			s->is_portal_deallocate = !name[0] && s->is_unnamed_deallocate;
+		if (!name[0] && s->is_unnamed_deallocate) {
+			int rc = stmts_make_bytes(s, stmts_bind_complete, sizeof(stmts_bind_complete));
+			return rc < 0 ? rc : 0;
+		}
+		stmt = name[0] ? stmt_map_get(&s->statements, name) : NULL;
+	} else if (len == body_len) {
+		return -EPROTO;
+	} /* else names over the head's 1 KiB: passed on unchanged (a statement so named is not rewritten) */
+	uint32_t rest = body_len - len;
+	int rc;
+	if (!stmt && rest == 0) {
+		rc = stmts_forward(s, PROTO_FE_BIND, body, len, buffer_id, chunk);
+	} else if (!stmt) {
+		struct iovec part = {(void *)body, len};
+		rc = stmts_queue_with_rest(s, PROTO_FE_BIND, &part, 1, rest, false);
+		s->is_unsynced = true;
+	} else {
+		rc = stmts_need(s, stmt);
+		struct iovec parts[] = {stmts_cstring(portal), stmts_cstring(stmt->server_name),
+					{(void *)(body + offset), len - offset}};
+		if (rc == 0)
+			rc = stmts_queue_with_rest(s, PROTO_FE_BIND, parts, 3, rest, false);
+		s->is_unsynced = true;
+	}
+	if (rc == 0)
+		rc = session_stmts_expect(s, STMT_REPLY_BIND);
+	return rc < 0 ? rc : PROTO_FORWARD;
+}
+
+int session_stmts_on_bind_head(struct session *s, const uint8_t *head, uint32_t head_len, uint32_t body_len)
+{
+	return stmts_on_bind(s, head, head_len, body_len, RING_NO_BUFFER, NULL);
+}
+
 int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len,
 				    uint16_t buffer_id, const uint8_t *chunk)
 {
@@ -390,27 +444,8 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 		return rc < 0 ? rc : stmt_replies_push_back(&s->replies, STMT_REPLY_PARSE, NULL, 0, NULL);
 	}
 	if (type == PROTO_FE_BIND) {
-		const char *portal = proto_read_cstring(body, len, &offset);
-		const char *name = portal ? proto_read_cstring(body, len, &offset) : NULL;
-		if (!name)
-			return -EPROTO;
-		if (!portal[0])
-			s->is_portal_deallocate = !name[0] && s->is_unnamed_deallocate;
-		if (!name[0] && s->is_unnamed_deallocate)
-			return stmts_make_bytes(s, stmts_bind_complete, sizeof(stmts_bind_complete));
-		struct stmt *stmt = name[0] ? stmt_map_get(&s->statements, name) : NULL;
-		int rc;
-		if (!stmt) {
-			rc = stmts_forward(s, type, body, len, buffer_id, chunk);
-		} else {
-			rc = stmts_need(s, stmt);
-			struct iovec parts[] = {stmts_cstring(portal), stmts_cstring(stmt->server_name),
-						{(void *)(body + offset), len - offset}};
-			if (rc == 0)
-				rc = stmts_queue(s, type, parts, 3, false);
-			s->is_unsynced = true;
-		}
-		return rc < 0 ? rc : session_stmts_expect(s, STMT_REPLY_BIND);
+		int rc = stmts_on_bind(s, body, len, len, buffer_id, chunk);
+		return rc < 0 ? rc : 0;
 	}
 	if (type == PROTO_FE_EXECUTE) {
 		const char *portal = proto_read_cstring(body, len, &offset);

@@ -264,6 +264,36 @@ def a_1_gib_copy_out_keeps_tern_resident_memory_bounded(ctx):
 
 
 @test
+def a_100_mib_bind_of_a_named_statement_streams_through_tern(ctx):
+    t = ctx.tern(pool_size=1, extra="\n[admin]\nadmin_users = postgres\n")
+    holder, w = Wire(t.port), Wire(t.port)
+    try:
+        holder.login("postgres")
+        w.login("postgres")
+        check(w.exchange(parse("len", "select length($1::text)"), SYNC)[0] == "1Z", "prepared")
+        idle_kib = proc_status_kib(t.pid, "VmRSS")
+        size = 100 << 20
+        message_bytes = bind("len", ["x" * size]) + execute() + SYNC
+        holder.query("begin")  # the only connection is busy: the Bind waits, parked, behind back pressure
+        sender = threading.Thread(target=w.send, args=(message_bytes,))
+        sender.start()
+        states = lambda: [line.split("|")[3] for line in psql_ok(t.port, "show clients", dbname="tern").splitlines()]
+        wait_for(lambda: "waiting" in states(), "the Bind's client parked, waiting for the server")
+        holder.query("commit")
+        sender.join(timeout=120)
+        check(not sender.is_alive(), "the Bind was taken whole")
+        got = w.read_until_ready()
+        rows = [m for m in got if m[0] == b"D"]
+        check(len(rows) == 1 and rows[0][1].endswith(str(size).encode()), "the server saw every byte: %r" % (rows,))
+        peak_kib = proc_status_kib(t.pid, "VmHWM")
+        check(peak_kib - idle_kib < 64 * 1024, "peak RSS %d KiB is %d KiB above idle: the Bind was held, not streamed"
+              % (peak_kib, peak_kib - idle_kib))
+    finally:
+        holder.close()
+        w.close()
+
+
+@test
 def copy_in_and_out(ctx):
     t = ctx.tern(pool_size=2)
     psql_ok(t.port, "drop table if exists copy_t; create table copy_t(a int, b text)")

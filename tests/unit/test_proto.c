@@ -1099,7 +1099,7 @@ Test(proto, inspect_small_passes_over_long_messages_without_error)
 	struct proto_stream st;
 	proto_stream_init(&st);
 	uint32_t inspected = 0;
-	struct proto_scan_ops ops = {inspect_small_on_type, inspect_small_on_message, inspect_small_forward};
+	struct proto_scan_ops ops = {inspect_small_on_type, inspect_small_on_message, inspect_small_forward, NULL};
 	cr_assert_eq(proto_stream_feed(&st, chunk, total, UINT32_MAX, &ops, &inspected), 0);
 	cr_assert_eq(inspected, 1, "only the short message is inspected");
 	proto_stream_deinit(&st);
@@ -1167,4 +1167,86 @@ Test(proto, held_messages_are_not_forwarded_and_may_pass_the_inspect_limit)
 	free(body);
 	buf_free(&b);
 	rec_deinit(&r);
+}
+
+/* PROTO_HOLD_HEAD: a long held message's head goes to on_head; its answer streams or drops the rest. */
+static int head_answer;
+static uint32_t head_body_len;
+static uint8_t head_seen[PROTO_HOLD_HEAD_LEN];
+static uint32_t head_calls;
+
+static int head_on_head(void *ctx, uint8_t type, const uint8_t *head, uint32_t head_len, uint32_t body_len)
+{
+	struct rec *r = ctx;
+	cr_assert_eq(type, 'B');
+	cr_assert_eq(head_len, PROTO_HOLD_HEAD_LEN);
+	memcpy(head_seen, head, head_len);
+	head_body_len = body_len;
+	head_calls++;
+	rec_event_add(r, 'H', type, head_len);
+	return head_answer;
+}
+
+static const struct proto_scan_ops head_ops = {
+	.on_type = rec_on_type,
+	.on_message = rec_on_message,
+	.forward = rec_forward,
+	.on_head = head_on_head,
+};
+
+static void head_feed_in_chunks(struct rec *r, const struct buf *b, uint32_t chunk_len)
+{
+	struct proto_stream stream;
+	proto_stream_init(&stream);
+	for (uint32_t at = 0; at < b->len; at += chunk_len) {
+		uint32_t len = TERN_MIN(chunk_len, b->len - at);
+		r->chunk = b->p + at;
+		r->chunk_len = len;
+		r->run_count = r->event_count = 0; /* per chunk: one-byte chunks make thousands */
+		cr_assert_eq(proto_stream_feed(&stream, b->p + at, len, FRAME_MAX_LARGE, &head_ops, r), 0);
+	}
+	cr_assert(proto_stream_is_at_boundary(&stream));
+	proto_stream_deinit(&stream);
+}
+
+Test(proto, hold_head_streams_or_drops_the_rest_of_a_long_message)
+{
+	uint32_t big = 5000;
+	uint8_t *body = malloc(big);
+	cr_assert(body != NULL);
+	for (uint32_t i = 0; i < big; i++)
+		body[i] = (uint8_t)(i * 7);
+	struct buf b;
+	buf_init(&b, 2 * big);
+	buf_message(&b, 'B', "short", 5); /* at most PROTO_HOLD_HEAD_LEN: held whole, as PROTO_HOLD */
+	buf_message(&b, 'B', body, big);
+	buf_message(&b, 'E', "e", 1);
+	uint32_t chunk_lengths[] = {1, 700, 1024, 4096, 100000};
+	for (uint32_t c = 0; c < TERN_ARRAY_LEN(chunk_lengths); c++) {
+		for (int answer = 0; answer <= 1; answer++) {
+			struct rec r;
+			rec_init(&r);
+			r.actions['B'] = PROTO_HOLD | PROTO_HOLD_HEAD;
+			r.actions['E'] = PROTO_FORWARD;
+			head_answer = answer ? PROTO_FORWARD : 0;
+			head_calls = 0;
+			head_feed_in_chunks(&r, &b, chunk_lengths[c]);
+			cr_assert_eq(r.message_count, 1u, "the short one is handed over whole");
+			cr_assert_eq(r.inspected_len, 5u + 5u);
+			cr_assert_eq(head_calls, 1u);
+			cr_assert_eq(head_body_len, big);
+			cr_assert_eq(memcmp(head_seen, body, PROTO_HOLD_HEAD_LEN), 0);
+			uint32_t rest = big - PROTO_HOLD_HEAD_LEN;
+			if (answer) {
+				cr_assert_eq(r.forwarded_len, rest + 6u, "chunk %u: the rest, then E", chunk_lengths[c]);
+				cr_assert_eq(memcmp(r.forwarded, body + PROTO_HOLD_HEAD_LEN, rest), 0);
+			} else {
+				cr_assert_eq(r.forwarded_len, 6u, "chunk %u: only E", chunk_lengths[c]);
+			}
+			cr_assert_eq(r.forwarded[r.forwarded_len - 6], 'E');
+			rec_deinit(&r);
+		}
+	}
+	free(body);
+	buf_free(&b);
 }
