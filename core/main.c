@@ -56,11 +56,15 @@ static int main_tls_context(const struct tern_config *cfg, struct tls_context **
 	return tls_context_create(&settings, out, err, err_size);
 }
 
-static void main_swap_strings(char **a, char **b)
+/* A restart-only string keeps its running value: a copy, since workers may still read the old config. */
+static bool main_keep_string(char **next, const char *running)
 {
-	char *t = *a;
-	*a = *b;
-	*b = t;
+	char *copy = strdup(running);
+	if (!copy)
+		return false;
+	free(*next);
+	*next = copy;
+	return true;
 }
 
 /* SIGHUP: reloadable keys take effect now; the others keep their running values, and the log says
@@ -122,8 +126,11 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 	next->buffer_size = old->buffer_size;
 	next->max_client_frame_bytes = old->max_client_frame_bytes;
 	next->max_backend_frame_bytes = old->max_backend_frame_bytes;
-	main_swap_strings(&next->primary_conninfo, &old->primary_conninfo);
-	main_swap_strings(&next->track_extra_parameters, &old->track_extra_parameters);
+	if (!main_keep_string(&next->primary_conninfo, old->primary_conninfo) ||
+	    !main_keep_string(&next->track_extra_parameters, old->track_extra_parameters)) {
+		TERN_ERROR("SIGHUP: out of memory; nothing changed");
+		goto fail;
+	}
 
 	__atomic_store_n(&base_log_level_current, next->log_level, __ATOMIC_RELAXED);
 	struct pool_settings settings = {
@@ -147,6 +154,7 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 	TERN_INFO("SIGHUP: configuration reloaded from %s", path);
 	return 0;
 fail:
+	tls_context_destroy(tls);
 	if (auth_file)
 		auth_file_destroy(auth_file);
 	config_deinit(next);

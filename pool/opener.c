@@ -360,7 +360,8 @@ static void *opener_main(void *arg)
 	for (;;) {
 		opener_take_jobs(opener);
 		pthread_mutex_lock(&opener->lock);
-		bool stopping = opener->stopping && base_list_is_empty(&opener->jobs);
+		bool is_stopping = opener->stopping;
+		bool stopping = is_stopping && base_list_is_empty(&opener->jobs);
 		pthread_mutex_unlock(&opener->lock);
 		if (stopping) {
 			/* Shutting down: logins still under way are abandoned, not waited for. */
@@ -369,7 +370,7 @@ static void *opener_main(void *arg)
 			break;
 		}
 		uint64_t now = base_now_ns();
-		if (now >= next_warm_ns && !opener->stopping) {
+		if (now >= next_warm_ns && !is_stopping) {
 			(void)pool_expire(opener->pool, now);
 			(void)pool_warm(opener->pool);
 			next_warm_ns = now + (uint64_t)OPENER_PASS_MS * BASE_NS_PER_MS;
