@@ -21,6 +21,7 @@ import re
 import shutil
 import statistics
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -40,7 +41,7 @@ TABLE_COLUMNS = ["workload", "mode", "clients", "target", "tps",
                  "cpu_per_txn_vs_pgbouncer"]
 CSV_COLUMNS = TABLE_COLUMNS + ["status", "transactions", "failed_transactions",
                                "proxy_cpu_seconds", "duration_s", "jobs",
-                               "pool_size", "scale", "runs"]
+                               "pool_size", "scale", "runs", "tls"]
 
 
 class SetupError(Exception):
@@ -114,6 +115,10 @@ def parse_args(argv):
                    help="start the primary only")
     p.add_argument("--fail-fast", action="store_true",
                    help="stop at the first failed run")
+    p.add_argument("--tls", action="store_true",
+                   help="clients reach tern and PgBouncer over TLS (sslmode=require, a self-signed "
+                        "certificate made with the openssl command); direct stays plaintext, as the "
+                        "PostgreSQL started here has no certificate")
     args = p.parse_args(argv)
     for name in ("duration", "jobs", "scale", "pool_size", "repeat"):
         if getattr(args, name) < 1:
@@ -157,8 +162,26 @@ def pgbouncer_version():
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def tern_config(port, pg_port, workers, pool_size):
-    return "\n".join([
+def make_tls_certificate(stack):
+    """A self-signed certificate and key in a temp dir readable by PgBouncer's OS user."""
+    directory = tempfile.mkdtemp(prefix="tern-bench-tls-")
+    stack.callback(shutil.rmtree, directory, True)
+    os.chmod(directory, 0o755)
+    crt, key = os.path.join(directory, "server.crt"), os.path.join(directory, "server.key")
+    rc, out = run_cmd(["openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                       "-newkey", "rsa:2048", "-keyout", key, "-out", crt], 60)
+    if rc != 0:
+        raise SetupError("openssl req failed:\n%s" % tail(out))
+    for path in (crt, key):
+        os.chmod(path, 0o644)
+    return crt, key
+
+
+def tern_config(port, pg_port, workers, pool_size, tls=None):
+    tls_lines = [] if tls is None else [
+        "[tls]", "client_tls_sslmode = require", "client_tls_cert_file = %s" % tls[0],
+        "client_tls_key_file = %s" % tls[1]]
+    return "\n".join(tls_lines + [
         "[tern]",
         "listen = 127.0.0.1:%d" % port,
         "workers = %d" % workers,
@@ -175,12 +198,12 @@ def tern_config(port, pg_port, workers, pool_size):
     ])
 
 
-def run_cmd(argv, timeout):
+def run_cmd(argv, timeout, env=None):
     """Run argv with a hard timeout; returns (returncode or None, output)."""
     try:
         r = subprocess.run(argv, stdin=subprocess.DEVNULL,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           env=clean_env({"PGCONNECT_TIMEOUT": "10"}),
+                           env=clean_env(dict({"PGCONNECT_TIMEOUT": "10"}, **(env or {}))),
                            timeout=timeout)
         return r.returncode, r.stdout.decode("utf-8", "replace")
     except subprocess.TimeoutExpired as e:
@@ -284,6 +307,7 @@ def write_csv(path, rows, args):
                 r["status"], fmt(r["transactions"], "d"),
                 fmt(r["failed"], "d"), fmt(r["proxy_cpu_s"], ".3f"),
                 args.duration, r["jobs"], args.pool_size, args.scale, r.get("runs", 1),
+                int(args.tls and r["target"] != "direct"),
             ])
 
 
@@ -351,9 +375,12 @@ def bench(args, stack):
     # ------------------------------------------------------------ proxies
     ports = {"direct": pg_port}
     procs = {}
+    tls = make_tls_certificate(stack) if args.tls else None
+    if tls:
+        log("clients use TLS to tern and PgBouncer (sslmode=require); direct runs stay plaintext")
     if "tern" in args.targets:
         cfg = tern_config(free_port(), pg_port, args.tern_workers,
-                          args.pool_size)
+                          args.pool_size, tls)
         log("starting tern (%s, workers=%d, pool_size=%d) ..."
             % (tern_binary, args.tern_workers, args.pool_size))
         t = stack.enter_context(TernProcess(tern_binary, cfg))
@@ -364,7 +391,10 @@ def bench(args, stack):
             % args.pool_size)
         b = stack.enter_context(PgBouncerProcess(
             pg_port, args.pool_size, pool_mode="transaction",
-            max_client_conn=max(1000, max(args.clients) + 10)))
+            max_client_conn=max(1000, max(args.clients) + 10),
+            extra_settings=() if tls is None else (
+                "client_tls_sslmode = require", "client_tls_cert_file = %s" % tls[0],
+                "client_tls_key_file = %s" % tls[1])))
         procs["pgbouncer"], ports["pgbouncer"] = b, b.port
         log("  pgbouncer pid %d on 127.0.0.1:%d" % (b.pid, b.port))
 
@@ -403,7 +433,8 @@ def bench(args, stack):
                  "-U", "postgres", "postgres"]
         proc = procs.get(target)
         cpu0 = proc.cpu_seconds() if proc else None
-        rc, out = run_cmd(argv, timeout=args.duration + 60)
+        rc, out = run_cmd(argv, timeout=args.duration + 60,
+                          env={"PGSSLMODE": "require"} if tls and target != "direct" else None)
         cpu1 = proc.cpu_seconds() if proc and proc.alive() else None
         res = parse_pgbench(out)
         row.update(tps=res["tps"], latency_ms=res["latency_ms"],

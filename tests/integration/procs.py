@@ -282,7 +282,7 @@ class PgBouncerProcess(_MeasuredProcess):
     binary = "/usr/sbin/pgbouncer"
 
     def __init__(self, server_port, pool_size, pool_mode="transaction",
-                 max_client_conn=1000, users=("postgres",)):
+                 max_client_conn=1000, users=("postgres",), extra_settings=()):
         super().__init__()
         self.server_port = server_port
         self.pool_size = pool_size
@@ -331,8 +331,7 @@ class PgBouncerProcess(_MeasuredProcess):
                 "logfile = %s" % self._pgb_log,
                 "pidfile = %s" % os.path.join(self.workdir, "pgbouncer.pid"),
                 "ignore_startup_parameters = extra_float_digits",
-                "",
-            ]))
+            ] + list(extra_settings) + [""]))
         if self._pg_user is not None:
             for path in (self.workdir, ini, userlist):
                 os.chown(path, self._pg_user.pw_uid, self._pg_user.pw_gid)
