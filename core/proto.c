@@ -15,6 +15,8 @@ void proto_stream_deinit(struct proto_stream *stream)
 
 static int proto_assembly_append(struct proto_stream *stream, const uint8_t *p, uint32_t len)
 {
+	if (len == 0)
+		return 0; /* a header that ends its chunk: the assembly may not exist yet (no memcpy to NULL) */
 	uint32_t need = stream->assembly_len + len;
 	if (need > stream->assembly_cap) {
 		uint32_t cap = TERN_MAX(stream->assembly_cap * 2, 256u);
