@@ -409,7 +409,7 @@ void session_end(struct session *s, enum session_end_reason reason)
 	worker->stats.ended[reason]++;
 	bool tell_client = info->sqlstate != NULL && !s->client_eof;
 	if (tell_client) {
-		if (reason == SESSION_END_SERVER_REFUSED)
+		if (s->end_error.sqlstate[0])
 			session_send_error(s, "FATAL", s->end_error.sqlstate, s->end_error.message, NULL);
 		else
 			session_send_error(s, "FATAL", info->sqlstate, info->message, info->hint);
@@ -428,18 +428,31 @@ void session_end(struct session *s, enum session_end_reason reason)
 		base_list_remove(&s->parked_link);
 	}
 	session_unstarve(s);
-	/* Stop reading the client; keep writing until the goodbye is out (bounded by the linger). */
-	shutdown(s->client_fd, tell_client || session_tls_is_sending(s) ? SHUT_RD : SHUT_RDWR);
+	/* Stop reading the client; keep writing until the goodbye is out (bounded by the linger): the error,
+	 * a TLS alert, close_notify. A client that closed its end reads nothing more. */
+	session_tls_flush(s);
+	bool keep_writing = tell_client || (session_tls_is_sending(s) && !s->client_eof);
+	shutdown(s->client_fd, keep_writing ? SHUT_RD : SHUT_RDWR);
+	s->is_client_cut = !keep_writing;
 	ring_cancel(&worker->ring, &s->client_recv);
 	session_backend_finish(s);
 	base_list_remove(&s->link);
 	base_list_insert_tail(&worker->reaping, &s->link);
 }
 
+void session_end_with_error(struct session *s, enum session_end_reason reason, const char *sqlstate,
+			    const char *message)
+{
+	base_strlcpy(s->end_error.sqlstate, sqlstate, sizeof(s->end_error.sqlstate));
+	base_strlcpy(s->end_error.message, message, sizeof(s->end_error.message));
+	session_end(s, reason);
+}
+
 void session_linger_expired(struct session *s)
 {
 	TERN_ASSERT(s->phase == SESSION_CLOSING);
 	shutdown(s->client_fd, SHUT_RDWR);
+	s->is_client_cut = true;
 	s->client_eof = true;
 	if (s->backend) {
 		session_backend_drop(s);

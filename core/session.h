@@ -152,7 +152,10 @@ struct session {
 	uint64_t client_active_ns;
 	uint64_t request_sent_ns;
 	uint64_t ready_ns;
-	struct pool_error end_error; /* the server's own refusal, for SESSION_END_SERVER_REFUSED */
+	/* What the client is told at the end instead of the reason's words ("" sqlstate: the reason's): the
+	 * server's own refusal, or a specific error (session_end_with_error). */
+	struct pool_error end_error;
+	bool is_client_cut; /* the client socket is shut both ways: the linger has nothing left to cut */
 	uint64_t started_ns;
 
 	struct session_stats stats;
@@ -171,6 +174,9 @@ struct session *session_create(struct worker *worker, int client_fd);
 /* The one way a session ends: tells the client why (when it can still hear), releases or discards
  * the server connection, and lets the worker free it once nothing is in flight. */
 void session_end(struct session *s, enum session_end_reason reason);
+/* session_end, telling the client this instead of the reason's own SQLSTATE and message. */
+void session_end_with_error(struct session *s, enum session_end_reason reason, const char *sqlstate,
+			    const char *message);
 /* True while the client has a transaction (or a statement) open on a server. */
 bool session_is_in_transaction(const struct session *s);
 /* True when nothing of the session is in flight and it may be freed. */
@@ -267,12 +273,15 @@ void session_on_client_bytes(struct session *s, uint16_t buffer_id, const uint8_
 /* The client's queue went below SESSION_QUEUE_LOW_BYTES after a send: the server may be read again. */
 void session_client_drained(struct session *s);
 /* TLS toward the client (session_tls.c). */
-/* Starts TLS: after an SSLRequest (is_direct false) the queued answer 'S' and what precedes it still go
- * out in the clear; a direct handshake (is_direct: the client's first bytes are a ClientHello) must
- * select ALPN "postgresql". 0 or -ENOMEM. */
+/* Starts TLS: after an SSLRequest (is_direct false) it answers 'S' in the clear, ahead of the handshake;
+ * a direct handshake (is_direct: the client's first bytes are a ClientHello) must select ALPN
+ * "postgresql". The client queue must be idle: a client sends its SSLRequest only after it has read
+ * every byte tern sent before. 0 or -ENOMEM. */
 TERN_MUST_USE int session_tls_start(struct session *s, const struct tls_context *ctx, bool is_direct);
 /* Ciphertext received from the client: drives the handshake, hands the plaintext on. */
 void session_tls_on_ciphertext(struct session *s, const uint8_t *data, uint32_t len);
+/* Encrypts and sends what the client queue holds now, then close_notify once the session has ended. */
+void session_tls_flush(struct session *s);
 /* True while TLS has bytes queued or in flight to the client; while its send is in flight. */
 bool session_tls_is_sending(const struct session *s);
 bool session_tls_is_armed(const struct session *s);

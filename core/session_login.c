@@ -253,14 +253,13 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 	const char *database = proto_startup_get(st, "database");
 	const char *application_name = proto_startup_get(st, "application_name");
 	if (!user || !user[0] || strlen(user) >= sizeof(s->user)) {
-		session_send_error(s, "FATAL", "28000", "no valid PostgreSQL user name specified in startup packet",
-				   NULL);
-		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "28000",
+				       "no valid PostgreSQL user name specified in startup packet");
 		return;
 	}
 	if (proto_startup_get(st, "replication")) {
-		session_send_error(s, "FATAL", "0A000", "replication connections are not supported by tern", NULL);
-		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "0A000",
+				       "replication connections are not supported by tern");
 		return;
 	}
 	if (!database || !database[0])
@@ -285,8 +284,7 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 		s->params.is_set |= 1u << i;
 	}
 	if (!login_build_options(s, st, options, sizeof(options))) {
-		session_send_error(s, "FATAL", "54000", "startup parameters too long", NULL);
-		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "54000", "startup parameters too long");
 		return;
 	}
 	if (strcmp(s->database, ADMIN_DATABASE) == 0) {
@@ -316,15 +314,17 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 	int rc = proto_startup_parse(body, len, &st);
 	if (rc < 0) {
 		if (rc == -EPROTONOSUPPORT)
-			session_send_error(s, "FATAL", "0A000", "unsupported frontend protocol version", NULL);
-		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+			session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "0A000",
+					       "unsupported frontend protocol version");
+		else
+			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 		return -1;
 	}
 	if (st.code == PROTO_CODE_SSL || st.code == PROTO_CODE_GSSENC) {
 		/* One of each, as PostgreSQL allows: a client repeating them forever must not grow tern's
 		 * queue of answers. */
 		bool *seen = st.code == PROTO_CODE_SSL ? &s->ssl_request_seen : &s->gss_request_seen;
-		if (*seen || (st.code == PROTO_CODE_SSL && s->tls)) {
+		if (*seen || s->tls) { /* inside TLS, as PostgreSQL: encryption is negotiated already */
 			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return -1;
 		}
@@ -340,7 +340,10 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 			session_send_to_client(s, "N", 1);
 			return 0;
 		}
-		session_send_to_client(s, "S", 1);
+		if (!sendq_is_idle(&s->to_client)) { /* it sent this before reading all tern sent ('N') */
+			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+			return -1;
+		}
 		if (session_tls_start(s, tls, false) < 0) {
 			session_end(s, SESSION_END_OUT_OF_MEMORY);
 			return -1;
@@ -419,7 +422,7 @@ static int login_on_password(struct session *s, const uint8_t *body, uint32_t le
 void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len)
 {
 	if (s->phase == SESSION_STARTUP && s->login_len == 0 && !s->tls && !s->ssl_request_seen &&
-	    data[0] == LOGIN_TLS_HANDSHAKE) {
+	    !s->gss_request_seen && data[0] == LOGIN_TLS_HANDSHAKE) {
 		/* Direct TLS (PostgreSQL 17's sslnegotiation=direct): the handshake with no SSLRequest. */
 		const struct tls_context *tls = __atomic_load_n(&s->worker->runtime->tls, __ATOMIC_ACQUIRE);
 		if (!tls) {

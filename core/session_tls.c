@@ -22,8 +22,7 @@
 struct session_tls {
 	struct session *s;
 	struct tls_conn *conn;
-	struct sendq wire;    /* ciphertext (and the clear bytes below) to the socket */
-	uint32_t clear_bytes; /* bytes at the front of to_client that go out unencrypted: 'S' and before */
+	struct sendq wire;    /* ciphertext (after the SSLRequest's answer 'S', in the clear) to the socket */
 	bool is_direct;       /* began with a ClientHello, not an SSLRequest: ALPN must be "postgresql" */
 	bool is_checked;      /* the finished handshake was checked */
 	bool is_closed;       /* close_notify queued */
@@ -42,12 +41,12 @@ static int tls_take_output(struct session_tls *t)
 	return sendq_push_owned(&t->wire, block, len);
 }
 
-/* A TLS failure: the alert OpenSSL queued goes out, the session ends. */
+/* A TLS failure: the alert OpenSSL queued goes out, the session ends. The client's close_notify ends it
+ * in order: session_end answers with tern's own (session_tls_flush). */
 static void tls_fail(struct session *s, int rc)
 {
 	struct session_tls *t = s->tls;
-	if (rc == -ESHUTDOWN) { /* close_notify: the client left in order */
-		s->client_eof = true;
+	if (rc == -ESHUTDOWN) {
 		session_end(s, SESSION_END_CLIENT_CLOSED);
 		return;
 	}
@@ -65,13 +64,6 @@ static void tls_encrypt(struct sendq *q, struct ring *ring)
 	uint8_t plain[TLS_RECORD_PLAINTEXT_MAX];
 	int rc = 0;
 	while (q->count > 0 && t->wire.bytes < TLS_WIRE_HIGH && rc == 0) {
-		if (t->clear_bytes > 0) {
-			uint32_t n = sendq_peek_copy(q, plain, TERN_MIN(t->clear_bytes, (uint32_t)sizeof(plain)));
-			rc = sendq_push_copy(&t->wire, plain, n);
-			t->clear_bytes -= n;
-			sendq_sent(q, ring, n);
-			continue;
-		}
 		if (!tls_conn_is_handshake_done(t->conn))
 			break; /* the welcome waits for the handshake (nothing is queued before it in practice) */
 		/* Small messages share a record: one seal and one header for a batch of replies. */
@@ -93,12 +85,17 @@ static void tls_encrypt(struct sendq *q, struct ring *ring)
 	}
 	if (rc < 0) {
 		sendq_clear(q, ring); /* undeliverable: the session ends (or has ended) */
-		s->client_eof = true;
 		if (s->phase != SESSION_CLOSING)
 			tls_fail(s, rc);
 		return;
 	}
 	sendq_flush(&t->wire, ring);
+}
+
+void session_tls_flush(struct session *s)
+{
+	if (s->tls)
+		tls_encrypt(&s->to_client, &s->worker->ring);
 }
 
 static void tls_wire_sent(struct ring_op *op, int res, uint32_t flags)
@@ -132,12 +129,17 @@ int session_tls_start(struct session *s, const struct tls_context *ctx, bool is_
 	}
 	t->s = s;
 	t->is_direct = is_direct;
-	t->clear_bytes = (uint32_t)s->to_client.bytes;
 	sendq_init(&t->wire, tls_wire_sent);
 	t->wire.fd = s->client_fd;
 	s->tls = t;
 	s->to_client.filter = tls_encrypt;
-	return 0;
+	if (is_direct)
+		return 0;
+	/* 'S' goes out in the clear, ahead of any handshake record: straight into the wire queue. */
+	int rc = sendq_push_copy(&t->wire, "S", 1);
+	if (rc == 0)
+		sendq_flush(&t->wire, &s->worker->ring);
+	return rc;
 }
 
 /* The handshake just finished: a direct one must have chosen PostgreSQL's ALPN. False ended the session. */
@@ -149,10 +151,8 @@ static bool tls_check_handshake(struct session *s)
 		   t->is_direct ? " (direct)" : "");
 	if (t->is_direct && !tls_conn_is_alpn_postgresql(t->conn)) {
 		/* As PostgreSQL 17: a direct handshake without ALPN could be a confused HTTPS client. */
-		session_send_error(s, "FATAL", "08P01",
-				   "received direct TLS connection request without ALPN protocol negotiation extension",
-				   NULL);
-		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "08P01",
+				       "received direct TLS connection request without ALPN protocol negotiation extension");
 		return false;
 	}
 	/* The welcome and anything else queued while the handshake ran can go out now. */

@@ -55,6 +55,7 @@ struct tls_conn {
 	bool is_handshake_done;
 	/* Set inside OpenSSL's callbacks, turned into an error code and text when the call returns. */
 	bool is_alpn_refused;
+	bool is_peer_closed; /* the client sent close_notify: tern may still answer with its own */
 	bool is_out_over_limit;
 	bool is_out_of_memory;
 	uint8_t channel_binding[TLS_CHANNEL_BINDING_MAX];
@@ -534,6 +535,7 @@ static int tls_conn_result(struct tls_conn *conn, int ssl_rc)
 		ERR_clear_error();
 		return 0;
 	case SSL_ERROR_ZERO_RETURN:
+		conn->is_peer_closed = true;
 		return tls_conn_fail(conn, -ESHUTDOWN, "the client closed TLS (close_notify)");
 	case SSL_ERROR_SSL: {
 		long verify = SSL_get_verify_result(conn->ssl);
@@ -628,8 +630,9 @@ int tls_conn_write_plaintext(struct tls_conn *conn, const uint8_t *data, uint32_
 void tls_conn_shutdown(struct tls_conn *conn)
 {
 	TERN_ASSERT(conn != NULL);
-	if (conn->error < 0 || !conn->is_handshake_done)
+	if ((conn->error < 0 && !conn->is_peer_closed) || !conn->is_handshake_done)
 		return;
+	conn->is_peer_closed = false; /* once */
 	ERR_clear_error();
 	/* 0 means "close_notify queued, the client's not seen yet", which is all we wait for. */
 	int rc = SSL_shutdown(conn->ssl);

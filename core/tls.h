@@ -110,7 +110,8 @@ TERN_MUST_USE int tls_conn_read_plaintext(struct tls_conn *conn, uint8_t *out, u
 TERN_MUST_USE int tls_conn_write_plaintext(struct tls_conn *conn, const uint8_t *data, uint32_t len);
 
 /* Queues close_notify in the ciphertext output (take and send it before closing the socket). Later
- * writes and reads return -ESHUTDOWN. Does nothing before the handshake is done or after an error. */
+ * writes and reads return -ESHUTDOWN. Does nothing before the handshake is done or after an error,
+ * except the client's own close_notify, which this answers (as PostgreSQL does). */
 void tls_conn_shutdown(struct tls_conn *conn);
 
 /* Ciphertext that must be sent to the socket, in order: handshake records, application data, alerts.

@@ -482,7 +482,7 @@ static void worker_on_tick(struct ring *ring)
 	base_list_for_each_safe(node, tmp, &worker->reaping)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-		if (s->closing_ns + WORKER_LINGER_NS <= now && !s->client_eof)
+		if (s->closing_ns + WORKER_LINGER_NS <= now && !s->is_client_cut)
 			session_linger_expired(s);
 	}
 	if (worker->pause_waiting_count > 0)

@@ -24,8 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from pgcluster import PgCluster, clean_env, find_pg_bindir, free_port  # noqa: E402
 from procs import TernProcess  # noqa: E402
-from wire import (FLUSH, SYNC, Wire, WireError, bind, close, describe, execute, message, parse,  # noqa: E402
-                  scram_secret, startup_packet)
+from wire import (FLUSH, SYNC, Wire, WireError, bind, close, describe, error_fields, execute, message,  # noqa: E402
+                  parse, scram_secret, startup_packet)
 
 ROOT = os.environ.get("TERN_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
 TERN = os.environ.get("TERN_BINARY", os.path.join(ROOT, "build", "tern"))
@@ -1646,6 +1646,69 @@ def tls_wire(port, direct=False, alpn=("postgresql",)):
     return w
 
 
+def read_errors_until_close(w):
+    """The fields of every ErrorResponse until the connection closes."""
+    errors = []
+    while True:
+        try:
+            msg = w.read_message()
+        except (ConnectionResetError, socket.timeout, ssl.SSLError):
+            return errors
+        if msg is None:
+            return errors
+        if msg[0] == b"E":
+            errors.append(error_fields(msg[1]))
+
+
+def tern_socket_entry(client_port, tern_port):
+    """The /proc/net/tcp fields of tern's end of the connection from client_port (None when gone)."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            local_port, remote_port = int(fields[1].split(":")[1], 16), int(fields[2].split(":")[1], 16)
+            if local_port == tern_port and remote_port == client_port:
+                return fields
+    return None
+
+
+def tern_holds_client_socket(t, client_port):
+    """True while tern has a descriptor for its end of the connection from client_port."""
+    inodes = set()
+    for fd in os.listdir("/proc/%d/fd" % t.pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (t.pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    fields = tern_socket_entry(client_port, t.port)
+    return fields is not None and fields[9] in inodes
+
+
+@test
+def tls_a_client_that_stops_reading_and_half_closes_is_let_go(ctx):
+    t = tls_tern(ctx, mode="require")
+    w = tls_wire(t.port)
+    try:
+        w.login("postgres")
+        port = w.sock.getsockname()[1]
+        w.send(q("select repeat('x', 1000) from generate_series(1, 100000)"))
+        w.read_bytes(200000)  # then stops reading, with most of 100 MB still to come
+        # Once the socket is full tern's send waits: the FIN must not leave the session waiting forever.
+        queued = [None]
+
+        def send_stalled():
+            now, queued[0] = queued[0], tern_socket_entry(port, t.port)[4]
+            return now == queued[0]
+        wait_for(send_stalled, "tern's send to stall on the full socket", interval=0.3)
+        check(tern_holds_client_socket(t, port), "tern holds the connection at first")
+        w.sock.shutdown(socket.SHUT_WR)
+        wait_for(lambda: not tern_holds_client_socket(t, port), "tern lets the client go", timeout=10)
+    finally:
+        w.close()
+    check(psql_tls(t, "select 1").stdout.strip() == "1", "tern serves on")
+
+
 def psql_tls(t, sql, sslmode="require", conninfo="", password=None, dbname="postgres"):
     """psql -c SQL with sslmode and more conninfo (later keys override earlier ones)."""
     argv = ["psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql,
@@ -1712,8 +1775,9 @@ def tls_direct_handshake_needs_alpn_postgresql(ctx):
         w.login("postgres")
         check(w.query("select 40 + 2") == [["42"]], "a session over direct TLS")
     with tls_wire(t.port, direct=True, alpn=None) as w:  # no ALPN: a readable refusal, as PostgreSQL 17
-        fields = w.expect_error_and_close()
-        check(fields and fields["C"] == "08P01" and "ALPN" in fields["M"], "08P01 naming ALPN: %r" % fields)
+        errors = read_errors_until_close(w)
+        check(len(errors) == 1 and errors[0]["C"] == "08P01" and "ALPN" in errors[0]["M"],
+              "one 08P01 naming ALPN: %r" % errors)
     try:
         tls_wire(t.port, direct=True, alpn=("http/1.1",)).close()
         raise AssertionError("a handshake offering only http/1.1 was accepted")
@@ -1723,10 +1787,22 @@ def tls_direct_handshake_needs_alpn_postgresql(ctx):
     with tls_wire(t.port, alpn=None) as w:
         w.login("postgres")
         check(w.query("select 1") == [["1"]], "SSLRequest without ALPN")
-    with tls_wire(t.port, direct=True) as w:
-        w.send(SSL_REQUEST)  # inside TLS, an SSLRequest is a protocol violation
-        fields = w.expect_error_and_close()
-        check(fields and fields["C"] == "08P01", "SSLRequest inside TLS: %r" % fields)
+    for request in (SSL_REQUEST, struct.pack("!II", 8, 80877104)):
+        with tls_wire(t.port, direct=True) as w:
+            w.send(request)  # inside TLS, an SSLRequest or GSSENCRequest is a protocol violation
+            fields = w.expect_error_and_close()
+            check(fields and fields["C"] == "08P01", "%r inside TLS: %r" % (request, fields))
+    with Wire(t.port) as w:  # a direct handshake only as the connection's first bytes
+        w.send(struct.pack("!II", 8, 80877104))
+        check(w.read_bytes(1) == b"N", "GSSENCRequest answered N")
+        try:
+            w.sock = tls_client_context().wrap_socket(w.sock, server_hostname="localhost")
+            raise AssertionError("a ClientHello after a GSSENCRequest was taken as direct TLS")
+        except (ssl.SSLError, ConnectionResetError, OSError):
+            pass
+    with tls_wire(t.port) as w:  # the client's close_notify is answered with tern's
+        w.login("postgres")
+        w.sock.unwrap()
     plain = ctx.tern()  # TLS off: a direct handshake is closed without a word
     with Wire(plain.port) as w:
         try:
