@@ -64,6 +64,16 @@ TERN_MUST_USE int sendq_push_front_copy(struct sendq *q, const void *data, uint3
 TERN_MUST_USE int sendq_own_copies(struct sendq *q, struct ring *ring);
 /* Starts one sendmsg when bytes are queued and none is in flight. */
 void sendq_flush(struct sendq *q, struct ring *ring);
+/* The unsent bytes of the first slice (*len of them); NULL when the queue is empty. */
+static inline const uint8_t *sendq_front(const struct sendq *q, uint32_t *len)
+{
+	if (q->count == 0) {
+		*len = 0;
+		return NULL;
+	}
+	*len = q->slices[q->head].len - q->head_sent;
+	return q->slices[q->head].data + q->head_sent;
+}
 /* Copies up to `cap` queued bytes from the front to `out` without consuming them; returns how many. */
 uint32_t sendq_peek_copy(const struct sendq *q, uint8_t *out, uint32_t cap);
 /* Accounts a send completion of `sent` bytes (> 0), releasing slices sent in full. */

@@ -63,19 +63,25 @@ static void tls_encrypt(struct sendq *q, struct ring *ring)
 	struct session_tls *t = s->tls;
 	uint8_t plain[TLS_RECORD_PLAINTEXT_MAX];
 	int rc = 0;
-	while (q->count > 0 && t->wire.bytes < TLS_WIRE_HIGH && rc == 0) {
-		if (!tls_conn_is_handshake_done(t->conn))
-			break; /* the welcome waits for the handshake (nothing is queued before it in practice) */
-		/* Small messages share a record: one seal and one header for a batch of replies. */
-		uint32_t len = sendq_peek_copy(q, plain, sizeof(plain));
-		int n = tls_conn_write_plaintext(t->conn, plain, len);
-		if (n < 0) {
-			rc = n;
-			break;
+	/* The welcome waits for the handshake (nothing is queued before it in practice). */
+	while (q->count > 0 && rc == 0 && tls_conn_is_handshake_done(t->conn) &&
+	       t->wire.bytes + tls_conn_ciphertext_len(t->conn) < TLS_WIRE_HIGH) {
+		/* A slice of a record or more is encrypted where it lies; smaller messages are gathered to
+		 * share a record (one seal and one header for a batch of replies). */
+		uint32_t len;
+		const uint8_t *p = sendq_front(q, &len);
+		if (len < sizeof(plain)) {
+			len = sendq_peek_copy(q, plain, sizeof(plain));
+			p = plain;
 		}
-		sendq_sent(q, ring, (uint32_t)n);
-		rc = tls_take_output(t);
+		int n = tls_conn_write_plaintext(t->conn, p, len);
+		if (n > 0)
+			sendq_sent(q, ring, (uint32_t)n);
+		else
+			rc = n < 0 ? n : tls_take_output(t); /* 0: OpenSSL's output is full */
 	}
+	if (rc == 0)
+		rc = tls_take_output(t);
 	/* An ended session's last words are followed by close_notify. */
 	if (rc == 0 && s->phase == SESSION_CLOSING && q->count == 0 && !t->is_closed &&
 	    tls_conn_is_handshake_done(t->conn) && !s->client_eof) {
