@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds tern and runs every test suite — unit (Criterion), fuzz-corpus replay and integration (a real
 # PostgreSQL primary + streaming replica on loopback) — twice: in the normal build, and in a build with
-# AddressSanitizer + UndefinedBehaviorSanitizer. Installs missing Debian packages first.
+# AddressSanitizer + UndefinedBehaviorSanitizer; then the integration cases that exercise threads (reload,
+# admin console, cancels, shutdown, many clients) against a ThreadSanitizer build of tern, where any
+# data race report fails the case. Installs missing Debian packages first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,11 +29,30 @@ build_and_test() {
 build_and_test build -Dbuildtype=debugoptimized
 build_and_test build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
 
+step "build build-tsan (tern only)"
+if [ ! -f build-tsan/meson-private/coredata.dat ]; then
+	meson setup build-tsan --werror -Dbuildtype=debugoptimized -Db_sanitize=thread -Db_lundef=false >/dev/null
+fi
+meson compile -C build-tsan tern
+step "test build-tsan: threaded integration cases"
+set +e
+TERN_BINARY=build-tsan/tern TSAN_OPTIONS="halt_on_error=0 exitcode=66" \
+	python3 tests/integration/run_integration.py -k sighup -k admin_ -k cancel -k sigterm \
+	-k pgbench_prepared_tpcb -k tls_sighup 2>&1 | tee build-tsan/integration.log
+set -e
+
 # One closing line over both builds, counting the cases inside each test program: Criterion's
 # synthesis, and the "N passed, N failed" line of the integration suite and of the corpus replays.
 python3 - build build-asan <<'PY'
 import json, re, sys
 passed = failed = 0
+tsan = open("build-tsan/integration.log").read()
+counts = re.findall(r"^(\d+) passed, (\d+) failed$", tsan, re.M)
+if counts:
+    passed += int(counts[-1][0])
+    failed += int(counts[-1][1])
+else:
+    failed += 1  # the ThreadSanitizer run ended before its summary
 for build in sys.argv[1:]:
     for line in open(build + "/meson-logs/testlog.json"):
         test = json.loads(line)
