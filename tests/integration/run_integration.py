@@ -320,6 +320,40 @@ def pgbench_init_and_workloads_with_32_clients(ctx):
 
 
 @test
+def psql_and_pgbench_read_write_with_ten_times_more_clients_than_server_connections(ctx):
+    """The issue's acceptance run for the two command-line stacks: 40 clients on 4 server connections."""
+    t = ctx.tern(pool_mode="transaction", pool_size=4)
+    pgbench(t.port, ["-i", "-s", "1", "-q"])
+    for mode in ("extended", "prepared"):
+        out = pgbench(t.port, ["-n", "-c", "40", "-j", "2", "-t", "50", "-M", mode])
+        check(pgbench_summary(out) == (2000, 0), "pgbench -M %s: every transaction: %r" % (mode, pgbench_summary(out)))
+    # tpcb-like keeps the branches, tellers and accounts in step with the history: nothing lost, nothing twice.
+    sums = psql_ok(ctx.pg.primary_port, "select (select sum(abalance) from pgbench_accounts), "
+                   "(select sum(bbalance) from pgbench_branches), (select sum(tbalance) from pgbench_tellers), "
+                   "(select sum(delta) from pgbench_history), (select count(*) from pgbench_history)")
+    a, b, tl, h, n = sums.split("|")
+    check(a == b == tl == h and n == "4000", "balances agree with the history: %s" % sums)
+    psql_ok(ctx.pg.primary_port, "drop table if exists tenfold; create table tenfold(client int, v int)")
+
+    def client(i):
+        sql = ("begin; insert into tenfold select %d, g from generate_series(1, %d) g; "
+               "select count(*), sum(v) from tenfold where client = %d; commit" % (i, i, i))
+        return psql_ok(t.port, sql).splitlines()
+
+    results = {}
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, client(i))) for i in range(1, 41)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    for i in range(1, 41):
+        check("%d|%d" % (i, i * (i + 1) // 2) in results.get(i, []), "client %d read its own writes: %r" % (
+            i, results.get(i)))
+    check(psql_ok(ctx.pg.primary_port, "select count(*) from tenfold") == str(sum(range(1, 41))), "every row")
+    check(server_connections(ctx.pg) <= 4, "never more than pool_size server connections")
+
+
+@test
 def parked_clients_all_complete_when_the_pool_is_exhausted(ctx):
     t = ctx.tern(pool_mode="transaction", pool_size=2)
     results = [None] * 20
