@@ -24,8 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from pgcluster import PgCluster, clean_env, find_pg_bindir, free_port  # noqa: E402
 from procs import TernProcess  # noqa: E402
-from wire import (FLUSH, SYNC, Wire, WireError, bind, close, describe, error_fields, execute, message,  # noqa: E402
-                  parse, scram_secret, startup_packet)
+from wire import (FLUSH, SYNC, Wire, WireError, bind, close, describe, execute, message, parse,  # noqa: E402
+                  scram_secret, startup_packet)
 
 ROOT = os.environ.get("TERN_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
 TERN = os.environ.get("TERN_BINARY", os.path.join(ROOT, "build", "tern"))
@@ -1680,20 +1680,6 @@ def tls_wire(port, direct=False, alpn=("postgresql",)):
     return w
 
 
-def read_errors_until_close(w):
-    """The fields of every ErrorResponse until the connection closes."""
-    errors = []
-    while True:
-        try:
-            msg = w.read_message()
-        except (ConnectionResetError, socket.timeout, ssl.SSLError):
-            return errors
-        if msg is None:
-            return errors
-        if msg[0] == b"E":
-            errors.append(error_fields(msg[1]))
-
-
 def tern_socket_entry(client_port, tern_port):
     """The /proc/net/tcp fields of tern's end of the connection from client_port (None when gone)."""
     with open("/proc/net/tcp") as f:
@@ -1809,7 +1795,7 @@ def tls_direct_handshake_needs_alpn_postgresql(ctx):
         w.login("postgres")
         check(w.query("select 40 + 2") == [["42"]], "a session over direct TLS")
     with tls_wire(t.port, direct=True, alpn=None) as w:  # no ALPN: a readable refusal, as PostgreSQL 17
-        errors = read_errors_until_close(w)
+        errors = w.errors_until_close()
         check(len(errors) == 1 and errors[0]["C"] == "08P01" and "ALPN" in errors[0]["M"],
               "one 08P01 naming ALPN: %r" % errors)
     try:

@@ -220,18 +220,23 @@ class Wire:
         """Rows of a query already sent (see query)."""
         return [m for m in self.read_until_ready() if m[0] == b"D"]
 
-    def expect_error_and_close(self):
-        """Reads until EOF; returns the fields of the first ErrorResponse (None if there was none)."""
-        first = None
+    def errors_until_close(self):
+        """Reads until EOF; returns the fields of every ErrorResponse."""
+        errors = []
         while True:
             try:
                 msg = self.read_message()
             except (ConnectionResetError, socket.timeout, ssl.SSLError):
-                return first
+                return errors
             if msg is None:
-                return first
-            if msg[0] == b"E" and first is None:
-                first = error_fields(msg[1])
+                return errors
+            if msg[0] == b"E":
+                errors.append(error_fields(msg[1]))
+
+    def expect_error_and_close(self):
+        """Reads until EOF; returns the fields of the first ErrorResponse (None if there was none)."""
+        errors = self.errors_until_close()
+        return errors[0] if errors else None
 
 
 class _Scram:
