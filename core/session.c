@@ -90,6 +90,33 @@ void session_starve(struct session *s, uint8_t group)
 	if (!s->is_starved[SESSION_BUFFERS_CLIENT] && !s->is_starved[SESSION_BUFFERS_SERVER])
 		base_list_insert_tail(&s->worker->starved, &s->starved_link);
 	s->is_starved[group] = true;
+	if (group == SESSION_BUFFERS_SERVER) {
+		/* Server responses are what ends transactions: take the rows that clients which stopped reading
+		 * leave queued out of the ring, so the others' responses find buffers again. */
+		struct base_list *node, *tmp;
+		base_list_for_each_safe(node, tmp, &s->worker->sessions)
+		{
+			session_release_client_buffers(TERN_CONTAINER_OF(node, struct session, link));
+		}
+	}
+}
+
+void session_release_client_buffers(struct session *s)
+{
+	struct sendq *q = &s->to_client;
+	if (sendq_is_empty(q) || s->client_eof)
+		return;
+	if (q->op.is_armed) {
+		/* A send waiting for a client that does not read names its buffers to the kernel: call it back,
+		 * and copy when it returns (session_client_sent). */
+		if (!s->is_client_send_recalled) {
+			s->is_client_send_recalled = true;
+			ring_cancel(&s->worker->ring, &q->op);
+		}
+		return;
+	}
+	if (sendq_own_copies(q, &s->worker->ring) < 0)
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
 }
 
 static void session_unstarve(struct session *s)
@@ -157,13 +184,18 @@ static void session_client_sent(struct ring_op *op, int res, uint32_t flags)
 	(void)flags;
 	struct sendq *q = TERN_CONTAINER_OF(op, struct sendq, op);
 	struct session *s = TERN_CONTAINER_OF(q, struct session, to_client);
-	if (res <= 0) { /* a stream socket that takes nothing of a non-empty send is gone */
+	bool recalled = s->is_client_send_recalled;
+	s->is_client_send_recalled = false;
+	if (res <= 0 && !(res == -ECANCELED && recalled)) { /* a stream socket that takes nothing is gone */
 		sendq_clear(q, &s->worker->ring);
 		s->client_eof = true;
 		session_end(s, SESSION_END_CLIENT_IO_ERROR);
 		return;
 	}
-	sendq_sent(q, &s->worker->ring, (uint32_t)res);
+	if (res > 0)
+		sendq_sent(q, &s->worker->ring, (uint32_t)res);
+	if (recalled)
+		session_release_client_buffers(s);
 	if (!sendq_is_empty(q))
 		session_mark_dirty(s, q);
 	session_client_drained(s);
@@ -462,6 +494,9 @@ void session_linger_expired(struct session *s)
 
 void session_check_timeouts(struct session *s, uint64_t now_ns)
 {
+	/* A client that reads slower than its server writes keeps its queue in heap memory, not the ring. */
+	if (s->backend_recv_paused)
+		session_release_client_buffers(s);
 	const struct tern_config *cfg = runtime_config(s->worker->runtime);
 	uint64_t login_ns = cfg->client_login_timeout_ms * BASE_NS_PER_MS;
 	if ((s->phase == SESSION_STARTUP || s->phase == SESSION_AUTH) && login_ns && now_ns - s->started_ns > login_ns) {

@@ -67,6 +67,7 @@ struct session {
 	int client_fd;
 	struct ring_op client_recv; /* multishot */
 	bool client_recv_paused;   /* back pressure: re-armed when to_server drains */
+	bool is_client_send_recalled; /* its send was cancelled to copy its bytes out of the ring */
 	bool client_eof;
 	struct sendq to_client;
 	struct proto_stream client_stream;
@@ -209,6 +210,9 @@ void session_backend_settle(struct session *s);
 void session_client_recv_resume(struct session *s);
 /* A receive of `group` ended for want of buffers: re-armed when that group has buffers again. */
 void session_starve(struct session *s, uint8_t group);
+/* Copies the bytes queued to the client out of the worker's receive buffers, which other sessions need
+ * (a client that reads slower than its server writes; every client when the server buffers run out). */
+void session_release_client_buffers(struct session *s);
 /* Re-arms the receives whose group has free buffers again; true when none is left waiting. */
 bool session_resume_starved(struct session *s);
 /* Ends the session if one of the client-side timeouts has passed. */
