@@ -92,11 +92,14 @@ void session_starve(struct session *s, uint8_t group)
 	s->is_starved[group] = true;
 	if (group == SESSION_BUFFERS_SERVER) {
 		/* Server responses are what ends transactions: take the rows that clients which stopped reading
-		 * leave queued out of the ring, so the others' responses find buffers again. */
+		 * leave queued out of the ring, so the others' responses find buffers again. Only queues that
+		 * hold many buffers: a client that keeps up holds a few, briefly. */
 		struct base_list *node, *tmp;
 		base_list_for_each_safe(node, tmp, &s->worker->sessions)
 		{
-			session_release_client_buffers(TERN_CONTAINER_OF(node, struct session, link));
+			struct session *other = TERN_CONTAINER_OF(node, struct session, link);
+			if (other->to_client.bytes >= SESSION_QUEUE_LOW_BYTES)
+				session_release_client_buffers(other);
 		}
 	}
 }
