@@ -99,6 +99,33 @@ bool params_sql_take_word(const uint8_t **p, const uint8_t *end, const char *wor
 	return true;
 }
 
+bool params_sql_mentions_search_path(const uint8_t *sql, uint32_t len)
+{
+	static const char *const words[] = {"search_path", "reset"};
+	for (uint32_t i = 0; i < len; i++) {
+		int c = tolower(sql[i]);
+		if (c != 's' && c != 'r')
+			continue;
+		for (size_t w = 0; w < TERN_ARRAY_LEN(words); w++) {
+			size_t n = strlen(words[w]);
+			if (words[w][0] == c && len - i >= n && strncasecmp((const char *)sql + i, words[w], n) == 0)
+				return true;
+		}
+	}
+	return false;
+}
+
+bool params_sql_is_forget_all(const uint8_t *sql, uint32_t len)
+{
+	const uint8_t *end = sql + len;
+	const uint8_t *p = params_sql_skip_blank(sql, end);
+	if (params_sql_take_word(&p, end, "deallocate"))
+		(void)params_sql_take_word(&p, end, "prepare");
+	else if (!params_sql_take_word(&p, end, "discard"))
+		return false;
+	return params_sql_take_word(&p, end, "all") && (p == end || *p == ';' || *p == '\0');
+}
+
 int params_parse_search_path_set(const uint8_t *sql, uint32_t len, char *value, size_t value_size)
 {
 	const uint8_t *end = sql + len;

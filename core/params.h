@@ -50,6 +50,11 @@ TERN_MUST_USE int params_build_set(const struct params_tracked *tracked, const s
  * (ASCII, case-insensitive, not a prefix of a longer identifier) and the blanks after it. */
 const uint8_t *params_sql_skip_blank(const uint8_t *p, const uint8_t *end);
 bool params_sql_take_word(const uint8_t **p, const uint8_t *end, const char *word);
+/* True when `sql` holds "search_path" or "reset" anywhere (ASCII, any case): without either, a SET it
+ * runs (SET LOCAL, SET TRANSACTION...) cannot have changed search_path. */
+bool params_sql_mentions_search_path(const uint8_t *sql, uint32_t len);
+/* True when the first statement of `sql` is DEALLOCATE [PREPARE] ALL or DISCARD ALL. */
+bool params_sql_is_forget_all(const uint8_t *sql, uint32_t len);
 
 /* search_path, which PostgreSQL before 18 does not report, is tracked from the client's own SQL: the
  * value as the client wrote it, replayed verbatim with "SET search_path TO <value>" (so it parses as

@@ -403,11 +403,25 @@ void session_backend_settle(struct session *s)
 	session_backend_try_release(s);
 }
 
+/* True when all the server owes is the answer to tern's own hidden SHOW search_path (nothing of the
+ * client's is in flight): once it is in, the connection is idle. */
+static bool session_backend_awaits_only_tern(const struct session *s)
+{
+	return s->is_learning_search_path && s->pending_ready == s->hidden_ready && s->replies.count == 0 &&
+	       !s->is_unsynced && !s->is_copy_in && proto_stream_is_at_boundary(&s->client_stream);
+}
+
 /* At the end of a session: reset and release an idle server, or drop a busy one. */
 static void session_backend_finish(struct session *s)
 {
 	if (!s->backend)
 		return;
+	if (session_backend_awaits_only_tern(s) && !session_is_pinned(s)) {
+		/* The answer comes soon; the receive releases the connection then (session_backend_settle). */
+		s->backend_recv_paused = false;
+		session_relay_resume_backend(s);
+		return;
+	}
 	if (!session_backend_is_idle(s) || session_is_pinned(s)) {
 		/* Busy, or still subscribed to channels whose notifications must not reach the next client,
 		 * or holding SQL prepared statements whose names the next client could trip over. */

@@ -130,6 +130,11 @@ struct session {
 	 * (a hidden SHOW search_path, is_learning_search_path while its answer comes). */
 	bool is_search_path_stale;
 	bool is_learning_search_path;
+	/* Since nothing was last in flight: a Query or Parse text read named search_path (or RESET), or a
+	 * Query was too long to read (queries_unread counts those begun and not read). A SET tag with
+	 * neither cannot have changed search_path (SET LOCAL app.x in every transaction costs nothing). */
+	bool is_search_path_mentioned;
+	uint32_t queries_unread;
 	/* Transaction pooling with max_prepared_statements: the client's named statements, the replies
 	 * expected from the server in order (so tern can hide the answers to its own Parse and Close and
 	 * place the ones it makes up), and the statements queued messages use that must be prepared on
@@ -145,6 +150,10 @@ struct session {
 	struct stmt_replies replies;
 	struct stmt_need *needed;
 	uint32_t needed_count, needed_cap;
+	/* A DEALLOCATE ALL or DISCARD ALL was read: the statements needed before it do not count for the
+	 * messages after it, and the cache of the connection that comes is wrong until the command runs. */
+	uint32_t needed_barrier;
+	bool is_stmt_cache_stale;
 
 	enum session_end_reason end_reason;
 	uint64_t closing_ns;
@@ -247,9 +256,13 @@ TERN_MUST_USE int session_stmts_prepare_needed(struct session *s);
 /* How a server message of `type` must be scanned for the reply tracking (0: as usual). */
 unsigned session_stmts_server_type(const struct session *s, uint8_t type);
 /* A scanned server message (not one answering tern's SET): advances the expected replies. 0 or -EPROTO. */
-TERN_MUST_USE int session_stmts_on_server_message(struct session *s, uint8_t type);
+TERN_MUST_USE int session_stmts_on_server_message(struct session *s, uint8_t type, const uint8_t *body,
+						  uint32_t len);
 /* The server entered copy-in: the Syncs pipelined behind the COPY will bring no reply. */
 void session_stmts_on_copy_in(struct session *s, uint32_t ignored_syncs);
+/* DEALLOCATE ALL or DISCARD ALL read from the client: the names so far are gone for the messages after
+ * it, and statements they use are prepared again after it. */
+void session_stmts_forget_all_ahead(struct session *s);
 /* DEALLOCATE ALL or DISCARD ALL: no prepared statement is left, on the client's side or the server's. */
 void session_stmts_forget_all(struct session *s);
 /* SHOW STATS: closes the server assignment the session gave back (at its last ReadyForQuery). */

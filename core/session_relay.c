@@ -91,8 +91,11 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 	case PROTO_FE_QUERY:
 		relay_request_sent(s);
 		s->syncs_since_execute = 0;
-		/* Transaction pooling reads a query's first statement: UNLISTEN *, SET search_path. */
-		return s->is_transaction_pooling ? (PROTO_FORWARD | PROTO_INSPECT_SMALL) : PROTO_FORWARD;
+		if (!s->is_transaction_pooling)
+			return PROTO_FORWARD;
+		/* Transaction pooling reads a query: UNLISTEN *, SET search_path, DEALLOCATE ALL. */
+		s->queries_unread++;
+		return PROTO_FORWARD | PROTO_INSPECT_SMALL;
 	case PROTO_FE_FUNCTION_CALL:
 		relay_request_sent(s);
 		return PROTO_FORWARD;
@@ -137,6 +140,8 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 {
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
+	if (type == PROTO_FE_PARSE && params_sql_mentions_search_path(body, len))
+		s->is_search_path_mentioned = true;
 	if (type == PROTO_FE_PARSE || type == PROTO_FE_BIND || type == PROTO_FE_DESCRIBE || type == PROTO_FE_CLOSE ||
 	    type == PROTO_FE_EXECUTE) {
 		int rc = session_stmts_on_client_message(s, type, body, len, chunk->buffer_id, chunk->data);
@@ -145,8 +150,13 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		return rc == -ENOMEM ? 0 : rc;
 	}
 	if (type == PROTO_FE_QUERY) {
+		if (s->queries_unread > 0)
+			s->queries_unread--;
+		s->is_search_path_mentioned |= params_sql_mentions_search_path(body, len);
 		if (s->is_listening)
 			s->is_unlisten_all_sent |= relay_is_unlisten_all(body, len);
+		if (s->tracks_statements && params_sql_is_forget_all(body, len))
+			session_stmts_forget_all_ahead(s);
 		/* Only a query with nothing before it in flight: its own CommandComplete must confirm it. */
 		if (s->pending_ready == 1 && s->tx_status == 'I' &&
 		    params_parse_search_path_set(body, len, s->pending_search_path, PARAMS_VALUE_MAX) == 1) {
@@ -371,7 +381,7 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 		if (relay_tag_is(body, len, "SET") || relay_tag_is(body, len, "RESET")) {
 			if (s->is_search_path_pending && !s->is_search_path_confirmed) {
 				s->is_search_path_confirmed = true;
-			} else {
+			} else if (s->is_search_path_mentioned || s->queries_unread > 0 || !s->tracks_statements) {
 				/* A SET tern cannot attribute (in a transaction block, through the extended
 				 * protocol, a second one in a query): it may have changed search_path, so the
 				 * connection's value is unknown and the next client gets its own replayed. */
@@ -420,6 +430,10 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 		s->pending_ready--;
 	if (s->hidden_ready > 0)
 		s->hidden_ready--;
+	if (s->pending_ready == 0) { /* every text read so far is answered */
+		s->is_search_path_mentioned = false;
+		s->queries_unread = 0;
+	}
 	s->is_unlisten_all_sent = false;
 	s->is_copy_in = false;
 	s->ready_ns = base_now_ns();
@@ -434,7 +448,7 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	bool hidden = s->hidden_ready > 0; /* an answer to tern's SET, which the reply tracking never saw */
 	int rc = relay_server_message(s, type, body, len, hidden);
 	if (rc == 0 && s->tracks_statements && !hidden)
-		rc = session_stmts_on_server_message(s, type);
+		rc = session_stmts_on_server_message(s, type, body, len);
 	return rc;
 }
 

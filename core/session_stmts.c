@@ -204,7 +204,7 @@ static int stmts_need(struct session *s, struct stmt *stmt)
 		int rc = stmts_cache_add(s, cache, stmt, evicted_name, &evicted);
 		return rc < 0 ? rc : stmts_queue_prepare(s, stmt, evicted, false, NULL);
 	}
-	for (uint32_t i = 0; i < s->needed_count; i++)
+	for (uint32_t i = s->needed_barrier; i < s->needed_count; i++)
 		if (s->needed[i].stmt == stmt)
 			return 0; /* prepared ahead of an earlier message already */
 	if (s->needed_count == s->needed_cap) {
@@ -224,9 +224,12 @@ static int stmts_need(struct session *s, struct stmt *stmt)
 
 int session_stmts_prepare_needed(struct session *s)
 {
+	struct stmt_cache *cache = stmts_cache_of(s->backend);
+	if (cache && s->is_stmt_cache_stale)
+		stmt_cache_clear(cache); /* a DEALLOCATE ALL or DISCARD ALL is queued for this connection */
+	s->is_stmt_cache_stale = false;
 	if (s->needed_count == 0)
 		return 0;
-	struct stmt_cache *cache = stmts_cache_of(s->backend);
 	int rc = cache ? 0 : -ENOMEM;
 	/* Mark the ones present as just used, so adding the others cannot evict them. */
 	for (uint32_t i = 0; rc == 0 && i < s->needed_count; i++)
@@ -251,7 +254,7 @@ int session_stmts_prepare_needed(struct session *s)
 	}
 	for (uint32_t i = 0; i < s->needed_count; i++)
 		stmt_unref(s->needed[i].stmt);
-	s->needed_count = 0;
+	s->needed_count = s->needed_barrier = 0;
 	return rc;
 }
 
@@ -279,15 +282,17 @@ static int stmts_refuse_duplicate(struct session *s, const char *name)
 	if (!copy)
 		return -ENOMEM;
 	memcpy(copy, msg, n);
-	if (!stmts_has_backend(s) && !s->is_unsynced) {
-		/* Nothing of this batch reaches a server: tern answers and skips to the Sync, as the server would. */
+	if (!stmts_has_backend(s) && !s->is_unsynced && s->replies.count == 0 && sendq_is_empty(&s->to_server)) {
+		/* Nothing before it is queued for a server (a BEGIN, say) or owed by one: tern answers and skips
+		 * to the Sync, as the server would. */
 		s->is_skipping_to_sync = true;
 		return stmts_make_reply(s, STMT_REPLY_MADE_MESSAGES, copy, (uint32_t)n);
 	}
 	/* The server runs this batch (or a transaction block): it must fail there too, rolling back what the
-	 * batch did and skipping to the Sync. A Parse that cannot parse does that; its error is replaced by
-	 * the 42P05. Named, so that it leaves the unnamed statement alone; it creates nothing. */
-	static const char query[] = "tern refuses a statement name in use";
+	 * batch did and skipping to the Sync. A Parse that fails does that: its 42703 (an unknown column) is
+	 * replaced by the 42P05, any other error (25P02 in a failed block) shown as it is, as PostgreSQL
+	 * checks those first. Named, so that it leaves the unnamed statement alone; it creates nothing. */
+	static const char query[] = "SELECT tern_refuses_a_statement_name_in_use";
 	struct iovec parse[] = {stmts_cstring("tern_refused"), {(void *)query, sizeof(query)}, {(void *)"\0\0", 2}};
 	int rc = stmts_queue(s, PROTO_FE_PARSE, parse, 3, false);
 	s->is_unsynced = true;
@@ -437,6 +442,8 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 			return -EPROTO;
 		if (name[0])
 			return stmts_on_parse(s, name, body + offset, len - offset);
+		if (params_sql_is_forget_all(body + offset, len - offset))
+			session_stmts_forget_all_ahead(s);
 		s->is_unnamed_deallocate = stmts_is_deallocate_of_own(s, body + offset, len - offset);
 		if (s->is_unnamed_deallocate)
 			return stmts_make_reply(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0);
@@ -510,7 +517,7 @@ unsigned session_stmts_server_type(const struct session *s, uint8_t type)
 		return PROTO_FORWARD | PROTO_INSPECT;
 	case PROTO_BE_ERROR:
 		if (head->kind == STMT_REPLY_PARSE_REFUSED)
-			return PROTO_INSPECT; /* replaced by the client's 42P05 */
+			return PROTO_INSPECT; /* shown in session_stmts_on_server_message: the 42P05, or as it is */
 		return PROTO_FORWARD | PROTO_INSPECT;
 	case PROTO_BE_ROW_DESCRIPTION:
 		if (head->kind == STMT_REPLY_DESCRIBE_STATEMENT || head->kind == STMT_REPLY_DESCRIBE_PORTAL)
@@ -519,6 +526,24 @@ unsigned session_stmts_server_type(const struct session *s, uint8_t type)
 	default:
 		return 0;
 	}
+}
+
+/* The error of tern's stand-in Parse for a name in use: the expected 42703 becomes the client's 42P05;
+ * another error (25P02 in a failed block, a cancel, a shutdown) is what PostgreSQL would have said. */
+static void stmts_show_refusal(struct session *s, const struct stmt_reply_entry *head, const uint8_t *body,
+			       uint32_t len)
+{
+	if (s->phase == SESSION_CLOSING)
+		return;
+	struct proto_error_fields fields;
+	if (proto_error_parse(body, len, &fields) == 0 && strcmp(fields.sqlstate, "42703") == 0) {
+		stmts_send_made(s, STMT_REPLY_MADE_MESSAGES, head->data, head->data_len);
+		return;
+	}
+	uint8_t header[PROTO_HEADER_LEN] = {PROTO_BE_ERROR};
+	proto_write_u32(header + 1, len + 4);
+	session_send_to_client(s, header, sizeof(header));
+	session_send_to_client(s, body, len);
 }
 
 /* The server did not prepare stmt (its Parse failed or was skipped): the connection lacks it. */
@@ -569,7 +594,7 @@ static void stmts_on_error(struct session *s, struct stmt_reply_entry *head)
 		s->is_skipping_to_sync = true; /* the client has not sent the Sync yet: the server skips to it */
 }
 
-int session_stmts_on_server_message(struct session *s, uint8_t type)
+int session_stmts_on_server_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len)
 {
 	struct stmt_reply_entry *head = stmt_replies_head(&s->replies);
 	if (!head)
@@ -602,7 +627,7 @@ int session_stmts_on_server_message(struct session *s, uint8_t type)
 		break;
 	case PROTO_BE_ERROR:
 		if (kind == STMT_REPLY_PARSE_REFUSED)
-			stmts_send_made(s, STMT_REPLY_MADE_MESSAGES, head->data, head->data_len);
+			stmts_show_refusal(s, head, body, len);
 		stmts_on_error(s, head);
 		stmts_send_made_replies(s);
 		return 0;
@@ -622,6 +647,16 @@ int session_stmts_on_server_message(struct session *s, uint8_t type)
 void session_stmts_on_copy_in(struct session *s, uint32_t ignored_syncs)
 {
 	(void)stmt_replies_remove_after_head(&s->replies, STMT_REPLY_SYNC, ignored_syncs);
+}
+
+void session_stmts_forget_all_ahead(struct session *s)
+{
+	stmt_map_clear(&s->statements);
+	if (stmts_has_backend(s) && s->backend->extra)
+		stmt_cache_clear(s->backend->extra);
+	else
+		s->is_stmt_cache_stale = true;
+	s->needed_barrier = s->needed_count; /* later uses prepare again, after the command */
 }
 
 void session_stmts_forget_all(struct session *s)

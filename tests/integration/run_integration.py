@@ -24,8 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from pgcluster import PgCluster, clean_env, find_pg_bindir, free_port  # noqa: E402
 from procs import TernProcess  # noqa: E402
-from wire import (FLUSH, SYNC, Wire, WireError, bind, close, describe, execute, message, parse,  # noqa: E402
-                  scram_secret, startup_packet)
+from wire import (FLUSH, SYNC, Wire, WireError, bind, close, data_row, describe, error_fields, execute,  # noqa: E402
+                  message, parse, scram_secret, startup_packet)
 
 ROOT = os.environ.get("TERN_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
 TERN = os.environ.get("TERN_BINARY", os.path.join(ROOT, "build", "tern"))
@@ -991,6 +991,96 @@ def prepared_a_name_in_use_fails_the_servers_batch_and_transaction_as_postgresql
             outcomes[label] = (batch, in_block, after, still, rows)
     check(outcomes["tern"] == outcomes["postgresql"], "tern answers as PostgreSQL: %r" % (outcomes,))
     check(outcomes["tern"][0][2] == "42P05" and outcomes["tern"][4] == "0", "nothing committed: %r" % (outcomes,))
+
+
+def replies(w, data, readies):
+    """Sends data; the replies up to the readies-th ReadyForQuery, each as a short text: the type, with
+    the SQLSTATE of an error, the values of a row, the status of a ReadyForQuery."""
+    w.send(data)
+    out = []
+    while readies > 0:
+        msg = w.read_message()
+        if msg is None:
+            return out + ["<EOF>"]
+        kind, body = msg[0].decode(), msg[1]
+        if kind == "E":
+            kind += "(%s)" % error_fields(body).get("C")
+        elif kind == "D":
+            kind += repr(data_row(body))
+        elif kind == "Z":
+            kind += "(%s)" % body.decode()
+            readies -= 1
+        elif kind in "SN":
+            continue  # ParameterStatus and notices differ between a server and tern by design
+        out.append(kind)
+    return out
+
+
+@test
+def prepared_pipelined_name_refusals_and_deallocate_all_answer_as_postgresql_does(ctx):
+    # Found in review: each scenario once gave replies (or committed rows) PostgreSQL would not.
+    psql_ok(ctx.pg.primary_port, "drop table if exists dup_q; create table dup_q(v int)")
+    Q = q
+    scenarios = {
+        "a name in use behind a queued BEGIN and INSERT; COMMIT": [
+            (parse("dup", "select 1") + SYNC, 1),
+            (Q("BEGIN") + Q("insert into dup_q values (1)") + parse("dup", "select 2") + SYNC, 3),
+            (Q("COMMIT"), 1), (Q("select count(*) from dup_q"), 1), (Q("truncate dup_q"), 1)],
+        "a name in use in a failed transaction block": [
+            (parse("dup", "select 1") + SYNC, 1), (Q("BEGIN"), 1), (Q("select 1/0"), 1),
+            (parse("dup", "select 2") + SYNC, 1), (Q("ROLLBACK"), 1)],
+        "DEALLOCATE ALL, then the same name again, in one write": [
+            (parse("a", "select 1") + SYNC, 1),
+            (Q("DEALLOCATE ALL") + parse("a", "select 2") + bind("a") + execute() + SYNC, 2),
+            (bind("a") + execute() + SYNC, 1)],
+        "in a block, DEALLOCATE ALL, then a new name for a text the connection had": [
+            (parse("c", "select 11") + bind("c") + execute() + SYNC, 1), (Q("BEGIN"), 1),
+            (Q("DEALLOCATE ALL") + parse("b", "select 11") + bind("b") + execute() + SYNC, 2), (Q("COMMIT"), 1)],
+        "DEALLOCATE ALL through Parse/Bind/Execute with names behind it": [
+            (parse("a", "select 1") + SYNC, 1),
+            (parse("", "DEALLOCATE ALL") + bind("") + execute() + parse("b", "select 3") + SYNC, 1),
+            (bind("a") + execute() + SYNC, 1), (bind("b") + execute() + SYNC, 1),
+            (parse("", "DEALLOCATE ALL") + bind("") + execute() + parse("b", "select 4") + bind("b") + execute()
+             + SYNC, 1)],
+    }
+    t = ctx.tern(pool_size=1)
+    for label, steps in scenarios.items():
+        seen = {}
+        for who, port in (("postgresql", ctx.pg.primary_port), ("tern", t.port)):
+            with Wire(port) as w:
+                w.login("postgres")
+                seen[who] = [replies(w, data, readies) for data, readies in steps]
+        check(seen["tern"] == seen["postgresql"], "%s: %r" % (label, seen))
+
+
+@test
+def search_path_is_not_asked_for_after_a_set_local_that_cannot_change_it(ctx):
+    t = ctx.tern(pool_size=1)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        pid = w.query("select pg_backend_pid()")[0][0]
+        last = lambda: ctx.pg.psql("select query from pg_stat_activity where pid = %s" % pid)
+        for send in (lambda sql: w.query(sql), lambda sql: w.exchange(parse("", sql), bind(""), execute(), SYNC)):
+            send("begin")
+            send("set local statement_timeout = '5s'")  # as row-level-security apps do in every transaction
+            send("commit")
+            check(last() == "commit", "no hidden SHOW after SET LOCAL: %r" % last())
+        w.exchange(parse("", "set search_path to public"), bind(""), execute(), SYNC)
+        wait_for(lambda: last() == "SHOW search_path", "a SET naming search_path is followed")
+
+
+@test
+def search_path_learned_at_a_clients_exit_keeps_its_connection_in_the_pool(ctx):
+    # Found in review: the hidden SHOW search_path in flight when the client left had its connection closed.
+    t = ctx.tern(pool_size=1)
+    pids = set()
+    for i in range(8):
+        with Wire(t.port) as w:
+            w.login("postgres")
+            pids.add(w.query("select pg_backend_pid()")[0][0])
+            w.exchange(parse("", "set search_path to public"), bind(""), execute(), SYNC)
+            w.send(message(b"X"))
+    check(len(pids) == 1, "one server connection serves them all: %r" % pids)
 
 
 @test
