@@ -2,7 +2,8 @@
 """Real client stacks through tern: psycopg 3, node-postgres and JDBC (pgjdbc), each running a mixed
 read/write workload that checks its own results, with 10x more clients than server connections.
 
-Each case starts its own tern (pool_mode session or transaction, pool_size 4) in front of one
+Each case starts its own tern (pool_mode session or transaction, pool_size 4; mode `tls` is transaction
+pooling with client_tls_sslmode = require, each driver told to use TLS) in front of one
 PostgreSQL primary started here (temp dir, free loopback port), runs one workload program from
 clients/ with a timeout, and passes when the program exits 0, its RESULT line reports every step of
 every client passed, the tables read directly on the primary hold exactly what the clients wrote,
@@ -13,7 +14,7 @@ openjdk-17-jdk-headless, libpostgresql-jdbc-java. node-postgres is installed wit
 clients/node/package-lock.json into a cache directory (TERN_CLIENTS_CACHE, default
 ~/.cache/tern/clients) the first time; nothing else is downloaded.
 
-usage: run_clients.py [-k SUBSTRING]... [--modes session,transaction] [--clients N] [--pool-size N] [--verbose]
+usage: run_clients.py [-k SUBSTRING]... [--modes session,transaction,tls] [--clients N] [--pool-size N] [--verbose]
 (TERN_BINARY and TERN_SOURCE_ROOT from meson; mode `direct` runs the workloads against PostgreSQL itself,
 to tell a workload's own problem from tern's)"""
 import argparse
@@ -186,7 +187,29 @@ STACKS = [
 # ---------------------------------------------------------------- cases
 
 
-def start_tern(pg, pool_mode, pool_size):
+# How each driver is told to use TLS (without verifying tern's throwaway certificate).
+TLS_ENV = {
+    "psycopg": {"PGSSLMODE": "require"},
+    "node": {"PGSSLMODE": "no-verify"},  # node-postgres reads it: TLS, certificate not checked
+    "jdbc": {"TERN_JDBC_URL_EXTRA": "&sslmode=require"},
+}
+
+
+def make_certificate(workdir):
+    """A self-signed certificate and key for tern (mode tls); their paths."""
+    crt, key = os.path.join(workdir, "tern.crt"), os.path.join(workdir, "tern.key")
+    if not os.path.exists(crt):
+        run(["openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=localhost", "-newkey", "rsa:2048",
+             "-keyout", key, "-out", crt], 60, "openssl req")
+    return crt, key
+
+
+def start_tern(pg, mode, pool_size, workdir):
+    tls = ""
+    if mode == "tls":
+        crt, key = make_certificate(workdir)
+        tls = ("[tls]\nclient_tls_sslmode = require\nclient_tls_cert_file = %s\nclient_tls_key_file = %s\n"
+               % (crt, key))
     config = """[tern]
 listen = 127.0.0.1:%d
 workers = 2
@@ -199,7 +222,7 @@ pool_size = %d
 mode = trust
 [limits]
 max_client_conn = 1000
-""" % (free_port(), pool_mode, pg.primary_port, pool_size)
+%s""" % (free_port(), "transaction" if mode == "tls" else mode, pg.primary_port, pool_size, tls)
     return TernProcess(TERN, config).start()
 
 
@@ -235,7 +258,7 @@ class ServerConnectionSampler:
         return False
 
 
-def run_case(pg, args, stack, mode, command, env_extra, expected):
+def run_case(pg, args, stack, mode, command, env_extra, expected, workdir):
     """Returns (one-line detail, the workload's per-step table); raises CaseFailure."""
     tern = None
     output = ""
@@ -243,8 +266,10 @@ def run_case(pg, args, stack, mode, command, env_extra, expected):
         if mode == "direct":
             port = pg.primary_port
         else:
-            tern = start_tern(pg, mode, args.pool_size)
+            tern = start_tern(pg, mode, args.pool_size, workdir)
             port = tern.port
+            if mode == "tls":
+                env_extra = dict(env_extra, **TLS_ENV[stack])
         argv = command + ["--host", "127.0.0.1", "--port", str(port), "--clients", str(args.clients),
                           "--rows", str(ROWS), "--prefix", "%s_%s" % (stack, mode)]
         with ServerConnectionSampler(pg) as sampler:
@@ -304,7 +329,8 @@ def on_suite_deadline(signum, frame):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-k", action="append", default=[], help="run cases whose name contains this")
-    parser.add_argument("--modes", default="session,transaction", help="comma list of session, transaction, direct")
+    parser.add_argument("--modes", default="session,transaction,tls",
+                        help="comma list of session, transaction, tls (transaction pooling, clients over TLS), direct")
     parser.add_argument("--pool-size", type=int, default=4)
     parser.add_argument("--clients", type=int, default=0, help="default: 10 x pool size")
     parser.add_argument("--verbose", action="store_true", help="print each workload's per-step table")
@@ -349,7 +375,7 @@ def main():
                     if isinstance(prepared[stack], CaseFailure):
                         raise prepared[stack]
                     command, env_extra = prepared[stack]
-                    detail, summary = run_case(pg, args, stack, mode, command, env_extra, expected)
+                    detail, summary = run_case(pg, args, stack, mode, command, env_extra, expected, workdir)
                     results.append((name, True))
                     print("PASS %s (%.1fs): %s" % (name, time.monotonic() - t0, detail), flush=True)
                     if args.verbose:

@@ -34,6 +34,8 @@ public final class Workload {
                                    "rollback", "close_statements", "verify"};
     static final int COUNTER_UPDATES = 5; // the transaction step adds this many to the client's counter
     static final long DEADLINE_SECONDS = 100; // the runner's own timeout is longer: print what we have
+    // More connection properties from the runner (its tls mode: "&sslmode=require").
+    static final String URL_EXTRA = System.getenv().getOrDefault("TERN_JDBC_URL_EXTRA", "");
 
     static String host = "127.0.0.1";
     static int port;
@@ -108,7 +110,7 @@ public final class Workload {
 
         void connect() throws SQLException {
             close();
-            conn = DriverManager.getConnection("jdbc:postgresql://" + host + ":" + port + "/postgres?user=postgres"
+            conn = DriverManager.getConnection("jdbc:postgresql://" + host + ":" + port + "/postgres?user=postgres" + URL_EXTRA
                     + "&prepareThreshold=1&connectTimeout=30&socketTimeout=60&ApplicationName=jdbc-" + c);
         }
 
@@ -269,7 +271,7 @@ public final class Workload {
             // connection, and 10x clients each holding one while asking for another would deadlock.
             close();
             try (Connection uncached = DriverManager.getConnection(
-                     "jdbc:postgresql://" + host + ":" + port + "/postgres?user=postgres&prepareThreshold=1"
+                     "jdbc:postgresql://" + host + ":" + port + "/postgres?user=postgres" + URL_EXTRA + "&prepareThreshold=1"
                      + "&preparedStatementCacheQueries=0&connectTimeout=30&socketTimeout=60&ApplicationName=jdbc-"
                      + c + "-uncached")) {
                 for (int round = 0; round < 3; round++) {
@@ -375,7 +377,7 @@ public final class Workload {
         }
         long started = System.nanoTime();
         String url = "jdbc:postgresql://" + host + ":" + port
-                     + "/postgres?user=postgres&connectTimeout=30&socketTimeout=60";
+                     + "/postgres?user=postgres" + URL_EXTRA + "&connectTimeout=30&socketTimeout=60";
         try (Connection conn = DriverManager.getConnection(url); Statement st = conn.createStatement()) {
             st.execute("drop table if exists " + prefix + "_items, " + prefix + "_counters");
             st.execute("create table " + prefix + "_items (client int, seq int, val text not null, "
