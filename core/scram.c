@@ -598,10 +598,11 @@ int scram_server_final(struct scram_server *s, const uint8_t *client_final, size
 		return -EPROTO;
 	size_t binding_len = s->channel_binding_is_used ? s->channel_binding_len : 0;
 	int n = scram_b64_decode(value, value_len, cbind_input, sizeof(cbind_input));
-	if (n < 0 || (size_t)n != s->gs2_header_len + binding_len ||
-	    memcmp(cbind_input, s->gs2_header, s->gs2_header_len) != 0 ||
-	    memcmp(cbind_input + s->gs2_header_len, s->channel_binding, binding_len) != 0)
+	if (n < 0 || (size_t)n < s->gs2_header_len || memcmp(cbind_input, s->gs2_header, s->gs2_header_len) != 0)
 		return -EPROTO;
+	if ((size_t)n != s->gs2_header_len + binding_len ||
+	    memcmp(cbind_input + s->gs2_header_len, s->channel_binding, binding_len) != 0)
+		return s->channel_binding_is_used ? -EKEYREJECTED : -EPROTO;
 
 	if (!scram_cursor_take(&c, ',') || !scram_cursor_attribute(&c, 'r', &value, &value_len))
 		return -EPROTO;

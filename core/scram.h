@@ -142,7 +142,8 @@ TERN_MUST_USE int scram_server_first(struct scram_server *s, const uint8_t *clie
 /* `client_final` is the SASLResponse payload. Checks c= (base64 of the gs2 header, followed under
  * SCRAM-SHA-256-PLUS by the channel binding data, RFC 5802 section 7's cbind-input), r= (the combined
  * nonce) and p= (the proof). Writes server-final-message ("v=...") with a NUL and returns its length,
- * or -EPROTO (malformed, channel binding or nonce mismatch), -EACCES (wrong password or unknown user),
+ * or -EPROTO (malformed, nonce mismatch), -EKEYREJECTED (under PLUS, c= carries other binding data: the
+ * client saw another certificate), -EACCES (wrong password or unknown user),
  * -ENOSPC or -EIO (OpenSSL). Any error ends the exchange. Must be called once, after scram_server_first()
  * succeeded. */
 TERN_MUST_USE int scram_server_final(struct scram_server *s, const uint8_t *client_final, size_t len,

@@ -406,6 +406,10 @@ static int login_on_password(struct session *s, const uint8_t *body, uint32_t le
 		return 0;
 	}
 	n = scram_server_final(s->scram, body, len, out, sizeof(out));
+	if (n == -EKEYREJECTED) { /* as PostgreSQL words it */
+		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "08P01", "SCRAM channel binding check failed");
+		return -1;
+	}
 	if (n < 0) {
 		session_end(s, n == -EACCES ? SESSION_END_AUTH_FAILED : SESSION_END_PROTOCOL_VIOLATION);
 		return -1;

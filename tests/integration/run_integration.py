@@ -1958,6 +1958,17 @@ def tls_scram_sha_256_plus_binds_the_channel(ctx):
     check(r.returncode == 0 and r.stdout.strip() == "9", "plain SCRAM over TLS: %r" % r.stderr)
     r = psql_tls(t, "select 10", sslmode="disable", conninfo="channel_binding=require", password="s3cret")
     check(r.returncode != 0 and "channel binding" in r.stderr, "no PLUS without TLS: %r" % r.stderr)
+    # The binding is the SHA-256 of tern's certificate; a client that saw another one is refused.
+    for flip, want in ((0, None), (1, "SCRAM channel binding check failed")):
+        with tls_wire(t.port) as w:
+            binding = bytearray(hashlib.sha256(w.sock.getpeercert(binary_form=True)).digest())
+            binding[0] ^= flip
+            try:
+                w.login("postgres", password="s3cret", channel_binding=bytes(binding))
+                got = None
+            except WireError as err:
+                got = err.fields["M"] if err.sqlstate == "08P01" else err.fields
+            check(got == want, "SCRAM-SHA-256-PLUS with %s binding: %r" % ("a wrong" if flip else "the right", got))
     # An Ed25519 certificate has no tls-server-end-point hash: SCRAM-SHA-256-PLUS is not offered.
     e = tls_tern(ctx, mode="prefer", cert="ed", key="ed25519", auth="scram", users=users)
     r = psql_tls(e, "select 11", conninfo="channel_binding=prefer", password="s3cret")

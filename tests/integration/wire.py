@@ -155,7 +155,8 @@ class Wire:
                     raise WireError(error)
                 return messages
 
-    def login(self, user, database="postgres", password=None, params=None):
+    def login(self, user, database="postgres", password=None, params=None, channel_binding=None):
+        """channel_binding: tls-server-end-point bytes to send with SCRAM-SHA-256-PLUS (over TLS)."""
         self.send(startup_packet(user, database, params))
         scram = None
         while True:
@@ -176,9 +177,10 @@ class Wire:
                     outer = hashlib.md5(inner.encode() + body[4:8]).hexdigest()
                     self.send(message(b"p", b"md5" + outer.encode() + b"\0"))
                 elif code == 10:
-                    scram = _Scram(password)
+                    scram = _Scram(password, channel_binding)
                     first = scram.client_first()
-                    self.send(message(b"p", b"SCRAM-SHA-256\0" + struct.pack("!I", len(first)) + first))
+                    mechanism = b"SCRAM-SHA-256-PLUS\0" if channel_binding is not None else b"SCRAM-SHA-256\0"
+                    self.send(message(b"p", mechanism + struct.pack("!I", len(first)) + first))
                 elif code == 11:
                     self.send(message(b"p", scram.client_final(body[4:])))
                 elif code == 12:
@@ -240,13 +242,15 @@ class Wire:
 
 
 class _Scram:
-    def __init__(self, password):
+    def __init__(self, password, channel_binding=None):
         self.password = password.encode()
         self.nonce = base64.b64encode(os.urandom(18)).decode()
+        self.gs2 = "n,," if channel_binding is None else "p=tls-server-end-point,,"
+        self.cbind = base64.b64encode(self.gs2.encode() + (channel_binding or b"")).decode()
 
     def client_first(self):
         self.first_bare = "n=,r=" + self.nonce
-        return ("n,," + self.first_bare).encode()
+        return (self.gs2 + self.first_bare).encode()
 
     def client_final(self, server_first):
         self.server_first = server_first.decode()
@@ -255,7 +259,7 @@ class _Scram:
         salted = hashlib.pbkdf2_hmac("sha256", self.password, salt, int(attrs["i"]))
         client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
         stored_key = hashlib.sha256(client_key).digest()
-        without_proof = "c=biws,r=" + attrs["r"]
+        without_proof = "c=%s,r=%s" % (self.cbind, attrs["r"])
         auth_message = ",".join([self.first_bare, self.server_first, without_proof]).encode()
         signature = hmac.new(stored_key, auth_message, hashlib.sha256).digest()
         proof = bytes(a ^ b for a, b in zip(client_key, signature))
