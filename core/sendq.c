@@ -14,19 +14,21 @@ void sendq_init(struct sendq *q, ring_op_handler on_sent)
 	base_list_init(&q->flush_link);
 }
 
-static void sendq_release(struct ring *ring, struct sendq_slice *slice)
+static void sendq_release(struct sendq *q, struct ring *ring, struct sendq_slice *slice)
 {
-	if (slice->buffer_id >= 0)
+	if (slice->buffer_id >= 0) {
 		ring_buffer_unref(ring, (uint16_t)slice->buffer_id);
-	else
+		q->buffers--;
+	} else {
 		free((void *)slice->data);
+	}
 }
 
 void sendq_clear(struct sendq *q, struct ring *ring)
 {
 	TERN_ASSERT(!q->op.is_armed);
 	while (q->count > 0) {
-		sendq_release(ring, &q->slices[q->head]);
+		sendq_release(q, ring, &q->slices[q->head]);
 		q->head = (q->head + 1) & (q->cap - 1);
 		q->count--;
 	}
@@ -92,6 +94,7 @@ int sendq_push_buffer(struct sendq *q, struct ring *ring, uint16_t buffer_id, co
 		return rc;
 	ring_buffer_ref(ring, buffer_id);
 	sendq_append(q, data, len, buffer_id);
+	q->buffers++;
 	return 0;
 }
 
@@ -161,6 +164,7 @@ int sendq_own_copies(struct sendq *q, struct ring *ring)
 			return -ENOMEM;
 		memcpy(copy, slice->data, slice->len);
 		ring_buffer_unref(ring, (uint16_t)slice->buffer_id);
+		q->buffers--;
 		slice->data = copy;
 		slice->buffer_id = -1;
 	}
@@ -220,7 +224,7 @@ void sendq_sent(struct sendq *q, struct ring *ring, uint32_t sent)
 			return;
 		}
 		sent -= left;
-		sendq_release(ring, slice);
+		sendq_release(q, ring, slice);
 		q->head = (q->head + 1) & (q->cap - 1);
 		q->count--;
 		q->head_sent = 0;

@@ -33,6 +33,7 @@ struct sendq {
 	uint32_t count;
 	uint32_t head_sent; /* bytes of slices[head] already sent */
 	uint64_t bytes;     /* queued and not yet sent */
+	uint32_t buffers;   /* receive buffers its slices hold references on */
 	uint64_t sent_bytes_total; /* sent since the queue began, for SHOW STATS */
 	uint32_t iov_count;
 	struct iovec iov[SENDQ_IOV_MAX];

@@ -92,13 +92,13 @@ void session_starve(struct session *s, uint8_t group)
 	s->is_starved[group] = true;
 	if (group == SESSION_BUFFERS_SERVER) {
 		/* Server responses are what ends transactions: take the rows that clients which stopped reading
-		 * leave queued out of the ring, so the others' responses find buffers again. Only queues that
-		 * hold many buffers: a client that keeps up holds a few, briefly. */
+		 * leave queued out of the ring, so the others' responses find buffers again. (A client that keeps
+		 * up pays a copy too, only while the ring is exhausted.) */
 		struct base_list *node, *tmp;
 		base_list_for_each_safe(node, tmp, &s->worker->sessions)
 		{
 			struct session *other = TERN_CONTAINER_OF(node, struct session, link);
-			if (other->to_client.bytes >= SESSION_QUEUE_LOW_BYTES)
+			if (other->to_client.buffers > 0)
 				session_release_client_buffers(other);
 		}
 	}
@@ -206,7 +206,7 @@ static void session_client_sent(struct ring_op *op, int res, uint32_t flags)
 
 void session_client_drained(struct session *s)
 {
-	if (s->backend_recv_paused && s->to_client.bytes < SESSION_QUEUE_LOW_BYTES) {
+	if (s->backend_recv_paused && session_queue_is_low(&s->to_client)) {
 		s->backend_recv_paused = false;
 		session_relay_resume_backend(s);
 	}
@@ -225,7 +225,7 @@ static void session_server_sent(struct ring_op *op, int res, uint32_t flags)
 	sendq_sent(q, &s->worker->ring, (uint32_t)res);
 	if (!sendq_is_empty(q))
 		session_mark_dirty(s, q);
-	if (s->client_recv_paused && q->bytes < SESSION_QUEUE_LOW_BYTES) {
+	if (s->client_recv_paused && session_queue_is_low(q)) {
 		s->client_recv_paused = false;
 		session_client_recv_resume(s);
 	}
@@ -239,7 +239,7 @@ static void session_server_sent(struct ring_op *op, int res, uint32_t flags)
 void session_client_queue_grew(struct session *s)
 {
 	uint64_t high = s->backend ? SESSION_QUEUE_HIGH_BYTES : SESSION_QUEUE_PARKED_BYTES;
-	if (s->to_server.bytes > high && !s->client_recv_paused) {
+	if (session_queue_is_full(&s->to_server, high) && !s->client_recv_paused) {
 		s->client_recv_paused = true;
 		ring_cancel(&s->worker->ring, &s->client_recv);
 	}

@@ -140,8 +140,6 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 {
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
-	if (type == PROTO_FE_PARSE && params_sql_mentions_search_path(body, len))
-		s->is_search_path_mentioned = true;
 	if (type == PROTO_FE_PARSE || type == PROTO_FE_BIND || type == PROTO_FE_DESCRIBE || type == PROTO_FE_CLOSE ||
 	    type == PROTO_FE_EXECUTE) {
 		int rc = session_stmts_on_client_message(s, type, body, len, chunk->buffer_id, chunk->data);
@@ -476,7 +474,7 @@ void session_relay_resume_backend(struct session *s)
 	if (!s->backend || s->backend_recv.is_armed || s->is_backend_dropping || s->is_starved[SESSION_BUFFERS_SERVER] ||
 	    s->backend_recv_paused || s->release_after_recv)
 		return;
-	if (s->phase != SESSION_CLOSING && s->to_client.bytes > SESSION_QUEUE_HIGH_BYTES) {
+	if (s->phase != SESSION_CLOSING && session_queue_is_full(&s->to_client, SESSION_QUEUE_HIGH_BYTES)) {
 		s->backend_recv_paused = true; /* the client reads slower than the server writes */
 		return;
 	}
@@ -540,7 +538,7 @@ void session_relay_attach_backend(struct session *s, struct pool_conn *conn)
 	s->release_after_recv = false;
 	s->backend_recv_paused = false;
 	s->tx_status = 'I';
-	if (s->client_recv_paused && s->to_server.bytes < SESSION_QUEUE_LOW_BYTES) {
+	if (s->client_recv_paused && session_queue_is_low(&s->to_server)) {
 		s->client_recv_paused = false; /* paused while parked; the server now drains the queue */
 		session_client_recv_resume(s);
 	}

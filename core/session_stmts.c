@@ -351,13 +351,15 @@ static bool stmts_is_deallocate_of_own(struct session *s, const uint8_t *content
 	return true;
 }
 
-static int stmts_on_parse(struct session *s, const char *name, const uint8_t *content, uint32_t len)
+static int stmts_on_parse(struct session *s, const char *name, const uint8_t *content, uint32_t len,
+			  bool names_search_path)
 {
 	if (stmt_map_get(&s->statements, name))
 		return stmts_refuse_duplicate(s, name);
 	struct stmt *stmt = stmt_create(content, len);
 	if (!stmt)
 		return -ENOMEM;
+	stmt->names_search_path = names_search_path;
 	int rc = stmt_map_put(&s->statements, name, stmt, s->replies.pushed);
 	stmt_unref(stmt); /* the map's reference keeps it */
 	if (rc < 0)
@@ -403,6 +405,7 @@ static int stmts_on_bind(struct session *s, const uint8_t *body, uint32_t len, u
 			return rc < 0 ? rc : 0;
 		}
 		stmt = name[0] ? stmt_map_get(&s->statements, name) : NULL;
+		s->is_search_path_mentioned |= stmt ? stmt->names_search_path : !name[0] && s->is_unnamed_naming_search_path;
 	} else if (len == body_len) {
 		return -EPROTO;
 	} /* else names over the head's 1 KiB: passed on unchanged (a statement so named is not rewritten) */
@@ -440,8 +443,12 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 		const char *name = proto_read_cstring(body, len, &offset);
 		if (!name)
 			return -EPROTO;
+		/* A statement whose text names search_path may change it whenever it runs (see the relay). */
+		bool names = params_sql_mentions_search_path(body + offset, len - offset);
+		s->is_search_path_mentioned |= names;
 		if (name[0])
-			return stmts_on_parse(s, name, body + offset, len - offset);
+			return stmts_on_parse(s, name, body + offset, len - offset, names);
+		s->is_unnamed_naming_search_path = names;
 		if (params_sql_is_forget_all(body + offset, len - offset))
 			session_stmts_forget_all_ahead(s);
 		s->is_unnamed_deallocate = stmts_is_deallocate_of_own(s, body + offset, len - offset);

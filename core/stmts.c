@@ -19,6 +19,7 @@ struct stmt *stmt_create(const uint8_t *content, uint32_t len)
 	snprintf(stmt->server_name, sizeof(stmt->server_name), "tern_%016llx%016llx",
 		 (unsigned long long)hash.high64, (unsigned long long)hash.low64);
 	stmt->content_len = len;
+	stmt->names_search_path = false;
 	memcpy(stmt->content, content, len);
 	return stmt;
 }

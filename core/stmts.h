@@ -31,6 +31,7 @@ struct stmt {
 	uint64_t hash_high, hash_low; /* of the Parse content: query text, NUL, parameter types */
 	char server_name[STMT_SERVER_NAME_LEN];
 	uint32_t content_len;
+	bool names_search_path; /* its text names search_path or RESET: running it may change search_path */
 	uint8_t content[]; /* the Parse body after the statement name */
 };
 

@@ -1070,6 +1070,25 @@ def search_path_is_not_asked_for_after_a_set_local_that_cannot_change_it(ctx):
 
 
 @test
+def search_path_set_by_a_statement_prepared_earlier_does_not_leak(ctx):
+    # Found in review: the Execute of a statement prepared in an earlier batch carries no text to read.
+    psql_ok(ctx.pg.primary_port, "create schema if not exists tenant_a")
+    t = ctx.tern(pool_size=1)
+    for name in ("set_tenant", ""):  # a named statement, and the unnamed one kept across a Sync
+        with Wire(t.port) as a:
+            a.login("postgres")
+            # Then nothing is in flight: tern's reading of the batch's texts starts afresh.
+            check(a.exchange(parse(name, "SET search_path TO tenant_a"), SYNC)[0] == "1Z", "prepared")
+            got = a.exchange(bind(name), execute(), SYNC)
+            check(got[0] == "2CZ", "%r run later: %r" % (name, got))
+            check(a.query("show search_path") == [["tenant_a"]], "a has its own")
+        with Wire(t.port) as b:
+            b.login("postgres")
+            got = b.query("show search_path")
+            check(got == [['"$user", public']], "%r statement: b keeps the default: %r" % (name, got))
+
+
+@test
 def search_path_learned_at_a_clients_exit_keeps_its_connection_in_the_pool(ctx):
     # Found in review: the hidden SHOW search_path in flight when the client left had its connection closed.
     t = ctx.tern(pool_size=1)
@@ -1696,6 +1715,38 @@ def a_client_that_stops_reading_does_not_hold_the_server_buffers_others_need(ctx
             out = psql_ok(t.port, "select count(*), sum(length(r)) from (select repeat('y', 500) as r "
                                   "from generate_series(1, 2000)) s", timeout=20)
             check(out == "2000|1000000", "client %d served while the slow one waits: %r" % (i, out))
+
+
+@test
+def a_client_that_stops_reading_small_replies_does_not_hold_the_server_buffers(ctx):
+    # Found in review: replies that arrive one by one fill a receive buffer each, so a client that stops
+    # reading held the whole ring with far fewer bytes queued than any byte-based mark.
+    t = ctx.tern(pool_size=4, workers=1, sections={"tern": "buffer_count = 16\nbuffer_size = 16kB"})
+    hog = Wire.__new__(Wire)
+    hog.buf, hog.params, hog.key = b"", {}, None
+    hog.sock = socket.socket()
+    hog.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+    hog.sock.settimeout(30)
+    try:
+        hog.sock.connect(("127.0.0.1", t.port))
+        hog.login("postgres")
+        port = hog.sock.getsockname()[1]
+        n = 2500  # each reply flushed on its own by the server: one receive buffer each; never read
+        hog.send(b"".join(q("select pg_sleep(0.001), repeat('x', 3000)") for _ in range(n)))
+        queued = [None]
+
+        def send_stalled():
+            now, queued[0] = queued[0], tern_socket_entry(port, t.port)[4]
+            return now == queued[0]
+        wait_for(send_stalled, "tern's send to the hog to stall", interval=1.5, timeout=60)
+        check(psql_ok(t.port, "select 1", timeout=20) == "1", "another client is served meanwhile")
+        readies = 0
+        while readies < n:
+            m = hog.read_message()
+            check(m is not None, "the hog's replies all arrive once it reads (%d of %d)" % (readies, n))
+            readies += m[0] == b"Z"
+    finally:
+        hog.close()
 
 
 @test

@@ -200,6 +200,30 @@ Test(sendq, contiguous_pushes_of_one_buffer_extend_one_slice)
 	assert_all_buffers_back();
 }
 
+Test(sendq, buffers_counts_the_receive_buffers_held_whatever_their_bytes)
+{
+	uint8_t *a = take_buffer(0);
+	uint8_t *b = take_buffer(1);
+	uint8_t *c = take_buffer(2);
+	cr_assert_eq(sendq_push_buffer(&fx.q, &fx.ring, 0, a, 10), 0);
+	cr_assert_eq(sendq_push_buffer(&fx.q, &fx.ring, 0, a + 10, 10), 0);
+	cr_assert_eq(fx.q.buffers, 1u, "an extension holds no new buffer");
+	cr_assert_eq(sendq_push_buffer(&fx.q, &fx.ring, 1, b, 10), 0);
+	cr_assert_eq(sendq_push_buffer(&fx.q, &fx.ring, 2, c, 10), 0);
+	cr_assert_eq(sendq_push_copy(&fx.q, "xyz", 3), 0);
+	cr_assert_eq(fx.q.buffers, 3u, "40 bytes, 3 buffers: a copy holds none");
+	ring_buffer_unref(&fx.ring, 0);
+	ring_buffer_unref(&fx.ring, 1);
+	ring_buffer_unref(&fx.ring, 2);
+	sendq_sent(&fx.q, &fx.ring, 20);
+	cr_assert_eq(fx.q.buffers, 2u, "a slice sent in full lets its buffer go");
+	cr_assert_eq(sendq_own_copies(&fx.q, &fx.ring), 0);
+	cr_assert_eq(fx.q.buffers, 0u, "copied out of the ring");
+	assert_all_buffers_back();
+	sendq_clear(&fx.q, &fx.ring);
+	cr_assert_eq(fx.q.buffers, 0u);
+}
+
 Test(sendq, push_copy_keeps_its_own_copy)
 {
 	char text[] = "SELECT 1";
