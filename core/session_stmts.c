@@ -405,7 +405,8 @@ static int stmts_on_bind(struct session *s, const uint8_t *body, uint32_t len, u
 			return rc < 0 ? rc : 0;
 		}
 		stmt = name[0] ? stmt_map_get(&s->statements, name) : NULL;
-		s->is_search_path_mentioned |= stmt ? stmt->names_search_path : !name[0] && s->is_unnamed_naming_search_path;
+		bool names = stmt ? stmt->names_search_path : !name[0] && s->is_unnamed_naming_search_path;
+		s->is_search_path_mentioned |= names;
 	} else if (len == body_len) {
 		return -EPROTO;
 	} /* else names over the head's 1 KiB: passed on unchanged (a statement so named is not rewritten) */
