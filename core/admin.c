@@ -734,22 +734,8 @@ void admin_welcome(struct session *s)
 void admin_on_bytes(struct session *s, const uint8_t *data, uint32_t len)
 {
 	s->client_active_ns = base_now_ns(); /* SHOW CLIENTS's request_time */
-	if (s->login_len + len > ADMIN_MESSAGE_MAX || !s->login_buf) {
-		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
-		return;
-	}
-	if (s->login_len + len > s->login_cap) {
-		uint8_t *grown = realloc(s->login_buf, ADMIN_MESSAGE_MAX);
-		if (!grown) {
-			session_end(s, SESSION_END_OUT_OF_MEMORY);
-			return;
-		}
-		s->login_buf = grown;
-		s->login_cap = ADMIN_MESSAGE_MAX;
-	}
-	memcpy(s->login_buf + s->login_len, data, len);
-	s->login_len += len;
-	admin_run(s);
+	if (session_login_buf_append(s, data, len, ADMIN_MESSAGE_MAX))
+		admin_run(s);
 }
 
 /* Answers the complete messages in login_buf in order, until one must wait for its answer. */

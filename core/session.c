@@ -253,16 +253,8 @@ void session_client_queue_grew(struct session *s)
 
 static void session_request_done_hook(struct pool_request *req)
 {
-	struct session *s = req->owner;
-	struct worker *worker = s->worker;
-	pthread_mutex_lock(&worker->mailbox_lock);
-	bool was_empty = base_list_is_empty(&worker->mailbox);
-	base_list_insert_tail(&worker->mailbox, &req->link);
-	__atomic_add_fetch(&worker->mailbox_count, 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&worker->mailbox_lock);
-	/* The worker reads its mailbox at the end of every pass: only another thread needs to wake it. */
-	if (was_empty && !pthread_equal(pthread_self(), worker->thread))
-		worker_wake(worker);
+	struct worker *worker = ((struct session *)req->owner)->worker;
+	worker_mail(worker, &worker->mailbox, &req->link);
 }
 
 void session_acquire_backend(struct session *s)
@@ -403,11 +395,11 @@ void session_backend_settle(struct session *s)
 	session_backend_try_release(s);
 }
 
-/* True when all the server owes is the answer to tern's own hidden SHOW search_path (nothing of the
- * client's is in flight): once it is in, the connection is idle. */
+/* True when all the server owes are answers to tern's own hidden queries (a SET, SHOW search_path) and
+ * nothing of the client's is in flight: once they are in, the connection is idle. */
 static bool session_backend_awaits_only_tern(const struct session *s)
 {
-	return s->is_learning_search_path && s->pending_ready == s->hidden_ready && s->replies.count == 0 &&
+	return s->hidden_ready > 0 && s->pending_ready == s->hidden_ready && s->replies.count == 0 &&
 	       !s->is_unsynced && !s->is_copy_in && proto_stream_is_at_boundary(&s->client_stream);
 }
 

@@ -204,6 +204,9 @@ void session_on_wait_timeout(struct session *s);
 
 /* Login half (session_login.c) → relay half (session_relay.c) and back. */
 void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len);
+/* Appends to login_buf (startup and auth messages; the admin console's queries), at most `max` bytes in
+ * all. False when the session ended instead (over max: protocol violation; out of memory). */
+TERN_MUST_USE bool session_login_buf_append(struct session *s, const uint8_t *data, uint32_t len, uint32_t max);
 void session_login_on_backend(struct session *s);
 void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len);
 void session_relay_attach_backend(struct session *s, struct pool_conn *conn);

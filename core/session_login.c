@@ -419,6 +419,29 @@ static int login_on_password(struct session *s, const uint8_t *body, uint32_t le
 	return 0;
 }
 
+bool session_login_buf_append(struct session *s, const uint8_t *data, uint32_t len, uint32_t max)
+{
+	if (s->login_len + len > max) {
+		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		return false;
+	}
+	if (s->login_len + len > s->login_cap) {
+		uint32_t cap = TERN_MAX(s->login_cap * 2, 512u);
+		while (cap < s->login_len + len)
+			cap *= 2;
+		uint8_t *grown = realloc(s->login_buf, TERN_MIN(cap, max));
+		if (!grown) {
+			session_end(s, SESSION_END_OUT_OF_MEMORY);
+			return false;
+		}
+		s->login_buf = grown;
+		s->login_cap = TERN_MIN(cap, max);
+	}
+	memcpy(s->login_buf + s->login_len, data, len);
+	s->login_len += len;
+	return true;
+}
+
 /* TLS's record type for a handshake: a client's first byte 0x16 is a ClientHello (a startup packet would
  * start with the high byte of its length, always 0). */
 #define LOGIN_TLS_HANDSHAKE 0x16
@@ -440,24 +463,8 @@ void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len
 		session_tls_on_ciphertext(s, data, len);
 		return;
 	}
-	if (s->login_len + len > LOGIN_BUF_MAX) {
-		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+	if (!session_login_buf_append(s, data, len, LOGIN_BUF_MAX))
 		return;
-	}
-	if (s->login_len + len > s->login_cap) {
-		uint32_t cap = TERN_MAX(s->login_cap * 2, 512u);
-		while (cap < s->login_len + len)
-			cap *= 2;
-		uint8_t *grown = realloc(s->login_buf, cap);
-		if (!grown) {
-			session_end(s, SESSION_END_OUT_OF_MEMORY);
-			return;
-		}
-		s->login_buf = grown;
-		s->login_cap = cap;
-	}
-	memcpy(s->login_buf + s->login_len, data, len);
-	s->login_len += len;
 
 	while (s->phase == SESSION_STARTUP || s->phase == SESSION_AUTH) {
 		bool typed = s->phase == SESSION_AUTH;

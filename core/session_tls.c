@@ -25,7 +25,6 @@ struct session_tls {
 	struct sendq wire;    /* ciphertext (after the SSLRequest's answer 'S', in the clear) to the socket */
 	bool is_direct;       /* began with a ClientHello, not an SSLRequest: ALPN must be "postgresql" */
 	bool is_checked;      /* the finished handshake was checked */
-	bool is_closed;       /* close_notify queued */
 };
 
 /* Moves what OpenSSL has to send into the wire queue. 0 or -ENOMEM. */
@@ -82,10 +81,9 @@ static void tls_encrypt(struct sendq *q, struct ring *ring)
 	}
 	if (rc == 0)
 		rc = tls_take_output(t);
-	/* An ended session's last words are followed by close_notify. */
-	if (rc == 0 && s->phase == SESSION_CLOSING && q->count == 0 && !t->is_closed &&
-	    tls_conn_is_handshake_done(t->conn) && !s->client_eof) {
-		t->is_closed = true;
+	/* An ended session's last words are followed by close_notify (queued once: tls_conn_shutdown does
+	 * nothing the second time). */
+	if (rc == 0 && s->phase == SESSION_CLOSING && q->count == 0 && !s->client_eof) {
 		tls_conn_shutdown(t->conn);
 		rc = tls_take_output(t);
 	}

@@ -83,12 +83,7 @@ void worker_route_cancel(struct tern_runtime *runtime, uint32_t pid, uint32_t se
 		return; /* a cancel is best effort, as in PostgreSQL */
 	cancel->pid = pid;
 	cancel->secret = secret;
-	pthread_mutex_lock(&target->mailbox_lock);
-	base_list_insert_tail(&target->cancels, &cancel->link);
-	__atomic_add_fetch(&target->mailbox_count, 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&target->mailbox_lock);
-	if (!pthread_equal(pthread_self(), target->thread))
-		worker_wake(target);
+	worker_mail(target, &target->cancels, &cancel->link);
 }
 
 /* Cancels the running query of the session the key names, if the secret matches. A session with no
@@ -127,12 +122,7 @@ int worker_job_post(struct tern_runtime *runtime, struct worker_job *job)
 		struct worker *target = runtime->workers[i];
 		struct worker_job_part *part = &job->parts[i];
 		part->job = job; /* part i is worker i's from here on: not touched again until done */
-		pthread_mutex_lock(&target->mailbox_lock);
-		base_list_insert_tail(&target->jobs, &part->link);
-		__atomic_add_fetch(&target->mailbox_count, 1, __ATOMIC_RELEASE);
-		pthread_mutex_unlock(&target->mailbox_lock);
-		if (!pthread_equal(pthread_self(), target->thread))
-			worker_wake(target);
+		worker_mail(target, &target->jobs, &part->link);
 	}
 	return 0;
 }
@@ -160,12 +150,7 @@ static void worker_job_answer(struct worker *worker, struct worker_job_part *par
 		base_list_insert_tail(&origin->jobs_done, &job->link);
 		return;
 	}
-	pthread_mutex_lock(&origin->mailbox_lock);
-	base_list_insert_tail(&origin->jobs_done, &job->link);
-	__atomic_add_fetch(&origin->mailbox_count, 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&origin->mailbox_lock);
-	if (!pthread_equal(pthread_self(), origin->thread))
-		worker_wake(origin);
+	worker_mail(origin, &origin->jobs_done, &job->link);
 }
 
 void worker_finish_jobs(struct tern_runtime *runtime)
@@ -659,6 +644,19 @@ int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t i
 		return worker->init_result;
 	}
 	return 0;
+}
+
+void worker_mail(struct worker *worker, struct base_list *list, struct base_list *link)
+{
+	pthread_mutex_lock(&worker->mailbox_lock);
+	bool was_empty = __atomic_load_n(&worker->mailbox_count, __ATOMIC_RELAXED) == 0;
+	base_list_insert_tail(list, link);
+	__atomic_add_fetch(&worker->mailbox_count, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&worker->mailbox_lock);
+	/* The worker reads its mailbox at the end of every pass, and a wake is on its way for anything
+	 * posted before: only the first post to an empty mailbox from another thread needs one. */
+	if (was_empty && !pthread_equal(pthread_self(), worker->thread))
+		worker_wake(worker);
 }
 
 void worker_wake(struct worker *worker)
