@@ -115,6 +115,15 @@ bool params_sql_mentions_search_path(const uint8_t *sql, uint32_t len)
 	return false;
 }
 
+bool params_sql_statement_may_set_search_path(const uint8_t *sql, uint32_t len)
+{
+	const uint8_t *end = sql + len;
+	const uint8_t *p = params_sql_skip_blank(sql, end);
+	if (!params_sql_take_word(&p, end, "set") && !params_sql_take_word(&p, end, "reset"))
+		return false;
+	return params_sql_mentions_search_path(sql, len);
+}
+
 bool params_sql_is_forget_all(const uint8_t *sql, uint32_t len)
 {
 	const uint8_t *end = sql + len;

@@ -53,6 +53,9 @@ bool params_sql_take_word(const uint8_t **p, const uint8_t *end, const char *wor
 /* True when `sql` holds "search_path" or "reset" anywhere (ASCII, any case): without either, a SET it
  * runs (SET LOCAL, SET TRANSACTION...) cannot have changed search_path. */
 bool params_sql_mentions_search_path(const uint8_t *sql, uint32_t len);
+/* For the one statement of a Parse: true when it is a SET or RESET that mentions search_path (above).
+ * Reads the first word of most texts only. */
+bool params_sql_statement_may_set_search_path(const uint8_t *sql, uint32_t len);
 /* True when the first statement of `sql` is DEALLOCATE [PREPARE] ALL or DISCARD ALL. */
 bool params_sql_is_forget_all(const uint8_t *sql, uint32_t len);
 

@@ -444,8 +444,9 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 		const char *name = proto_read_cstring(body, len, &offset);
 		if (!name)
 			return -EPROTO;
-		/* A statement whose text names search_path may change it whenever it runs (see the relay). */
-		bool names = params_sql_mentions_search_path(body + offset, len - offset);
+		/* A statement that may set search_path may change it whenever it runs (see the relay); a Parse
+		 * holds one statement, so most texts are settled by their first word. */
+		bool names = params_sql_statement_may_set_search_path(body + offset, len - offset);
 		s->is_search_path_mentioned |= names;
 		if (name[0])
 			return stmts_on_parse(s, name, body + offset, len - offset, names);

@@ -94,3 +94,38 @@ Test(params, search_path_is_read_from_set_and_reset_as_the_client_wrote_it)
 	cr_assert_eq(search_path_of("reset timezone", v, sizeof(v)), 0);
 	cr_assert_eq(search_path_of("set search_path to a_very_long_schema_name", v, 8), -ENOSPC);
 }
+
+static bool sql_check(bool (*fn)(const uint8_t *, uint32_t), const char *sql)
+{
+	return fn((const uint8_t *)sql, (uint32_t)strlen(sql));
+}
+
+Test(params, a_text_mentions_search_path_or_reset_in_any_case_anywhere)
+{
+	cr_assert(sql_check(params_sql_mentions_search_path, "select 1; SET Search_Path = x"));
+	cr_assert(sql_check(params_sql_mentions_search_path, "begin; reset all"));
+	cr_assert(sql_check(params_sql_mentions_search_path, "search_path"));
+	cr_assert_not(sql_check(params_sql_mentions_search_path, "set local app.tenant = '7'; select 'search path'"));
+	cr_assert_not(sql_check(params_sql_mentions_search_path, "search_pat"));
+	cr_assert_not(sql_check(params_sql_mentions_search_path, ""));
+}
+
+Test(params, only_a_set_or_reset_statement_may_set_search_path)
+{
+	cr_assert(sql_check(params_sql_statement_may_set_search_path, "SET SESSION search_path TO app"));
+	cr_assert(sql_check(params_sql_statement_may_set_search_path, " /* x */ reset ALL"));
+	cr_assert_not(sql_check(params_sql_statement_may_set_search_path, "set local statement_timeout = 5"));
+	cr_assert_not(sql_check(params_sql_statement_may_set_search_path, "select set_config('search_path', 'x', false)"));
+	cr_assert_not(sql_check(params_sql_statement_may_set_search_path, "settings search_path"));
+}
+
+Test(params, deallocate_all_and_discard_all_are_recognised_as_first_statements)
+{
+	cr_assert(sql_check(params_sql_is_forget_all, "DEALLOCATE ALL"));
+	cr_assert(sql_check(params_sql_is_forget_all, "deallocate prepare all;"));
+	cr_assert(sql_check(params_sql_is_forget_all, " -- c\n discard all ; select 1"));
+	cr_assert_not(sql_check(params_sql_is_forget_all, "deallocate all_of_them"));
+	cr_assert_not(sql_check(params_sql_is_forget_all, "deallocate \"all\""));
+	cr_assert_not(sql_check(params_sql_is_forget_all, "discard temp"));
+	cr_assert_not(sql_check(params_sql_is_forget_all, "deallocate all x"));
+}
