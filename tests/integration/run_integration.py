@@ -2027,6 +2027,37 @@ def tls_scram_sha_256_plus_binds_the_channel(ctx):
 
 
 @test
+def tls_min_protocol_and_ciphers_are_applied(ctx):
+    def handshake(port, max_version=None, ciphers=None):
+        """The (protocol, cipher) agreed after an SSLRequest, or the handshake's error."""
+        c = tls_client_context(alpn=None)
+        if max_version:
+            c.maximum_version = max_version
+        if ciphers:
+            c.set_ciphers(ciphers)
+        with Wire(port) as w:
+            w.send(SSL_REQUEST)
+            check(w.read_bytes(1) == b"S", "S")
+            try:
+                w.sock = c.wrap_socket(w.sock, server_hostname="localhost")
+            except (ssl.SSLError, ConnectionResetError) as err:
+                return err
+            return w.sock.version(), w.sock.cipher()[0]
+
+    tls12 = ssl.TLSVersion.TLSv1_2
+    t = tls_tern(ctx, mode="require")  # the defaults: TLS 1.2 and newer, OpenSSL's ciphers
+    check(handshake(t.port)[0] == "TLSv1.3", "TLS 1.3 by default")
+    check(handshake(t.port, tls12)[0] == "TLSv1.2", "a TLS 1.2 client is served")
+    t13 = tls_tern(ctx, mode="require", tls_extra="client_tls_min_protocol = TLSv1.3\n")
+    check(isinstance(handshake(t13.port, tls12), ssl.SSLError), "TLS 1.2 refused with a TLS 1.3 floor")
+    aes256 = "ECDHE-RSA-AES256-GCM-SHA384"
+    only = tls_tern(ctx, mode="require", tls_extra="client_tls_ciphers = %s\n" % aes256)
+    check(handshake(only.port, tls12, aes256) == ("TLSv1.2", aes256), "the configured cipher is used")
+    check(isinstance(handshake(only.port, tls12, "ECDHE-RSA-AES128-GCM-SHA256"), ssl.SSLError),
+          "a cipher outside client_tls_ciphers is refused")
+
+
+@test
 def tls_client_certificates_are_checked_against_client_tls_ca_file(ctx):
     _, other = make_certificate(ctx, "other")
     t = tls_tern(ctx, mode="require", tls_extra="client_tls_ca_file = tern.crt\n")
