@@ -1,7 +1,9 @@
 #include "admin.h"
 
+#include "config.h"
 #include "worker.h"
 
+#include <errno.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -17,7 +19,7 @@
 /* Admin queries are short commands; a longer message is a mistake, not a command. */
 #define ADMIN_MESSAGE_MAX 8192u
 
-/* A command whose answer is not ready when it arrives (session->admin_waiting). Queries behind it
+/* A command whose answer is not ready when it arrives (admin_state.waiting). Queries behind it
  * wait in login_buf, so answers keep the order of the questions. */
 enum admin_wait {
 	ADMIN_WAIT_NONE = 0,
@@ -27,11 +29,20 @@ enum admin_wait {
 };
 
 /* A SHOW CLIENTS or SHOW STATS out to the workers. The asking session may be gone when the answers
- * are in: it is found again by its key (and its admin_job), never kept by pointer. */
+ * are in: it is found again by its key (and its state's job), never kept by pointer. */
 struct admin_job {
 	struct worker_job job;
 	uint32_t key_pid;
 };
+
+/* A console session's state (session->console). */
+struct admin_state {
+	uint8_t waiting;     /* enum admin_wait: a command whose answer is not ready yet */
+	uint32_t target;     /* PAUSE, RELOAD: the generation that answers it */
+	struct admin_job *job; /* SHOW CLIENTS, SHOW STATS: the question out to the workers */
+};
+
+static struct admin_state *admin_of(struct session *s) { return s->console; }
 
 struct admin_reply {
 	uint8_t *data;
@@ -152,71 +163,58 @@ static void admin_show_pools(struct admin_reply *r, struct tern_runtime *rt)
 {
 	static const char *const columns[] = {"database", "user",    "cl_active", "cl_waiting", "sv_active",
 					      "sv_idle",  "sv_login", "maxwait",   "maxwait_us", "pool_mode"};
+	struct pool_db_row *rows;
+	uint32_t count;
+	if (pool_snapshot_dbs(rt->pool, &rows, &count) < 0) {
+		r->overflow = true;
+		return;
+	}
 	admin_columns(r, columns, 10);
-	struct pool *pool = rt->pool;
 	uint64_t now = base_now_ns();
 	const char *mode = runtime_config(rt)->pool_mode == CONFIG_POOL_TRANSACTION ? "transaction" : "session";
-	pthread_mutex_lock(&pool->dbs_lock);
-	struct base_list *node, *tmp;
-	base_list_for_each_safe(node, tmp, &pool->dbs)
-	{
-		struct pool_db *db = TERN_CONTAINER_OF(node, struct pool_db, link);
-		struct pool_server *server = rt->primary;
-		pthread_mutex_lock(&server->lock);
-		struct pool_slot *slot = &db->slots[server->index];
-		uint32_t idle = 0;
-		struct base_list *c, *ctmp;
-		base_list_for_each_safe(c, ctmp, &slot->free_conns) idle++;
-		uint64_t oldest_ns = now;
-		base_list_for_each_safe(c, ctmp, &server->waiters)
-		{
-			struct pool_request *req = TERN_CONTAINER_OF(c, struct pool_request, link);
-			if (req->db == db && req->parked_ns < oldest_ns)
-				oldest_ns = req->parked_ns;
-		}
-		uint32_t waiting = slot->waiting_count;
-		uint32_t active_servers = slot->open_count - idle;
-		uint32_t opening = slot->opening_count;
-		pthread_mutex_unlock(&server->lock);
-		uint32_t clients = __atomic_load_n(&db->client_count, __ATOMIC_RELAXED);
+	for (uint32_t i = 0; i < count; i++) {
+		const struct pool_db_row *row = &rows[i];
+		if (row->server_index != rt->primary->index)
+			continue;
+		uint64_t oldest_ns = row->waiting_count ? TERN_MIN(row->oldest_parked_ns, now) : now;
+		uint32_t clients = __atomic_load_n(&row->db->client_count, __ATOMIC_RELAXED);
 		char f[7][24];
-		snprintf(f[0], sizeof(f[0]), "%u", clients > waiting ? clients - waiting : 0);
-		snprintf(f[1], sizeof(f[1]), "%u", waiting);
-		snprintf(f[2], sizeof(f[2]), "%u", active_servers);
-		snprintf(f[3], sizeof(f[3]), "%u", idle);
-		snprintf(f[4], sizeof(f[4]), "%u", opening);
+		snprintf(f[0], sizeof(f[0]), "%u", clients > row->waiting_count ? clients - row->waiting_count : 0);
+		snprintf(f[1], sizeof(f[1]), "%u", row->waiting_count);
+		snprintf(f[2], sizeof(f[2]), "%u", row->used_count);
+		snprintf(f[3], sizeof(f[3]), "%u", row->free_count);
+		snprintf(f[4], sizeof(f[4]), "%u", row->opening_count);
 		snprintf(f[5], sizeof(f[5]), "%llu", (unsigned long long)((now - oldest_ns) / BASE_NS_PER_SEC));
 		snprintf(f[6], sizeof(f[6]), "%llu",
 			 (unsigned long long)((now - oldest_ns) % BASE_NS_PER_SEC / 1000));
-		const char *values[] = {db->database, db->user, f[0], f[1], f[2], f[3], f[4], f[5], f[6], mode};
+		const char *values[] = {row->db->database, row->db->user, f[0], f[1], f[2], f[3], f[4], f[5], f[6], mode};
 		admin_row(r, values, 10);
 	}
-	pthread_mutex_unlock(&pool->dbs_lock);
+	free(rows);
 }
 
 static void admin_show_servers(struct admin_reply *r, struct tern_runtime *rt)
 {
 	static const char *const columns[] = {"type", "user", "database", "state", "connect_time", "remote_pid"};
-	admin_columns(r, columns, 6);
-	struct pool_server *server = rt->primary;
-	uint64_t now = base_now_ns();
-	pthread_mutex_lock(&server->lock);
-	struct base_list *lists[] = {&server->used_conns, &server->free_conns};
-	for (size_t l = 0; l < TERN_ARRAY_LEN(lists); l++) {
-		struct base_list *node, *tmp;
-		base_list_for_each_safe(node, tmp, lists[l])
-		{
-			struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
-			char age[24], pid[16];
-			/* Seconds open, not a wall-clock time: tern keeps monotonic clocks only. */
-			snprintf(age, sizeof(age), "%llu", (unsigned long long)((now - conn->opened_ns) / BASE_NS_PER_SEC));
-			snprintf(pid, sizeof(pid), "%u", conn->backend_pid);
-			const char *values[] = {"S", conn->db->user, conn->db->database, l == 0 ? "active" : "idle",
-						age, pid};
-			admin_row(r, values, 6);
-		}
+	struct pool_conn_row *rows;
+	uint32_t count;
+	if (pool_snapshot_conns(rt->pool, &rows, &count) < 0) {
+		r->overflow = true;
+		return;
 	}
-	pthread_mutex_unlock(&server->lock);
+	admin_columns(r, columns, 6);
+	uint64_t now = base_now_ns();
+	for (uint32_t i = 0; i < count; i++) {
+		const struct pool_conn_row *row = &rows[i];
+		char age[24], pid[16];
+		/* Seconds open, not a wall-clock time: tern keeps monotonic clocks only. */
+		snprintf(age, sizeof(age), "%llu", (unsigned long long)((now - TERN_MIN(row->opened_ns, now)) / BASE_NS_PER_SEC));
+		snprintf(pid, sizeof(pid), "%u", row->backend_pid);
+		const char *values[] = {"S", row->db->user, row->db->database,
+					row->state == POOL_CONN_USED ? "active" : "idle", age, pid};
+		admin_row(r, values, 6);
+	}
+	free(rows);
 }
 
 /* The command in `sql`, lowercased and without surrounding blanks or a final ';'. */
@@ -262,19 +260,19 @@ static void admin_run(struct session *s);
 
 static void admin_wait_start(struct session *s, enum admin_wait wait, uint32_t target)
 {
-	TERN_ASSERT(s->admin_waiting == ADMIN_WAIT_NONE && wait != ADMIN_WAIT_NONE);
-	s->admin_waiting = (uint8_t)wait;
-	s->admin_target = target;
+	TERN_ASSERT(admin_of(s)->waiting == ADMIN_WAIT_NONE && wait != ADMIN_WAIT_NONE);
+	admin_of(s)->waiting = (uint8_t)wait;
+	admin_of(s)->target = target;
 	if (wait == ADMIN_WAIT_PAUSE || wait == ADMIN_WAIT_RELOAD)
-		s->worker->admin_waiting_count++; /* the tick polls it */
+		s->host->console_waiting_count++; /* the tick polls it */
 }
 
 /* The waited-for answer is ready: send it, then answer the queries that queued behind it. */
 static void admin_wait_end(struct session *s, struct admin_reply *r)
 {
-	TERN_ASSERT(s->admin_waiting != ADMIN_WAIT_NONE);
-	s->admin_waiting = ADMIN_WAIT_NONE;
-	s->admin_job = NULL;
+	TERN_ASSERT(admin_of(s)->waiting != ADMIN_WAIT_NONE);
+	admin_of(s)->waiting = ADMIN_WAIT_NONE;
+	admin_of(s)->job = NULL;
 	admin_send(s, r);
 	if (s->phase == SESSION_ADMIN)
 		admin_run(s);
@@ -372,7 +370,7 @@ static void admin_clients_fill(struct worker *worker, struct worker_job_part *pa
 	clock_gettime(CLOCK_REALTIME, &wall);
 	uint64_t now = base_now_ns();
 	struct base_list *node, *tmp;
-	base_list_for_each_safe(node, tmp, &worker->sessions)
+	base_list_for_each_safe(node, tmp, &worker->host.sessions)
 	{
 		admin_client_row(&r, TERN_CONTAINER_OF(node, struct session, link), now, &wall);
 	}
@@ -481,10 +479,10 @@ static void admin_show_stats(struct admin_reply *r, const struct worker_job *job
 static struct session *admin_job_session(struct admin_job *aj)
 {
 	struct base_list *node, *tmp;
-	base_list_for_each_safe(node, tmp, &aj->job.origin->sessions)
+	base_list_for_each_safe(node, tmp, &aj->job.origin->host.sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-		if (s->key_pid == aj->key_pid && s->phase == SESSION_ADMIN && s->admin_job == aj)
+		if (s->key_pid == aj->key_pid && s->phase == SESSION_ADMIN && admin_of(s)->job == aj)
 			return s;
 	}
 	return NULL; /* the console left before the answers were in */
@@ -524,15 +522,15 @@ static void admin_ask_workers(struct session *s, struct admin_reply *r,
 		return;
 	}
 	aj->key_pid = s->key_pid;
-	aj->job.origin = s->worker;
+	aj->job.origin = worker_of(s->host);
 	aj->job.fill = fill;
 	aj->job.done = admin_job_done;
-	if (worker_job_post(s->worker->runtime, &aj->job) < 0) {
+	if (worker_job_post(s->host->runtime, &aj->job) < 0) {
 		free(aj);
 		r->overflow = true;
 		return;
 	}
-	s->admin_job = aj;
+	admin_of(s)->job = aj;
 	admin_wait_start(s, ADMIN_WAIT_JOB, 0);
 }
 
@@ -546,22 +544,9 @@ static void admin_wake_workers(struct tern_runtime *rt, const struct worker *sel
 			worker_wake(rt->workers[i]);
 }
 
-/* True when no server connection is in use and no request waits in the pool's queues. */
-static bool admin_pool_is_idle(struct pool *pool)
-{
-	bool idle = true;
-	for (uint32_t i = 0; i < pool->server_count && idle; i++) {
-		struct pool_server *server = &pool->servers[i];
-		pthread_mutex_lock(&server->lock);
-		idle = server->open_count == server->free_count && server->waiter_count == 0;
-		pthread_mutex_unlock(&server->lock);
-	}
-	return idle;
-}
-
 static void admin_pause(struct session *s, struct admin_reply *r)
 {
-	struct tern_runtime *rt = s->worker->runtime;
+	struct tern_runtime *rt = s->host->runtime;
 	bool expected = false;
 	if (!__atomic_compare_exchange_n(&rt->is_paused, &expected, true, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 		admin_error(r, "55000", "tern is already paused", "RESUME lets new transactions go.");
@@ -570,13 +555,13 @@ static void admin_pause(struct session *s, struct admin_reply *r)
 	uint32_t generation = __atomic_add_fetch(&rt->pause_generation, 1, __ATOMIC_ACQ_REL);
 	TERN_INFO("PAUSE from the admin console by %s: new transactions wait; waiting for running ones to end",
 		  s->user);
-	admin_wake_workers(rt, s->worker); /* each acknowledges at the end of its next pass */
+	admin_wake_workers(rt, worker_of(s->host)); /* each acknowledges at the end of its next pass */
 	admin_wait_start(s, ADMIN_WAIT_PAUSE, generation);
 }
 
 static void admin_resume(struct session *s, struct admin_reply *r)
 {
-	struct tern_runtime *rt = s->worker->runtime;
+	struct tern_runtime *rt = s->host->runtime;
 	bool expected = true;
 	if (!__atomic_compare_exchange_n(&rt->is_paused, &expected, false, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE)) {
@@ -585,13 +570,13 @@ static void admin_resume(struct session *s, struct admin_reply *r)
 	}
 	__atomic_add_fetch(&rt->pause_generation, 1, __ATOMIC_ACQ_REL);
 	TERN_INFO("RESUME from the admin console by %s", s->user);
-	admin_wake_workers(rt, s->worker); /* the sessions held at the gate go at once */
+	admin_wake_workers(rt, worker_of(s->host)); /* the sessions held at the gate go at once */
 	admin_complete(r, "RESUME");
 }
 
 static void admin_reload(struct session *s)
 {
-	struct tern_runtime *rt = s->worker->runtime;
+	struct tern_runtime *rt = s->host->runtime;
 	/* A reload that begins after this load reads the file as it is now: the next even generation if
 	 * none is running, the one after the running one's end otherwise. */
 	uint32_t generation = __atomic_load_n(&rt->reload_generation, __ATOMIC_ACQUIRE);
@@ -603,11 +588,11 @@ static void admin_reload(struct session *s)
 /* A waiting PAUSE or RELOAD: answers it if its moment has come. */
 static void admin_poll(struct session *s)
 {
-	struct tern_runtime *rt = s->worker->runtime;
+	struct tern_runtime *rt = s->host->runtime;
 	struct admin_reply r = {0};
-	if (s->admin_waiting == ADMIN_WAIT_RELOAD) {
+	if (admin_of(s)->waiting == ADMIN_WAIT_RELOAD) {
 		uint32_t generation = __atomic_load_n(&rt->reload_generation, __ATOMIC_ACQUIRE);
-		if ((int32_t)(generation - s->admin_target) < 0)
+		if ((int32_t)(generation - admin_of(s)->target) < 0)
 			return;
 		if (__atomic_load_n(&rt->reload_result, __ATOMIC_RELAXED) < 0)
 			admin_error(&r, "F0000", "the configuration could not be reloaded; nothing changed",
@@ -617,8 +602,8 @@ static void admin_poll(struct session *s)
 		admin_wait_end(s, &r);
 		return;
 	}
-	TERN_ASSERT(s->admin_waiting == ADMIN_WAIT_PAUSE);
-	if (__atomic_load_n(&rt->pause_generation, __ATOMIC_ACQUIRE) != s->admin_target ||
+	TERN_ASSERT(admin_of(s)->waiting == ADMIN_WAIT_PAUSE);
+	if (__atomic_load_n(&rt->pause_generation, __ATOMIC_ACQUIRE) != admin_of(s)->target ||
 	    !__atomic_load_n(&rt->is_paused, __ATOMIC_ACQUIRE)) {
 		admin_error(&r, "57014", "PAUSE was cancelled by RESUME before every server connection was free",
 			    NULL);
@@ -627,35 +612,35 @@ static void admin_poll(struct session *s)
 	}
 	/* Acknowledged first: a transaction a worker started before it saw the gate is then visible as a
 	 * server connection in use (or a request in the pool's queue). */
-	if (!worker_pause_is_acknowledged(rt, s->admin_target) || !admin_pool_is_idle(rt->pool))
+	if (!worker_pause_is_acknowledged(rt, admin_of(s)->target) || !pool_is_idle(rt->pool))
 		return;
 	TERN_INFO("PAUSE: paused; every server connection is free");
 	admin_complete(&r, "PAUSE");
 	admin_wait_end(s, &r);
 }
 
-void admin_on_tick(struct worker *worker)
+static void admin_on_tick(struct host *host)
 {
 	uint32_t waiting = 0;
 	struct base_list *node, *tmp;
-	base_list_for_each_safe(node, tmp, &worker->sessions)
+	base_list_for_each_safe(node, tmp, &host->sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 		if (s->phase != SESSION_ADMIN ||
-		    (s->admin_waiting != ADMIN_WAIT_PAUSE && s->admin_waiting != ADMIN_WAIT_RELOAD))
+		    (admin_of(s)->waiting != ADMIN_WAIT_PAUSE && admin_of(s)->waiting != ADMIN_WAIT_RELOAD))
 			continue;
 		admin_poll(s);
 		waiting += s->phase == SESSION_ADMIN &&
-			   (s->admin_waiting == ADMIN_WAIT_PAUSE || s->admin_waiting == ADMIN_WAIT_RELOAD);
+			   (admin_of(s)->waiting == ADMIN_WAIT_PAUSE || admin_of(s)->waiting == ADMIN_WAIT_RELOAD);
 	}
-	worker->admin_waiting_count = waiting;
+	host->console_waiting_count = waiting;
 }
 
 /* ---- commands ---- */
 
 static void admin_on_query(struct session *s, const char *sql)
 {
-	struct tern_runtime *rt = s->worker->runtime;
+	struct tern_runtime *rt = s->host->runtime;
 	struct admin_reply r = {0};
 	char command[64];
 	admin_normalize(sql, command, sizeof(command));
@@ -673,11 +658,11 @@ static void admin_on_query(struct session *s, const char *sql)
 		admin_complete(&r, "SHOW");
 	} else if (strcmp(command, "show clients") == 0 || strcmp(command, "show stats") == 0) {
 		admin_ask_workers(s, &r, command[5] == 'c' ? admin_clients_fill : admin_stats_fill);
-		if (s->admin_waiting)
+		if (admin_of(s)->waiting)
 			return; /* answered from admin_job_done */
 	} else if (strcmp(command, "pause") == 0) {
 		admin_pause(s, &r);
-		if (s->admin_waiting)
+		if (admin_of(s)->waiting)
 			return; /* answered from admin_poll */
 	} else if (strcmp(command, "resume") == 0) {
 		admin_resume(s, &r);
@@ -696,7 +681,7 @@ static void admin_on_query(struct session *s, const char *sql)
 	admin_send(s, &r);
 }
 
-bool admin_is_allowed(const struct tern_config *config, const char *user)
+static bool admin_is_allowed(const struct tern_config *config, const char *user)
 {
 	const char *list = config->admin_users;
 	size_t n = strlen(user);
@@ -711,8 +696,14 @@ bool admin_is_allowed(const struct tern_config *config, const char *user)
 	return false;
 }
 
-void admin_welcome(struct session *s)
+static void admin_welcome(struct session *s)
 {
+	TERN_ASSERT(!s->console);
+	s->console = calloc(1, sizeof(struct admin_state));
+	if (!s->console) {
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
+		return;
+	}
 	static const char *const params[][2] = {
 		{"server_version", "15.0 (tern " TERN_VERSION ")"}, {"client_encoding", "UTF8"},
 		{"server_encoding", "UTF8"}, {"DateStyle", "ISO, MDY"}, {"integer_datetimes", "on"},
@@ -731,7 +722,7 @@ void admin_welcome(struct session *s)
 	s->phase = SESSION_ADMIN; /* login_buf stays: it assembles the admin queries */
 }
 
-void admin_on_bytes(struct session *s, const uint8_t *data, uint32_t len)
+static void admin_on_bytes(struct session *s, const uint8_t *data, uint32_t len)
 {
 	s->client_active_ns = base_now_ns(); /* SHOW CLIENTS's request_time */
 	if (session_login_buf_append(s, data, len, ADMIN_MESSAGE_MAX))
@@ -741,7 +732,7 @@ void admin_on_bytes(struct session *s, const uint8_t *data, uint32_t len)
 /* Answers the complete messages in login_buf in order, until one must wait for its answer. */
 static void admin_run(struct session *s)
 {
-	while (s->phase == SESSION_ADMIN && s->admin_waiting == ADMIN_WAIT_NONE && s->login_len >= PROTO_HEADER_LEN) {
+	while (s->phase == SESSION_ADMIN && admin_of(s)->waiting == ADMIN_WAIT_NONE && s->login_len >= PROTO_HEADER_LEN) {
 		uint8_t type = s->login_buf[0];
 		uint32_t length = proto_read_u32(s->login_buf + 1);
 		if (length < 4 || length + 1 > ADMIN_MESSAGE_MAX) {
@@ -768,3 +759,18 @@ static void admin_run(struct session *s)
 		s->login_len -= length + 1;
 	}
 }
+
+static void admin_destroy(struct session *s)
+{
+	free(s->console);
+	s->console = NULL;
+}
+
+const struct session_console admin_console = {
+	.database = ADMIN_DATABASE,
+	.is_allowed = admin_is_allowed,
+	.welcome = admin_welcome,
+	.on_bytes = admin_on_bytes,
+	.on_tick = admin_on_tick,
+	.destroy = admin_destroy,
+};

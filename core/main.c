@@ -1,4 +1,5 @@
 /* tern's entry point: command line, config, the pool and its thread, listeners, workers, signals. */
+#include "admin.h"
 #include "auth.h"
 #include "config.h"
 #include "pool/opener.h"
@@ -229,6 +230,7 @@ int main(int argc, char **argv)
 	base_log_level_current = cfg.log_level;
 	static struct tern_runtime rt;
 	rt.config = &cfg;
+	rt.console = &admin_console;
 	struct auth_file *auth_file = NULL;
 	if (cfg.auth_file[0]) {
 		if (auth_file_load(cfg.auth_file, &auth_file, err, sizeof(err)) < 0) {

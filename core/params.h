@@ -12,6 +12,7 @@
 
 #include "base/base.h"
 #include "pool/pool.h"
+#include "sql.h"
 
 /* Names tracked at once: the built-in six plus track_extra_parameters. */
 #define PARAMS_TRACKED_MAX 16u
@@ -46,30 +47,12 @@ void params_store(struct pool_param *params, uint32_t *count, const char *name, 
 TERN_MUST_USE int params_build_set(const struct params_tracked *tracked, const struct params_values *client,
 				   const struct pool_param *conn, uint32_t conn_count, char *out, size_t out_size);
 
-/* A few words of SQL, read without a parser: skips blanks and comments from p; consumes `word`
- * (ASCII, case-insensitive, not a prefix of a longer identifier) and the blanks after it. */
-const uint8_t *params_sql_skip_blank(const uint8_t *p, const uint8_t *end);
-bool params_sql_take_word(const uint8_t **p, const uint8_t *end, const char *word);
-/* True when `sql` holds "search_path" or "reset" anywhere (ASCII, any case): without either, a SET it
- * runs (SET LOCAL, SET TRANSACTION...) cannot have changed search_path. */
-bool params_sql_mentions_search_path(const uint8_t *sql, uint32_t len);
-/* For the one statement of a Parse: true when it is a SET or RESET that mentions search_path (above).
- * Reads the first word of most texts only. */
-bool params_sql_statement_may_set_search_path(const uint8_t *sql, uint32_t len);
-/* True when the first statement of `sql` is DEALLOCATE [PREPARE] ALL or DISCARD ALL. */
-bool params_sql_is_forget_all(const uint8_t *sql, uint32_t len);
-
 /* search_path, which PostgreSQL before 18 does not report, is tracked from the client's own SQL: the
  * value as the client wrote it, replayed verbatim with "SET search_path TO <value>" (so it parses as
  * the client's did). PARAMS_SEARCH_PATH_DEFAULT stands for RESET; PARAMS_SEARCH_PATH_KEY is where a
  * connection's value is kept among its parameters (a name no server reports). */
-#define PARAMS_SEARCH_PATH_DEFAULT "DEFAULT"
+#define PARAMS_SEARCH_PATH_DEFAULT SQL_SEARCH_PATH_RESET
 #define PARAMS_SEARCH_PATH_KEY "tern.search_path"
 /* A connection whose search_path may have been changed in a way tern could not follow. */
 #define PARAMS_SEARCH_PATH_UNKNOWN "\x01unknown"
-/* When the first statement of a simple query is SET [SESSION] search_path {TO | =} value, RESET
- * search_path or RESET ALL: writes the value ("DEFAULT" for a reset) and returns 1. 0 for any other
- * statement (SET LOCAL included), -ENOSPC when the value does not fit. */
-TERN_MUST_USE int params_parse_search_path_set(const uint8_t *sql, uint32_t len, char *value, size_t value_size);
-
 #endif

@@ -2,9 +2,7 @@
  * release, and the one way it ends. */
 #include "session.h"
 
-#include "admin.h"
 #include "scram.h"
-#include "worker.h"
 
 #include <errno.h>
 #include <string.h>
@@ -16,13 +14,13 @@ static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags
 static void session_client_sent(struct ring_op *op, int res, uint32_t flags);
 static void session_server_sent(struct ring_op *op, int res, uint32_t flags);
 
-struct session *session_create(struct worker *worker, int client_fd)
+struct session *session_create(struct host *host, int client_fd)
 {
 	struct session *s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
-	struct tern_runtime *rt = worker->runtime;
-	s->worker = worker;
+	struct tern_runtime *rt = host->runtime;
+	s->host = host;
 	s->phase = SESSION_STARTUP;
 	s->is_transaction_pooling = runtime_config(rt)->pool_mode == CONFIG_POOL_TRANSACTION;
 	s->tracks_statements = s->is_transaction_pooling && runtime_config(rt)->max_prepared_statements > 0;
@@ -41,25 +39,19 @@ struct session *session_create(struct worker *worker, int client_fd)
 	s->tx_status = 'I';
 	s->started_ns = base_now_ns();
 	s->client_active_ns = s->ready_ns = s->started_ns;
-	worker->session_serial = (worker->session_serial + 1) & 0xffffffu;
-	s->key_pid = (worker->index << 24) | worker->session_serial;
+	host->session_serial = (host->session_serial + 1) & 0xffffffu;
+	s->key_pid = (host->index << 24) | host->session_serial;
 	if (getrandom(&s->key_secret, sizeof(s->key_secret), 0) != sizeof(s->key_secret))
 		s->key_secret = (uint32_t)base_now_ns();
 	uint32_t clients = __atomic_add_fetch(&rt->client_count, 1, __ATOMIC_RELAXED);
 	s->is_over_client_limit = clients > runtime_config(rt)->max_client_conn;
-	base_list_insert_tail(&worker->sessions, &s->link);
-	worker->session_count++;
-	ring_recv_multishot(&worker->ring, &s->client_recv, client_fd, SESSION_BUFFERS_CLIENT);
+	base_list_insert_tail(&host->sessions, &s->link);
+	host->session_count++;
+	ring_recv_multishot(&host->ring, &s->client_recv, client_fd, SESSION_BUFFERS_CLIENT);
 	return s;
 }
 
-void session_mark_dirty(struct session *s, struct sendq *q)
-{
-	if (q->is_dirty)
-		return;
-	q->is_dirty = true;
-	base_list_insert_tail(&s->worker->flush, &q->flush_link);
-}
+void session_mark_dirty(struct session *s, struct sendq *q) { host_mark_dirty(s->host, q); }
 
 void session_send_to_client(struct session *s, const void *data, uint32_t len)
 {
@@ -82,20 +74,20 @@ void session_client_recv_resume(struct session *s)
 	if (s->client_recv.is_armed || s->phase == SESSION_CLOSING || s->client_recv_paused || s->client_eof ||
 	    s->is_starved[SESSION_BUFFERS_CLIENT])
 		return;
-	ring_recv_multishot(&s->worker->ring, &s->client_recv, s->client_fd, SESSION_BUFFERS_CLIENT);
+	ring_recv_multishot(&s->host->ring, &s->client_recv, s->client_fd, SESSION_BUFFERS_CLIENT);
 }
 
 void session_starve(struct session *s, uint8_t group)
 {
 	if (!s->is_starved[SESSION_BUFFERS_CLIENT] && !s->is_starved[SESSION_BUFFERS_SERVER])
-		base_list_insert_tail(&s->worker->starved, &s->starved_link);
+		base_list_insert_tail(&s->host->starved, &s->starved_link);
 	s->is_starved[group] = true;
 	if (group == SESSION_BUFFERS_SERVER) {
 		/* Server responses are what ends transactions: take the rows that clients which stopped reading
 		 * leave queued out of the ring, so the others' responses find buffers again. (A client that keeps
 		 * up pays a copy too, only while the ring is exhausted.) */
 		struct base_list *node, *tmp;
-		base_list_for_each_safe(node, tmp, &s->worker->sessions)
+		base_list_for_each_safe(node, tmp, &s->host->sessions)
 		{
 			struct session *other = TERN_CONTAINER_OF(node, struct session, link);
 			if (other->to_client.buffers > 0)
@@ -114,11 +106,11 @@ void session_release_client_buffers(struct session *s)
 		 * and copy when it returns (session_client_sent). */
 		if (!s->is_client_send_recalled) {
 			s->is_client_send_recalled = true;
-			ring_cancel(&s->worker->ring, &q->op);
+			ring_cancel(&s->host->ring, &q->op);
 		}
 		return;
 	}
-	if (sendq_own_copies(q, &s->worker->ring) < 0)
+	if (sendq_own_copies(q, &s->host->ring) < 0)
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 }
 
@@ -131,7 +123,7 @@ static void session_unstarve(struct session *s)
 
 bool session_resume_starved(struct session *s)
 {
-	struct ring *ring = &s->worker->ring;
+	struct ring *ring = &s->host->ring;
 	if (s->is_starved[SESSION_BUFFERS_CLIENT] && ring_buffers_free(ring, SESSION_BUFFERS_CLIENT) > 0) {
 		s->is_starved[SESSION_BUFFERS_CLIENT] = false;
 		session_client_recv_resume(s);
@@ -151,7 +143,7 @@ void session_on_client_bytes(struct session *s, uint16_t buffer_id, const uint8_
 	if (s->phase == SESSION_READY)
 		session_relay_on_client_chunk(s, buffer_id, data, len);
 	else if (s->phase == SESSION_ADMIN)
-		admin_on_bytes(s, data, len);
+		s->host->runtime->console->on_bytes(s, data, len);
 	else if (s->phase != SESSION_CLOSING)
 		session_login_on_bytes(s, data, len);
 }
@@ -159,7 +151,7 @@ void session_on_client_bytes(struct session *s, uint16_t buffer_id, const uint8_
 static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags)
 {
 	struct session *s = TERN_CONTAINER_OF(op, struct session, client_recv);
-	struct ring *ring = &s->worker->ring;
+	struct ring *ring = &s->host->ring;
 	if (res > 0) {
 		TERN_ASSERT(ring_completion_has_buffer(flags));
 		uint16_t bid = ring_completion_buffer_id(flags);
@@ -190,13 +182,13 @@ static void session_client_sent(struct ring_op *op, int res, uint32_t flags)
 	bool recalled = s->is_client_send_recalled;
 	s->is_client_send_recalled = false;
 	if (res <= 0 && !(res == -ECANCELED && recalled)) { /* a stream socket that takes nothing is gone */
-		sendq_clear(q, &s->worker->ring);
+		sendq_clear(q, &s->host->ring);
 		s->client_eof = true;
 		session_end(s, SESSION_END_CLIENT_IO_ERROR);
 		return;
 	}
 	if (res > 0)
-		sendq_sent(q, &s->worker->ring, (uint32_t)res);
+		sendq_sent(q, &s->host->ring, (uint32_t)res);
 	if (recalled)
 		session_release_client_buffers(s);
 	if (!sendq_is_empty(q))
@@ -218,11 +210,11 @@ static void session_server_sent(struct ring_op *op, int res, uint32_t flags)
 	struct sendq *q = TERN_CONTAINER_OF(op, struct sendq, op);
 	struct session *s = TERN_CONTAINER_OF(q, struct session, to_server);
 	if (res <= 0) {
-		sendq_clear(q, &s->worker->ring);
+		sendq_clear(q, &s->host->ring);
 		session_backend_failed(s);
 		return;
 	}
-	sendq_sent(q, &s->worker->ring, (uint32_t)res);
+	sendq_sent(q, &s->host->ring, (uint32_t)res);
 	if (!sendq_is_empty(q))
 		session_mark_dirty(s, q);
 	if (s->client_recv_paused && session_queue_is_low(q)) {
@@ -241,7 +233,7 @@ void session_client_queue_grew(struct session *s)
 	uint64_t high = s->backend ? SESSION_QUEUE_HIGH_BYTES : SESSION_QUEUE_PARKED_BYTES;
 	if (session_queue_is_full(&s->to_server, high) && !s->client_recv_paused) {
 		s->client_recv_paused = true;
-		ring_cancel(&s->worker->ring, &s->client_recv);
+		ring_cancel(&s->host->ring, &s->client_recv);
 	}
 	if (s->backend)
 		session_mark_dirty(s, &s->to_server);
@@ -253,20 +245,40 @@ void session_client_queue_grew(struct session *s)
 
 static void session_request_done_hook(struct pool_request *req)
 {
-	struct worker *worker = ((struct session *)req->owner)->worker;
-	worker_mail(worker, &worker->mailbox, &req->link);
+	struct host *host = ((struct session *)req->owner)->host;
+	host->ops->request_done(host, req);
+}
+
+bool session_pause_gate(struct session *s)
+{
+	if (__atomic_load_n(&s->host->runtime->is_paused, __ATOMIC_ACQUIRE)) {
+		if (!s->is_pause_waiting) {
+			s->is_pause_waiting = true;
+			s->pause_wait_ns = base_now_ns();
+			s->host->pause_waiting_count++;
+		}
+		session_hold_parked_bytes(s); /* a waiting client holds no receive buffers */
+		return true;
+	}
+	if (s->is_pause_waiting) {
+		uint64_t now = base_now_ns();
+		s->is_pause_waiting = false;
+		s->stats.wait_ns += now - s->pause_wait_ns;
+		s->pause_wait_ns = now; /* the server assignment starts after the wait, not before it */
+	}
+	return false;
 }
 
 void session_acquire_backend(struct session *s)
 {
-	struct worker *worker = s->worker;
+	struct host *host = s->host;
 	TERN_ASSERT(!s->backend && !s->is_request_pending);
-	if (worker_pause_gate(worker, s))
+	if (session_pause_gate(s))
 		return; /* PAUSE: the worker asks again at RESUME */
 	session_stats_close_assignment(s);
-	struct pool_conn *conn = worker_local_take(worker, s->db);
+	struct pool_conn *conn = host_local_take(host, s->db);
 	if (conn) {
-		worker->stats.local_reuse++;
+		host->stats.local_reuse++;
 		/* The request arrived just now (no clock read here), or left the PAUSE gate just now. */
 		s->stats.assigned_ns = TERN_MAX(s->client_active_ns, s->pause_wait_ns);
 		session_relay_attach_backend(s, conn);
@@ -274,18 +286,18 @@ void session_acquire_backend(struct session *s)
 	}
 	struct pool_request *req = &s->request;
 	req->db = s->db;
-	req->server = worker->runtime->primary;
+	req->server = host->runtime->primary;
 	req->on_done = session_request_done_hook;
 	req->owner = s;
-	worker->stats.pool_checkouts++;
+	host->stats.pool_checkouts++;
 	uint64_t now = base_now_ns();
-	if (pool_checkout(worker->runtime->pool, req, now) == POOL_CHECKOUT_GOT) {
+	if (pool_checkout(host->runtime->pool, req, now) == POOL_CHECKOUT_GOT) {
 		s->stats.assigned_ns = now;
 		session_relay_attach_backend(s, req->conn);
 		return;
 	}
 	s->is_request_pending = true;
-	base_list_insert_tail(&worker->parked, &s->parked_link);
+	base_list_insert_tail(&host->parked, &s->parked_link);
 	session_hold_parked_bytes(s);
 }
 
@@ -293,7 +305,7 @@ void session_hold_parked_bytes(struct session *s)
 {
 	/* A waiting client must hold no receive buffers: the transactions it waits for may need them. Its
 	 * few bytes (bounded by SESSION_QUEUE_PARKED_BYTES) are copied out of the ring. */
-	if (sendq_own_copies(&s->to_server, &s->worker->ring) < 0)
+	if (sendq_own_copies(&s->to_server, &s->host->ring) < 0)
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 }
 
@@ -305,7 +317,7 @@ void session_on_request_done(struct session *s)
 	struct pool_conn *conn = s->request.conn;
 	if (s->phase == SESSION_CLOSING) {
 		if (conn)
-			pool_checkin(s->worker->runtime->pool, conn, base_now_ns());
+			pool_checkin(s->host->runtime->pool, conn, base_now_ns());
 		return;
 	}
 	if (conn) {
@@ -318,7 +330,7 @@ void session_on_request_done(struct session *s)
 
 void session_on_wait_timeout(struct session *s)
 {
-	if (!pool_request_cancel(s->worker->runtime->pool, &s->request))
+	if (!pool_request_cancel(s->host->runtime->pool, &s->request))
 		return; /* granted meanwhile: the mailbox has it */
 	s->is_request_pending = false;
 	base_list_remove(&s->parked_link);
@@ -350,7 +362,7 @@ void session_backend_try_release(struct session *s)
 	}
 	if (s->backend_recv.is_armed) {
 		s->release_after_recv = true;
-		ring_cancel(&s->worker->ring, &s->backend_recv);
+		ring_cancel(&s->host->ring, &s->backend_recv);
 		return;
 	}
 	struct pool_conn *conn = s->backend;
@@ -358,7 +370,7 @@ void session_backend_try_release(struct session *s)
 	s->to_server.fd = -1;
 	s->release_after_recv = false;
 	s->backend_recv_paused = false;
-	worker_local_put(s->worker, conn);
+	host_local_put(s->host, conn);
 }
 
 void session_backend_failed(struct session *s)
@@ -388,8 +400,8 @@ void session_backend_settle(struct session *s)
 		struct pool_conn *conn = s->backend;
 		s->backend = NULL;
 		s->to_server.fd = -1;
-		sendq_clear(&s->to_server, &s->worker->ring);
-		pool_conn_discard(s->worker->runtime->pool, conn);
+		sendq_clear(&s->to_server, &s->host->ring);
+		pool_conn_discard(s->host->runtime->pool, conn);
 		return;
 	}
 	session_backend_try_release(s);
@@ -444,10 +456,10 @@ void session_end(struct session *s, enum session_end_reason reason)
 {
 	if (s->phase == SESSION_CLOSING)
 		return;
-	struct worker *worker = s->worker;
+	struct host *host = s->host;
 	const struct session_end_info *info = session_end_info(reason);
 	s->end_reason = reason;
-	worker->stats.ended[reason]++;
+	host->stats.ended[reason]++;
 	bool tell_client = info->sqlstate != NULL && !s->client_eof;
 	if (tell_client) {
 		if (s->end_error.sqlstate[0])
@@ -456,15 +468,15 @@ void session_end(struct session *s, enum session_end_reason reason)
 			session_send_error(s, "FATAL", info->sqlstate, info->message, info->hint);
 	}
 	TERN_LOG(info->log_level, "client %s/%s (worker %u) ended: %s%s%s", s->user[0] ? s->user : "-",
-		 s->database[0] ? s->database : "-", worker->index, info->name,
+		 s->database[0] ? s->database : "-", host->index, info->name,
 		 reason == SESSION_END_SERVER_REFUSED ? ": " : "",
 		 reason == SESSION_END_SERVER_REFUSED ? s->end_error.message : "");
 	s->phase = SESSION_CLOSING;
 	s->closing_ns = base_now_ns();
-	__atomic_sub_fetch(&worker->runtime->client_count, 1, __ATOMIC_RELAXED);
+	__atomic_sub_fetch(&host->runtime->client_count, 1, __ATOMIC_RELAXED);
 	if (s->is_counted)
 		__atomic_sub_fetch(&s->db->client_count, 1, __ATOMIC_RELAXED);
-	if (s->is_request_pending && pool_request_cancel(worker->runtime->pool, &s->request)) {
+	if (s->is_request_pending && pool_request_cancel(host->runtime->pool, &s->request)) {
 		s->is_request_pending = false;
 		base_list_remove(&s->parked_link);
 	}
@@ -475,10 +487,10 @@ void session_end(struct session *s, enum session_end_reason reason)
 	bool keep_writing = tell_client || (session_tls_is_sending(s) && !s->client_eof);
 	shutdown(s->client_fd, keep_writing ? SHUT_RD : SHUT_RDWR);
 	s->is_client_cut = !keep_writing;
-	ring_cancel(&worker->ring, &s->client_recv);
+	ring_cancel(&host->ring, &s->client_recv);
 	session_backend_finish(s);
 	base_list_remove(&s->link);
-	base_list_insert_tail(&worker->reaping, &s->link);
+	base_list_insert_tail(&host->reaping, &s->link);
 }
 
 void session_end_with_error(struct session *s, enum session_end_reason reason, const char *sqlstate,
@@ -506,7 +518,7 @@ void session_check_timeouts(struct session *s, uint64_t now_ns)
 	/* A client that reads slower than its server writes keeps its queue in heap memory, not the ring. */
 	if (s->backend_recv_paused)
 		session_release_client_buffers(s);
-	const struct tern_config *cfg = runtime_config(s->worker->runtime);
+	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	uint64_t login_ns = cfg->client_login_timeout_ms * BASE_NS_PER_MS;
 	if ((s->phase == SESSION_STARTUP || s->phase == SESSION_AUTH) && login_ns && now_ns - s->started_ns > login_ns) {
 		session_end(s, SESSION_END_CLIENT_LOGIN_TIMEOUT);
@@ -550,18 +562,20 @@ bool session_is_reapable(const struct session *s)
 void session_destroy(struct session *s)
 {
 	TERN_ASSERT(session_is_reapable(s));
-	struct worker *worker = s->worker;
+	struct host *host = s->host;
 	base_list_remove(&s->link);
 	session_unstarve(s); /* a closing session may starve again (its reset's answer); never leave it linked */
-	worker->session_count--;
+	host->session_count--;
 	close(s->client_fd);
-	sendq_deinit(&s->to_client, &worker->ring);
+	sendq_deinit(&s->to_client, &host->ring);
 	session_tls_destroy(s);
-	sendq_deinit(&s->to_server, &worker->ring);
+	sendq_deinit(&s->to_server, &host->ring);
 	proto_stream_deinit(&s->client_stream);
 	proto_stream_deinit(&s->server_stream);
 	session_relay_deinit(s);
 	free(s->login_buf);
+	if (s->console)
+		s->host->runtime->console->destroy(s);
 	if (s->scram) {
 		scram_server_deinit(s->scram);
 		free(s->scram);

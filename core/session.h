@@ -4,7 +4,8 @@
  * pooling), and the relay of protocol messages both ways by reference.
  *
  * Threads: a session lives on the worker that accepted it and is touched only there; the pool may
- * hand it a connection from any thread, through the worker's mailbox.
+ * hand it a connection from any thread, through the worker's mailbox. It sees its worker only as a
+ * host (host.h), and the admin console only as a session_console handler.
  * Ownership: the session owns its client socket, its two send queues and, while attached, its hold
  * on one pool connection. It is freed by the worker only when none of its ops is armed.
  * Every session ends through session_end with one reason (see reasons.h).
@@ -12,14 +13,13 @@
 #ifndef TERN_SESSION_H
 #define TERN_SESSION_H
 
+#include "host.h"
 #include "params.h"
-#include "pool/pool.h"
 #include "proto.h"
 #include "reasons.h"
 #include "sendq.h"
 #include "stmts.h"
 
-struct worker;
 struct scram_server;
 struct session_tls;
 struct tls_context;
@@ -64,8 +64,8 @@ struct session_stats {
 };
 
 struct session {
-	struct base_list link; /* worker->sessions */
-	struct worker *worker;
+	struct base_list link; /* host->sessions, or host->reaping once ended */
+	struct host *host;
 	enum session_phase phase;
 	bool is_transaction_pooling; /* pool_mode, fixed for tern's life: read once, not per message */
 	int client_fd;
@@ -99,14 +99,14 @@ struct session {
 	struct proto_stream server_stream;
 	struct pool_request request;
 	bool is_request_pending;     /* parked in the pool: must not be freed until it resolves */
-	struct base_list parked_link; /* worker->parked, oldest first */
+	struct base_list parked_link; /* host->parked, oldest first */
 	uint32_t pending_ready;      /* Query/Sync/FunctionCall sent whose ReadyForQuery has not come */
 	bool is_unsynced;            /* extended-protocol messages sent since the last Sync */
 	bool is_backend_failed;      /* the connection broke or misbehaved: never reused */
 	bool is_backend_dropping;    /* its socket is shut; discard once no op is armed on it */
 	bool backend_recv_paused;    /* back pressure: re-armed when to_client drains */
 	bool release_after_recv;     /* a release waits for the cancelled receive to end */
-	/* A receive ended for want of buffers, by buffer group; the session is on worker->starved. */
+	/* A receive ended for want of buffers, by buffer group; the session is on host->starved. */
 	bool is_starved[RING_BUFFER_GROUPS];
 	struct base_list starved_link;
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
@@ -178,14 +178,25 @@ struct session {
 	 * at RESUME, or ends it at query_wait_timeout). */
 	bool is_pause_waiting;
 	uint64_t pause_wait_ns;
-	/* The admin console: a command whose answer is not ready yet (PAUSE, RELOAD, SHOW CLIENTS/STATS);
-	 * the queries behind it wait in login_buf. See admin.c. */
-	uint8_t admin_waiting;
-	uint32_t admin_target; /* PAUSE, RELOAD: the generation that answers it */
-	void *admin_job;       /* SHOW CLIENTS, SHOW STATS: the question out to the workers */
+	/* The admin console's own state for this session (session_console.destroy frees it). */
+	void *console;
 };
 
-struct session *session_create(struct worker *worker, int client_fd);
+/* The admin console, as a session sees it: a handler main registers in the runtime (admin.c). A client
+ * that logs in to console->database is handed to it after authentication. */
+struct session_console {
+	const char *database;
+	bool (*is_allowed)(const struct tern_config *config, const char *user);
+	/* After authentication: the welcome; the session answers its queries itself from now on. */
+	void (*welcome)(struct session *s);
+	void (*on_bytes)(struct session *s, const uint8_t *data, uint32_t len);
+	/* The worker's tick, while host->console_waiting_count > 0. */
+	void (*on_tick)(struct host *host);
+	/* The session is freed: its console state goes (s->console may be NULL). */
+	void (*destroy)(struct session *s);
+};
+
+struct session *session_create(struct host *host, int client_fd);
 /* The one way a session ends: tells the client why (when it can still hear), releases or discards
  * the server connection, and lets the worker free it once nothing is in flight. */
 void session_end(struct session *s, enum session_end_reason reason);
@@ -238,6 +249,9 @@ void session_check_timeouts(struct session *s, uint64_t now_ns);
 void session_linger_expired(struct session *s);
 /* Asks the pool for a server connection; the answer comes at once or through the mailbox. */
 void session_acquire_backend(struct session *s);
+/* PAUSE's gate, where a session asks for a server: true when it must wait (it is held, its bytes
+ * copied out of receive buffers, and let go at RESUME); false when it may go on. */
+bool session_pause_gate(struct session *s);
 /* While parked: moves the bytes queued for the server out of receive buffers into owned copies. */
 void session_hold_parked_bytes(struct session *s);
 /* Transaction pooling: the client keeps its server connection (LISTEN, SQL PREPARE). */

@@ -1,10 +1,9 @@
 /* The login half of a session: startup packet, SSLRequest (TLS) and GSS refusal, authentication and
  * the welcome. */
-#include "admin.h"
 #include "auth.h"
 #include "scram.h"
 #include "session.h"
-#include "worker.h"
+#include "host.h"
 
 #include <errno.h>
 #include <string.h>
@@ -63,7 +62,7 @@ static bool login_append_option(char *out, size_t cap, size_t *len, const char *
  * parameters are left out: they become the client's values, set on whichever connection it lands. */
 static bool login_build_options(struct session *s, const struct proto_startup *st, char *out, size_t cap)
 {
-	const struct tern_runtime *rt = s->worker->runtime;
+	const struct tern_runtime *rt = s->host->runtime;
 	bool track = s->is_transaction_pooling;
 	size_t len = 0;
 	out[0] = '\0';
@@ -107,7 +106,7 @@ static void login_send_auth(struct session *s, uint32_t code, const void *data, 
 
 static void login_send_welcome(struct session *s, const struct pool_param *params, uint32_t count)
 {
-	const struct params_tracked *tracked = &s->worker->runtime->tracked;
+	const struct params_tracked *tracked = &s->host->runtime->tracked;
 	uint8_t msg[512];
 	for (uint32_t i = 0; i < count; i++) {
 		const char *value = params[i].value;
@@ -149,7 +148,7 @@ static void login_complete(struct session *s)
 		s->scram = NULL;
 	}
 	if (s->is_admin) {
-		admin_welcome(s);
+		s->host->runtime->console->welcome(s);
 		return;
 	}
 	s->phase = SESSION_LOGIN_WAIT;
@@ -170,7 +169,7 @@ void session_login_on_backend(struct session *s)
 
 static void login_begin_auth(struct session *s)
 {
-	const struct tern_runtime *rt = s->worker->runtime;
+	const struct tern_runtime *rt = s->host->runtime;
 	const struct auth_file *auth = __atomic_load_n(&rt->auth_file, __ATOMIC_ACQUIRE); /* SIGHUP swaps it */
 	const struct auth_user *user = auth ? auth_file_find(auth, s->user) : NULL;
 	int mode = runtime_config(rt)->auth_mode;
@@ -248,7 +247,7 @@ static bool login_needs_negotiation(const struct proto_startup *st)
 
 static void login_on_startup(struct session *s, const struct proto_startup *st)
 {
-	struct tern_runtime *rt = s->worker->runtime;
+	struct tern_runtime *rt = s->host->runtime;
 	const char *user = proto_startup_get(st, "user");
 	const char *database = proto_startup_get(st, "database");
 	const char *application_name = proto_startup_get(st, "application_name");
@@ -287,8 +286,9 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "54000", "startup parameters too long");
 		return;
 	}
-	if (strcmp(s->database, ADMIN_DATABASE) == 0) {
-		if (!admin_is_allowed(runtime_config(rt), s->user)) {
+	const struct session_console *console = rt->console;
+	if (console && strcmp(s->database, console->database) == 0) {
+		if (!console->is_allowed(runtime_config(rt), s->user)) {
 			session_end(s, SESSION_END_ADMIN_DENIED);
 			return;
 		}
@@ -335,7 +335,7 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return -1;
 		}
-		const struct tls_context *tls = __atomic_load_n(&s->worker->runtime->tls, __ATOMIC_ACQUIRE);
+		const struct tls_context *tls = __atomic_load_n(&s->host->runtime->tls, __ATOMIC_ACQUIRE);
 		if (st.code == PROTO_CODE_GSSENC || !tls) {
 			session_send_to_client(s, "N", 1);
 			return 0;
@@ -352,11 +352,11 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 	}
 	if (st.code == PROTO_CODE_CANCEL) {
 		/* A cancel connection gets no answer, whatever happens to the cancel (as in PostgreSQL). */
-		worker_route_cancel(s->worker->runtime, st.cancel_pid, st.cancel_key);
+		s->host->ops->route_cancel(s->host->runtime, st.cancel_pid, st.cancel_key);
 		session_end(s, SESSION_END_CLIENT_CLOSED);
 		return -1;
 	}
-	if (!s->tls && runtime_config(s->worker->runtime)->client_tls_sslmode == CONFIG_TLS_REQUIRE) {
+	if (!s->tls && runtime_config(s->host->runtime)->client_tls_sslmode == CONFIG_TLS_REQUIRE) {
 		session_end(s, SESSION_END_TLS_REQUIRED);
 		return -1;
 	}
@@ -366,7 +366,7 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 
 static int login_on_password(struct session *s, const uint8_t *body, uint32_t len)
 {
-	const struct tern_runtime *rt = s->worker->runtime;
+	const struct tern_runtime *rt = s->host->runtime;
 	if (!s->scram) {
 		const struct auth_file *auth = __atomic_load_n(&rt->auth_file, __ATOMIC_ACQUIRE);
 		const struct auth_user *user = auth ? auth_file_find(auth, s->user) : NULL;
@@ -451,7 +451,7 @@ void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len
 	if (s->phase == SESSION_STARTUP && s->login_len == 0 && !s->tls && !s->ssl_request_seen &&
 	    !s->gss_request_seen && data[0] == LOGIN_TLS_HANDSHAKE) {
 		/* Direct TLS (PostgreSQL 17's sslnegotiation=direct): the handshake with no SSLRequest. */
-		const struct tls_context *tls = __atomic_load_n(&s->worker->runtime->tls, __ATOMIC_ACQUIRE);
+		const struct tls_context *tls = __atomic_load_n(&s->host->runtime->tls, __ATOMIC_ACQUIRE);
 		if (!tls) {
 			session_end(s, SESSION_END_TLS_FAILED); /* a TLS client cannot read a plaintext error */
 			return;

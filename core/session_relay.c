@@ -1,7 +1,7 @@
 /* The relay half of a session: client messages to the server and server messages to the client,
  * scanned by header and forwarded by reference; ReadyForQuery ends a transaction. */
 #include "session.h"
-#include "worker.h"
+#include "host.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -128,14 +128,6 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 	}
 }
 
-/* True when a query's first statement is UNLISTEN *, which ends every LISTEN of the session. */
-static bool relay_is_unlisten_all(const uint8_t *text, uint32_t len)
-{
-	const uint8_t *end = text + len;
-	const uint8_t *p = params_sql_skip_blank(text, end);
-	return params_sql_take_word(&p, end, "unlisten") && p < end && *p == '*';
-}
-
 static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
 {
 	struct relay_chunk *chunk = ctx;
@@ -150,14 +142,14 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	if (type == PROTO_FE_QUERY) {
 		if (s->queries_unread > 0)
 			s->queries_unread--;
-		s->is_search_path_mentioned |= params_sql_mentions_search_path(body, len);
+		s->is_search_path_mentioned |= sql_mentions_search_path(body, len);
 		if (s->is_listening)
-			s->is_unlisten_all_sent |= relay_is_unlisten_all(body, len);
-		if (s->tracks_statements && params_sql_is_forget_all(body, len))
+			s->is_unlisten_all_sent |= sql_is_unlisten_all(body, len);
+		if (s->tracks_statements && sql_is_forget_all(body, len))
 			session_stmts_forget_all_ahead(s);
 		/* Only a query with nothing before it in flight: its own CommandComplete must confirm it. */
 		if (s->pending_ready == 1 && s->tx_status == 'I' &&
-		    params_parse_search_path_set(body, len, s->pending_search_path, PARAMS_VALUE_MAX) == 1) {
+		    sql_parse_search_path_set(body, len, s->pending_search_path, PARAMS_VALUE_MAX) == 1) {
 			s->is_search_path_pending = true;
 			s->is_search_path_confirmed = false;
 		}
@@ -172,7 +164,7 @@ static void relay_client_forward(void *ctx, uint32_t offset, uint32_t len)
 {
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
-	if (sendq_push_buffer(&s->to_server, &s->worker->ring, chunk->buffer_id, chunk->data + offset, len) < 0)
+	if (sendq_push_buffer(&s->to_server, &s->host->ring, chunk->buffer_id, chunk->data + offset, len) < 0)
 		chunk->out_of_memory = true;
 }
 
@@ -199,7 +191,7 @@ static const struct proto_scan_ops relay_client_ops = {
 void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)
 {
 	struct relay_chunk chunk = {.s = s, .buffer_id = buffer_id, .data = data};
-	uint64_t frame_max = runtime_config(s->worker->runtime)->max_client_frame_bytes;
+	uint64_t frame_max = runtime_config(s->host->runtime)->max_client_frame_bytes;
 	s->client_active_ns = base_now_ns();
 	int rc = proto_stream_feed(&s->client_stream, data, len, frame_max, &relay_client_ops, &chunk);
 	if (chunk.out_of_memory) {
@@ -257,7 +249,7 @@ static void relay_learn_parameter(struct session *s, const uint8_t *body, uint32
 	if (!s->backend)
 		return;
 	params_store(s->backend->params, &s->backend->param_count, name, value);
-	int i = params_tracked_index(&s->worker->runtime->tracked, name);
+	int i = params_tracked_index(&s->host->runtime->tracked, name);
 	if (i < 0 || s->hidden_ready > 0)
 		return;
 	if (strlen(value) >= PARAMS_VALUE_MAX) {
@@ -275,7 +267,7 @@ static void relay_learn_parameter(struct session *s, const uint8_t *body, uint32
 static void relay_restore_parameters(struct session *s)
 {
 	char sql[PARAMS_TRACKED_MAX * (PARAMS_VALUE_MAX * 2 + 64)];
-	int n = params_build_set(&s->worker->runtime->tracked, &s->params, s->backend->params,
+	int n = params_build_set(&s->host->runtime->tracked, &s->params, s->backend->params,
 				 s->backend->param_count, sql, sizeof(sql));
 	if (n < 0)
 		return;
@@ -456,7 +448,7 @@ static void relay_server_forward(void *ctx, uint32_t offset, uint32_t len)
 	struct session *s = chunk->s;
 	if (s->phase == SESSION_CLOSING)
 		return; /* the client is gone or going: what the server says (a reset's answer) stays here */
-	if (sendq_push_buffer(&s->to_client, &s->worker->ring, chunk->buffer_id, chunk->data + offset, len) < 0) {
+	if (sendq_push_buffer(&s->to_client, &s->host->ring, chunk->buffer_id, chunk->data + offset, len) < 0) {
 		chunk->out_of_memory = true;
 		return;
 	}
@@ -478,13 +470,13 @@ void session_relay_resume_backend(struct session *s)
 		s->backend_recv_paused = true; /* the client reads slower than the server writes */
 		return;
 	}
-	ring_recv(&s->worker->ring, &s->backend_recv, s->backend->fd, SESSION_BUFFERS_SERVER);
+	ring_recv(&s->host->ring, &s->backend_recv, s->backend->fd, SESSION_BUFFERS_SERVER);
 }
 
 void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags)
 {
 	struct session *s = TERN_CONTAINER_OF(op, struct session, backend_recv);
-	struct ring *ring = &s->worker->ring;
+	struct ring *ring = &s->host->ring;
 	TERN_ASSERT(s->backend != NULL);
 	if (res > 0) {
 		TERN_ASSERT(ring_completion_has_buffer(flags));
@@ -493,7 +485,7 @@ void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags
 		int rc = s->is_backend_dropping
 				 ? 0
 				 : proto_stream_feed(&s->server_stream, chunk.data, (uint32_t)res,
-						     runtime_config(s->worker->runtime)->max_backend_frame_bytes,
+						     runtime_config(s->host->runtime)->max_backend_frame_bytes,
 						     &relay_server_ops, &chunk);
 		ring_buffer_unref(ring, bid);
 		if (rc < 0 || chunk.out_of_memory) {

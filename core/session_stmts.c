@@ -5,9 +5,8 @@
  * to tern's own Parse and Close are hidden and the answers tern makes up go out where the server's
  * would have. */
 #include "session.h"
-#include "worker.h"
+#include "host.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -178,7 +177,7 @@ static int stmts_queue_prepare(struct session *s, struct stmt *stmt, const char 
 static int stmts_cache_add(struct session *s, struct stmt_cache *cache, struct stmt *stmt,
 			   char evicted[STMT_SERVER_NAME_LEN], const char **evicted_out)
 {
-	uint32_t max = TERN_MAX(runtime_config(s->worker->runtime)->max_prepared_statements, 1u);
+	uint32_t max = TERN_MAX(runtime_config(s->host->runtime)->max_prepared_statements, 1u);
 	int rc = stmt_cache_add(cache, stmt, max, evicted);
 	*evicted_out = rc == 1 ? evicted : NULL;
 	return rc < 0 ? rc : 0;
@@ -265,7 +264,7 @@ static int stmts_forward(struct session *s, uint8_t type, const uint8_t *body, u
 	uint32_t offset;
 	s->is_unsynced = true;
 	if (proto_stream_message_offset(&s->client_stream, &offset))
-		return sendq_push_buffer(&s->to_server, &s->worker->ring, buffer_id, chunk + offset,
+		return sendq_push_buffer(&s->to_server, &s->host->ring, buffer_id, chunk + offset,
 					 PROTO_HEADER_LEN + len);
 	struct iovec part = {(void *)body, len};
 	return stmts_queue(s, type, &part, 1, false);
@@ -317,35 +316,8 @@ static int stmts_make_bytes(struct session *s, const void *bytes, uint32_t len)
  * (as psycopg sends when it drops one): that name is forgotten here, and tern answers the statement. */
 static bool stmts_is_deallocate_of_own(struct session *s, const uint8_t *content, uint32_t len)
 {
-	const uint8_t *end = memchr(content, '\0', len);
-	if (!end)
-		return false;
-	const uint8_t *p = params_sql_skip_blank(content, end);
-	if (!params_sql_take_word(&p, end, "deallocate"))
-		return false;
-	(void)params_sql_take_word(&p, end, "prepare");
 	char name[POOL_NAME_LEN_MAX];
-	size_t n = 0;
-	if (p < end && *p == '"') { /* a quoted identifier keeps its case; "" is a quote */
-		for (p++; p < end && n + 1 < sizeof(name); p++) {
-			if (*p == '"' && !(end - p >= 2 && p[1] == '"'))
-				break;
-			if (*p == '"')
-				p++;
-			name[n++] = (char)*p;
-		}
-		if (p >= end || *p != '"')
-			return false;
-		p++;
-	} else {
-		for (; p < end && n + 1 < sizeof(name) && (isalnum(*p) || *p == '_' || *p == '$'); p++)
-			name[n++] = (char)tolower(*p); /* an unquoted identifier folds to lower case */
-	}
-	name[n] = '\0';
-	p = params_sql_skip_blank(p, end);
-	if (p < end && *p == ';')
-		p = params_sql_skip_blank(p + 1, end);
-	if (n == 0 || p != end || !stmt_map_get(&s->statements, name))
+	if (sql_parse_deallocate(content, len, name, sizeof(name)) != 1 || !stmt_map_get(&s->statements, name))
 		return false;
 	(void)stmt_map_remove(&s->statements, name);
 	return true;
@@ -446,12 +418,12 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 			return -EPROTO;
 		/* A statement that may set search_path may change it whenever it runs (see the relay); a Parse
 		 * holds one statement, so most texts are settled by their first word. */
-		bool names = params_sql_statement_may_set_search_path(body + offset, len - offset);
+		bool names = sql_statement_may_set_search_path(body + offset, len - offset);
 		s->is_search_path_mentioned |= names;
 		if (name[0])
 			return stmts_on_parse(s, name, body + offset, len - offset, names);
 		s->is_unnamed_naming_search_path = names;
-		if (params_sql_is_forget_all(body + offset, len - offset))
+		if (sql_is_forget_all(body + offset, len - offset))
 			session_stmts_forget_all_ahead(s);
 		s->is_unnamed_deallocate = stmts_is_deallocate_of_own(s, body + offset, len - offset);
 		if (s->is_unnamed_deallocate)

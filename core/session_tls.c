@@ -9,7 +9,7 @@
  */
 #include "session.h"
 #include "tls.h"
-#include "worker.h"
+#include "host.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -51,7 +51,7 @@ static void tls_fail(struct session *s, int rc)
 	}
 	TERN_INFO("client TLS: %s", rc == -ENOMEM ? "out of memory" : tls_conn_error_text(t->conn));
 	if (tls_take_output(t) == 0)
-		sendq_flush(&t->wire, &s->worker->ring);
+		sendq_flush(&t->wire, &s->host->ring);
 	session_end(s, rc == -ENOMEM ? SESSION_END_OUT_OF_MEMORY : SESSION_END_TLS_FAILED);
 }
 
@@ -99,7 +99,7 @@ static void tls_encrypt(struct sendq *q, struct ring *ring)
 void session_tls_flush(struct session *s)
 {
 	if (s->tls)
-		tls_encrypt(&s->to_client, &s->worker->ring);
+		tls_encrypt(&s->to_client, &s->host->ring);
 }
 
 static void tls_wire_sent(struct ring_op *op, int res, uint32_t flags)
@@ -108,7 +108,7 @@ static void tls_wire_sent(struct ring_op *op, int res, uint32_t flags)
 	struct sendq *wire = TERN_CONTAINER_OF(op, struct sendq, op);
 	struct session_tls *t = TERN_CONTAINER_OF(wire, struct session_tls, wire);
 	struct session *s = t->s;
-	struct ring *ring = &s->worker->ring;
+	struct ring *ring = &s->host->ring;
 	if (res <= 0) {
 		sendq_clear(wire, ring);
 		sendq_clear(&s->to_client, ring);
@@ -142,7 +142,7 @@ int session_tls_start(struct session *s, const struct tls_context *ctx, bool is_
 	/* 'S' goes out in the clear, ahead of any handshake record: straight into the wire queue. */
 	int rc = sendq_push_copy(&t->wire, "S", 1);
 	if (rc == 0)
-		sendq_flush(&t->wire, &s->worker->ring);
+		sendq_flush(&t->wire, &s->host->ring);
 	return rc;
 }
 
@@ -197,7 +197,7 @@ void session_tls_on_ciphertext(struct session *s, const uint8_t *data, uint32_t 
 		}
 	}
 	if (!sendq_is_empty(&t->wire))
-		sendq_flush(&t->wire, &s->worker->ring);
+		sendq_flush(&t->wire, &s->host->ring);
 }
 
 bool session_tls_is_sending(const struct session *s)
@@ -229,7 +229,7 @@ void session_tls_destroy(struct session *s)
 	if (!t)
 		return;
 	TERN_ASSERT(!t->wire.op.is_armed);
-	sendq_deinit(&t->wire, &s->worker->ring);
+	sendq_deinit(&t->wire, &s->host->ring);
 	tls_conn_destroy(t->conn);
 	free(t);
 	s->tls = NULL;

@@ -1,6 +1,5 @@
 #include "worker.h"
 
-#include "admin.h"
 #include "pool/opener.h"
 #include "session.h"
 
@@ -15,37 +14,6 @@
 /* How long an ended session may take to get its goodbye to the client before the socket is cut. */
 #define WORKER_LINGER_NS (2 * BASE_NS_PER_SEC)
 
-struct pool_conn *worker_local_take(struct worker *worker, const struct pool_db *db)
-{
-	for (uint32_t i = worker->local_count; i-- > 0;) {
-		struct pool_conn *conn = worker->local_cache[i];
-		if (conn->db == db) {
-			worker->local_cache[i] = worker->local_cache[--worker->local_count];
-			return conn;
-		}
-	}
-	return NULL;
-}
-
-void worker_local_put(struct worker *worker, struct pool_conn *conn)
-{
-	if (worker->local_count == WORKER_LOCAL_CACHE_MAX) {
-		pool_checkin(worker->runtime->pool, conn, base_now_ns());
-		return;
-	}
-	worker->local_cache[worker->local_count++] = conn;
-}
-
-static void worker_local_flush(struct worker *worker)
-{
-	if (worker->local_count == 0)
-		return;
-	uint64_t now = base_now_ns();
-	for (uint32_t i = 0; i < worker->local_count; i++)
-		pool_checkin(worker->runtime->pool, worker->local_cache[i], now);
-	worker->local_count = 0;
-}
-
 static void worker_on_accept(struct ring_op *op, int res, uint32_t flags)
 {
 	(void)flags;
@@ -53,17 +21,17 @@ static void worker_on_accept(struct ring_op *op, int res, uint32_t flags)
 	if (res >= 0) {
 		int one = 1;
 		setsockopt(res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		worker->stats.accepted++;
-		if (__atomic_load_n(&worker->runtime->stopping, __ATOMIC_RELAXED) ||
-		    __atomic_load_n(&worker->runtime->draining, __ATOMIC_RELAXED) || !session_create(worker, res))
+		worker->host.stats.accepted++;
+		if (__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED) ||
+		    __atomic_load_n(&worker->host.runtime->draining, __ATOMIC_RELAXED) || !session_create(&worker->host, res))
 			close(res);
 	} else if (res != -ECANCELED) {
 		/* Out of descriptors or memory: retrying at once would spin; the tick re-arms. */
-		TERN_WARN("worker %u: accept failed: %s", worker->index, strerror(-res));
+		TERN_WARN("worker %u: accept failed: %s", worker->host.index, strerror(-res));
 		return;
 	}
-	if (!op->is_armed && worker->listen_fd >= 0 && !__atomic_load_n(&worker->runtime->stopping, __ATOMIC_RELAXED))
-		ring_accept_multishot(&worker->ring, op, worker->listen_fd);
+	if (!op->is_armed && worker->listen_fd >= 0 && !__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED))
+		ring_accept_multishot(&worker->host.ring, op, worker->listen_fd);
 }
 
 struct worker_cancel {
@@ -91,7 +59,7 @@ void worker_route_cancel(struct tern_runtime *runtime, uint32_t pid, uint32_t se
 static void worker_apply_cancel(struct worker *worker, const struct worker_cancel *cancel)
 {
 	struct base_list *node, *tmp;
-	base_list_for_each_safe(node, tmp, &worker->sessions)
+	base_list_for_each_safe(node, tmp, &worker->host.sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 		if (s->key_pid != cancel->pid)
@@ -101,8 +69,8 @@ static void worker_apply_cancel(struct worker *worker, const struct worker_cance
 			return;
 		TERN_DEBUG("cancel for client %#x: server pid %u, %u queries pending", cancel->pid,
 			   s->backend->backend_pid, s->pending_ready);
-		if (pool_opener_cancel(worker->runtime->opener, s->backend) == 0)
-			worker->stats.cancels_sent++;
+		if (pool_opener_cancel(worker->host.runtime->opener, s->backend) == 0)
+			worker->host.stats.cancels_sent++;
 		return;
 	}
 }
@@ -253,7 +221,7 @@ static void worker_stats_fold(struct worker *worker, struct session *s)
 /* Every row's count so far: freed sessions, live ones and ending ones. Malloc'd; NULL: no memory. */
 static struct worker_totals *worker_stats_current(struct worker *worker)
 {
-	struct base_list *lists[] = {&worker->sessions, &worker->reaping};
+	struct base_list *lists[] = {&worker->host.sessions, &worker->host.reaping};
 	struct base_list *node, *tmp;
 	for (size_t l = 0; l < TERN_ARRAY_LEN(lists); l++) { /* rows first: the table may grow */
 		base_list_for_each_safe(node, tmp, lists[l])
@@ -317,26 +285,6 @@ struct worker_db_report *worker_stats_report(struct worker *worker, uint32_t *co
 
 /* ---- PAUSE's gate ---- */
 
-bool worker_pause_gate(struct worker *worker, struct session *s)
-{
-	if (__atomic_load_n(&worker->runtime->is_paused, __ATOMIC_ACQUIRE)) {
-		if (!s->is_pause_waiting) {
-			s->is_pause_waiting = true;
-			s->pause_wait_ns = base_now_ns();
-			worker->pause_waiting_count++;
-		}
-		session_hold_parked_bytes(s); /* a waiting client holds no receive buffers */
-		return true;
-	}
-	if (s->is_pause_waiting) {
-		uint64_t now = base_now_ns();
-		s->is_pause_waiting = false;
-		s->stats.wait_ns += now - s->pause_wait_ns;
-		s->pause_wait_ns = now; /* the server assignment starts after the wait, not before it */
-	}
-	return false;
-}
-
 bool worker_pause_is_acknowledged(struct tern_runtime *runtime, uint32_t generation)
 {
 	uint32_t count = worker_started_count(runtime);
@@ -350,12 +298,12 @@ bool worker_pause_is_acknowledged(struct tern_runtime *runtime, uint32_t generat
  * held past query_wait_timeout end as a pool wait would. Recounts the ones still held. */
 static void worker_pause_scan(struct worker *worker, uint64_t now_ns)
 {
-	bool is_paused = __atomic_load_n(&worker->runtime->is_paused, __ATOMIC_ACQUIRE);
-	const struct tern_config *config = runtime_config(worker->runtime); /* SIGHUP */
+	bool is_paused = __atomic_load_n(&worker->host.runtime->is_paused, __ATOMIC_ACQUIRE);
+	const struct tern_config *config = runtime_config(worker->host.runtime); /* SIGHUP */
 	uint64_t wait_ns = config->query_wait_timeout_ms * BASE_NS_PER_MS;
 	uint32_t held = 0;
 	struct base_list *node, *tmp;
-	base_list_for_each_safe(node, tmp, &worker->sessions)
+	base_list_for_each_safe(node, tmp, &worker->host.sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 		if (!s->is_pause_waiting)
@@ -374,7 +322,7 @@ static void worker_pause_scan(struct worker *worker, uint64_t now_ns)
 		}
 		held += s->is_pause_waiting; /* an ended session stays readable until the pass ends */
 	}
-	worker->pause_waiting_count = held;
+	worker->host.pause_waiting_count = held;
 }
 
 static void worker_on_wake(struct ring *ring)
@@ -423,18 +371,18 @@ static void worker_on_wake(struct ring *ring)
 static void worker_drain(struct worker *worker)
 {
 	if (worker->listen_fd >= 0) {
-		ring_cancel(&worker->ring, &worker->accept_op);
+		ring_cancel(&worker->host.ring, &worker->accept_op);
 		close(worker->listen_fd);
 		worker->listen_fd = -1;
 	}
 	struct base_list *node, *tmp;
-	base_list_for_each_safe(node, tmp, &worker->sessions)
+	base_list_for_each_safe(node, tmp, &worker->host.sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 		if (!session_is_in_transaction(s))
 			session_end(s, SESSION_END_SHUTDOWN);
 	}
-	if (base_list_is_empty(&worker->sessions) && base_list_is_empty(&worker->reaping))
+	if (base_list_is_empty(&worker->host.sessions) && base_list_is_empty(&worker->host.reaping))
 		__atomic_store_n(&worker->is_drained, true, __ATOMIC_RELEASE);
 }
 
@@ -443,20 +391,20 @@ static void worker_on_tick(struct ring *ring)
 	struct worker *worker = ring->owner;
 	uint64_t now = base_now_ns();
 	struct base_list *node, *tmp;
-	if (__atomic_load_n(&worker->runtime->draining, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&worker->host.runtime->draining, __ATOMIC_ACQUIRE))
 		worker_drain(worker);
 	if (now >= worker->next_timeout_scan_ns) {
 		/* Client timeouts are in whole seconds at best: one scan a second is precise enough. */
 		worker->next_timeout_scan_ns = now + BASE_NS_PER_SEC;
-		base_list_for_each_safe(node, tmp, &worker->sessions)
+		base_list_for_each_safe(node, tmp, &worker->host.sessions)
 		{
 			struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 			session_check_timeouts(s, now);
 		}
 	}
-	uint64_t wait_ns = runtime_config(worker->runtime)->query_wait_timeout_ms * BASE_NS_PER_MS;
+	uint64_t wait_ns = runtime_config(worker->host.runtime)->query_wait_timeout_ms * BASE_NS_PER_MS;
 	if (wait_ns > 0) {
-		base_list_for_each_safe(node, tmp, &worker->parked)
+		base_list_for_each_safe(node, tmp, &worker->host.parked)
 		{
 			struct session *s = TERN_CONTAINER_OF(node, struct session, parked_link);
 			if (s->request.parked_ns + wait_ns > now)
@@ -464,21 +412,21 @@ static void worker_on_tick(struct ring *ring)
 			session_on_wait_timeout(s);
 		}
 	}
-	base_list_for_each_safe(node, tmp, &worker->reaping)
+	base_list_for_each_safe(node, tmp, &worker->host.reaping)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 		if (s->closing_ns + WORKER_LINGER_NS <= now && !s->is_client_cut)
 			session_linger_expired(s);
 	}
-	if (worker->pause_waiting_count > 0)
+	if (worker->host.pause_waiting_count > 0)
 		worker_pause_scan(worker, now);
-	if (worker->admin_waiting_count > 0)
-		admin_on_tick(worker);
+	if (worker->host.console_waiting_count > 0)
+		worker->host.runtime->console->on_tick(&worker->host);
 	if (now >= worker->next_stats_period_ns)
 		worker_stats_period(worker, now);
 	if (!worker->accept_op.is_armed && worker->listen_fd >= 0 &&
-	    !__atomic_load_n(&worker->runtime->stopping, __ATOMIC_RELAXED))
-		ring_accept_multishot(&worker->ring, &worker->accept_op, worker->listen_fd);
+	    !__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED))
+		ring_accept_multishot(&worker->host.ring, &worker->accept_op, worker->listen_fd);
 }
 
 /* The end of a loop pass: what the pass queued goes out in one sendmsg per queue, connections
@@ -486,23 +434,23 @@ static void worker_on_tick(struct ring *ring)
 static void worker_end_pass(struct worker *worker)
 {
 	/* Mailbox deliveries from this thread's own checkins (no eventfd write for those). */
-	worker_on_wake(&worker->ring);
-	struct tern_runtime *rt = worker->runtime;
-	if (worker->pause_waiting_count > 0 && !__atomic_load_n(&rt->is_paused, __ATOMIC_ACQUIRE))
+	worker_on_wake(&worker->host.ring);
+	struct tern_runtime *rt = worker->host.runtime;
+	if (worker->host.pause_waiting_count > 0 && !__atomic_load_n(&rt->is_paused, __ATOMIC_ACQUIRE))
 		worker_pause_scan(worker, base_now_ns()); /* RESUME: before the flush, which sends their bytes */
 	struct base_list *node, *tmp;
-	base_list_for_each_safe(node, tmp, &worker->starved)
+	base_list_for_each_safe(node, tmp, &worker->host.starved)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, starved_link);
 		(void)session_resume_starved(s);
 	}
-	while ((node = base_list_pop_head(&worker->flush)) != NULL) {
+	while ((node = base_list_pop_head(&worker->host.flush)) != NULL) {
 		struct sendq *q = TERN_CONTAINER_OF(node, struct sendq, flush_link);
 		q->is_dirty = false;
-		sendq_flush(q, &worker->ring);
+		sendq_flush(q, &worker->host.ring);
 	}
-	worker_local_flush(worker);
-	base_list_for_each_safe(node, tmp, &worker->reaping)
+	host_local_flush(&worker->host);
+	base_list_for_each_safe(node, tmp, &worker->host.reaping)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 		if (session_is_reapable(s)) {
@@ -520,16 +468,16 @@ static void worker_end_pass(struct worker *worker)
 
 static void worker_pin(struct worker *worker)
 {
-	if (!runtime_config(worker->runtime)->pin_workers)
+	if (!runtime_config(worker->host.runtime)->pin_workers)
 		return;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	if (cpus <= 0)
 		return;
 	cpu_set_t set;
 	CPU_ZERO(&set);
-	CPU_SET(worker->index % (uint32_t)cpus, &set);
+	CPU_SET(worker->host.index % (uint32_t)cpus, &set);
 	if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set) != 0)
-		TERN_WARN("worker %u: could not pin to CPU %ld", worker->index, worker->index % cpus);
+		TERN_WARN("worker %u: could not pin to CPU %ld", worker->host.index, worker->host.index % cpus);
 }
 
 static void worker_report_init(struct worker *worker, int result)
@@ -544,16 +492,16 @@ static void worker_report_init(struct worker *worker, int result)
 static void worker_shutdown_sessions(struct worker *worker)
 {
 	struct base_list *node, *tmp;
-	base_list_for_each_safe(node, tmp, &worker->sessions)
+	base_list_for_each_safe(node, tmp, &worker->host.sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 		session_end(s, SESSION_END_SHUTDOWN);
 	}
 	/* Give goodbyes and resets a bounded time to finish, then leave the rest to the kernel. */
 	uint64_t deadline = base_now_ns() + WORKER_LINGER_NS;
-	while (!base_list_is_empty(&worker->reaping) && base_now_ns() < deadline) {
+	while (!base_list_is_empty(&worker->host.reaping) && base_now_ns() < deadline) {
 		worker_end_pass(worker);
-		if (base_list_is_empty(&worker->reaping) || ring_run_once(&worker->ring) < 0)
+		if (base_list_is_empty(&worker->host.reaping) || ring_run_once(&worker->host.ring) < 0)
 			break;
 	}
 }
@@ -561,67 +509,73 @@ static void worker_shutdown_sessions(struct worker *worker)
 static void *worker_main(void *arg)
 {
 	struct worker *worker = arg;
-	const struct tern_config *cfg = runtime_config(worker->runtime);
+	const struct tern_config *cfg = runtime_config(worker->host.runtime);
 	worker_pin(worker);
 	struct ring_params params = {
 		.entries = cfg->ring_entries,
 		.buffer_count = cfg->buffer_count,
 		.buffer_size = (uint32_t)cfg->buffer_size,
 	};
-	int rc = ring_init(&worker->ring, &params, worker->init_error, sizeof(worker->init_error));
+	int rc = ring_init(&worker->host.ring, &params, worker->init_error, sizeof(worker->init_error));
 	if (rc < 0) {
 		worker_report_init(worker, rc);
 		return NULL;
 	}
 	/* Other threads wake the worker through its own descriptor for the ring's eventfd: main may wake a
 	 * worker whose ring is already gone at exit, and must never write to a reused descriptor. */
-	worker->wake_fd = dup(worker->ring.event_fd);
+	worker->wake_fd = dup(worker->host.ring.event_fd);
 	if (worker->wake_fd < 0) {
 		int saved = errno;
-		snprintf(worker->init_error, sizeof(worker->init_error), "worker %u: dup: %s", worker->index,
+		snprintf(worker->init_error, sizeof(worker->init_error), "worker %u: dup: %s", worker->host.index,
 			 strerror(saved));
-		ring_deinit(&worker->ring);
+		ring_deinit(&worker->host.ring);
 		worker_report_init(worker, -saved);
 		return NULL;
 	}
-	worker->ring.owner = worker;
-	worker->ring.on_wake = worker_on_wake;
-	worker->ring.on_tick = worker_on_tick;
-	ring_tick_start(&worker->ring, (uint64_t)WORKER_TICK_MS * BASE_NS_PER_MS);
+	worker->host.ring.owner = worker;
+	worker->host.ring.on_wake = worker_on_wake;
+	worker->host.ring.on_tick = worker_on_tick;
+	ring_tick_start(&worker->host.ring, (uint64_t)WORKER_TICK_MS * BASE_NS_PER_MS);
 	worker->next_stats_period_ns = base_now_ns() + WORKER_STATS_PERIOD_S * BASE_NS_PER_SEC;
 	worker->accept_op.handler = worker_on_accept;
-	ring_accept_multishot(&worker->ring, &worker->accept_op, worker->listen_fd);
-	TERN_INFO("worker %u: io_uring %s, %u buffers of %u bytes", worker->index, worker->ring.setup_mode,
+	ring_accept_multishot(&worker->host.ring, &worker->accept_op, worker->listen_fd);
+	TERN_INFO("worker %u: io_uring %s, %u buffers of %u bytes", worker->host.index, worker->host.ring.setup_mode,
 		  params.buffer_count, params.buffer_size);
 	worker_report_init(worker, 0);
-	while (!__atomic_load_n(&worker->runtime->stopping, __ATOMIC_ACQUIRE)) {
-		rc = ring_run_once(&worker->ring);
+	while (!__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_ACQUIRE)) {
+		rc = ring_run_once(&worker->host.ring);
 		if (rc < 0) {
-			TERN_ERROR("worker %u: io_uring_enter failed: %s", worker->index, strerror(-rc));
+			TERN_ERROR("worker %u: io_uring_enter failed: %s", worker->host.index, strerror(-rc));
 			break;
 		}
 		worker_end_pass(worker);
 	}
-	ring_cancel(&worker->ring, &worker->accept_op);
+	ring_cancel(&worker->host.ring, &worker->accept_op);
 	worker_shutdown_sessions(worker);
-	worker_local_flush(worker);
-	ring_deinit(&worker->ring);
+	host_local_flush(&worker->host);
+	ring_deinit(&worker->host.ring);
 	return NULL;
 }
+
+/* A parked request was granted or failed, on any thread: the session hears of it on its own. */
+static void worker_request_done(struct host *host, struct pool_request *req)
+{
+	struct worker *worker = worker_of(host);
+	worker_mail(worker, &worker->mailbox, &req->link);
+}
+
+static const struct host_ops worker_host_ops = {
+	.request_done = worker_request_done,
+	.route_cancel = worker_route_cancel,
+};
 
 int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t index, int listen_fd, char *err,
 		 size_t err_size)
 {
 	memset(worker, 0, sizeof(*worker));
-	worker->index = index;
-	worker->runtime = runtime;
+	host_init(&worker->host, index, runtime, &worker_host_ops);
 	worker->listen_fd = listen_fd;
 	worker->wake_fd = -1;
-	base_list_init(&worker->sessions);
-	base_list_init(&worker->parked);
-	base_list_init(&worker->flush);
-	base_list_init(&worker->reaping);
-	base_list_init(&worker->starved);
 	base_list_init(&worker->mailbox);
 	base_list_init(&worker->cancels);
 	base_list_init(&worker->jobs);

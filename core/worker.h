@@ -10,17 +10,10 @@
 #ifndef TERN_WORKER_H
 #define TERN_WORKER_H
 
-#include "auth.h"
-#include "config.h"
-#include "params.h"
-#include "pool/pool.h"
-#include "reasons.h"
-#include "ring/ring.h"
+#include "host.h"
 
 #include <pthread.h>
 
-/* Connections one worker keeps for reuse within a loop pass; a pass rarely releases more. */
-#define WORKER_LOCAL_CACHE_MAX 32u
 /* The worker's housekeeping tick: wait deadlines are checked at this granularity. */
 #define WORKER_TICK_MS 100u
 /* Worker indexes fit the top byte of the BackendKeyData pid (for cancel routing). */
@@ -33,41 +26,6 @@
 #define WORKER_STATS_OTHER "(other)"
 
 struct worker;
-
-struct pool_opener;
-struct tls_context;
-
-struct tern_runtime {
-	const struct tern_config *config;
-	struct pool *pool;
-	struct pool_opener *opener;
-	struct pool_server *primary;
-	const struct auth_file *auth_file; /* NULL without [auth] auth_file */
-	const struct tls_context *tls;     /* atomic (SIGHUP swaps it); NULL with client_tls_sslmode = disable */
-	struct worker **workers;
-	uint32_t worker_count; /* atomic: main publishes each worker once started (worker_started_count) */
-	uint32_t client_count; /* atomic: sessions open in every worker */
-	uint64_t identity_hash; /* the listen endpoint, part of the pool match key */
-	struct params_tracked tracked; /* parameters kept per client in transaction pooling */
-	bool stopping;          /* atomic: leave now (SIGINT, or the drain is over) */
-	bool draining;          /* atomic: SIGTERM: accept no one, end sessions as their transactions end */
-	/* Admin PAUSE/RESUME: while is_paused, new transactions wait at the gate (worker_pause_gate). Each
-	 * PAUSE or RESUME bumps pause_generation; a worker acknowledges a generation at the end of a pass,
-	 * after which every transaction it starts sees the gate (see worker_pause_is_acknowledged). */
-	bool is_paused;            /* atomic */
-	uint32_t pause_generation; /* atomic */
-	/* SIGHUP reloads, for the admin RELOAD: odd while main reloads, even when done; reload_result is
-	 * the last one's (0 or <0, nothing changed). */
-	uint32_t reload_generation; /* atomic */
-	int reload_result;          /* atomic */
-};
-
-/* The running configuration, from any thread: SIGHUP replaces it (main keeps the old one readable until
- * exit), so read it through here and, for consistent values, once per use. */
-static inline const struct tern_config *runtime_config(const struct tern_runtime *rt)
-{
-	return __atomic_load_n(&rt->config, __ATOMIC_ACQUIRE);
-}
 
 /* SHOW STATS's sums for one database (times in ns). */
 struct worker_totals {
@@ -118,41 +76,19 @@ struct worker_job {
 	struct worker_job_part *parts; /* by worker index */
 };
 
-struct worker_stats {
-	uint64_t accepted;
-	uint64_t local_reuse;
-	uint64_t pool_checkouts;
-	uint64_t cancels_sent;
-	uint64_t ended[SESSION_END_REASON_COUNT];
-};
-
 struct worker {
-	uint32_t index;
-	struct tern_runtime *runtime;
+	struct host host; /* what its sessions see: ring, session lists, local cache, counters */
 	pthread_t thread;
-	struct ring ring;
 	int listen_fd;
 	struct ring_op accept_op;
-	struct base_list sessions;
-	struct base_list parked;  /* sessions with a parked pool request, oldest first */
-	struct base_list flush;   /* send queues with bytes to send this pass */
-	struct base_list reaping; /* ended sessions waiting for their ops to finish */
-	struct base_list starved; /* sessions whose receive ended for want of buffers */
 	pthread_mutex_t mailbox_lock;
 	struct base_list mailbox; /* granted or failed pool requests */
 	struct base_list cancels; /* CancelRequests for this worker's sessions, from any worker */
 	uint32_t mailbox_count;   /* atomic: requests delivered to the mailbox, for a lock-free peek */
-	struct pool_conn *local_cache[WORKER_LOCAL_CACHE_MAX];
-	uint32_t local_count;
-	uint32_t session_serial;
 	uint64_t next_timeout_scan_ns;
-	uint32_t session_count;
-	struct worker_stats stats;
 	struct base_list jobs;      /* worker_job_parts to answer (mailbox_lock) */
 	struct base_list jobs_done; /* worker_jobs this worker asked, all answered (mailbox_lock) */
 	uint32_t pause_generation_seen; /* atomic: written by the worker, read by PAUSE on any worker */
-	uint32_t pause_waiting_count;   /* sessions held at the PAUSE gate (recounted by each scan) */
-	uint32_t admin_waiting_count;   /* admin sessions polled on the tick (recounted by each poll) */
 	struct worker_db_totals *db_totals;
 	uint32_t db_totals_count, db_totals_cap;
 	uint64_t next_stats_period_ns;
@@ -165,6 +101,8 @@ struct worker {
 	bool is_drained; /* atomic: draining, and no session is left */
 	int wake_fd;     /* the ring's eventfd, dup'ed: other threads wake the worker here (worker_wake) */
 };
+
+static inline struct worker *worker_of(struct host *host) { return TERN_CONTAINER_OF(host, struct worker, host); }
 
 /* The workers started so far, for another worker's thread: workers[i] below it are published. */
 static inline uint32_t worker_started_count(const struct tern_runtime *runtime)
@@ -196,17 +134,9 @@ void worker_job_deinit(struct worker_job *job);
 /* After every worker thread has been joined: answers and ends the jobs still in mailboxes. */
 void worker_finish_jobs(struct tern_runtime *runtime);
 
-struct session;
-/* PAUSE's gate, where a session asks for a server: true when it must wait (it is held, its bytes
- * copied out of receive buffers, and let go at RESUME); false when it may go on. */
-bool worker_pause_gate(struct worker *worker, struct session *s);
 /* True once every worker has acknowledged pause generation `generation` (PAUSE, on any worker). */
 bool worker_pause_is_acknowledged(struct tern_runtime *runtime, uint32_t generation);
 /* SHOW STATS: this worker's rows, live sessions included; malloc'd, NULL when out of memory. */
 struct worker_db_report *worker_stats_report(struct worker *worker, uint32_t *count);
-
-/* Worker-local reuse: a connection released in this pass, kept until its end. */
-struct pool_conn *worker_local_take(struct worker *worker, const struct pool_db *db);
-void worker_local_put(struct worker *worker, struct pool_conn *conn);
 
 #endif

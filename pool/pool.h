@@ -16,7 +16,7 @@
 #ifndef TERN_POOL_H
 #define TERN_POOL_H
 
-#include "base/base.h"
+#include "base.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -193,5 +193,38 @@ bool pool_conn_remove_if_free(struct pool *pool, struct pool_conn *conn);
 uint32_t pool_expire(struct pool *pool, uint64_t now_ns);
 /* Opens connections so every used key has min_pool_size open on each server; returns how many. */
 uint32_t pool_warm(struct pool *pool);
+
+/* ---- snapshots for the admin console: nothing outside pool/ takes a pool mutex ---- */
+
+/* One (key, server) pair of SHOW POOLS, copied under the server's mutex. */
+struct pool_db_row {
+	const struct pool_db *db; /* lives as long as the pool: its user, database and client_count may be read */
+	uint32_t server_index;
+	uint32_t free_count; /* idle connections of this key on this server */
+	uint32_t used_count; /* open and not free */
+	uint32_t opening_count;
+	uint32_t waiting_count;    /* parked requests of this key on this server */
+	uint64_t oldest_parked_ns; /* parked_ns of its oldest waiter; 0 when none waits */
+};
+/* Every db (in creation order) x every server added so far, one row each. malloc'd into *rows (the caller frees;
+ * NULL and 0 rows when there is no db). 0 or -ENOMEM. */
+TERN_MUST_USE int pool_snapshot_dbs(struct pool *pool, struct pool_db_row **rows, uint32_t *count);
+
+/* One server connection of SHOW SERVERS, copied under its server's mutex. */
+struct pool_conn_row {
+	uintptr_t id; /* the connection's address, as an identifier only (it may be freed after the snapshot) */
+	const struct pool_db *db;
+	uint32_t server_index;
+	enum pool_conn_state state; /* POOL_CONN_USED or POOL_CONN_FREE */
+	uint32_t backend_pid;
+	uint64_t opened_ns;
+	uint64_t released_ns;
+};
+/* Every open connection of every server: USED ones first, then FREE, per server. malloc'd as above. 0 or -ENOMEM. */
+TERN_MUST_USE int pool_snapshot_conns(struct pool *pool, struct pool_conn_row **rows, uint32_t *count);
+
+/* True when no server has a connection USED or a request parked (PAUSE is complete); opens under way do
+ * not count. Each server is read under its own mutex, one after another. */
+bool pool_is_idle(struct pool *pool);
 
 #endif

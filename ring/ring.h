@@ -14,7 +14,7 @@
 #ifndef TERN_RING_H
 #define TERN_RING_H
 
-#include "base/base.h"
+#include "base.h"
 
 #include <linux/time_types.h>
 #include <stdint.h>

@@ -6,9 +6,15 @@
  *   - ring/ includes nothing of pool/, replay/ or core/ except core/base/;
  *   - pool/ includes nothing of core/ except core/base/, and nothing of replay/;
  *   - replay/ includes nothing of core/ (except core/base/), pool/ or ring/;
- *   - core/base/ includes nothing from other tern folders.
- * An include is resolved the way the compiler does it for this project (the including file's folder,
- * then the include directories '.' and 'core'), so `#include "proto.h"` from pool/ counts as core/.
+ *   - core/base/ includes nothing from other tern folders;
+ *   - a module includes another module's root headers only (pool/pool.h, never pool/x/y.h);
+ *   - core's own files keep a declared order (core_order below, lowest first): a file includes core
+ *     headers of its own unit or of units below it, never above, so core has no include cycles. A unit
+ *     is a file name without its extension (session.h and session.c are one unit); a core file whose
+ *     unit is not in the order is reported, so a new file takes its place in the order on purpose.
+ * An include is resolved the way a compiler with every include directory would (the including file's
+ * folder, then '.', 'core' and 'core/base'), so `#include "proto.h"` from pool/ counts as core/, even
+ * though meson gives pool/ only core/base and the compiler refuses it too.
  * The checker is also run on a small tree written here with known violations, so it can fail.
  */
 #include "base/base.h"
@@ -36,6 +42,27 @@
 enum module { MODULE_OTHER = 0, MODULE_BASE, MODULE_CORE, MODULE_POOL, MODULE_REPLAY, MODULE_RING };
 
 static const char *const module_names[] = {"other", "core/base", "core", "pool", "replay", "ring"};
+
+/* core's units, lowest first: the codec and libraries, the process's shared state, what a worker lends
+ * its sessions, the session and its parts, then the worker, the admin console and main. */
+static const char *const core_order[] = {
+	"proto", "sendq", "reasons", "sql", "params", "stmts", "config", "scram", "auth", "tls",
+	"runtime", "host",
+	"session", "session_tls", "session_stmts", "session_relay", "session_login",
+	"worker", "admin", "main",
+};
+
+/* The rank of a core file's unit in core_order, or -1. `rel` is relative to the root. */
+static int core_rank(const char *rel)
+{
+	const char *name = strrchr(rel, '/');
+	name = name ? name + 1 : rel;
+	size_t n = strcspn(name, ".");
+	for (size_t i = 0; i < TERN_ARRAY_LEN(core_order); i++)
+		if (strlen(core_order[i]) == n && strncmp(core_order[i], name, n) == 0)
+			return (int)i;
+	return -1;
+}
 
 struct layout {
 	const char *root;
@@ -94,17 +121,21 @@ static bool is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The tern module an include lands in, resolved like the compiler with -I. -Icore; MODULE_OTHER
- * for system and library headers. `dir_rel` is the including file's folder, relative to the root. */
-static enum module layout_resolve(const struct layout *l, const char *dir_rel, const char *name, bool is_quoted)
+/* The tern module an include lands in, resolved like a compiler with -I. -Icore -Icore/base;
+ * MODULE_OTHER for system and library headers. `dir_rel` is the including file's folder, relative to
+ * the root; `to_rel` gets the included file's path relative to the root ("" for MODULE_OTHER). */
+static enum module layout_resolve(const struct layout *l, const char *dir_rel, const char *name, bool is_quoted,
+				  char *to_rel, size_t to_rel_size)
 {
 	char candidate[LAYOUT_PATH_MAX];
-	const char *bases[3];
+	const char *bases[4];
 	size_t base_count = 0;
+	to_rel[0] = '\0';
 	if (is_quoted)
 		bases[base_count++] = dir_rel;
 	bases[base_count++] = "";
 	bases[base_count++] = "core";
+	bases[base_count++] = "core/base";
 	for (size_t i = 0; i < base_count; i++) {
 		char base_path[LAYOUT_PATH_MAX];
 		path_join(base_path, sizeof(base_path), l->root, bases[i]);
@@ -116,7 +147,8 @@ static enum module layout_resolve(const struct layout *l, const char *dir_rel, c
 		size_t root_len = l->root_resolved_len;
 		if (strncmp(resolved, l->root_resolved, root_len) != 0 || resolved[root_len] != '/')
 			return MODULE_OTHER; /* "../" out of the tree */
-		return module_of(resolved + root_len + 1);
+		base_strlcpy(to_rel, resolved + root_len + 1, to_rel_size);
+		return module_of(to_rel);
 	}
 	return MODULE_OTHER;
 }
@@ -175,6 +207,8 @@ static bool parse_include(const char *line, char *name, size_t name_size, bool *
 static void layout_check_file(struct layout *l, const char *path, const char *rel)
 {
 	enum module from = module_of(rel);
+	if (from == MODULE_CORE && core_rank(rel) < 0)
+		layout_report(l, "%s: its unit is not in core's declared order (core_order in test_layout.c)\n", rel);
 	char dir_rel[LAYOUT_PATH_MAX];
 	base_strlcpy(dir_rel, rel, sizeof(dir_rel));
 	char *slash = strrchr(dir_rel, '/');
@@ -195,10 +229,19 @@ static void layout_check_file(struct layout *l, const char *path, const char *re
 		l->includes++;
 		if ((strcmp(name, "liburing.h") == 0 || has_prefix(name, "liburing/")) && from != MODULE_RING)
 			layout_report(l, "%s:%u: includes %s; only ring/ may use liburing\n", rel, line_no, name);
-		enum module to = layout_resolve(l, dir_rel, name, is_quoted);
-		if (!layout_edge_is_allowed(from, to))
+		char to_rel[LAYOUT_PATH_MAX];
+		enum module to = layout_resolve(l, dir_rel, name, is_quoted, to_rel, sizeof(to_rel));
+		if (!layout_edge_is_allowed(from, to)) {
 			layout_report(l, "%s:%u: %s includes \"%s\" from %s\n", rel, line_no, module_names[from], name,
 				      module_names[to]);
+		} else if (to != from && to != MODULE_OTHER && to != MODULE_BASE && strchr(strchr(to_rel, '/') + 1, '/')) {
+			layout_report(l, "%s:%u: includes %s, which is not a root header of its module\n", rel, line_no,
+				      to_rel);
+		} else if (from == MODULE_CORE && to == MODULE_CORE && core_rank(rel) >= 0) {
+			if (core_rank(to_rel) > core_rank(rel))
+				layout_report(l, "%s:%u: includes %s, which is above it in core's order\n", rel, line_no,
+					      to_rel);
+		}
 	}
 	fclose(f);
 }
@@ -366,6 +409,33 @@ Test(layout, checker_reports_each_crossing_as_file_and_line)
 		cr_assert_not_null(strstr(l->report, expected[i]), "no report for %s in:\n%s", expected[i], l->report);
 	cr_assert_eq(l->violations, TERN_ARRAY_LEN(expected), "%u violations:\n%s", l->violations, l->report);
 	cr_assert_null(strstr(l->report, "core/proto.c"), "core may include every module:\n%s", l->report);
+	free(l);
+	fake_remove(root);
+	free(root);
+}
+
+Test(layout, checker_keeps_cores_declared_order_and_root_headers)
+{
+	char *root = fake_root();
+	fake_clean_tree(root);
+	fake_write(root, "core/session.h", "#include \"proto.h\"\n");                     /* down: fine */
+	fake_write(root, "core/worker.c", "#include \"session.h\"\n");                    /* down: fine */
+	fake_write(root, "core/sendq.c", "#include \"proto.h\"\n#include \"session.h\"\n"); /* line 2: up */
+	fake_write(root, "core/session.c", "#include \"session.h\"\n#include \"worker.h\"\n");
+	fake_write(root, "core/worker.h", "#include \"session.h\"\n");
+	fake_write(root, "core/gadget.c", "#include \"proto.h\"\n");                      /* not in the order */
+	fake_write(root, "pool/inner/detail.h", "#include \"base/base.h\"\n");
+	fake_write(root, "core/params.c", "#include \"pool/inner/detail.h\"\n");         /* not a root header */
+	struct layout *l = layout_check(root);
+	static const char *const expected[] = {
+		"core/sendq.c:2: includes core/session.h, which is above it",
+		"core/session.c:2: includes core/worker.h, which is above it",
+		"core/gadget.c: its unit is not in core's declared order",
+		"core/params.c:1: includes pool/inner/detail.h, which is not a root header",
+	};
+	for (size_t i = 0; i < TERN_ARRAY_LEN(expected); i++)
+		cr_assert_not_null(strstr(l->report, expected[i]), "no report for %s in:\n%s", expected[i], l->report);
+	cr_assert_eq(l->violations, TERN_ARRAY_LEN(expected), "%u violations:\n%s", l->violations, l->report);
 	free(l);
 	fake_remove(root);
 	free(root);

@@ -983,3 +983,212 @@ Test(pool, raising_pool_size_opens_for_requests_already_parked)
 	env_checkin(&e, second);
 	env_deinit(&e);
 }
+
+/* ---- snapshots for the admin console ---- */
+
+static void check_db_row(const struct pool_db_row *row, const struct pool_db *db, uint32_t server_index,
+			 uint32_t free_count, uint32_t used_count, uint32_t opening_count, uint32_t waiting_count,
+			 uint64_t oldest_parked_ns)
+{
+	cr_assert_eq(row->db, db, "row of %s/%u: another db", db->user, server_index);
+	cr_assert_eq(row->server_index, server_index, "row of %s: server %u", db->user, row->server_index);
+	cr_assert_eq(row->free_count, free_count, "%s/%u: free %u", db->user, server_index, row->free_count);
+	cr_assert_eq(row->used_count, used_count, "%s/%u: used %u", db->user, server_index, row->used_count);
+	cr_assert_eq(row->opening_count, opening_count, "%s/%u: opening %u", db->user, server_index,
+		     row->opening_count);
+	cr_assert_eq(row->waiting_count, waiting_count, "%s/%u: waiting %u", db->user, server_index,
+		     row->waiting_count);
+	cr_assert_eq(row->oldest_parked_ns, oldest_parked_ns, "%s/%u: oldest parked %llu", db->user, server_index,
+		     (unsigned long long)row->oldest_parked_ns);
+}
+
+Test(pool, snapshots_of_a_pool_without_dbs_or_conns_are_empty)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db_row *db_rows = (struct pool_db_row *)&e; /* must be overwritten */
+	uint32_t db_count = 99;
+	cr_assert_eq(pool_snapshot_dbs(&e.pool, &db_rows, &db_count), 0);
+	cr_assert_null(db_rows);
+	cr_assert_eq(db_count, 0);
+	struct pool_conn_row *conn_rows = (struct pool_conn_row *)&e;
+	uint32_t conn_count = 99;
+	cr_assert_eq(pool_snapshot_conns(&e.pool, &conn_rows, &conn_count), 0);
+	cr_assert_null(conn_rows);
+	cr_assert_eq(conn_count, 0);
+	cr_assert(pool_is_idle(&e.pool));
+	/* A known key with nothing open still has its row on every server. */
+	struct pool_server *replica;
+	cr_assert_eq(pool_server_add(&e.pool, "replica", "host=r", &replica), 0);
+	struct pool_db *db = env_db(&e, "alice");
+	cr_assert_eq(pool_snapshot_dbs(&e.pool, &db_rows, &db_count), 0);
+	cr_assert_eq(db_count, 2);
+	check_db_row(&db_rows[0], db, 0, 0, 0, 0, 0, 0);
+	check_db_row(&db_rows[1], db, 1, 0, 0, 0, 0, 0);
+	free(db_rows);
+	conn_rows = (struct pool_conn_row *)&e;
+	cr_assert_eq(pool_snapshot_conns(&e.pool, &conn_rows, &conn_count), 0);
+	cr_assert_null(conn_rows, "no connection is open");
+	cr_assert_eq(conn_count, 0);
+	env_deinit(&e);
+}
+
+Test(pool, snapshot_dbs_counts_each_key_on_each_server)
+{
+	struct env e;
+	env_init(&e, 10, 0);
+	struct pool_server *replica;
+	cr_assert_eq(pool_server_add(&e.pool, "replica", "host=r", &replica), 0);
+	struct pool_db *alice = env_db(&e, "alice");
+	struct pool_db *bob = env_db(&e, "bob");
+	/* alice on the primary: one USED, one FREE, one open on its way for a cancelled request. */
+	struct waiter a1, a2, a3;
+	waiter_init(&a1, &e, alice);
+	waiter_init(&a2, &e, alice);
+	waiter_init(&a3, &e, alice);
+	cr_assert_eq(env_checkout(&e, &a1), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &a2), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &a3), POOL_CHECKOUT_PARKED);
+	cr_assert(pool_request_cancel(&e.pool, &a3.req));
+	(void)env_open_succeeds(&e, 0);
+	env_checkin(&e, env_open_succeeds(&e, 1));
+	/* bob on the primary: one USED, two waiting, two opens on their way. */
+	struct waiter b1, b2, b3;
+	waiter_init(&b1, &e, bob);
+	waiter_init(&b2, &e, bob);
+	waiter_init(&b3, &e, bob);
+	cr_assert_eq(env_checkout(&e, &b1), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &b2), POOL_CHECKOUT_PARKED);
+	(void)env_open_succeeds(&e, 3);
+	cr_assert_eq(b1.done_calls, 1);
+	cr_assert_eq(env_checkout(&e, &b3), POOL_CHECKOUT_PARKED);
+	/* alice on the replica: one waiting; bob on the replica: two FREE. */
+	struct waiter ra, rb1, rb2;
+	waiter_init(&ra, &e, alice);
+	waiter_init(&rb1, &e, bob);
+	waiter_init(&rb2, &e, bob);
+	ra.req.server = rb1.req.server = rb2.req.server = replica;
+	cr_assert_eq(env_checkout(&e, &ra), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &rb1), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &rb2), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 9);
+	struct pool_conn *r1 = env_open_succeeds(&e, 7);
+	struct pool_conn *r2 = env_open_succeeds(&e, 8);
+	env_checkin(&e, r1);
+	env_checkin(&e, r2);
+	check_invariants(&e, "mixed state");
+
+	struct pool_db_row *rows = NULL;
+	uint32_t count = 0;
+	cr_assert_eq(pool_snapshot_dbs(&e.pool, &rows, &count), 0);
+	cr_assert_eq(count, 4, "two dbs x two servers");
+	cr_assert_not_null(rows);
+	check_db_row(&rows[0], alice, 0, 1, 1, 1, 0, 0);
+	check_db_row(&rows[1], alice, 1, 0, 0, 1, 1, ra.req.parked_ns);
+	check_db_row(&rows[2], bob, 0, 0, 1, 2, 2, b2.req.parked_ns);
+	check_db_row(&rows[3], bob, 1, 2, 0, 0, 0, 0);
+	cr_assert_lt(b2.req.parked_ns, b3.req.parked_ns, "b2 is the oldest bob waiter left on the primary");
+	free(rows);
+
+	/* A request whose caller's clock ran behind still counts as the oldest. */
+	b3.req.parked_ns = b2.req.parked_ns - 1;
+	cr_assert_eq(pool_snapshot_dbs(&e.pool, &rows, &count), 0);
+	check_db_row(&rows[2], bob, 0, 0, 1, 2, 2, b3.req.parked_ns);
+	free(rows);
+
+	cr_assert(pool_request_cancel(&e.pool, &b2.req));
+	cr_assert(pool_request_cancel(&e.pool, &b3.req));
+	cr_assert(pool_request_cancel(&e.pool, &ra.req));
+	env_deinit(&e);
+}
+
+Test(pool, snapshot_conns_lists_used_then_free_per_server)
+{
+	struct env e;
+	env_init(&e, 10, 0);
+	struct pool_server *replica;
+	cr_assert_eq(pool_server_add(&e.pool, "replica", "host=r", &replica), 0);
+	struct pool_db *alice = env_db(&e, "alice");
+	struct pool_db *bob = env_db(&e, "bob");
+	struct waiter w[5];
+	struct pool_db *dbs[5] = {alice, bob, alice, bob, alice};
+	for (uint32_t i = 0; i < 5; i++) {
+		waiter_init(&w[i], &e, dbs[i]);
+		if (i >= 3)
+			w[i].req.server = replica;
+		cr_assert_eq(env_checkout(&e, &w[i]), POOL_CHECKOUT_PARKED);
+	}
+	struct pool_conn *c[5];
+	for (uint32_t i = 0; i < 5; i++)
+		c[i] = env_open_succeeds(&e, i);
+	/* Primary: c0, c2 USED, c1 FREE. Replica: c4 USED, c3 FREE. */
+	env_checkin(&e, c[1]);
+	env_checkin(&e, c[3]);
+	check_invariants(&e, "three USED, two FREE");
+
+	struct pool_conn_row *rows = NULL;
+	uint32_t count = 0;
+	cr_assert_eq(pool_snapshot_conns(&e.pool, &rows, &count), 0);
+	cr_assert_eq(count, 5);
+	cr_assert_not_null(rows);
+	uint32_t order[5] = {0, 2, 1, 4, 3};
+	enum pool_conn_state states[5] = {POOL_CONN_USED, POOL_CONN_USED, POOL_CONN_FREE, POOL_CONN_USED,
+					  POOL_CONN_FREE};
+	uint32_t servers[5] = {0, 0, 0, 1, 1};
+	for (uint32_t i = 0; i < 5; i++) {
+		const struct pool_conn *conn = c[order[i]];
+		cr_assert_eq(rows[i].id, (uintptr_t)conn, "row %u is not conn %u", i, order[i]);
+		cr_assert_eq(rows[i].db, conn->db, "row %u", i);
+		cr_assert_eq(rows[i].db, dbs[order[i]], "row %u", i);
+		cr_assert_eq(rows[i].server_index, servers[i], "row %u", i);
+		cr_assert_eq(rows[i].state, states[i], "row %u: state %d", i, rows[i].state);
+		cr_assert_eq(rows[i].backend_pid, conn->backend_pid, "row %u", i);
+		cr_assert_eq(rows[i].opened_ns, conn->opened_ns, "row %u", i);
+		cr_assert_eq(rows[i].released_ns, conn->released_ns, "row %u", i);
+	}
+	cr_assert_eq(rows[2].backend_pid, 1001, "pids count from 1000 in open order");
+	cr_assert_gt(rows[2].released_ns, rows[2].opened_ns, "a FREE conn's release time is its checkin's");
+	free(rows);
+
+	/* A connection closed after the snapshot keeps its row; the next snapshot no longer lists it. */
+	pool_conn_discard(&e.pool, c[0]);
+	cr_assert_eq(pool_snapshot_conns(&e.pool, &rows, &count), 0);
+	cr_assert_eq(count, 4);
+	cr_assert_eq(rows[0].id, (uintptr_t)c[2]);
+	free(rows);
+	env_deinit(&e);
+}
+
+Test(pool, is_idle_only_with_nothing_used_and_nothing_parked_on_any_server)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_server *replica;
+	cr_assert_eq(pool_server_add(&e.pool, "replica", "host=r", &replica), 0);
+	struct pool_db *db = env_db(&e, "alice");
+	cr_assert(pool_is_idle(&e.pool));
+	struct waiter w;
+	waiter_init(&w, &e, db);
+	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
+	cr_assert_not(pool_is_idle(&e.pool), "a request is parked");
+	struct pool_conn *conn = env_open_succeeds(&e, 0);
+	cr_assert_eq(w.req.conn, conn);
+	cr_assert_eq(e.server->waiter_count, 0);
+	cr_assert_not(pool_is_idle(&e.pool), "a connection is USED");
+	env_checkin(&e, conn);
+	cr_assert(pool_is_idle(&e.pool), "FREE connections only");
+	/* Every server counts, not only the first. */
+	struct waiter on_replica;
+	waiter_init(&on_replica, &e, db);
+	on_replica.req.server = replica;
+	cr_assert_eq(env_checkout(&e, &on_replica), POOL_CHECKOUT_PARKED);
+	cr_assert_not(pool_is_idle(&e.pool), "a request is parked on the replica");
+	cr_assert(pool_request_cancel(&e.pool, &on_replica.req));
+	cr_assert_eq(replica->opening_count, 1);
+	cr_assert(pool_is_idle(&e.pool), "an open on its way holds no session");
+	struct pool_conn *late = env_open_succeeds(&e, 1);
+	cr_assert_eq(late->state, POOL_CONN_FREE);
+	cr_assert(pool_is_idle(&e.pool));
+	check_invariants(&e, "idle");
+	env_deinit(&e);
+}

@@ -1,0 +1,79 @@
+/*
+ * host.h — the part of a worker that its sessions and their server legs may touch: the worker's
+ * io_uring, its lists of sessions (live, ending, starved for buffers, with bytes to flush), its parked
+ * requests, its worker-local cache of server connections released in the current loop pass, its
+ * counters, and the two calls that reach the worker itself (a granted pool request, a cancel).
+ *
+ * Threads: the worker's thread only, except host_ops.request_done (any thread: it posts to the
+ * worker's mailbox). A worker embeds its host; sessions hold a pointer to it and never see the worker.
+ * Ownership: the local cache holds USED connections for the pool (DESIGN §4); host_local_flush gives them
+ * back at the end of each pass.
+ * Never: knows sessions' insides, the admin console, or the worker's thread, mailbox and jobs.
+ */
+#ifndef TERN_HOST_H
+#define TERN_HOST_H
+
+#include "pool/pool.h"
+#include "reasons.h"
+#include "ring/ring.h"
+#include "runtime.h"
+#include "sendq.h"
+
+/* Connections one worker keeps for reuse within a loop pass; a pass rarely releases more. */
+#define HOST_LOCAL_CACHE_MAX 32u
+
+struct host;
+
+/* Counters of one worker, kept by its sessions (plain increments, the worker's thread only). */
+struct host_stats {
+	uint64_t accepted;
+	uint64_t local_reuse;    /* transactions served by a connection released in the same pass */
+	uint64_t pool_checkouts; /* transactions that asked the pool */
+	uint64_t cancels_sent;
+	uint64_t ended[SESSION_END_REASON_COUNT];
+};
+
+struct host_ops {
+	/* Any thread: a parked request of a session on this host was granted or failed; the worker
+	 * hands it back to the session on its own thread. */
+	void (*request_done)(struct host *host, struct pool_request *req);
+	/* A CancelRequest arrived here: to the worker its key names. */
+	void (*route_cancel)(struct tern_runtime *runtime, uint32_t pid, uint32_t secret);
+};
+
+struct host {
+	uint32_t index; /* the worker's; the top byte of every cancel key it gives out */
+	struct tern_runtime *runtime;
+	const struct host_ops *ops;
+	struct ring ring;
+	struct base_list sessions; /* live sessions */
+	struct base_list reaping;  /* ended sessions waiting for their ops to finish */
+	struct base_list parked;   /* sessions with a parked pool request, oldest first */
+	struct base_list flush;    /* send queues with bytes to send this pass */
+	struct base_list starved;  /* sessions whose receive ended for want of buffers */
+	uint32_t session_serial;
+	uint32_t session_count;
+	uint32_t pause_waiting_count;   /* sessions held at the PAUSE gate (recounted by each scan) */
+	uint32_t console_waiting_count; /* admin sessions the console polls on the tick */
+	struct pool_conn *local_cache[HOST_LOCAL_CACHE_MAX];
+	uint32_t local_count;
+	struct host_stats stats;
+};
+
+void host_init(struct host *host, uint32_t index, struct tern_runtime *runtime, const struct host_ops *ops);
+/* Queues q for this pass's flush (once). */
+static inline void host_mark_dirty(struct host *host, struct sendq *q)
+{
+	if (q->is_dirty)
+		return;
+	q->is_dirty = true;
+	base_list_insert_tail(&host->flush, &q->flush_link);
+}
+/* Worker-local reuse: a connection of db released in this pass, or NULL. */
+struct pool_conn *host_local_take(struct host *host, const struct pool_db *db);
+/* A released connection: kept for this pass (or back to the pool when the cache is full). */
+void host_local_put(struct host *host, struct pool_conn *conn);
+/* The end of a pass: every cached connection back to the pool (straight to a waiter if one parked). */
+void host_local_flush(struct host *host);
+
+#endif

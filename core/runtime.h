@@ -1,0 +1,58 @@
+/*
+ * runtime.h — what the whole process shares: the running configuration, the pool and its thread, the
+ * primary, the user list, the TLS context, the workers, the admin console's handler, and a few atomic
+ * counters and flags.
+ *
+ * Threads: built by main before the workers start; afterwards read-only except the fields marked
+ * atomic (SIGHUP swaps config, auth_file and tls; counters and flags change from any thread).
+ * Never: holds per-session or per-worker state.
+ */
+#ifndef TERN_RUNTIME_H
+#define TERN_RUNTIME_H
+
+#include "config.h"
+#include "params.h"
+
+struct auth_file;
+struct pool;
+struct pool_server;
+struct pool_opener;
+struct tls_context;
+struct worker;
+struct session_console;
+
+struct tern_runtime {
+	const struct tern_config *config;
+	struct pool *pool;
+	struct pool_opener *opener;
+	struct pool_server *primary;
+	const struct auth_file *auth_file; /* NULL without [auth] auth_file */
+	const struct tls_context *tls;     /* atomic (SIGHUP swaps it); NULL with client_tls_sslmode = disable */
+	/* The admin console: a session whose database is console->database is handed to it after login. */
+	const struct session_console *console;
+	struct worker **workers;
+	uint32_t worker_count; /* atomic: main publishes each worker once started (worker_started_count) */
+	uint32_t client_count; /* atomic: sessions open in every worker */
+	uint64_t identity_hash; /* the listen endpoint, part of the pool match key */
+	struct params_tracked tracked; /* parameters kept per client in transaction pooling */
+	bool stopping;          /* atomic: leave now (SIGINT, or the drain is over) */
+	bool draining;          /* atomic: SIGTERM: accept no one, end sessions as their transactions end */
+	/* Admin PAUSE/RESUME: while is_paused, new transactions wait at the gate (session_pause_gate). Each
+	 * PAUSE or RESUME bumps pause_generation; a worker acknowledges a generation at the end of a pass,
+	 * after which every transaction it starts sees the gate (see worker_pause_is_acknowledged). */
+	bool is_paused;            /* atomic */
+	uint32_t pause_generation; /* atomic */
+	/* SIGHUP reloads, for the admin RELOAD: odd while main reloads, even when done; reload_result is
+	 * the last one's (0 or <0, nothing changed). */
+	uint32_t reload_generation; /* atomic */
+	int reload_result;          /* atomic */
+};
+
+/* The running configuration, from any thread: SIGHUP replaces it (main keeps the old one readable until
+ * exit), so read it through here and, for consistent values, once per use. */
+static inline const struct tern_config *runtime_config(const struct tern_runtime *rt)
+{
+	return __atomic_load_n(&rt->config, __ATOMIC_ACQUIRE);
+}
+
+#endif

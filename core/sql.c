@@ -1,0 +1,158 @@
+/* SQL read without a parser, a few words at a time: enough to spot the statements whose effect tern
+ * must follow (SET and RESET of search_path, DEALLOCATE and DISCARD ALL, UNLISTEN *), and no more. */
+#include "sql.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <string.h>
+#include <strings.h>
+
+const uint8_t *sql_skip_blank(const uint8_t *p, const uint8_t *end)
+{
+	while (p < end) {
+		if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f') {
+			p++;
+		} else if (end - p >= 2 && p[0] == '-' && p[1] == '-') {
+			while (p < end && *p != '\n')
+				p++;
+		} else if (end - p >= 2 && p[0] == '/' && p[1] == '*') {
+			p += 2;
+			while (end - p >= 2 && !(p[0] == '*' && p[1] == '/'))
+				p++;
+			p = end - p >= 2 ? p + 2 : end;
+		} else {
+			break;
+		}
+	}
+	return p;
+}
+
+bool sql_take_word(const uint8_t **p, const uint8_t *end, const char *word)
+{
+	size_t n = strlen(word);
+	if ((size_t)(end - *p) < n || strncasecmp((const char *)*p, word, n) != 0)
+		return false;
+	const uint8_t *after = *p + n;
+	if (after < end && (isalnum(*after) || *after == '_' || *after == '$'))
+		return false; /* a longer identifier */
+	*p = sql_skip_blank(after, end);
+	return true;
+}
+
+bool sql_mentions_search_path(const uint8_t *sql, uint32_t len)
+{
+	static const char *const words[] = {"search_path", "reset"};
+	for (uint32_t i = 0; i < len; i++) {
+		int c = tolower(sql[i]);
+		if (c != 's' && c != 'r')
+			continue;
+		for (size_t w = 0; w < TERN_ARRAY_LEN(words); w++) {
+			size_t n = strlen(words[w]);
+			if (words[w][0] == c && len - i >= n && strncasecmp((const char *)sql + i, words[w], n) == 0)
+				return true;
+		}
+	}
+	return false;
+}
+
+bool sql_statement_may_set_search_path(const uint8_t *sql, uint32_t len)
+{
+	const uint8_t *end = sql + len;
+	const uint8_t *p = sql_skip_blank(sql, end);
+	if (!sql_take_word(&p, end, "set") && !sql_take_word(&p, end, "reset"))
+		return false;
+	return sql_mentions_search_path(sql, len);
+}
+
+bool sql_is_forget_all(const uint8_t *sql, uint32_t len)
+{
+	const uint8_t *end = sql + len;
+	const uint8_t *p = sql_skip_blank(sql, end);
+	if (sql_take_word(&p, end, "deallocate"))
+		(void)sql_take_word(&p, end, "prepare");
+	else if (!sql_take_word(&p, end, "discard"))
+		return false;
+	return sql_take_word(&p, end, "all") && (p == end || *p == ';' || *p == '\0');
+}
+
+int sql_parse_search_path_set(const uint8_t *sql, uint32_t len, char *value, size_t value_size)
+{
+	const uint8_t *end = sql + len;
+	const uint8_t *p = sql_skip_blank(sql, end);
+	if (sql_take_word(&p, end, "reset")) {
+		if (!sql_take_word(&p, end, "search_path") && !sql_take_word(&p, end, "all"))
+			return 0;
+		base_strlcpy(value, SQL_SEARCH_PATH_RESET, value_size);
+		return 1;
+	}
+	if (!sql_take_word(&p, end, "set"))
+		return 0;
+	(void)sql_take_word(&p, end, "session");
+	if (!sql_take_word(&p, end, "search_path"))
+		return 0;
+	if (p < end && *p == '=')
+		p = sql_skip_blank(p + 1, end);
+	else if (!sql_take_word(&p, end, "to"))
+		return 0;
+	/* The value runs to the statement's end: a ';' outside quotes, or the text's end. */
+	const uint8_t *start = p;
+	char quote = 0;
+	for (; p < end && *p != '\0' && (quote || *p != ';'); p++) {
+		/* A comment would swallow what tern appends after the value when it replays it: untracked. */
+		if (!quote && end - p >= 2 && ((p[0] == '-' && p[1] == '-') || (p[0] == '/' && p[1] == '*')))
+			return 0;
+		if (quote && *p == (uint8_t)quote)
+			quote = 0;
+		else if (!quote && (*p == '\'' || *p == '"'))
+			quote = (char)*p;
+	}
+	while (p > start && (p[-1] == ' ' || p[-1] == '\t' || p[-1] == '\n' || p[-1] == '\r'))
+		p--;
+	if (quote || p == start)
+		return 0; /* unterminated or empty: the server will refuse it */
+	if ((size_t)(p - start) >= value_size)
+		return -ENOSPC;
+	memcpy(value, start, (size_t)(p - start));
+	value[p - start] = '\0';
+	return 1;
+}
+
+bool sql_is_unlisten_all(const uint8_t *sql, uint32_t len)
+{
+	const uint8_t *end = sql + len;
+	const uint8_t *p = sql_skip_blank(sql, end);
+	return sql_take_word(&p, end, "unlisten") && p < end && *p == '*';
+}
+
+int sql_parse_deallocate(const uint8_t *sql, uint32_t len, char *name, size_t name_size)
+{
+	TERN_ASSERT(name_size > 1);
+	const uint8_t *end = memchr(sql, '\0', len);
+	if (!end)
+		end = sql + len;
+	const uint8_t *p = sql_skip_blank(sql, end);
+	if (!sql_take_word(&p, end, "deallocate"))
+		return 0;
+	(void)sql_take_word(&p, end, "prepare");
+	size_t n = 0;
+	if (p < end && *p == '"') { /* a quoted identifier keeps its case; "" is a quote */
+		for (p++; p < end && n + 1 < name_size; p++) {
+			if (*p == '"' && !(end - p >= 2 && p[1] == '"'))
+				break;
+			if (*p == '"')
+				p++;
+			name[n++] = (char)*p;
+		}
+		if (p >= end || *p != '"')
+			return 0;
+		p++;
+	} else {
+		for (; p < end && n + 1 < name_size && (isalnum(*p) || *p == '_' || *p == '$'); p++)
+			name[n++] = (char)tolower(*p); /* an unquoted identifier folds to lower case */
+	}
+	name[n] = '\0';
+	p = sql_skip_blank(p, end);
+	if (p < end && *p == ';')
+		p = sql_skip_blank(p + 1, end);
+	return n > 0 && p == end ? 1 : 0;
+}
