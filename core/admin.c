@@ -326,15 +326,16 @@ static void admin_client_row(struct admin_reply *r, struct session *s, uint64_t 
 {
 	const char *state = "idle";
 	uint64_t waited_ns = 0;
+	const struct leg *leg = session_primary(s);
 	if (s->phase == SESSION_ADMIN) {
 		state = "active";
-	} else if (s->is_request_pending) {
+	} else if (leg->is_request_pending) {
 		state = "waiting";
-		waited_ns = now_ns - TERN_MIN(s->request.parked_ns, now_ns);
+		waited_ns = now_ns - TERN_MIN(leg->request.parked_ns, now_ns);
 	} else if (s->is_pause_waiting) {
 		state = "waiting";
 		waited_ns = now_ns - TERN_MIN(s->pause_wait_ns, now_ns);
-	} else if (s->backend) {
+	} else if (leg->conn) {
 		state = "active";
 	} else if (s->phase != SESSION_READY) {
 		state = "login";
@@ -348,8 +349,8 @@ static void admin_client_row(struct admin_reply *r, struct session *s, uint64_t 
 	snprintf(wait, sizeof(wait), "%llu", (unsigned long long)(waited_ns / BASE_NS_PER_SEC));
 	snprintf(wait_us, sizeof(wait_us), "%llu", (unsigned long long)(waited_ns % BASE_NS_PER_SEC / 1000));
 	snprintf(ptr, sizeof(ptr), "%p", (void *)s);
-	if (s->backend)
-		snprintf(link, sizeof(link), "%p", (void *)s->backend);
+	if (leg->conn)
+		snprintf(link, sizeof(link), "%p", (void *)leg->conn);
 	else
 		link[0] = '\0';
 	char tls[96];

@@ -19,6 +19,10 @@
 #include "runtime.h"
 #include "sendq.h"
 
+/* The worker's receive-buffer groups: client reads can never take the buffers server responses need
+ * (server responses are what ends transactions and frees connections for waiting clients). */
+#define HOST_BUFFERS_CLIENT 0
+#define HOST_BUFFERS_SERVER 1
 /* Connections one worker keeps for reuse within a loop pass; a pass rarely releases more. */
 #define HOST_LOCAL_CACHE_MAX 32u
 
@@ -48,7 +52,7 @@ struct host {
 	struct ring ring;
 	struct base_list sessions; /* live sessions */
 	struct base_list reaping;  /* ended sessions waiting for their ops to finish */
-	struct base_list parked;   /* sessions with a parked pool request, oldest first */
+	struct base_list parked;   /* server legs with a parked pool request, oldest first */
 	struct base_list flush;    /* send queues with bytes to send this pass */
 	struct base_list starved;  /* sessions whose receive ended for want of buffers */
 	uint32_t session_serial;

@@ -18,6 +18,13 @@
 #define SENDQ_IOV_MAX 64u
 /* Bytes one sendmsg may carry: large enough for socket buffers, small enough to stay fair. */
 #define SENDQ_SEND_BYTES_MAX (512u * 1024u)
+/* Bytes queued above which the reads that fill a queue pause (back pressure): enough to keep a loopback
+ * socket busy, small against a worker's buffers (16 MiB by default). A queue of small messages fills a
+ * receive buffer each: it also counts as full at this many buffers, and as drained under the low marks. */
+#define SENDQ_HIGH_BYTES (256u * 1024u)
+#define SENDQ_LOW_BYTES (64u * 1024u)
+#define SENDQ_HIGH_BUFFERS 16u
+#define SENDQ_LOW_BUFFERS 4u
 
 struct sendq_slice {
 	const uint8_t *data;
@@ -80,6 +87,16 @@ uint32_t sendq_peek_copy(const struct sendq *q, uint8_t *out, uint32_t cap);
 /* Accounts a send completion of `sent` bytes (> 0), releasing slices sent in full. */
 void sendq_sent(struct sendq *q, struct ring *ring, uint32_t sent);
 static inline bool sendq_is_empty(const struct sendq *q) { return q->count == 0; }
+/* Back pressure: a queue over high_bytes or SENDQ_HIGH_BUFFERS pauses the reads that fill it, until it is
+ * under both low marks. */
+static inline bool sendq_is_full(const struct sendq *q, uint64_t high_bytes)
+{
+	return q->bytes > high_bytes || q->buffers > SENDQ_HIGH_BUFFERS;
+}
+static inline bool sendq_is_low(const struct sendq *q)
+{
+	return q->bytes < SENDQ_LOW_BYTES && q->buffers < SENDQ_LOW_BUFFERS;
+}
 static inline bool sendq_is_idle(const struct sendq *q) { return q->count == 0 && !q->op.is_armed; }
 
 #endif

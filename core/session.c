@@ -1,5 +1,5 @@
-/* A session's life: creation, the client socket's handlers, the server connection's acquisition and
- * release, and the one way it ends. */
+/* A session's life: creation, the client socket's handlers, its server legs' acquisition, release
+ * and loss (the one decision), and the one way it ends. */
 #include "session.h"
 
 #include "scram.h"
@@ -12,7 +12,15 @@
 
 static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags);
 static void session_client_sent(struct ring_op *op, int res, uint32_t flags);
-static void session_server_sent(struct ring_op *op, int res, uint32_t flags);
+static const struct leg_ops session_leg_ops;
+
+static struct leg *session_leg_create(struct session *s, enum leg_role role)
+{
+	struct leg *leg = leg_create(s, s->host, &session_leg_ops, role);
+	if (leg)
+		leg->downstream = &s->to_client;
+	return leg;
+}
 
 struct session *session_create(struct host *host, int client_fd)
 {
@@ -25,20 +33,20 @@ struct session *session_create(struct host *host, int client_fd)
 	s->is_transaction_pooling = runtime_config(rt)->pool_mode == CONFIG_POOL_TRANSACTION;
 	s->tracks_statements = s->is_transaction_pooling && runtime_config(rt)->max_prepared_statements > 0;
 	stmt_map_init(&s->statements);
-	stmt_replies_init(&s->replies);
 	s->client_fd = client_fd;
 	s->client_recv.handler = session_client_recv_done;
-	s->backend_recv.handler = session_relay_backend_recv_done;
 	sendq_init(&s->to_client, session_client_sent);
 	s->to_client.fd = client_fd;
-	sendq_init(&s->to_server, session_server_sent);
 	proto_stream_init(&s->client_stream);
-	proto_stream_init(&s->server_stream);
-	base_list_init(&s->parked_link);
 	base_list_init(&s->starved_link);
-	s->tx_status = 'I';
+	base_list_init(&s->legs_draining);
+	s->legs[LEG_PRIMARY] = session_leg_create(s, LEG_PRIMARY);
+	if (!s->legs[LEG_PRIMARY]) {
+		free(s);
+		return NULL;
+	}
 	s->started_ns = base_now_ns();
-	s->client_active_ns = s->ready_ns = s->started_ns;
+	s->client_active_ns = s->legs[LEG_PRIMARY]->ready_ns = s->started_ns;
 	host->session_serial = (host->session_serial + 1) & 0xffffffu;
 	s->key_pid = (host->index << 24) | host->session_serial;
 	if (getrandom(&s->key_secret, sizeof(s->key_secret), 0) != sizeof(s->key_secret))
@@ -47,7 +55,7 @@ struct session *session_create(struct host *host, int client_fd)
 	s->is_over_client_limit = clients > runtime_config(rt)->max_client_conn;
 	base_list_insert_tail(&host->sessions, &s->link);
 	host->session_count++;
-	ring_recv_multishot(&host->ring, &s->client_recv, client_fd, SESSION_BUFFERS_CLIENT);
+	ring_recv_multishot(&host->ring, &s->client_recv, client_fd, HOST_BUFFERS_CLIENT);
 	return s;
 }
 
@@ -72,17 +80,17 @@ void session_send_error(struct session *s, const char *severity, const char *sql
 void session_client_recv_resume(struct session *s)
 {
 	if (s->client_recv.is_armed || s->phase == SESSION_CLOSING || s->client_recv_paused || s->client_eof ||
-	    s->is_starved[SESSION_BUFFERS_CLIENT])
+	    s->is_starved[HOST_BUFFERS_CLIENT])
 		return;
-	ring_recv_multishot(&s->host->ring, &s->client_recv, s->client_fd, SESSION_BUFFERS_CLIENT);
+	ring_recv_multishot(&s->host->ring, &s->client_recv, s->client_fd, HOST_BUFFERS_CLIENT);
 }
 
 void session_starve(struct session *s, uint8_t group)
 {
-	if (!s->is_starved[SESSION_BUFFERS_CLIENT] && !s->is_starved[SESSION_BUFFERS_SERVER])
+	if (!s->is_starved[HOST_BUFFERS_CLIENT] && !s->is_starved[HOST_BUFFERS_SERVER])
 		base_list_insert_tail(&s->host->starved, &s->starved_link);
 	s->is_starved[group] = true;
-	if (group == SESSION_BUFFERS_SERVER) {
+	if (group == HOST_BUFFERS_SERVER) {
 		/* Server responses are what ends transactions: take the rows that clients which stopped reading
 		 * leave queued out of the ring, so the others' responses find buffers again. (A client that keeps
 		 * up pays a copy too, only while the ring is exhausted.) */
@@ -116,7 +124,7 @@ void session_release_client_buffers(struct session *s)
 
 static void session_unstarve(struct session *s)
 {
-	s->is_starved[SESSION_BUFFERS_CLIENT] = s->is_starved[SESSION_BUFFERS_SERVER] = false;
+	s->is_starved[HOST_BUFFERS_CLIENT] = s->is_starved[HOST_BUFFERS_SERVER] = false;
 	if (base_list_is_linked(&s->starved_link))
 		base_list_remove(&s->starved_link);
 }
@@ -124,15 +132,21 @@ static void session_unstarve(struct session *s)
 bool session_resume_starved(struct session *s)
 {
 	struct ring *ring = &s->host->ring;
-	if (s->is_starved[SESSION_BUFFERS_CLIENT] && ring_buffers_free(ring, SESSION_BUFFERS_CLIENT) > 0) {
-		s->is_starved[SESSION_BUFFERS_CLIENT] = false;
+	if (s->is_starved[HOST_BUFFERS_CLIENT] && ring_buffers_free(ring, HOST_BUFFERS_CLIENT) > 0) {
+		s->is_starved[HOST_BUFFERS_CLIENT] = false;
 		session_client_recv_resume(s);
 	}
-	if (s->is_starved[SESSION_BUFFERS_SERVER] && ring_buffers_free(ring, SESSION_BUFFERS_SERVER) > 0) {
-		s->is_starved[SESSION_BUFFERS_SERVER] = false;
-		session_relay_resume_backend(s);
+	if (s->is_starved[HOST_BUFFERS_SERVER] && ring_buffers_free(ring, HOST_BUFFERS_SERVER) > 0) {
+		s->is_starved[HOST_BUFFERS_SERVER] = false;
+		for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++) {
+			struct leg *leg = s->legs[role];
+			if (leg && leg->is_starved) {
+				leg->is_starved = false;
+				leg_resume(leg);
+			}
+		}
 	}
-	if (s->is_starved[SESSION_BUFFERS_CLIENT] || s->is_starved[SESSION_BUFFERS_SERVER])
+	if (s->is_starved[HOST_BUFFERS_CLIENT] || s->is_starved[HOST_BUFFERS_SERVER])
 		return false;
 	session_unstarve(s);
 	return true;
@@ -165,7 +179,7 @@ static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags
 		s->client_eof = true;
 		session_end(s, SESSION_END_CLIENT_CLOSED);
 	} else if (res == -ENOBUFS) {
-		session_starve(s, SESSION_BUFFERS_CLIENT);
+		session_starve(s, HOST_BUFFERS_CLIENT);
 	} else if (res != -ECANCELED) {
 		s->client_eof = true;
 		session_end(s, SESSION_END_CLIENT_IO_ERROR);
@@ -198,54 +212,83 @@ static void session_client_sent(struct ring_op *op, int res, uint32_t flags)
 
 void session_client_drained(struct session *s)
 {
-	if (s->backend_recv_paused && session_queue_is_low(&s->to_client)) {
-		s->backend_recv_paused = false;
-		session_relay_resume_backend(s);
+	if (!sendq_is_low(&s->to_client))
+		return;
+	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++) {
+		struct leg *leg = s->legs[role];
+		if (leg && leg->is_recv_paused) {
+			leg->is_recv_paused = false;
+			leg_resume(leg);
+		}
 	}
 }
 
-static void session_server_sent(struct ring_op *op, int res, uint32_t flags)
+/* ---- the legs: what their completions mean for the session ---- */
+
+static int session_leg_on_bytes(struct leg *leg, uint16_t buffer_id, const uint8_t *data, uint32_t len)
 {
-	(void)flags;
-	struct sendq *q = TERN_CONTAINER_OF(op, struct sendq, op);
-	struct session *s = TERN_CONTAINER_OF(q, struct session, to_server);
-	if (res <= 0) {
-		sendq_clear(q, &s->host->ring);
-		session_backend_failed(s);
-		return;
-	}
-	sendq_sent(q, &s->host->ring, (uint32_t)res);
-	if (!sendq_is_empty(q))
-		session_mark_dirty(s, q);
-	if (s->client_recv_paused && session_queue_is_low(q)) {
+	return session_relay_on_server_bytes(leg, buffer_id, data, len);
+}
+
+static void session_leg_on_progress(struct leg *leg)
+{
+	struct session *s = leg->session;
+	if (s->client_recv_paused && sendq_is_low(&leg->to_server)) {
 		s->client_recv_paused = false;
 		session_client_recv_resume(s);
 	}
-	if (s->phase == SESSION_CLOSING)
-		session_backend_settle(s);
+	if (s->phase == SESSION_CLOSING || leg->is_dropping)
+		session_settle(s, leg);
 	else
-		session_backend_try_release(s);
+		session_try_release(s, leg);
 }
+
+static void session_leg_on_starved(struct leg *leg) { session_starve(leg->session, HOST_BUFFERS_SERVER); }
+
+struct session_lost_decision session_decide_lost(const struct session *s, const struct leg *leg,
+						 enum leg_fault fault)
+{
+	(void)s;
+	(void)leg;
+	TERN_ASSERT(fault == LEG_FAULT_CLOSED || fault == LEG_FAULT_MALFORMED);
+	return (struct session_lost_decision){.action = SESSION_LOST_END, .reason = SESSION_END_SERVER_LOST};
+}
+
+static void session_leg_on_lost(struct leg *leg, enum leg_fault fault)
+{
+	struct session *s = leg->session;
+	struct session_lost_decision decision = session_decide_lost(s, leg, fault);
+	TERN_ASSERT(decision.action == SESSION_LOST_END);
+	session_end(s, decision.reason);
+}
+
+static const struct leg_ops session_leg_ops = {
+	.on_bytes = session_leg_on_bytes,
+	.on_progress = session_leg_on_progress,
+	.on_starved = session_leg_on_starved,
+	.on_lost = session_leg_on_lost,
+};
 
 /* Called after client bytes were queued toward the server. */
 void session_client_queue_grew(struct session *s)
 {
-	uint64_t high = s->backend ? SESSION_QUEUE_HIGH_BYTES : SESSION_QUEUE_PARKED_BYTES;
-	if (session_queue_is_full(&s->to_server, high) && !s->client_recv_paused) {
+	struct leg *leg = session_primary(s);
+	uint64_t high = leg->conn ? SENDQ_HIGH_BYTES : SESSION_QUEUE_PARKED_BYTES;
+	if (sendq_is_full(&leg->to_server, high) && !s->client_recv_paused) {
 		s->client_recv_paused = true;
 		ring_cancel(&s->host->ring, &s->client_recv);
 	}
-	if (s->backend)
-		session_mark_dirty(s, &s->to_server);
-	else if (s->is_request_pending)
+	if (leg->conn)
+		session_mark_dirty(s, &leg->to_server);
+	else if (leg->is_request_pending)
 		session_hold_parked_bytes(s);
-	else if (!sendq_is_empty(&s->to_server))
-		session_acquire_backend(s);
+	else if (!sendq_is_empty(&leg->to_server))
+		session_acquire(s, leg);
 }
 
 static void session_request_done_hook(struct pool_request *req)
 {
-	struct host *host = ((struct session *)req->owner)->host;
+	struct host *host = ((struct leg *)req->owner)->host;
 	host->ops->request_done(host, req);
 }
 
@@ -269,10 +312,10 @@ bool session_pause_gate(struct session *s)
 	return false;
 }
 
-void session_acquire_backend(struct session *s)
+void session_acquire(struct session *s, struct leg *leg)
 {
 	struct host *host = s->host;
-	TERN_ASSERT(!s->backend && !s->is_request_pending);
+	TERN_ASSERT(leg->session == s && !leg->conn && !leg->is_request_pending);
 	if (session_pause_gate(s))
 		return; /* PAUSE: the worker asks again at RESUME */
 	session_stats_close_assignment(s);
@@ -281,23 +324,23 @@ void session_acquire_backend(struct session *s)
 		host->stats.local_reuse++;
 		/* The request arrived just now (no clock read here), or left the PAUSE gate just now. */
 		s->stats.assigned_ns = TERN_MAX(s->client_active_ns, s->pause_wait_ns);
-		session_relay_attach_backend(s, conn);
+		session_relay_attach(s, leg, conn);
 		return;
 	}
-	struct pool_request *req = &s->request;
+	struct pool_request *req = &leg->request;
 	req->db = s->db;
 	req->server = host->runtime->primary;
 	req->on_done = session_request_done_hook;
-	req->owner = s;
+	req->owner = leg;
 	host->stats.pool_checkouts++;
 	uint64_t now = base_now_ns();
 	if (pool_checkout(host->runtime->pool, req, now) == POOL_CHECKOUT_GOT) {
 		s->stats.assigned_ns = now;
-		session_relay_attach_backend(s, req->conn);
+		session_relay_attach(s, leg, req->conn);
 		return;
 	}
-	s->is_request_pending = true;
-	base_list_insert_tail(&host->parked, &s->parked_link);
+	leg->is_request_pending = true;
+	base_list_insert_tail(&host->parked, &leg->parked_link);
 	session_hold_parked_bytes(s);
 }
 
@@ -305,51 +348,50 @@ void session_hold_parked_bytes(struct session *s)
 {
 	/* A waiting client must hold no receive buffers: the transactions it waits for may need them. Its
 	 * few bytes (bounded by SESSION_QUEUE_PARKED_BYTES) are copied out of the ring. */
-	if (sendq_own_copies(&s->to_server, &s->host->ring) < 0)
+	if (leg_hold_queued(session_primary(s)) < 0)
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 }
 
-void session_on_request_done(struct session *s)
+void session_on_request_done(struct leg *leg)
 {
-	TERN_ASSERT(s->is_request_pending);
-	s->is_request_pending = false;
-	base_list_remove(&s->parked_link);
-	struct pool_conn *conn = s->request.conn;
+	struct session *s = leg->session;
+	TERN_ASSERT(leg->is_request_pending);
+	leg->is_request_pending = false;
+	base_list_remove(&leg->parked_link);
+	struct pool_conn *conn = leg->request.conn;
 	if (s->phase == SESSION_CLOSING) {
 		if (conn)
 			pool_checkin(s->host->runtime->pool, conn, base_now_ns());
 		return;
 	}
 	if (conn) {
-		session_relay_attach_backend(s, conn);
+		session_relay_attach(s, leg, conn);
 		return;
 	}
-	s->end_error = s->request.error;
+	s->end_error = leg->request.error;
 	session_end(s, SESSION_END_SERVER_REFUSED);
 }
 
-void session_on_wait_timeout(struct session *s)
+void session_on_wait_timeout(struct leg *leg)
 {
-	if (!pool_request_cancel(s->host->runtime->pool, &s->request))
+	struct session *s = leg->session;
+	if (!pool_request_cancel(s->host->runtime->pool, &leg->request))
 		return; /* granted meanwhile: the mailbox has it */
-	s->is_request_pending = false;
-	base_list_remove(&s->parked_link);
+	leg->is_request_pending = false;
+	base_list_remove(&leg->parked_link);
 	session_end(s, SESSION_END_WAIT_TIMEOUT);
 }
 
-static bool session_backend_is_idle(const struct session *s)
+/* Both streams between messages: a connection released while the server still waits for the rest of a
+ * client's message would read the next client's bytes as that message's body. */
+static bool session_leg_is_idle(const struct session *s, const struct leg *leg)
 {
-	/* Both streams between messages: a connection released while the server still waits for the rest
-	 * of a client's message would read the next client's bytes as that message's body. */
-	return s->backend && !s->is_backend_failed && !s->is_backend_dropping && s->tx_status == 'I' &&
-	       s->pending_ready == 0 && !s->is_unsynced && !s->is_copy_in && s->replies.count == 0 &&
-	       sendq_is_idle(&s->to_server) &&
-	       proto_stream_is_at_boundary(&s->server_stream) && proto_stream_is_at_boundary(&s->client_stream);
+	return leg_is_idle(leg) && proto_stream_is_at_boundary(&s->client_stream);
 }
 
-void session_backend_try_release(struct session *s)
+void session_try_release(struct session *s, struct leg *leg)
 {
-	if (!session_backend_is_idle(s))
+	if (!session_leg_is_idle(s, leg))
 		return;
 	/* An ended session's server goes back once idle (after its reset, in session pooling); a live one's
 	 * only in transaction pooling, and not while the client LISTENs on it. */
@@ -357,99 +399,101 @@ void session_backend_try_release(struct session *s)
 	    !(s->is_transaction_pooling && s->phase == SESSION_READY && !session_is_pinned(s)))
 		return;
 	if (s->is_search_path_stale && s->phase == SESSION_READY) {
-		session_relay_learn_search_path(s); /* the connection goes back once the answer is in */
+		session_relay_learn_search_path(s, leg); /* the connection goes back once the answer is in */
 		return;
 	}
-	if (s->backend_recv.is_armed) {
-		s->release_after_recv = true;
-		ring_cancel(&s->host->ring, &s->backend_recv);
+	(void)leg_release(leg); /* or at the end of the cancelled receive, through on_progress */
+}
+
+void session_settle(struct session *s, struct leg *leg)
+{
+	if (!leg->conn)
+		return;
+	if (leg->is_dropping) {
+		(void)leg_reap(leg);
 		return;
 	}
-	struct pool_conn *conn = s->backend;
-	s->backend = NULL;
-	s->to_server.fd = -1;
-	s->release_after_recv = false;
-	s->backend_recv_paused = false;
-	host_local_put(s->host, conn);
+	session_try_release(s, leg);
 }
 
-void session_backend_failed(struct session *s)
+/* Frees the legs set aside whose dropped connections have drained (a completion on a dropping leg
+ * discards its connection as soon as nothing is in flight: leg_fail, leg_reap). */
+static void session_free_drained(struct session *s)
 {
-	session_backend_drop(s);
-	session_end(s, SESSION_END_SERVER_LOST);
-	session_backend_settle(s);
-}
-
-void session_backend_drop(struct session *s)
-{
-	if (!s->backend || s->is_backend_dropping)
-		return;
-	s->is_backend_dropping = true;
-	s->is_backend_failed = true; /* a dropped connection is never reused, whatever it was doing */
-	/* Ends the armed receive and send on it; their completions come back with 0 or an error. */
-	shutdown(s->backend->fd, SHUT_RDWR);
-}
-
-void session_backend_settle(struct session *s)
-{
-	if (!s->backend)
-		return;
-	if (s->is_backend_dropping) {
-		if (s->backend_recv.is_armed || s->to_server.op.is_armed)
-			return;
-		struct pool_conn *conn = s->backend;
-		s->backend = NULL;
-		s->to_server.fd = -1;
-		sendq_clear(&s->to_server, &s->host->ring);
-		pool_conn_discard(s->host->runtime->pool, conn);
-		return;
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &s->legs_draining)
+	{
+		struct leg *leg = TERN_CONTAINER_OF(node, struct leg, link);
+		if (leg_is_reapable(leg))
+			leg_destroy(leg);
 	}
-	session_backend_try_release(s);
+}
+
+struct leg *session_replace_leg(struct session *s, enum leg_role role)
+{
+	TERN_ASSERT(role < LEG_ROLE_COUNT);
+	struct leg *old = s->legs[role];
+	struct leg *leg = session_leg_create(s, role);
+	if (!leg)
+		return NULL;
+	session_free_drained(s);
+	if (old) {
+		TERN_ASSERT(!old->is_request_pending);
+		leg_drop(old);
+		(void)leg_reap(old);
+		if (leg_is_reapable(old))
+			leg_destroy(old);
+		else
+			base_list_insert_tail(&s->legs_draining, &old->link);
+	}
+	s->legs[role] = leg;
+	return leg;
 }
 
 /* True when all the server owes are answers to tern's own hidden queries (a SET, SHOW search_path) and
  * nothing of the client's is in flight: once they are in, the connection is idle. */
-static bool session_backend_awaits_only_tern(const struct session *s)
+static bool session_leg_awaits_only_tern(const struct session *s, const struct leg *leg)
 {
-	return s->hidden_ready > 0 && s->pending_ready == s->hidden_ready && s->replies.count == 0 &&
-	       !s->is_unsynced && !s->is_copy_in && proto_stream_is_at_boundary(&s->client_stream);
+	return leg->hidden_ready > 0 && leg->pending_ready == leg->hidden_ready && leg->replies.count == 0 &&
+	       !leg->is_unsynced && !leg->is_copy_in && proto_stream_is_at_boundary(&s->client_stream);
 }
 
 /* At the end of a session: reset and release an idle server, or drop a busy one. */
-static void session_backend_finish(struct session *s)
+static void session_leg_finish(struct session *s, struct leg *leg)
 {
-	if (!s->backend)
+	leg->downstream = NULL; /* what the server says now stays here: no back pressure from the client */
+	if (!leg->conn)
 		return;
-	if (session_backend_awaits_only_tern(s) && !session_is_pinned(s)) {
-		/* The answer comes soon; the receive releases the connection then (session_backend_settle). */
-		s->backend_recv_paused = false;
-		session_relay_resume_backend(s);
+	if (session_leg_awaits_only_tern(s, leg) && !session_is_pinned(s)) {
+		/* The answer comes soon; the receive releases the connection then (session_settle). */
+		leg->is_recv_paused = false;
+		leg_resume(leg);
 		return;
 	}
-	if (!session_backend_is_idle(s) || session_is_pinned(s)) {
+	if (!session_leg_is_idle(s, leg) || session_is_pinned(s)) {
 		/* Busy, or still subscribed to channels whose notifications must not reach the next client,
 		 * or holding SQL prepared statements whose names the next client could trip over. */
-		session_backend_drop(s);
-		session_backend_settle(s);
+		leg_drop(leg);
+		session_settle(s, leg);
 		return;
 	}
 	if (!s->is_transaction_pooling) {
 		/* Session pooling hands the next client a clean session, as PgBouncer's server_reset_query. */
 		uint8_t msg[64];
 		size_t n = proto_build_query(msg, sizeof(msg), "DISCARD ALL");
-		if (sendq_push_copy(&s->to_server, msg, (uint32_t)n) < 0) {
-			session_backend_drop(s);
-			session_backend_settle(s);
+		if (sendq_push_copy(&leg->to_server, msg, (uint32_t)n) < 0) {
+			leg_drop(leg);
+			session_settle(s, leg);
 			return;
 		}
-		s->pending_ready++;
-		s->tx_status = 'T';
-		session_mark_dirty(s, &s->to_server);
-		s->backend_recv_paused = false;
-		session_relay_resume_backend(s);
+		leg->pending_ready++;
+		leg->tx_status = 'T';
+		session_mark_dirty(s, &leg->to_server);
+		leg->is_recv_paused = false;
+		leg_resume(leg);
 		return;
 	}
-	session_backend_try_release(s);
+	session_try_release(s, leg);
 }
 
 void session_end(struct session *s, enum session_end_reason reason)
@@ -476,9 +520,12 @@ void session_end(struct session *s, enum session_end_reason reason)
 	__atomic_sub_fetch(&host->runtime->client_count, 1, __ATOMIC_RELAXED);
 	if (s->is_counted)
 		__atomic_sub_fetch(&s->db->client_count, 1, __ATOMIC_RELAXED);
-	if (s->is_request_pending && pool_request_cancel(host->runtime->pool, &s->request)) {
-		s->is_request_pending = false;
-		base_list_remove(&s->parked_link);
+	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++) {
+		struct leg *leg = s->legs[role];
+		if (leg && leg->is_request_pending && pool_request_cancel(host->runtime->pool, &leg->request)) {
+			leg->is_request_pending = false;
+			base_list_remove(&leg->parked_link);
+		}
 	}
 	session_unstarve(s);
 	/* Stop reading the client; keep writing until the goodbye is out (bounded by the linger): the error,
@@ -488,7 +535,9 @@ void session_end(struct session *s, enum session_end_reason reason)
 	shutdown(s->client_fd, keep_writing ? SHUT_RD : SHUT_RDWR);
 	s->is_client_cut = !keep_writing;
 	ring_cancel(&host->ring, &s->client_recv);
-	session_backend_finish(s);
+	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++)
+		if (s->legs[role])
+			session_leg_finish(s, s->legs[role]);
 	base_list_remove(&s->link);
 	base_list_insert_tail(&host->reaping, &s->link);
 }
@@ -507,16 +556,20 @@ void session_linger_expired(struct session *s)
 	shutdown(s->client_fd, SHUT_RDWR);
 	s->is_client_cut = true;
 	s->client_eof = true;
-	if (s->backend) {
-		session_backend_drop(s);
-		session_backend_settle(s);
+	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++) {
+		struct leg *leg = s->legs[role];
+		if (leg && leg->conn) {
+			leg_drop(leg);
+			session_settle(s, leg);
+		}
 	}
 }
 
 void session_check_timeouts(struct session *s, uint64_t now_ns)
 {
 	/* A client that reads slower than its server writes keeps its queue in heap memory, not the ring. */
-	if (s->backend_recv_paused)
+	struct leg *leg = session_primary(s);
+	if (leg->is_recv_paused)
 		session_release_client_buffers(s);
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	uint64_t login_ns = cfg->client_login_timeout_ms * BASE_NS_PER_MS;
@@ -529,12 +582,12 @@ void session_check_timeouts(struct session *s, uint64_t now_ns)
 	uint64_t query_ns = cfg->query_timeout_ms * BASE_NS_PER_MS;
 	uint64_t idle_tx_ns = cfg->idle_transaction_timeout_ms * BASE_NS_PER_MS;
 	uint64_t idle_ns = cfg->client_idle_timeout_ms * BASE_NS_PER_MS;
-	if (s->pending_ready > 0) {
-		if (query_ns && s->backend && now_ns - s->request_sent_ns > query_ns)
+	if (leg->pending_ready > 0) {
+		if (query_ns && leg->conn && now_ns - leg->request_sent_ns > query_ns)
 			session_end(s, SESSION_END_QUERY_TIMEOUT);
 		return;
 	}
-	uint64_t quiet_since = TERN_MAX(s->client_active_ns, s->ready_ns);
+	uint64_t quiet_since = TERN_MAX(s->client_active_ns, leg->ready_ns);
 	if (session_is_in_transaction(s)) {
 		if (idle_tx_ns && now_ns - quiet_since > idle_tx_ns)
 			session_end(s, SESSION_END_IDLE_TRANSACTION_TIMEOUT);
@@ -548,15 +601,24 @@ bool session_is_in_transaction(const struct session *s)
 {
 	if (s->phase != SESSION_READY)
 		return false;
-	return s->backend != NULL && !session_backend_is_idle(s);
+	const struct leg *leg = session_primary(s);
+	return leg->conn != NULL && !session_leg_is_idle(s, leg);
 }
 
 bool session_is_reapable(const struct session *s)
 {
-	return s->phase == SESSION_CLOSING && !s->client_recv.is_armed && !s->to_client.op.is_armed &&
-	       ((sendq_is_empty(&s->to_client) && !session_tls_is_sending(s)) || s->client_eof) &&
-	       !session_tls_is_armed(s) && !s->to_server.op.is_armed &&
-	       !s->backend_recv.is_armed && !s->is_request_pending && s->backend == NULL;
+	if (s->phase != SESSION_CLOSING || s->client_recv.is_armed || s->to_client.op.is_armed ||
+	    !((sendq_is_empty(&s->to_client) && !session_tls_is_sending(s)) || s->client_eof) ||
+	    session_tls_is_armed(s))
+		return false;
+	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++)
+		if (s->legs[role] && !leg_is_reapable(s->legs[role]))
+			return false;
+	const struct base_list *node;
+	for (node = s->legs_draining.next; node != &s->legs_draining; node = node->next)
+		if (!leg_is_reapable(TERN_CONTAINER_OF(node, const struct leg, link)))
+			return false;
+	return true;
 }
 
 void session_destroy(struct session *s)
@@ -569,10 +631,13 @@ void session_destroy(struct session *s)
 	close(s->client_fd);
 	sendq_deinit(&s->to_client, &host->ring);
 	session_tls_destroy(s);
-	sendq_deinit(&s->to_server, &host->ring);
+	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++)
+		if (s->legs[role])
+			leg_destroy(s->legs[role]);
+	session_free_drained(s);
+	TERN_ASSERT(base_list_is_empty(&s->legs_draining));
 	proto_stream_deinit(&s->client_stream);
-	proto_stream_deinit(&s->server_stream);
-	session_relay_deinit(s);
+	session_stmts_deinit(s);
 	free(s->login_buf);
 	if (s->console)
 		s->host->runtime->console->destroy(s);

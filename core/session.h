@@ -1,19 +1,22 @@
 /*
- * session.h — a client session: the client's socket, its login (startup, authentication, welcome),
- * the server connection it holds while it runs a transaction (or for its whole life in session
- * pooling), and the relay of protocol messages both ways by reference.
+ * session.h — a client session: the client's socket, its login (startup, authentication, welcome), its
+ * tracked state (parameters, search_path, named statements, pins), its server legs by role (leg.h: the
+ * primary's while it runs a transaction, or for its whole life in session pooling), and the relay of
+ * protocol messages both ways by reference.
  *
  * Threads: a session lives on the worker that accepted it and is touched only there; the pool may
  * hand it a connection from any thread, through the worker's mailbox. It sees its worker only as a
  * host (host.h), and the admin console only as a session_console handler.
- * Ownership: the session owns its client socket, its two send queues and, while attached, its hold
- * on one pool connection. It is freed by the worker only when none of its ops is armed.
- * Every session ends through session_end with one reason (see reasons.h).
+ * Ownership: the session owns its client socket, its client queue and its legs (each with its queue
+ * toward the server and, while attached, a pool connection). It is freed by the worker only when none
+ * of its ops or its legs' is armed. Every session ends through session_end with one reason (see
+ * reasons.h); a lost server connection goes through one decision (session_decide_lost) first.
  */
 #ifndef TERN_SESSION_H
 #define TERN_SESSION_H
 
 #include "host.h"
+#include "leg.h"
 #include "params.h"
 #include "proto.h"
 #include "reasons.h"
@@ -24,21 +27,9 @@ struct scram_server;
 struct session_tls;
 struct tls_context;
 
-/* Bytes queued toward one side above which the other side's reads pause (back pressure): enough to
- * keep a loopback socket busy, small against a worker's buffers (16 MiB by default). */
-#define SESSION_QUEUE_HIGH_BYTES (256u * 1024u)
-#define SESSION_QUEUE_LOW_BYTES (64u * 1024u)
-/* A queue of small messages fills a receive buffer each: it also counts as full at this many buffers,
- * and as drained under the low mark. */
-#define SESSION_QUEUE_HIGH_BUFFERS 16u
-#define SESSION_QUEUE_LOW_BUFFERS 4u
 /* A client that waits for a server may queue only this much: parked clients must not take the buffers
  * that the transactions they wait for need to finish. */
 #define SESSION_QUEUE_PARKED_BYTES (32u * 1024u)
-/* The worker's receive-buffer groups: client reads can never take the buffers server responses need
- * (server responses are what ends transactions and frees connections for waiting clients). */
-#define SESSION_BUFFERS_CLIENT 0
-#define SESSION_BUFFERS_SERVER 1
 
 enum session_phase {
 	SESSION_STARTUP = 1, /* reading the startup packet (or an SSLRequest) */
@@ -92,26 +83,13 @@ struct session {
 	uint32_t key_pid; /* BackendKeyData tern gave the client; the worker index is the top byte */
 	uint32_t key_secret;
 
-	/* The server side. */
-	struct pool_conn *backend;
-	struct ring_op backend_recv; /* single shot: nothing is armed when the connection is released */
-	struct sendq to_server;
-	struct proto_stream server_stream;
-	struct pool_request request;
-	bool is_request_pending;     /* parked in the pool: must not be freed until it resolves */
-	struct base_list parked_link; /* host->parked, oldest first */
-	uint32_t pending_ready;      /* Query/Sync/FunctionCall sent whose ReadyForQuery has not come */
-	bool is_unsynced;            /* extended-protocol messages sent since the last Sync */
-	bool is_backend_failed;      /* the connection broke or misbehaved: never reused */
-	bool is_backend_dropping;    /* its socket is shut; discard once no op is armed on it */
-	bool backend_recv_paused;    /* back pressure: re-armed when to_client drains */
-	bool release_after_recv;     /* a release waits for the cancelled receive to end */
+	/* The server side: a leg per role (the primary's exists from the start), and legs set aside while
+	 * their dropped connection drains (leg.link). */
+	struct leg *legs[LEG_ROLE_COUNT];
+	struct base_list legs_draining;
 	/* A receive ended for want of buffers, by buffer group; the session is on host->starved. */
 	bool is_starved[RING_BUFFER_GROUPS];
 	struct base_list starved_link;
-	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
-	bool is_copy_in;             /* the server is in copy-in: it ignores the Syncs it receives */
-	uint32_t syncs_since_execute; /* Syncs counted since the last Execute or Query */
 	bool ssl_request_seen;
 	bool gss_request_seen;
 	struct session_tls *tls; /* NULL: the client speaks in the clear (see session_tls.c) */
@@ -119,10 +97,8 @@ struct session {
 	 * arrive there) until UNLISTEN * or DISCARD ALL; at its exit that connection is closed. */
 	bool is_listening;
 	bool is_unlisten_all_sent;
-	/* Transaction pooling: the client's tracked parameters, and how many ReadyForQuery replies to
-	 * tern's own SET queries are still to be hidden from it. */
+	/* Transaction pooling: the client's tracked parameters. */
 	struct params_values params;
-	uint32_t hidden_ready;
 	/* search_path as the client last SET it outside a transaction ("" = never), and the value of a SET
 	 * sent whose success (its CommandComplete, then ReadyForQuery 'I' with no error) is awaited. */
 	char search_path[PARAMS_VALUE_MAX];
@@ -140,33 +116,21 @@ struct session {
 	bool is_search_path_mentioned;
 	bool is_unnamed_naming_search_path; /* the unnamed statement's text names search_path or RESET */
 	uint32_t queries_unread;
-	/* Transaction pooling with max_prepared_statements: the client's named statements, the replies
-	 * expected from the server in order (so tern can hide the answers to its own Parse and Close and
-	 * place the ones it makes up), and the statements queued messages use that must be prepared on
-	 * the connection they get (collected while none is attached). */
+	/* Transaction pooling with max_prepared_statements: the client's named statements (the replies each
+	 * leg owes and the statements its queued messages need are the leg's). */
 	bool tracks_statements;
-	bool is_skipping_to_sync; /* after an error tern made up: the server would skip to the next Sync */
 	bool is_sql_prepared;     /* ran SQL PREPARE: pinned to its connection like LISTEN */
 	/* The unnamed statement (portal) is a SQL DEALLOCATE of one of the client's statements, which tern
 	 * answers itself: the server knows the statement by another name. */
 	bool is_unnamed_deallocate;
 	bool is_portal_deallocate;
 	struct stmt_map statements;
-	struct stmt_replies replies;
-	struct stmt_need *needed;
-	uint32_t needed_count, needed_cap;
-	/* A DEALLOCATE ALL or DISCARD ALL was read: the statements needed before it do not count for the
-	 * messages after it, and the cache of the connection that comes is wrong until the command runs. */
-	uint32_t needed_barrier;
-	bool is_stmt_cache_stale;
 
 	enum session_end_reason end_reason;
 	uint64_t closing_ns;
-	/* For the timeouts, read once a second by the worker: when the client last sent bytes, when the
-	 * oldest unanswered request went out, when the server last said it was ready. */
+	/* For the timeouts, read once a second by the worker: when the client last sent bytes (the legs
+	 * keep when they last answered). */
 	uint64_t client_active_ns;
-	uint64_t request_sent_ns;
-	uint64_t ready_ns;
 	/* What the client is told at the end instead of the reason's words ("" sqlstate: the reason's): the
 	 * server's own refusal, or a specific error (session_end_with_error). */
 	struct pool_error end_error;
@@ -198,7 +162,7 @@ struct session_console {
 
 struct session *session_create(struct host *host, int client_fd);
 /* The one way a session ends: tells the client why (when it can still hear), releases or discards
- * the server connection, and lets the worker free it once nothing is in flight. */
+ * its server connections, and lets the worker free it once nothing is in flight. */
 void session_end(struct session *s, enum session_end_reason reason);
 /* session_end, telling the client this instead of the reason's own SQLSTATE and message. */
 void session_end_with_error(struct session *s, enum session_end_reason reason, const char *sqlstate,
@@ -208,32 +172,45 @@ bool session_is_in_transaction(const struct session *s);
 /* True when nothing of the session is in flight and it may be freed. */
 bool session_is_reapable(const struct session *s);
 void session_destroy(struct session *s);
-/* A parked request of this session was granted or failed (worker thread, from the mailbox). */
-void session_on_request_done(struct session *s);
-/* query_wait_timeout passed for a parked request. */
-void session_on_wait_timeout(struct session *s);
 
-/* Login half (session_login.c) → relay half (session_relay.c) and back. */
-void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len);
-/* Appends to login_buf (startup and auth messages; the admin console's queries), at most `max` bytes in
- * all. False when the session ended instead (over max: protocol violation; out of memory). */
-TERN_MUST_USE bool session_login_buf_append(struct session *s, const uint8_t *data, uint32_t len, uint32_t max);
-void session_login_on_backend(struct session *s);
-void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len);
-void session_relay_attach_backend(struct session *s, struct pool_conn *conn);
-void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags);
-/* Arms the server receive when a server is attached and nothing holds it back. */
-void session_relay_resume_backend(struct session *s);
-/* Transaction pooling: queues the hidden SHOW search_path that learns a stale value (see session). */
-void session_relay_learn_search_path(struct session *s);
-/* Gives the server connection back when the transaction (or the reset) is over. */
-void session_backend_try_release(struct session *s);
-/* The server connection broke or misbehaved: drop it and end the session with SERVER_LOST. */
-void session_backend_failed(struct session *s);
-/* Shuts the server socket; the connection is discarded once no op is armed on it. */
-void session_backend_drop(struct session *s);
-/* For a session that ended: discards or releases its server once its ops are done. */
-void session_backend_settle(struct session *s);
+/* ---- the server legs ---- */
+
+/* The primary's leg: it exists from session_create on. */
+static inline struct leg *session_primary(const struct session *s) { return s->legs[LEG_PRIMARY]; }
+/* What a lost server connection means for the session. Today always its end with SERVER_LOST (08006,
+ * after whatever the server itself said, such as 57P01 on a shutdown). Transaction Replay replaces this
+ * decision, never the paths that report a loss (they all come through leg_fail → session_leg_lost). */
+enum session_lost_action { SESSION_LOST_END = 1 };
+struct session_lost_decision {
+	enum session_lost_action action;
+	enum session_end_reason reason; /* SESSION_LOST_END */
+};
+struct session_lost_decision session_decide_lost(const struct session *s, const struct leg *leg,
+						 enum leg_fault fault);
+/* Asks for a server connection for leg: the worker-local cache, the pool, or a parked request that the
+ * worker hands back through the mailbox (session_on_request_done). */
+void session_acquire(struct session *s, struct leg *leg);
+/* A parked request of leg was granted or failed (worker thread, from the mailbox). */
+void session_on_request_done(struct leg *leg);
+/* query_wait_timeout passed for leg's parked request. */
+void session_on_wait_timeout(struct leg *leg);
+/* Gives leg's connection back when its transaction (or its reset) is over and the session lets it go. */
+void session_try_release(struct session *s, struct leg *leg);
+/* For an ended session, or a dropping leg: discards or releases the connection once its ops are done. */
+void session_settle(struct session *s, struct leg *leg);
+/* Shuts the role's connection and gives the role a new, detached leg while the session stays (the old
+ * one drains aside). NULL when out of memory (nothing changed). */
+struct leg *session_replace_leg(struct session *s, enum leg_role role);
+/* PAUSE's gate, where a session asks for a server: true when it must wait (it is held, its bytes
+ * copied out of receive buffers, and let go at RESUME); false when it may go on. */
+bool session_pause_gate(struct session *s);
+/* While parked: moves the bytes queued for the server out of receive buffers into owned copies. */
+void session_hold_parked_bytes(struct session *s);
+/* Transaction pooling: the client keeps its server connection (LISTEN, SQL PREPARE). */
+static inline bool session_is_pinned(const struct session *s) { return s->is_listening || s->is_sql_prepared; }
+
+/* ---- the client side ---- */
+
 /* Arms the client's multishot receive unless something holds it back. */
 void session_client_recv_resume(struct session *s);
 /* A receive of `group` ended for want of buffers: re-armed when that group has buffers again. */
@@ -247,22 +224,32 @@ bool session_resume_starved(struct session *s);
 void session_check_timeouts(struct session *s, uint64_t now_ns);
 /* The session's time to say goodbye ran out: cut the client and the server. */
 void session_linger_expired(struct session *s);
-/* Asks the pool for a server connection; the answer comes at once or through the mailbox. */
-void session_acquire_backend(struct session *s);
-/* PAUSE's gate, where a session asks for a server: true when it must wait (it is held, its bytes
- * copied out of receive buffers, and let go at RESUME); false when it may go on. */
-bool session_pause_gate(struct session *s);
-/* While parked: moves the bytes queued for the server out of receive buffers into owned copies. */
-void session_hold_parked_bytes(struct session *s);
-/* Transaction pooling: the client keeps its server connection (LISTEN, SQL PREPARE). */
-static inline bool session_is_pinned(const struct session *s) { return s->is_listening || s->is_sql_prepared; }
-/* Named prepared statements in transaction pooling (session_stmts.c). */
-/* Forgets the client's prepared statements and the server requests they needed. */
-void session_relay_deinit(struct session *s);
+
+/* ---- login (session_login.c) and relay (session_relay.c) ---- */
+
+void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len);
+/* Appends to login_buf (startup and auth messages; the admin console's queries), at most `max` bytes in
+ * all. False when the session ended instead (over max: protocol violation; out of memory). */
+TERN_MUST_USE bool session_login_buf_append(struct session *s, const uint8_t *data, uint32_t len, uint32_t max);
+/* The primary leg got a connection while the session waits to be welcomed. */
+void session_login_on_backend(struct session *s);
+void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len);
+/* The relay's side of leg_ops.on_bytes: scans what the server sent and forwards it to the client. */
+int session_relay_on_server_bytes(struct leg *leg, uint16_t buffer_id, const uint8_t *data, uint32_t len);
+/* leg got a connection: the client's state is restored on it (welcome, statements, parameters), then
+ * the queued bytes go. */
+void session_relay_attach(struct session *s, struct leg *leg, struct pool_conn *conn);
+/* Transaction pooling: queues the hidden SHOW search_path that learns a stale value (see session). */
+void session_relay_learn_search_path(struct session *s, struct leg *leg);
+
+/* ---- named prepared statements in transaction pooling (session_stmts.c) ---- */
+
+/* Forgets the client's prepared statements. */
+void session_stmts_deinit(struct session *s);
 /* The server will owe one more reply of `kind` (enum stmt_reply). 0 or -ENOMEM. */
-TERN_MUST_USE int session_stmts_expect(struct session *s, uint8_t kind);
+TERN_MUST_USE int session_stmts_expect(struct leg *leg, uint8_t kind);
 /* True when a Sync or Flush can be answered by tern: the server owes nothing and holds no batch. */
-bool session_stmts_is_local(const struct session *s);
+bool session_stmts_is_local(const struct leg *leg);
 void session_stmts_answer_sync(struct session *s);
 /* A held Parse, Bind, Describe, Close or Execute (chunk and buffer_id: the chunk it was read from). 0, -EPROTO
  * (malformed) or -ENOMEM. */
@@ -273,43 +260,47 @@ TERN_MUST_USE int session_stmts_on_client_message(struct session *s, uint8_t typ
  * the rest is dropped; -EPROTO or -ENOMEM. */
 TERN_MUST_USE int session_stmts_on_bind_head(struct session *s, const uint8_t *head, uint32_t head_len,
 					     uint32_t body_len);
-/* A connection was attached: prepares there the statements queued messages use. 0 or -ENOMEM. */
-TERN_MUST_USE int session_stmts_prepare_needed(struct session *s);
+/* A connection was attached to leg: prepares there the statements queued messages use. 0 or -ENOMEM. */
+TERN_MUST_USE int session_stmts_prepare_needed(struct session *s, struct leg *leg);
 /* How a server message of `type` must be scanned for the reply tracking (0: as usual). */
-unsigned session_stmts_server_type(const struct session *s, uint8_t type);
+unsigned session_stmts_server_type(const struct leg *leg, uint8_t type);
 /* A scanned server message (not one answering tern's SET): advances the expected replies. 0 or -EPROTO. */
-TERN_MUST_USE int session_stmts_on_server_message(struct session *s, uint8_t type, const uint8_t *body,
-						  uint32_t len);
+TERN_MUST_USE int session_stmts_on_server_message(struct session *s, struct leg *leg, uint8_t type,
+						  const uint8_t *body, uint32_t len);
 /* The server entered copy-in: the Syncs pipelined behind the COPY will bring no reply. */
-void session_stmts_on_copy_in(struct session *s, uint32_t ignored_syncs);
+void session_stmts_on_copy_in(struct leg *leg, uint32_t ignored_syncs);
 /* DEALLOCATE ALL or DISCARD ALL read from the client: the names so far are gone for the messages after
  * it, and statements they use are prepared again after it. */
 void session_stmts_forget_all_ahead(struct session *s);
 /* DEALLOCATE ALL or DISCARD ALL: no prepared statement is left, on the client's side or the server's. */
-void session_stmts_forget_all(struct session *s);
-/* SHOW STATS: closes the server assignment the session gave back (at its last ReadyForQuery). */
+void session_stmts_forget_all(struct session *s, struct leg *leg);
+
+/* ---- SHOW STATS ---- */
+
+/* Closes the server assignment the session gave back (at its last ReadyForQuery). */
 static inline void session_stats_close_assignment(struct session *s)
 {
-	if (s->stats.assigned_ns == 0 || s->backend)
+	const struct leg *leg = session_primary(s);
+	if (s->stats.assigned_ns == 0 || leg->conn)
 		return;
-	if (s->ready_ns > s->stats.assigned_ns) {
+	if (leg->ready_ns > s->stats.assigned_ns) {
 		s->stats.xact_count++;
-		s->stats.xact_ns += s->ready_ns - s->stats.assigned_ns;
+		s->stats.xact_ns += leg->ready_ns - s->stats.assigned_ns;
 	}
 	s->stats.assigned_ns = 0;
 }
-/* SHOW STATS, for the relay at a ReadyForQuery that answers the client (not tern's own SET), after
- * pending_ready and ready_ns are updated: one query; the server's busy time once nothing is pending. */
-static inline void session_stats_on_ready(struct session *s)
+/* For the relay at a ReadyForQuery that answers the client (not tern's own SET), after pending_ready and
+ * ready_ns are updated: one query; the server's busy time once nothing is pending. */
+static inline void session_stats_on_ready(struct session *s, const struct leg *leg)
 {
 	s->stats.query_count++;
-	if (s->pending_ready == 0 && s->ready_ns > s->request_sent_ns)
-		s->stats.query_ns += s->ready_ns - s->request_sent_ns;
+	if (leg->pending_ready == 0 && leg->ready_ns > leg->request_sent_ns)
+		s->stats.query_ns += leg->ready_ns - leg->request_sent_ns;
 }
 /* Bytes the client sent, in the clear (decrypted when TLS is on): to the phase's handler. buffer_id is
  * the receive buffer they lie in, or RING_NO_BUFFER when they must be copied to be kept. */
 void session_on_client_bytes(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len);
-/* The client's queue went below SESSION_QUEUE_LOW_BYTES after a send: the server may be read again. */
+/* The client's queue went below its low marks after a send: the servers may be read again. */
 void session_client_drained(struct session *s);
 /* TLS toward the client (session_tls.c). */
 /* Starts TLS: after an SSLRequest (is_direct false) it answers 'S' in the clear, ahead of the handshake;
@@ -329,16 +320,6 @@ size_t session_tls_channel_binding(const struct session *s, const uint8_t **data
 /* SHOW CLIENTS: "TLSv1.3/TLS_AES_256_GCM_SHA384" as PgBouncer shows it; "" without TLS. */
 void session_tls_describe(const struct session *s, char *out, size_t size);
 void session_tls_destroy(struct session *s);
-/* Back pressure: a queue over high_bytes or SESSION_QUEUE_HIGH_BUFFERS pauses the reads that fill it,
- * until it is under both low marks. */
-static inline bool session_queue_is_full(const struct sendq *q, uint64_t high_bytes)
-{
-	return q->bytes > high_bytes || q->buffers > SESSION_QUEUE_HIGH_BUFFERS;
-}
-static inline bool session_queue_is_low(const struct sendq *q)
-{
-	return q->bytes < SESSION_QUEUE_LOW_BYTES && q->buffers < SESSION_QUEUE_LOW_BUFFERS;
-}
 /* Generated bytes to the client (errors, auth, welcome). */
 void session_send_to_client(struct session *s, const void *data, uint32_t len);
 void session_send_error(struct session *s, const char *severity, const char *sqlstate, const char *message,

@@ -158,13 +158,14 @@ static void login_complete(struct session *s)
 	}
 	/* Session pooling welcomes with the connection's own parameters; a key never seen before needs a
 	 * server to learn them (and to hear the server's verdict on the user and database). */
-	session_acquire_backend(s);
+	session_acquire(s, session_primary(s));
 }
 
 void session_login_on_backend(struct session *s)
 {
-	TERN_ASSERT(s->phase == SESSION_LOGIN_WAIT && s->backend);
-	login_send_welcome(s, s->backend->params, s->backend->param_count);
+	const struct pool_conn *conn = session_primary(s)->conn;
+	TERN_ASSERT(s->phase == SESSION_LOGIN_WAIT && conn);
+	login_send_welcome(s, conn->params, conn->param_count);
 }
 
 static void login_begin_auth(struct session *s)

@@ -12,6 +12,7 @@
 
 struct relay_chunk {
 	struct session *s;
+	struct leg *leg; /* client → server: the leg the chunk's messages go to; server → client: the sender */
 	uint16_t buffer_id;
 	const uint8_t *data;
 	bool out_of_memory;
@@ -19,19 +20,13 @@ struct relay_chunk {
 
 /* ---- client → server ---- */
 
-static void relay_request_sent(struct session *s)
-{
-	if (s->pending_ready++ == 0)
-		s->request_sent_ns = s->client_active_ns;
-}
-
 /* A message type tern does not know after login: the server would close the connection; tern must
  * not forward what it cannot account for. */
 #define RELAY_UNKNOWN_TYPE (-EBADMSG)
 
 static void relay_expect(struct relay_chunk *chunk, uint8_t kind)
 {
-	if (session_stmts_expect(chunk->s, kind) < 0)
+	if (session_stmts_expect(chunk->leg, kind) < 0)
 		chunk->out_of_memory = true;
 }
 
@@ -40,7 +35,8 @@ static void relay_expect(struct relay_chunk *chunk, uint8_t kind)
 static unsigned relay_client_tracked_type(struct relay_chunk *chunk, uint8_t type)
 {
 	struct session *s = chunk->s;
-	if (s->is_skipping_to_sync && type != PROTO_FE_SYNC && type != PROTO_FE_TERMINATE)
+	struct leg *leg = chunk->leg;
+	if (leg->is_skipping_to_sync && type != PROTO_FE_SYNC && type != PROTO_FE_TERMINATE)
 		return 0; /* as the server would after the error tern made up */
 	switch (type) {
 	case PROTO_FE_BIND:
@@ -50,16 +46,16 @@ static unsigned relay_client_tracked_type(struct relay_chunk *chunk, uint8_t typ
 	case PROTO_FE_CLOSE:
 		return PROTO_HOLD;
 	case PROTO_FE_SYNC:
-		s->is_skipping_to_sync = false;
-		if (session_stmts_is_local(s)) {
+		leg->is_skipping_to_sync = false;
+		if (session_stmts_is_local(leg)) {
 			session_stmts_answer_sync(s); /* a batch of Parse and Close alone needs no server */
 			return 0;
 		}
-		if (!s->is_copy_in)
+		if (!leg->is_copy_in)
 			relay_expect(chunk, STMT_REPLY_SYNC);
 		break;
 	case PROTO_FE_FLUSH:
-		if (session_stmts_is_local(s))
+		if (session_stmts_is_local(leg))
 			return 0;
 		break;
 	case PROTO_FE_EXECUTE:
@@ -79,7 +75,9 @@ static unsigned relay_client_tracked_type(struct relay_chunk *chunk, uint8_t typ
 
 static unsigned relay_client_on_type(void *ctx, uint8_t type)
 {
-	struct session *s = ((struct relay_chunk *)ctx)->s;
+	struct relay_chunk *chunk = ctx;
+	struct session *s = chunk->s;
+	struct leg *leg = chunk->leg;
 	if (s->tracks_statements) {
 		unsigned action = relay_client_tracked_type(ctx, type);
 		if (action != UINT32_MAX)
@@ -89,37 +87,37 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 	case PROTO_FE_TERMINATE:
 		return PROTO_INSPECT; /* not forwarded: the server connection outlives the client */
 	case PROTO_FE_QUERY:
-		relay_request_sent(s);
-		s->syncs_since_execute = 0;
+		leg_expect_ready(leg, s->client_active_ns);
+		leg->syncs_since_execute = 0;
 		if (!s->is_transaction_pooling)
 			return PROTO_FORWARD;
 		/* Transaction pooling reads a query: UNLISTEN *, SET search_path, DEALLOCATE ALL. */
 		s->queries_unread++;
 		return PROTO_FORWARD | PROTO_INSPECT_SMALL;
 	case PROTO_FE_FUNCTION_CALL:
-		relay_request_sent(s);
+		leg_expect_ready(leg, s->client_active_ns);
 		return PROTO_FORWARD;
 	case PROTO_FE_SYNC:
-		s->is_unsynced = false;
-		if (s->is_copy_in)
+		leg->is_unsynced = false;
+		if (leg->is_copy_in)
 			return PROTO_FORWARD; /* the server ignores a Sync in copy-in: no ReadyForQuery comes */
-		relay_request_sent(s);
-		s->syncs_since_execute++;
+		leg_expect_ready(leg, s->client_active_ns);
+		leg->syncs_since_execute++;
 		return PROTO_FORWARD;
 	case PROTO_FE_EXECUTE:
-		s->syncs_since_execute = 0;
-		s->is_unsynced = true;
+		leg->syncs_since_execute = 0;
+		leg->is_unsynced = true;
 		return PROTO_FORWARD;
 	case PROTO_FE_PARSE:
 	case PROTO_FE_BIND:
 	case PROTO_FE_DESCRIBE:
 	case PROTO_FE_CLOSE:
 	case PROTO_FE_FLUSH:
-		s->is_unsynced = true;
+		leg->is_unsynced = true;
 		return PROTO_FORWARD;
 	case PROTO_FE_COPY_DONE:
 	case PROTO_FE_COPY_FAIL:
-		s->is_copy_in = false;
+		leg->is_copy_in = false;
 		return PROTO_FORWARD;
 	case PROTO_FE_COPY_DATA:
 		return PROTO_FORWARD; /* outside copy-in the server ignores it, by the protocol */
@@ -148,7 +146,7 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		if (s->tracks_statements && sql_is_forget_all(body, len))
 			session_stmts_forget_all_ahead(s);
 		/* Only a query with nothing before it in flight: its own CommandComplete must confirm it. */
-		if (s->pending_ready == 1 && s->tx_status == 'I' &&
+		if (chunk->leg->pending_ready == 1 && chunk->leg->tx_status == 'I' &&
 		    sql_parse_search_path_set(body, len, s->pending_search_path, PARAMS_VALUE_MAX) == 1) {
 			s->is_search_path_pending = true;
 			s->is_search_path_confirmed = false;
@@ -164,7 +162,7 @@ static void relay_client_forward(void *ctx, uint32_t offset, uint32_t len)
 {
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
-	if (sendq_push_buffer(&s->to_server, &s->host->ring, chunk->buffer_id, chunk->data + offset, len) < 0)
+	if (sendq_push_buffer(&chunk->leg->to_server, &s->host->ring, chunk->buffer_id, chunk->data + offset, len) < 0)
 		chunk->out_of_memory = true;
 }
 
@@ -190,7 +188,7 @@ static const struct proto_scan_ops relay_client_ops = {
 
 void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)
 {
-	struct relay_chunk chunk = {.s = s, .buffer_id = buffer_id, .data = data};
+	struct relay_chunk chunk = {.s = s, .leg = session_primary(s), .buffer_id = buffer_id, .data = data};
 	uint64_t frame_max = runtime_config(s->host->runtime)->max_client_frame_bytes;
 	s->client_active_ns = base_now_ns();
 	int rc = proto_stream_feed(&s->client_stream, data, len, frame_max, &relay_client_ops, &chunk);
@@ -213,15 +211,17 @@ void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const 
 
 static unsigned relay_server_on_type(void *ctx, uint8_t type)
 {
-	struct session *s = ((struct relay_chunk *)ctx)->s;
-	if (s->hidden_ready > 0) {
+	struct relay_chunk *chunk = ctx;
+	struct session *s = chunk->s;
+	struct leg *leg = chunk->leg;
+	if (leg->hidden_ready > 0) {
 		/* The answer to tern's own SET or SHOW: read what matters, show the client nothing. */
 		bool wanted = type == PROTO_BE_READY || type == PROTO_BE_PARAMETER_STATUS || type == PROTO_BE_ERROR ||
 			      (type == PROTO_BE_DATA_ROW && s->is_learning_search_path);
 		return wanted ? PROTO_INSPECT : 0;
 	}
 	if (s->tracks_statements) {
-		unsigned action = session_stmts_server_type(s, type);
+		unsigned action = session_stmts_server_type(leg, type);
 		if (action)
 			return action;
 	}
@@ -239,18 +239,16 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 
 /* A ParameterStatus: the connection now has this value, and so does the client, unless it answers
  * tern's own SET (the client had the value already). */
-static void relay_learn_parameter(struct session *s, const uint8_t *body, uint32_t len)
+static void relay_learn_parameter(struct session *s, struct leg *leg, const uint8_t *body, uint32_t len)
 {
 	uint32_t offset = 0;
 	const char *name = proto_read_cstring(body, len, &offset);
 	const char *value = name ? proto_read_cstring(body, len, &offset) : NULL;
-	if (!value)
+	if (!value || !leg->conn)
 		return;
-	if (!s->backend)
-		return;
-	params_store(s->backend->params, &s->backend->param_count, name, value);
+	params_store(leg->conn->params, &leg->conn->param_count, name, value);
 	int i = params_tracked_index(&s->host->runtime->tracked, name);
-	if (i < 0 || s->hidden_ready > 0)
+	if (i < 0 || leg->hidden_ready > 0)
 		return;
 	if (strlen(value) >= PARAMS_VALUE_MAX) {
 		s->params.is_set &= ~(1u << i);
@@ -264,38 +262,45 @@ static void relay_learn_parameter(struct session *s, const uint8_t *body, uint32
 
 /* Transaction pooling: before the client's own messages, make the connection's tracked parameters the
  * client's. The SET's answer is hidden from the client (hidden_ready). */
-static void relay_restore_parameters(struct session *s)
+static void relay_restore_parameters(struct session *s, struct leg *leg)
 {
+	struct pool_conn *conn = leg->conn;
 	char sql[PARAMS_TRACKED_MAX * (PARAMS_VALUE_MAX * 2 + 64)];
-	int n = params_build_set(&s->host->runtime->tracked, &s->params, s->backend->params,
-				 s->backend->param_count, sql, sizeof(sql));
+	int n = params_build_set(&s->host->runtime->tracked, &s->params, conn->params, conn->param_count, sql,
+				 sizeof(sql));
 	if (n < 0)
 		return;
 	const char *want = s->search_path[0] ? s->search_path : PARAMS_SEARCH_PATH_DEFAULT;
-	const char *have = params_find(s->backend->params, s->backend->param_count, PARAMS_SEARCH_PATH_KEY);
+	const char *have = params_find(conn->params, conn->param_count, PARAMS_SEARCH_PATH_KEY);
 	if (strcmp(want, have ? have : PARAMS_SEARCH_PATH_DEFAULT) != 0) {
 		int m = snprintf(sql + n, sizeof(sql) - (size_t)n, "%sSET search_path TO %s", n ? "; " : "", want);
 		if (m < 0 || (size_t)m >= sizeof(sql) - (size_t)n)
 			return;
 		n += m;
-		params_store(s->backend->params, &s->backend->param_count, PARAMS_SEARCH_PATH_KEY, want);
+		params_store(conn->params, &conn->param_count, PARAMS_SEARCH_PATH_KEY, want);
 	}
 	if (n == 0)
 		return;
 	uint8_t msg[sizeof(sql) + 8];
 	size_t len = proto_build_query(msg, sizeof(msg), sql);
-	if (len == 0 || sendq_push_front_copy(&s->to_server, msg, (uint32_t)len) < 0)
+	if (len == 0 || sendq_push_front_copy(&leg->to_server, msg, (uint32_t)len) < 0)
 		return;
-	s->pending_ready++;
-	s->hidden_ready++;
+	leg->pending_ready++;
+	leg->hidden_ready++;
+}
+
+/* The connection's search_path is `value` (known, or PARAMS_SEARCH_PATH_UNKNOWN). */
+static void relay_connection_search_path(struct leg *leg, const char *value)
+{
+	if (leg->conn)
+		params_store(leg->conn->params, &leg->conn->param_count, PARAMS_SEARCH_PATH_KEY, value);
 }
 
 /* The client's search_path took effect on its connection. */
-static void relay_keep_search_path(struct session *s, const char *value)
+static void relay_keep_search_path(struct session *s, struct leg *leg, const char *value)
 {
 	base_strlcpy(s->search_path, value, sizeof(s->search_path));
-	if (s->backend)
-		params_store(s->backend->params, &s->backend->param_count, PARAMS_SEARCH_PATH_KEY, value);
+	relay_connection_search_path(leg, value);
 }
 
 static bool relay_tag_is(const uint8_t *body, uint32_t len, const char *tag)
@@ -304,24 +309,24 @@ static bool relay_tag_is(const uint8_t *body, uint32_t len, const char *tag)
 	return len == n && memcmp(body, tag, n) == 0;
 }
 
-void session_relay_learn_search_path(struct session *s)
+void session_relay_learn_search_path(struct session *s, struct leg *leg)
 {
 	uint8_t msg[64];
 	size_t len = proto_build_query(msg, sizeof(msg), "SHOW search_path");
 	s->is_search_path_stale = false;
-	if (sendq_push_copy(&s->to_server, msg, (uint32_t)len) < 0) {
+	if (sendq_push_copy(&leg->to_server, msg, (uint32_t)len) < 0) {
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}
 	s->is_learning_search_path = true;
-	s->pending_ready++;
-	s->hidden_ready++; /* pending_ready keeps the connection until the answer is in */
-	session_mark_dirty(s, &s->to_server);
-	session_relay_resume_backend(s);
+	leg->pending_ready++;
+	leg->hidden_ready++; /* pending_ready keeps the connection until the answer is in */
+	session_mark_dirty(s, &leg->to_server);
+	leg_resume(leg);
 }
 
 /* The hidden SHOW search_path's row: the value in effect, which SET accepts back as written. */
-static void relay_learn_search_path_row(struct session *s, const uint8_t *body, uint32_t len)
+static void relay_learn_search_path_row(struct session *s, struct leg *leg, const uint8_t *body, uint32_t len)
 {
 	if (len < 6 || body[0] != 0 || body[1] != 1) /* one column */
 		return;
@@ -334,28 +339,29 @@ static void relay_learn_search_path_row(struct session *s, const uint8_t *body, 
 	memcpy(value, body + 6, n);
 	value[n] = '\0';
 	/* SHOW writes an empty list as "", which SET refuses (a zero-length identifier); '' means the same. */
-	relay_keep_search_path(s, strcmp(value, "\"\"") == 0 ? "''" : value);
+	relay_keep_search_path(s, leg, strcmp(value, "\"\"") == 0 ? "''" : value);
 }
 
-static int relay_server_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len, bool hidden)
+static int relay_server_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len,
+				bool hidden)
 {
 	if (type == PROTO_BE_DATA_ROW) {
-		relay_learn_search_path_row(s, body, len);
+		relay_learn_search_path_row(s, leg, body, len);
 		return 0;
 	}
 	if (type == PROTO_BE_PARAMETER_STATUS) {
-		relay_learn_parameter(s, body, len);
+		relay_learn_parameter(s, leg, body, len);
 		return 0;
 	}
 	if (type == PROTO_BE_COPY_IN) {
 		/* Syncs the client pipelined behind the COPY's Execute reach a server in copy-in, which
 		 * ignores them: they will bring no ReadyForQuery. */
-		s->is_copy_in = true;
-		uint32_t ignored = TERN_MIN(s->syncs_since_execute, s->pending_ready);
-		s->pending_ready -= ignored;
-		s->syncs_since_execute = 0;
+		leg->is_copy_in = true;
+		uint32_t ignored = TERN_MIN(leg->syncs_since_execute, leg->pending_ready);
+		leg->pending_ready -= ignored;
+		leg->syncs_since_execute = 0;
 		if (s->tracks_statements)
-			session_stmts_on_copy_in(s, ignored);
+			session_stmts_on_copy_in(leg, ignored);
 		return 0;
 	}
 	if (type == PROTO_BE_ERROR) {
@@ -364,7 +370,7 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 		struct proto_error_fields fields;
 		if (hidden && proto_error_parse(body, len, &fields) == 0)
 			TERN_WARN("could not restore client %s/%s's parameters on server pid %u: %s (%s)", s->user,
-				  s->database, s->backend->backend_pid, fields.message, fields.sqlstate);
+				  s->database, leg->conn ? leg->conn->backend_pid : 0, fields.message, fields.sqlstate);
 		return 0;
 	}
 	if (type == PROTO_BE_COMMAND_COMPLETE) {
@@ -377,9 +383,7 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 				 * connection's value is unknown and the next client gets its own replayed. */
 				s->is_search_path_pending = false;
 				s->is_search_path_stale = true;
-				if (s->backend)
-					params_store(s->backend->params, &s->backend->param_count, PARAMS_SEARCH_PATH_KEY,
-						     PARAMS_SEARCH_PATH_UNKNOWN);
+				relay_connection_search_path(leg, PARAMS_SEARCH_PATH_UNKNOWN);
 			}
 		}
 		if (relay_tag_is(body, len, "LISTEN")) {
@@ -391,11 +395,11 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 		} else if (relay_tag_is(body, len, "DISCARD ALL") || relay_tag_is(body, len, "DEALLOCATE ALL")) {
 			if (relay_tag_is(body, len, "DISCARD ALL")) {
 				s->is_listening = false;
-				relay_keep_search_path(s, PARAMS_SEARCH_PATH_DEFAULT);
+				relay_keep_search_path(s, leg, PARAMS_SEARCH_PATH_DEFAULT);
 			}
 			s->is_sql_prepared = false;
 			if (s->tracks_statements)
-				session_stmts_forget_all(s);
+				session_stmts_forget_all(s, leg);
 		}
 		return 0;
 	}
@@ -403,42 +407,43 @@ static int relay_server_message(struct session *s, uint8_t type, const uint8_t *
 		return 0; /* inspected for the reply tracking alone */
 	if (len != 1 || (body[0] != 'I' && body[0] != 'T' && body[0] != 'E'))
 		return -EPROTO;
-	s->tx_status = (char)body[0];
+	leg->tx_status = (char)body[0];
 	if (s->is_search_path_pending && !hidden) {
-		if (s->is_search_path_confirmed && s->tx_status == 'I')
-			relay_keep_search_path(s, s->pending_search_path);
-		else if (s->is_search_path_confirmed && s->backend) { /* it ran inside a transaction block */
-			params_store(s->backend->params, &s->backend->param_count, PARAMS_SEARCH_PATH_KEY,
-				     PARAMS_SEARCH_PATH_UNKNOWN);
+		if (s->is_search_path_confirmed && leg->tx_status == 'I') {
+			relay_keep_search_path(s, leg, s->pending_search_path);
+		} else if (s->is_search_path_confirmed) { /* it ran inside a transaction block */
+			relay_connection_search_path(leg, PARAMS_SEARCH_PATH_UNKNOWN);
 			s->is_search_path_stale = true;
 		}
 		s->is_search_path_pending = false;
 	}
-	if (hidden && s->hidden_ready == 1)
+	if (hidden && leg->hidden_ready == 1)
 		s->is_learning_search_path = false;
-	if (s->pending_ready > 0)
-		s->pending_ready--;
-	if (s->hidden_ready > 0)
-		s->hidden_ready--;
-	if (s->pending_ready == 0) { /* every text read so far is answered */
+	if (leg->pending_ready > 0)
+		leg->pending_ready--;
+	if (leg->hidden_ready > 0)
+		leg->hidden_ready--;
+	if (leg->pending_ready == 0) { /* every text read so far is answered */
 		s->is_search_path_mentioned = false;
 		s->queries_unread = 0;
 	}
 	s->is_unlisten_all_sent = false;
-	s->is_copy_in = false;
-	s->ready_ns = base_now_ns();
+	leg->is_copy_in = false;
+	leg->ready_ns = base_now_ns();
 	if (!hidden)
-		session_stats_on_ready(s);
+		session_stats_on_ready(s, leg);
 	return 0; /* the release, if due, comes after the whole chunk is scanned */
 }
 
 static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
 {
-	struct session *s = ((struct relay_chunk *)ctx)->s;
-	bool hidden = s->hidden_ready > 0; /* an answer to tern's SET, which the reply tracking never saw */
-	int rc = relay_server_message(s, type, body, len, hidden);
+	struct relay_chunk *chunk = ctx;
+	struct session *s = chunk->s;
+	struct leg *leg = chunk->leg;
+	bool hidden = leg->hidden_ready > 0; /* an answer to tern's SET, which the reply tracking never saw */
+	int rc = relay_server_message(s, leg, type, body, len, hidden);
 	if (rc == 0 && s->tracks_statements && !hidden)
-		rc = session_stmts_on_server_message(s, type, body, len);
+		rc = session_stmts_on_server_message(s, leg, type, body, len);
 	return rc;
 }
 
@@ -461,76 +466,19 @@ static const struct proto_scan_ops relay_server_ops = {
 	.forward = relay_server_forward,
 };
 
-void session_relay_resume_backend(struct session *s)
+int session_relay_on_server_bytes(struct leg *leg, uint16_t buffer_id, const uint8_t *data, uint32_t len)
 {
-	if (!s->backend || s->backend_recv.is_armed || s->is_backend_dropping || s->is_starved[SESSION_BUFFERS_SERVER] ||
-	    s->backend_recv_paused || s->release_after_recv)
-		return;
-	if (s->phase != SESSION_CLOSING && session_queue_is_full(&s->to_client, SESSION_QUEUE_HIGH_BYTES)) {
-		s->backend_recv_paused = true; /* the client reads slower than the server writes */
-		return;
-	}
-	ring_recv(&s->host->ring, &s->backend_recv, s->backend->fd, SESSION_BUFFERS_SERVER);
+	struct session *s = leg->session;
+	struct relay_chunk chunk = {.s = s, .leg = leg, .buffer_id = buffer_id, .data = data};
+	int rc = proto_stream_feed(&leg->stream, data, len, runtime_config(s->host->runtime)->max_backend_frame_bytes,
+				   &relay_server_ops, &chunk);
+	return rc < 0 || chunk.out_of_memory ? -EPROTO : 0;
 }
 
-void session_relay_backend_recv_done(struct ring_op *op, int res, uint32_t flags)
+void session_relay_attach(struct session *s, struct leg *leg, struct pool_conn *conn)
 {
-	struct session *s = TERN_CONTAINER_OF(op, struct session, backend_recv);
-	struct ring *ring = &s->host->ring;
-	TERN_ASSERT(s->backend != NULL);
-	if (res > 0) {
-		TERN_ASSERT(ring_completion_has_buffer(flags));
-		uint16_t bid = ring_completion_buffer_id(flags);
-		struct relay_chunk chunk = {.s = s, .buffer_id = bid, .data = ring_buffer_data(ring, bid)};
-		int rc = s->is_backend_dropping
-				 ? 0
-				 : proto_stream_feed(&s->server_stream, chunk.data, (uint32_t)res,
-						     runtime_config(s->host->runtime)->max_backend_frame_bytes,
-						     &relay_server_ops, &chunk);
-		ring_buffer_unref(ring, bid);
-		if (rc < 0 || chunk.out_of_memory) {
-			TERN_WARN("server connection pid %u sent a malformed or oversized message; closing it",
-				  s->backend ? s->backend->backend_pid : 0);
-			session_backend_failed(s);
-			return;
-		}
-	} else if (res == -ENOBUFS) {
-		if (s->release_after_recv) { /* the cancelled receive ended this way: release as planned */
-			s->release_after_recv = false;
-			session_backend_try_release(s);
-			if (!s->backend)
-				return;
-		}
-		session_starve(s, SESSION_BUFFERS_SERVER);
-		return;
-	} else if (res != -ECANCELED || s->is_backend_dropping) {
-		if (s->is_backend_dropping) {
-			session_backend_settle(s);
-			return;
-		}
-		session_backend_failed(s);
-		return;
-	}
-	s->release_after_recv = false;
-	if (s->phase == SESSION_CLOSING)
-		session_backend_settle(s);
-	else
-		session_backend_try_release(s);
-	session_relay_resume_backend(s);
-}
-
-void session_relay_attach_backend(struct session *s, struct pool_conn *conn)
-{
-	TERN_ASSERT(!s->backend && conn->state == POOL_CONN_USED);
-	TERN_ASSERT(proto_stream_is_at_boundary(&s->server_stream));
-	s->backend = conn;
-	s->to_server.fd = conn->fd;
-	s->is_backend_failed = false;
-	s->is_backend_dropping = false;
-	s->release_after_recv = false;
-	s->backend_recv_paused = false;
-	s->tx_status = 'I';
-	if (s->client_recv_paused && session_queue_is_low(&s->to_server)) {
+	leg_attach(leg, conn);
+	if (s->client_recv_paused && sendq_is_low(&leg->to_server)) {
 		s->client_recv_paused = false; /* paused while parked; the server now drains the queue */
 		session_client_recv_resume(s);
 	}
@@ -538,14 +486,14 @@ void session_relay_attach_backend(struct session *s, struct pool_conn *conn)
 		session_login_on_backend(s);
 	else if (s->is_transaction_pooling) {
 		/* Tern's Parses go in front of the client's messages, and its SET in front of them all. */
-		if (s->tracks_statements && session_stmts_prepare_needed(s) < 0) {
+		if (s->tracks_statements && session_stmts_prepare_needed(s, leg) < 0) {
 			session_end(s, SESSION_END_OUT_OF_MEMORY);
 			return;
 		}
-		relay_restore_parameters(s);
+		relay_restore_parameters(s, leg);
 	}
-	if (!sendq_is_empty(&s->to_server))
-		session_mark_dirty(s, &s->to_server);
-	session_backend_try_release(s);
-	session_relay_resume_backend(s);
+	if (!sendq_is_empty(&leg->to_server))
+		session_mark_dirty(s, &leg->to_server);
+	session_try_release(s, leg);
+	leg_resume(leg);
 }

@@ -39,10 +39,11 @@ static void stmts_send_made(struct session *s, uint8_t kind, const void *data, u
 /* Sends the made-up replies that have reached the head of the queue. */
 static void stmts_send_made_replies(struct session *s)
 {
+	struct leg *leg = session_primary(s);
 	struct stmt_reply_entry *e;
-	while ((e = stmt_replies_head(&s->replies)) && stmts_kind_is_made(e->kind)) {
+	while ((e = stmt_replies_head(&leg->replies)) && stmts_kind_is_made(e->kind)) {
 		stmts_send_made(s, e->kind, e->data, e->data_len);
-		stmt_replies_pop(&s->replies);
+		stmt_replies_pop(&leg->replies);
 	}
 }
 
@@ -50,12 +51,13 @@ static void stmts_send_made_replies(struct session *s)
  * ParseComplete, so a skip can forget the name). Takes `data`. */
 static int stmts_make_reply_for(struct session *s, uint8_t kind, void *data, uint32_t len, struct stmt *stmt)
 {
-	if (s->replies.count == 0) {
+	struct leg *leg = session_primary(s);
+	if (leg->replies.count == 0) {
 		stmts_send_made(s, kind, data, len);
 		free(data);
 		return 0;
 	}
-	int rc = stmt_replies_push_back(&s->replies, kind, data, len, stmt);
+	int rc = stmt_replies_push_back(&leg->replies, kind, data, len, stmt);
 	if (rc < 0)
 		free(data);
 	return rc;
@@ -66,14 +68,14 @@ static int stmts_make_reply(struct session *s, uint8_t kind, void *data, uint32_
 	return stmts_make_reply_for(s, kind, data, len, NULL);
 }
 
-int session_stmts_expect(struct session *s, uint8_t kind)
+int session_stmts_expect(struct leg *leg, uint8_t kind)
 {
-	return stmt_replies_push_back(&s->replies, kind, NULL, 0, NULL);
+	return stmt_replies_push_back(&leg->replies, kind, NULL, 0, NULL);
 }
 
-bool session_stmts_is_local(const struct session *s)
+bool session_stmts_is_local(const struct leg *leg)
 {
-	return s->replies.count == 0 && !s->is_unsynced && s->tx_status == 'I' && !s->is_copy_in;
+	return leg->replies.count == 0 && !leg->is_unsynced && leg->tx_status == 'I' && !leg->is_copy_in;
 }
 
 void session_stmts_answer_sync(struct session *s)
@@ -117,13 +119,14 @@ static uint8_t *stmts_build(uint8_t type, const struct iovec *parts, unsigned n,
 static int stmts_queue_with_rest(struct session *s, uint8_t type, const struct iovec *parts, unsigned n,
 				 uint32_t rest, bool at_front)
 {
+	struct leg *leg = session_primary(s);
 	uint32_t len;
 	uint8_t *msg = stmts_build(type, parts, n, rest, &len);
 	if (!msg)
 		return -ENOMEM;
 	if (!at_front)
-		return sendq_push_owned(&s->to_server, msg, len);
-	int rc = sendq_push_front_copy(&s->to_server, msg, len);
+		return sendq_push_owned(&leg->to_server, msg, len);
+	int rc = sendq_push_front_copy(&leg->to_server, msg, len);
 	free(msg);
 	return rc;
 }
@@ -143,6 +146,7 @@ static struct iovec stmts_cstring(const char *text) { return (struct iovec){(voi
 static int stmts_queue_prepare(struct session *s, struct stmt *stmt, const char *evicted, bool at_front,
 			       char *client_name)
 {
+	struct leg *leg = session_primary(s);
 	struct iovec parse[] = {stmts_cstring(stmt->server_name), {stmt->content, stmt->content_len}};
 	struct iovec close_self[] = {{(void *)"S", 1}, stmts_cstring(stmt->server_name)};
 	struct iovec close_evicted[] = {{(void *)"S", 1}, stmts_cstring(evicted ? evicted : "")};
@@ -163,8 +167,8 @@ static int stmts_queue_prepare(struct session *s, struct stmt *stmt, const char 
 		rc = stmts_queue(s, steps[step].type, steps[step].parts, 2, at_front);
 		char *name = steps[step].type == PROTO_FE_PARSE ? client_name : NULL;
 		if (rc == 0)
-			rc = at_front ? stmt_replies_push_front(&s->replies, steps[step].reply, name, 0, steps[step].stmt)
-				      : stmt_replies_push_back(&s->replies, steps[step].reply, name, 0, steps[step].stmt);
+			rc = at_front ? stmt_replies_push_front(&leg->replies, steps[step].reply, name, 0, steps[step].stmt)
+				      : stmt_replies_push_back(&leg->replies, steps[step].reply, name, 0, steps[step].stmt);
 		if (rc == 0 && name)
 			client_name = NULL; /* the entry owns it now */
 	}
@@ -183,7 +187,7 @@ static int stmts_cache_add(struct session *s, struct stmt_cache *cache, struct s
 	return rc < 0 ? rc : 0;
 }
 
-static bool stmts_has_backend(const struct session *s) { return s->backend && !s->is_backend_dropping; }
+static bool stmts_has_backend(const struct leg *leg) { return leg->conn && !leg->is_dropping; }
 
 /* A queued message uses stmt. With a connection attached, stmt is prepared there now unless its cache
  * has it. Without one, the connection is not known yet: for the first message queued, stmt is
@@ -192,10 +196,11 @@ static bool stmts_has_backend(const struct session *s) { return s->backend && !s
  * the server skip only what follows, as the client's own Parse would. */
 static int stmts_need(struct session *s, struct stmt *stmt)
 {
+	struct leg *leg = session_primary(s);
 	const char *evicted;
 	char evicted_name[STMT_SERVER_NAME_LEN];
-	if (stmts_has_backend(s)) {
-		struct stmt_cache *cache = stmts_cache_of(s->backend);
+	if (stmts_has_backend(leg)) {
+		struct stmt_cache *cache = stmts_cache_of(leg->conn);
 		if (!cache)
 			return -ENOMEM;
 		if (stmt_cache_touch(cache, stmt))
@@ -203,38 +208,38 @@ static int stmts_need(struct session *s, struct stmt *stmt)
 		int rc = stmts_cache_add(s, cache, stmt, evicted_name, &evicted);
 		return rc < 0 ? rc : stmts_queue_prepare(s, stmt, evicted, false, NULL);
 	}
-	for (uint32_t i = s->needed_barrier; i < s->needed_count; i++)
-		if (s->needed[i].stmt == stmt)
+	for (uint32_t i = leg->needed_barrier; i < leg->needed_count; i++)
+		if (leg->needed[i].stmt == stmt)
 			return 0; /* prepared ahead of an earlier message already */
-	if (s->needed_count == s->needed_cap) {
-		uint32_t cap = s->needed_cap ? s->needed_cap * 2 : 8;
-		struct stmt_need *grown = realloc(s->needed, cap * sizeof(*grown));
+	if (leg->needed_count == leg->needed_cap) {
+		uint32_t cap = leg->needed_cap ? leg->needed_cap * 2 : 8;
+		struct stmt_need *grown = realloc(leg->needed, cap * sizeof(*grown));
 		if (!grown)
 			return -ENOMEM;
-		s->needed = grown;
-		s->needed_cap = cap;
+		leg->needed = grown;
+		leg->needed_cap = cap;
 	}
-	bool is_first = sendq_is_empty(&s->to_server) && s->needed_count == 0;
+	bool is_first = sendq_is_empty(&leg->to_server) && leg->needed_count == 0;
 	int rc = is_first ? 0 : stmts_queue_prepare(s, stmt, NULL, false, NULL);
 	if (rc == 0)
-		s->needed[s->needed_count++] = (struct stmt_need){.stmt = stmt_ref(stmt), .is_queued = !is_first};
+		leg->needed[leg->needed_count++] = (struct stmt_need){.stmt = stmt_ref(stmt), .is_queued = !is_first};
 	return rc;
 }
 
-int session_stmts_prepare_needed(struct session *s)
+int session_stmts_prepare_needed(struct session *s, struct leg *leg)
 {
-	struct stmt_cache *cache = stmts_cache_of(s->backend);
-	if (cache && s->is_stmt_cache_stale)
+	struct stmt_cache *cache = stmts_cache_of(leg->conn);
+	if (cache && leg->is_stmt_cache_stale)
 		stmt_cache_clear(cache); /* a DEALLOCATE ALL or DISCARD ALL is queued for this connection */
-	s->is_stmt_cache_stale = false;
-	if (s->needed_count == 0)
+	leg->is_stmt_cache_stale = false;
+	if (leg->needed_count == 0)
 		return 0;
 	int rc = cache ? 0 : -ENOMEM;
 	/* Mark the ones present as just used, so adding the others cannot evict them. */
-	for (uint32_t i = 0; rc == 0 && i < s->needed_count; i++)
-		(void)stmt_cache_touch(cache, s->needed[i].stmt);
-	for (uint32_t i = s->needed_count; rc == 0 && i-- > 0;) {
-		struct stmt_need *need = &s->needed[i];
+	for (uint32_t i = 0; rc == 0 && i < leg->needed_count; i++)
+		(void)stmt_cache_touch(cache, leg->needed[i].stmt);
+	for (uint32_t i = leg->needed_count; rc == 0 && i-- > 0;) {
+		struct stmt_need *need = &leg->needed[i];
 		if (stmt_cache_touch(cache, need->stmt))
 			continue;
 		const char *evicted;
@@ -248,12 +253,12 @@ int session_stmts_prepare_needed(struct session *s)
 			struct iovec close[] = {{(void *)"S", 1}, stmts_cstring(evicted)};
 			rc = stmts_queue(s, PROTO_FE_CLOSE, close, 2, true);
 			if (rc == 0)
-				rc = stmt_replies_push_front(&s->replies, STMT_REPLY_CLOSE_HIDDEN, NULL, 0, NULL);
+				rc = stmt_replies_push_front(&leg->replies, STMT_REPLY_CLOSE_HIDDEN, NULL, 0, NULL);
 		}
 	}
-	for (uint32_t i = 0; i < s->needed_count; i++)
-		stmt_unref(s->needed[i].stmt);
-	s->needed_count = s->needed_barrier = 0;
+	for (uint32_t i = 0; i < leg->needed_count; i++)
+		stmt_unref(leg->needed[i].stmt);
+	leg->needed_count = leg->needed_barrier = 0;
 	return rc;
 }
 
@@ -261,10 +266,11 @@ int session_stmts_prepare_needed(struct session *s)
 static int stmts_forward(struct session *s, uint8_t type, const uint8_t *body, uint32_t len, uint16_t buffer_id,
 			 const uint8_t *chunk)
 {
+	struct leg *leg = session_primary(s);
 	uint32_t offset;
-	s->is_unsynced = true;
+	leg->is_unsynced = true;
 	if (proto_stream_message_offset(&s->client_stream, &offset))
-		return sendq_push_buffer(&s->to_server, &s->host->ring, buffer_id, chunk + offset,
+		return sendq_push_buffer(&leg->to_server, &s->host->ring, buffer_id, chunk + offset,
 					 PROTO_HEADER_LEN + len);
 	struct iovec part = {(void *)body, len};
 	return stmts_queue(s, type, &part, 1, false);
@@ -273,6 +279,7 @@ static int stmts_forward(struct session *s, uint8_t type, const uint8_t *body, u
 /* A Parse of a name the client uses already: 42P05, as PostgreSQL answers, with the same effect. */
 static int stmts_refuse_duplicate(struct session *s, const char *name)
 {
+	struct leg *leg = session_primary(s);
 	char text[POOL_NAME_LEN_MAX * 2 + 64];
 	snprintf(text, sizeof(text), "prepared statement \"%.*s\" already exists", (int)POOL_NAME_LEN_MAX * 2, name);
 	uint8_t msg[1024];
@@ -281,10 +288,10 @@ static int stmts_refuse_duplicate(struct session *s, const char *name)
 	if (!copy)
 		return -ENOMEM;
 	memcpy(copy, msg, n);
-	if (!stmts_has_backend(s) && !s->is_unsynced && s->replies.count == 0 && sendq_is_empty(&s->to_server)) {
+	if (!stmts_has_backend(leg) && !leg->is_unsynced && leg->replies.count == 0 && sendq_is_empty(&leg->to_server)) {
 		/* Nothing before it is queued for a server (a BEGIN, say) or owed by one: tern answers and skips
 		 * to the Sync, as the server would. */
-		s->is_skipping_to_sync = true;
+		leg->is_skipping_to_sync = true;
 		return stmts_make_reply(s, STMT_REPLY_MADE_MESSAGES, copy, (uint32_t)n);
 	}
 	/* The server runs this batch (or a transaction block): it must fail there too, rolling back what the
@@ -294,9 +301,9 @@ static int stmts_refuse_duplicate(struct session *s, const char *name)
 	static const char query[] = "SELECT tern_refuses_a_statement_name_in_use";
 	struct iovec parse[] = {stmts_cstring("tern_refused"), {(void *)query, sizeof(query)}, {(void *)"\0\0", 2}};
 	int rc = stmts_queue(s, PROTO_FE_PARSE, parse, 3, false);
-	s->is_unsynced = true;
+	leg->is_unsynced = true;
 	if (rc == 0)
-		rc = stmt_replies_push_back(&s->replies, STMT_REPLY_PARSE_REFUSED, copy, (uint32_t)n, NULL);
+		rc = stmt_replies_push_back(&leg->replies, STMT_REPLY_PARSE_REFUSED, copy, (uint32_t)n, NULL);
 	if (rc < 0)
 		free(copy);
 	return rc;
@@ -326,20 +333,21 @@ static bool stmts_is_deallocate_of_own(struct session *s, const uint8_t *content
 static int stmts_on_parse(struct session *s, const char *name, const uint8_t *content, uint32_t len,
 			  bool names_search_path)
 {
+	struct leg *leg = session_primary(s);
 	if (stmt_map_get(&s->statements, name))
 		return stmts_refuse_duplicate(s, name);
 	struct stmt *stmt = stmt_create(content, len);
 	if (!stmt)
 		return -ENOMEM;
 	stmt->names_search_path = names_search_path;
-	int rc = stmt_map_put(&s->statements, name, stmt, s->replies.pushed);
+	int rc = stmt_map_put(&s->statements, name, stmt, leg->replies.pushed);
 	stmt_unref(stmt); /* the map's reference keeps it */
 	if (rc < 0)
 		return rc;
 	char *name_copy = strdup(name);
 	if (!name_copy)
 		return -ENOMEM;
-	struct stmt_cache *cache = stmts_has_backend(s) ? stmts_cache_of(s->backend) : NULL;
+	struct stmt_cache *cache = stmts_has_backend(leg) ? stmts_cache_of(leg->conn) : NULL;
 	if (cache && stmt_cache_touch(cache, stmt)) /* prepared there already */
 		return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, name_copy, 0, stmt);
 	if (cache) {
@@ -352,7 +360,7 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 			rc = stmts_queue_prepare(s, stmt, evicted, false, name_copy);
 		else
 			free(name_copy);
-		s->is_unsynced = true;
+		leg->is_unsynced = true;
 		return rc;
 	}
 	/* The prepare waits for the connection that runs the statement's first use. */
@@ -365,6 +373,7 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 static int stmts_on_bind(struct session *s, const uint8_t *body, uint32_t len, uint32_t body_len,
 			 uint16_t buffer_id, const uint8_t *chunk)
 {
+	struct leg *leg = session_primary(s);
 	uint32_t offset = 0;
 	const char *portal = proto_read_cstring(body, len, &offset);
 	const char *name = portal ? proto_read_cstring(body, len, &offset) : NULL;
@@ -389,17 +398,17 @@ static int stmts_on_bind(struct session *s, const uint8_t *body, uint32_t len, u
 	} else if (!stmt) {
 		struct iovec part = {(void *)body, len};
 		rc = stmts_queue_with_rest(s, PROTO_FE_BIND, &part, 1, rest, false);
-		s->is_unsynced = true;
+		leg->is_unsynced = true;
 	} else {
 		rc = stmts_need(s, stmt);
 		struct iovec parts[] = {stmts_cstring(portal), stmts_cstring(stmt->server_name),
 					{(void *)(body + offset), len - offset}};
 		if (rc == 0)
 			rc = stmts_queue_with_rest(s, PROTO_FE_BIND, parts, 3, rest, false);
-		s->is_unsynced = true;
+		leg->is_unsynced = true;
 	}
 	if (rc == 0)
-		rc = session_stmts_expect(s, STMT_REPLY_BIND);
+		rc = session_stmts_expect(leg, STMT_REPLY_BIND);
 	return rc < 0 ? rc : PROTO_FORWARD;
 }
 
@@ -411,6 +420,7 @@ int session_stmts_on_bind_head(struct session *s, const uint8_t *head, uint32_t 
 int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len,
 				    uint16_t buffer_id, const uint8_t *chunk)
 {
+	struct leg *leg = session_primary(s);
 	uint32_t offset = 0;
 	if (type == PROTO_FE_PARSE) {
 		const char *name = proto_read_cstring(body, len, &offset);
@@ -429,7 +439,7 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 		if (s->is_unnamed_deallocate)
 			return stmts_make_reply(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0);
 		int rc = stmts_forward(s, type, body, len, buffer_id, chunk);
-		return rc < 0 ? rc : stmt_replies_push_back(&s->replies, STMT_REPLY_PARSE, NULL, 0, NULL);
+		return rc < 0 ? rc : stmt_replies_push_back(&leg->replies, STMT_REPLY_PARSE, NULL, 0, NULL);
 	}
 	if (type == PROTO_FE_BIND) {
 		int rc = stmts_on_bind(s, body, len, len, buffer_id, chunk);
@@ -442,7 +452,7 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 		if (!portal[0]) /* the DEALLOCATE tern answers: held only while is_portal_deallocate */
 			return stmts_make_bytes(s, stmts_deallocate_complete, sizeof(stmts_deallocate_complete));
 		int rc = stmts_forward(s, type, body, len, buffer_id, chunk);
-		return rc < 0 ? rc : session_stmts_expect(s, STMT_REPLY_EXECUTE);
+		return rc < 0 ? rc : session_stmts_expect(leg, STMT_REPLY_EXECUTE);
 	}
 	TERN_ASSERT(type == PROTO_FE_DESCRIBE || type == PROTO_FE_CLOSE);
 	if (len < 2)
@@ -468,20 +478,20 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 		struct iovec parts[] = {{(void *)"S", 1}, stmts_cstring(stmt->server_name)};
 		if (rc == 0)
 			rc = stmts_queue(s, type, parts, 2, false);
-		s->is_unsynced = true;
+		leg->is_unsynced = true;
 	} else {
 		rc = stmts_forward(s, type, body, len, buffer_id, chunk);
 	}
 	if (rc < 0)
 		return rc;
 	if (type == PROTO_FE_CLOSE)
-		return session_stmts_expect(s, STMT_REPLY_CLOSE);
-	return session_stmts_expect(s, kind == 'S' ? STMT_REPLY_DESCRIBE_STATEMENT : STMT_REPLY_DESCRIBE_PORTAL);
+		return session_stmts_expect(leg, STMT_REPLY_CLOSE);
+	return session_stmts_expect(leg, kind == 'S' ? STMT_REPLY_DESCRIBE_STATEMENT : STMT_REPLY_DESCRIBE_PORTAL);
 }
 
-unsigned session_stmts_server_type(const struct session *s, uint8_t type)
+unsigned session_stmts_server_type(const struct leg *leg, uint8_t type)
 {
-	const struct stmt_reply_entry *head = stmt_replies_head((struct stmt_replies *)&s->replies);
+	const struct stmt_reply_entry *head = stmt_replies_head((struct stmt_replies *)&leg->replies);
 	if (!head)
 		return 0;
 	switch (type) {
@@ -530,8 +540,9 @@ static void stmts_show_refusal(struct session *s, const struct stmt_reply_entry 
 /* The server did not prepare stmt (its Parse failed or was skipped): the connection lacks it. */
 static void stmts_forget_on_connection(struct session *s, const struct stmt *stmt)
 {
-	if (stmt && s->backend && s->backend->extra)
-		stmt_cache_remove(s->backend->extra, stmt);
+	struct leg *leg = session_primary(s);
+	if (stmt && leg->conn && leg->conn->extra)
+		stmt_cache_remove(leg->conn->extra, stmt);
 }
 
 /* A client statement the server never created: the client's name for it goes too, as in PostgreSQL,
@@ -546,6 +557,7 @@ static void stmts_forget_name(struct session *s, const char *name, struct stmt *
  * everything up to the next Sync, and so do the replies it owes. */
 static void stmts_on_error(struct session *s, struct stmt_reply_entry *head)
 {
+	struct leg *leg = session_primary(s);
 	if (head->kind == STMT_REPLY_QUERY || head->kind == STMT_REPLY_SYNC)
 		return; /* ends at ReadyForQuery */
 	do {
@@ -562,22 +574,22 @@ static void stmts_on_error(struct session *s, struct stmt_reply_entry *head)
 			break;
 		case STMT_REPLY_QUERY:
 			/* A Query the server skips brings no ReadyForQuery. */
-			TERN_ASSERT(s->pending_ready > 0);
-			s->pending_ready--;
+			TERN_ASSERT(leg->pending_ready > 0);
+			leg->pending_ready--;
 			break;
 		default:
 			break;
 		}
-		stmt_replies_pop(&s->replies);
-		head = stmt_replies_head(&s->replies);
+		stmt_replies_pop(&leg->replies);
+		head = stmt_replies_head(&leg->replies);
 	} while (head && head->kind != STMT_REPLY_SYNC);
 	if (!head)
-		s->is_skipping_to_sync = true; /* the client has not sent the Sync yet: the server skips to it */
+		leg->is_skipping_to_sync = true; /* the client has not sent the Sync yet: the server skips to it */
 }
 
-int session_stmts_on_server_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len)
+int session_stmts_on_server_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
 {
-	struct stmt_reply_entry *head = stmt_replies_head(&s->replies);
+	struct stmt_reply_entry *head = stmt_replies_head(&leg->replies);
 	if (!head)
 		return 0; /* asynchronous: a notice, a notification, a parameter's new value */
 	uint8_t kind = head->kind;
@@ -617,48 +629,40 @@ int session_stmts_on_server_message(struct session *s, uint8_t type, const uint8
 	}
 	if (!matches) {
 		TERN_WARN("server pid %u answered '%c' where tern expected reply kind %u; closing the connection",
-			  s->backend ? s->backend->backend_pid : 0, type, kind);
+			  leg->conn ? leg->conn->backend_pid : 0, type, kind);
 		return -EPROTO;
 	}
-	stmt_replies_pop(&s->replies);
+	stmt_replies_pop(&leg->replies);
 	stmts_send_made_replies(s);
 	return 0;
 }
 
-void session_stmts_on_copy_in(struct session *s, uint32_t ignored_syncs)
+void session_stmts_on_copy_in(struct leg *leg, uint32_t ignored_syncs)
 {
-	(void)stmt_replies_remove_after_head(&s->replies, STMT_REPLY_SYNC, ignored_syncs);
+	(void)stmt_replies_remove_after_head(&leg->replies, STMT_REPLY_SYNC, ignored_syncs);
 }
 
 void session_stmts_forget_all_ahead(struct session *s)
 {
+	struct leg *leg = session_primary(s);
 	stmt_map_clear(&s->statements);
-	if (stmts_has_backend(s) && s->backend->extra)
-		stmt_cache_clear(s->backend->extra);
+	if (stmts_has_backend(leg) && leg->conn->extra)
+		stmt_cache_clear(leg->conn->extra);
 	else
-		s->is_stmt_cache_stale = true;
-	s->needed_barrier = s->needed_count; /* later uses prepare again, after the command */
+		leg->is_stmt_cache_stale = true;
+	leg->needed_barrier = leg->needed_count; /* later uses prepare again, after the command */
 }
 
-void session_stmts_forget_all(struct session *s)
+void session_stmts_forget_all(struct session *s, struct leg *leg)
 {
 	/* Only the names the client put before the command: a Parse pipelined behind it stays. */
-	const struct stmt_reply_entry *head = stmt_replies_head(&s->replies);
+	const struct stmt_reply_entry *head = stmt_replies_head(&leg->replies);
 	if (head)
 		stmt_map_remove_before(&s->statements, head->seq);
 	else
 		stmt_map_clear(&s->statements);
-	if (s->backend && s->backend->extra)
-		stmt_cache_clear(s->backend->extra);
+	if (leg->conn && leg->conn->extra)
+		stmt_cache_clear(leg->conn->extra);
 }
 
-void session_relay_deinit(struct session *s)
-{
-	stmt_map_deinit(&s->statements);
-	stmt_replies_deinit(&s->replies);
-	for (uint32_t i = 0; i < s->needed_count; i++)
-		stmt_unref(s->needed[i].stmt);
-	free(s->needed);
-	s->needed = NULL;
-	s->needed_count = s->needed_cap = 0;
-}
+void session_stmts_deinit(struct session *s) { stmt_map_deinit(&s->statements); }

@@ -65,11 +65,12 @@ static void worker_apply_cancel(struct worker *worker, const struct worker_cance
 		if (s->key_pid != cancel->pid)
 			continue;
 		/* Compared without an early exit, so timing does not reveal how much of a guess was right. */
-		if ((s->key_secret ^ cancel->secret) != 0 || !s->backend || s->pending_ready == 0)
+		const struct leg *leg = session_primary(s);
+		if ((s->key_secret ^ cancel->secret) != 0 || !leg->conn || leg->pending_ready == 0)
 			return;
 		TERN_DEBUG("cancel for client %#x: server pid %u, %u queries pending", cancel->pid,
-			   s->backend->backend_pid, s->pending_ready);
-		if (pool_opener_cancel(worker->host.runtime->opener, s->backend) == 0)
+			   leg->conn->backend_pid, leg->pending_ready);
+		if (pool_opener_cancel(worker->host.runtime->opener, leg->conn) == 0)
 			worker->host.stats.cancels_sent++;
 		return;
 	}
@@ -161,7 +162,7 @@ static void worker_totals_add_session(struct worker_totals *to, struct session *
 	struct worker_totals t = {
 		.xact_count = s->stats.xact_count,
 		.query_count = s->stats.query_count,
-		.received_bytes = s->to_server.sent_bytes_total,
+		.received_bytes = session_primary(s)->to_server.sent_bytes_total,
 		.sent_bytes = s->to_client.sent_bytes_total,
 		.xact_ns = s->stats.xact_ns,
 		.query_ns = s->stats.query_ns,
@@ -309,11 +310,12 @@ static void worker_pause_scan(struct worker *worker, uint64_t now_ns)
 		if (!s->is_pause_waiting)
 			continue;
 		if (!is_paused) {
-			bool wants_server = !s->backend && !s->is_request_pending &&
+			struct leg *leg = session_primary(s);
+			bool wants_server = !leg->conn && !leg->is_request_pending &&
 					    (s->phase == SESSION_LOGIN_WAIT ||
-					     (s->phase == SESSION_READY && !sendq_is_empty(&s->to_server)));
+					     (s->phase == SESSION_READY && !sendq_is_empty(&leg->to_server)));
 			if (wants_server)
-				session_acquire_backend(s); /* passes the gate, which counts the wait */
+				session_acquire(s, leg); /* passes the gate, which counts the wait */
 			else
 				s->is_pause_waiting = false;
 		} else if (wait_ns > 0 && now_ns - s->pause_wait_ns >= wait_ns) {
@@ -346,13 +348,14 @@ static void worker_on_wake(struct ring *ring)
 	uint64_t now = base_list_is_empty(&done) ? 0 : base_now_ns();
 	while ((node = base_list_pop_head(&done)) != NULL) {
 		struct pool_request *req = TERN_CONTAINER_OF(node, struct pool_request, link);
-		struct session *s = req->owner;
+		struct leg *leg = req->owner;
+		struct session *s = leg->session;
 		if (req->conn && s->phase != SESSION_CLOSING) {
 			/* SHOW STATS: the wait ends and the server assignment begins. */
 			s->stats.wait_ns += now - req->parked_ns;
 			s->stats.assigned_ns = now;
 		}
-		session_on_request_done(s);
+		session_on_request_done(leg);
 	}
 	while ((node = base_list_pop_head(&cancels)) != NULL) {
 		struct worker_cancel *cancel = TERN_CONTAINER_OF(node, struct worker_cancel, link);
@@ -406,10 +409,10 @@ static void worker_on_tick(struct ring *ring)
 	if (wait_ns > 0) {
 		base_list_for_each_safe(node, tmp, &worker->host.parked)
 		{
-			struct session *s = TERN_CONTAINER_OF(node, struct session, parked_link);
-			if (s->request.parked_ns + wait_ns > now)
+			struct leg *leg = TERN_CONTAINER_OF(node, struct leg, parked_link);
+			if (leg->request.parked_ns + wait_ns > now)
 				break; /* parked in order: the rest are younger */
-			session_on_wait_timeout(s);
+			session_on_wait_timeout(leg);
 		}
 	}
 	base_list_for_each_safe(node, tmp, &worker->host.reaping)

@@ -2155,6 +2155,26 @@ def the_server_restarted_mid_session_errors_the_client_and_tern_keeps_serving(ct
     wait_for(lambda: psql(t.port, "select 9").stdout.strip() == "9", "new clients are served after the restart")
 
 
+@test
+def a_server_connection_killed_between_transactions_in_session_pooling_ends_the_session_as_before(ctx):
+    """The primary leg loses its connection while the client is idle between two transactions: the
+    client hears the server's own 57P01 (forwarded as it arrives), then tern's 08006 (one decision,
+    session_decide_lost), and the connection closes; other clients and later logins are served."""
+    t = ctx.tern(pool_mode="session", pool_size=4)
+    with Wire(t.port) as bystander, Wire(t.port) as w:
+        bystander.login("postgres")
+        w.login("postgres")
+        check(w.query("begin; select 1; commit") == [["1"]], "a first transaction")
+        pid = w.query("select pg_backend_pid()")[0][0]
+        ctx.pg.psql("select pg_terminate_backend(%s)" % pid)
+        errors = w.errors_until_close()
+        codes = [e["C"] for e in errors]
+        check(codes == ["57P01", "08006"], "the server's 57P01, then tern's 08006: %r" % errors)
+        check("server connection lost" in errors[-1]["M"], "tern says what happened: %r" % errors[-1])
+        check(bystander.query("select 2") == [["2"]], "the other session goes on")
+    check(psql_ok(t.port, "select 3") == "3", "new clients are served")
+
+
 # ---------------------------------------------------------------- runner
 
 

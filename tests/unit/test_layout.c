@@ -47,7 +47,7 @@ static const char *const module_names[] = {"other", "core/base", "core", "pool",
  * its sessions, the session and its parts, then the worker, the admin console and main. */
 static const char *const core_order[] = {
 	"proto", "sendq", "reasons", "sql", "params", "stmts", "config", "scram", "auth", "tls",
-	"runtime", "host",
+	"runtime", "host", "leg",
 	"session", "session_tls", "session_stmts", "session_relay", "session_login",
 	"worker", "admin", "main",
 };

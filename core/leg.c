@@ -1,0 +1,191 @@
+/* A server leg: one pool connection as a session uses it, its receive and send completions, and its
+ * lifecycle (attach, resume, release, drop, reap). See leg.h. */
+#include "leg.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+
+static void leg_recv_done(struct ring_op *op, int res, uint32_t flags);
+static void leg_sent(struct ring_op *op, int res, uint32_t flags);
+
+struct leg *leg_create(struct session *session, struct host *host, const struct leg_ops *ops, enum leg_role role)
+{
+	TERN_ASSERT(ops->on_bytes && ops->on_progress && ops->on_starved && ops->on_lost);
+	struct leg *leg = calloc(1, sizeof(*leg));
+	if (!leg)
+		return NULL;
+	leg->session = session;
+	leg->ops = ops;
+	leg->host = host;
+	leg->role = role;
+	leg->recv.handler = leg_recv_done;
+	sendq_init(&leg->to_server, leg_sent);
+	proto_stream_init(&leg->stream);
+	stmt_replies_init(&leg->replies);
+	base_list_init(&leg->parked_link);
+	base_list_init(&leg->link);
+	leg->tx_status = 'I';
+	return leg;
+}
+
+bool leg_is_reapable(const struct leg *leg)
+{
+	return !leg->conn && !leg->recv.is_armed && !leg->to_server.op.is_armed && !leg->is_request_pending;
+}
+
+void leg_destroy(struct leg *leg)
+{
+	TERN_ASSERT(leg_is_reapable(leg));
+	TERN_ASSERT(!base_list_is_linked(&leg->parked_link));
+	struct ring *ring = &leg->host->ring;
+	sendq_deinit(&leg->to_server, ring);
+	proto_stream_deinit(&leg->stream);
+	stmt_replies_deinit(&leg->replies);
+	for (uint32_t i = 0; i < leg->needed_count; i++)
+		stmt_unref(leg->needed[i].stmt);
+	free(leg->needed);
+	if (base_list_is_linked(&leg->link))
+		base_list_remove(&leg->link);
+	free(leg);
+}
+
+void leg_attach(struct leg *leg, struct pool_conn *conn)
+{
+	TERN_ASSERT(!leg->conn && conn->state == POOL_CONN_USED);
+	TERN_ASSERT(!leg->is_request_pending && !leg->recv.is_armed && !leg->to_server.op.is_armed);
+	TERN_ASSERT(proto_stream_is_at_boundary(&leg->stream));
+	leg->conn = conn;
+	leg->to_server.fd = conn->fd;
+	leg->is_failed = false;
+	leg->is_dropping = false;
+	leg->is_release_after_recv = false;
+	leg->is_recv_paused = false;
+	leg->tx_status = 'I';
+}
+
+void leg_resume(struct leg *leg)
+{
+	if (!leg->conn || leg->recv.is_armed || leg->is_dropping || leg->is_starved || leg->is_recv_paused ||
+	    leg->is_release_after_recv)
+		return;
+	if (leg->downstream && sendq_is_full(leg->downstream, SENDQ_HIGH_BYTES)) {
+		leg->is_recv_paused = true; /* the client reads slower than the server writes */
+		return;
+	}
+	ring_recv(&leg->host->ring, &leg->recv, leg->conn->fd, HOST_BUFFERS_SERVER);
+}
+
+bool leg_is_idle(const struct leg *leg)
+{
+	return leg->conn && !leg->is_failed && !leg->is_dropping && leg->tx_status == 'I' && leg->pending_ready == 0 &&
+	       !leg->is_unsynced && !leg->is_copy_in && leg->replies.count == 0 && sendq_is_idle(&leg->to_server) &&
+	       proto_stream_is_at_boundary(&leg->stream);
+}
+
+bool leg_release(struct leg *leg)
+{
+	TERN_ASSERT(leg_is_idle(leg));
+	if (leg->recv.is_armed) {
+		leg->is_release_after_recv = true;
+		ring_cancel(&leg->host->ring, &leg->recv);
+		return false;
+	}
+	struct pool_conn *conn = leg->conn;
+	leg->conn = NULL;
+	leg->to_server.fd = -1;
+	leg->is_release_after_recv = false;
+	leg->is_recv_paused = false;
+	host_local_put(leg->host, conn);
+	return true;
+}
+
+void leg_drop(struct leg *leg)
+{
+	if (!leg->conn || leg->is_dropping)
+		return;
+	leg->is_dropping = true;
+	leg->is_failed = true; /* a dropped connection is never reused, whatever it was doing */
+	/* Ends the armed receive and send on it; their completions come back with 0 or an error. */
+	shutdown(leg->conn->fd, SHUT_RDWR);
+}
+
+bool leg_reap(struct leg *leg)
+{
+	if (!leg->conn)
+		return true;
+	if (!leg->is_dropping || leg->recv.is_armed || leg->to_server.op.is_armed)
+		return false;
+	struct pool_conn *conn = leg->conn;
+	leg->conn = NULL;
+	leg->to_server.fd = -1;
+	sendq_clear(&leg->to_server, &leg->host->ring);
+	pool_conn_discard(leg->host->runtime->pool, conn);
+	return true;
+}
+
+void leg_fail(struct leg *leg, enum leg_fault fault)
+{
+	if (leg->is_dropping) {
+		(void)leg_reap(leg);
+		return;
+	}
+	leg_drop(leg);
+	leg->ops->on_lost(leg, fault);
+	(void)leg_reap(leg);
+}
+
+int leg_hold_queued(struct leg *leg) { return sendq_own_copies(&leg->to_server, &leg->host->ring); }
+
+static void leg_recv_done(struct ring_op *op, int res, uint32_t flags)
+{
+	struct leg *leg = TERN_CONTAINER_OF(op, struct leg, recv);
+	struct ring *ring = &leg->host->ring;
+	TERN_ASSERT(leg->conn != NULL);
+	if (res > 0) {
+		TERN_ASSERT(ring_completion_has_buffer(flags));
+		uint16_t bid = ring_completion_buffer_id(flags);
+		int rc = leg->is_dropping ? 0 : leg->ops->on_bytes(leg, bid, ring_buffer_data(ring, bid), (uint32_t)res);
+		ring_buffer_unref(ring, bid);
+		if (rc < 0) {
+			TERN_WARN("server connection pid %u sent a malformed or oversized message; closing it",
+				  leg->conn ? leg->conn->backend_pid : 0);
+			leg_fail(leg, LEG_FAULT_MALFORMED);
+			return;
+		}
+	}
+	if (leg->is_dropping || (res <= 0 && res != -ENOBUFS && res != -ECANCELED)) {
+		leg_fail(leg, LEG_FAULT_CLOSED); /* a dropping leg is only reaped */
+		return;
+	}
+	if (res == -ENOBUFS) {
+		if (leg->is_release_after_recv) { /* the cancelled receive ended this way: release as planned */
+			leg->is_release_after_recv = false;
+			leg->ops->on_progress(leg);
+			if (!leg->conn)
+				return;
+		}
+		leg->is_starved = true;
+		leg->ops->on_starved(leg);
+		return;
+	}
+	leg->is_release_after_recv = false;
+	leg->ops->on_progress(leg);
+	leg_resume(leg);
+}
+
+static void leg_sent(struct ring_op *op, int res, uint32_t flags)
+{
+	(void)flags;
+	struct sendq *q = TERN_CONTAINER_OF(op, struct sendq, op);
+	struct leg *leg = TERN_CONTAINER_OF(q, struct leg, to_server);
+	struct ring *ring = &leg->host->ring;
+	if (res <= 0) {
+		sendq_clear(q, ring);
+		leg_fail(leg, LEG_FAULT_CLOSED);
+		return;
+	}
+	sendq_sent(q, ring, (uint32_t)res);
+	if (!sendq_is_empty(q))
+		host_mark_dirty(leg->host, q);
+	leg->ops->on_progress(leg);
+}

@@ -1,0 +1,133 @@
+/*
+ * leg.h — one server connection as a session uses it: the pool connection, its receive op, the queue
+ * toward the server, the scanner of what the server sends, the replies it still owes (ReadyForQuery
+ * messages, the hidden ones that answer tern's own queries, and, with statement tracking, every reply
+ * in order), its transaction status, its COPY state, and its request to the pool while it waits.
+ *
+ * Life of a leg: leg_create (no connection) → a connection from the worker-local cache or the pool
+ * (leg_attach), or a parked request that a worker later hands it → leg_resume arms the receive →
+ * server bytes go to ops->on_bytes → leg_release gives an idle connection back, or leg_drop shuts a
+ * connection that must not be reused and leg_reap discards it once nothing is in flight on it. A leg
+ * that lost its connection can be attached again, so a session keeps its legs while connections come
+ * and go; a leg still draining can be set aside (leg_is_reapable) while a new one takes its role.
+ *
+ * Threads: the session's worker only. Ownership: a session owns its legs (leg_destroy once reapable); a
+ * leg holds its connection (USED) while attached and its receive buffers' references in to_server.
+ * What the leg must tell its session goes through leg_ops: received bytes, progress (release or settle
+ * now), starvation, and a lost connection, which the session decides about in one place.
+ * Never: knows the client, the session's insides, observers or the admin console.
+ */
+#ifndef TERN_LEG_H
+#define TERN_LEG_H
+
+#include "host.h"
+#include "proto.h"
+#include "sendq.h"
+#include "stmts.h"
+
+/* A session holds at most one leg per role. The replicas work adds LEG_REPLICA. */
+enum leg_role { LEG_PRIMARY = 0, LEG_ROLE_COUNT };
+
+/* How a leg's connection was lost: the session's decision (session_decide_lost) reads it. */
+enum leg_fault {
+	LEG_FAULT_NONE = 0,
+	LEG_FAULT_CLOSED,    /* the server closed the connection, or a receive or send on it failed */
+	LEG_FAULT_MALFORMED, /* it sent a message tern cannot account for, or one over max_backend_frame_bytes */
+};
+
+struct leg;
+struct session;
+
+struct leg_ops {
+	/* Bytes the server sent, in receive buffer buffer_id (the callee takes references it keeps). <0: the
+	 * stream is malformed and the leg is lost with LEG_FAULT_MALFORMED. */
+	int (*on_bytes)(struct leg *leg, uint16_t buffer_id, const uint8_t *data, uint32_t len);
+	/* A receive or send of the leg completed without a fault: the session may release or settle it. */
+	void (*on_progress)(struct leg *leg);
+	/* The leg's receive found no free buffer: the session waits for buffers, then leg_resume. */
+	void (*on_starved)(struct leg *leg);
+	/* The connection is lost (already shut): the session's one decision about what that means. */
+	void (*on_lost)(struct leg *leg, enum leg_fault fault);
+};
+
+struct leg {
+	struct session *session; /* the owner, for its callbacks; never dereferenced here */
+	const struct leg_ops *ops;
+	struct host *host;
+	enum leg_role role;
+	struct pool_conn *conn; /* NULL while detached */
+	/* Where the server's bytes go (the client's queue): over its high mark, the receive pauses. NULL
+	 * while they go nowhere (the session ended). */
+	const struct sendq *downstream;
+	struct ring_op recv;    /* single shot: nothing is armed when the connection is released */
+	struct sendq to_server; /* fd -1 while detached: bytes wait for a connection */
+	struct proto_stream stream; /* what the server sends */
+	/* Waiting for a connection from the pool (host->parked, oldest first). */
+	struct pool_request request;
+	bool is_request_pending; /* must not be freed until the request resolves */
+	struct base_list parked_link;
+	/* The replies it owes. */
+	uint32_t pending_ready; /* Query/Sync/FunctionCall sent whose ReadyForQuery has not come */
+	uint32_t hidden_ready;  /* ... of them, answers to tern's own queries, hidden from the client */
+	bool is_unsynced;       /* extended-protocol messages sent since the last Sync */
+	struct stmt_replies replies; /* with statement tracking: every reply owed, in order */
+	bool is_skipping_to_sync;    /* after an error tern made up: the server would skip to the next Sync */
+	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
+	bool is_copy_in;             /* the server is in copy-in: it ignores the Syncs it receives */
+	uint32_t syncs_since_execute; /* Syncs counted since the last Execute or Query */
+	/* Statements queued messages use that the connection must prepare (collected while detached). */
+	struct stmt_need *needed;
+	uint32_t needed_count, needed_cap;
+	/* A DEALLOCATE ALL or DISCARD ALL was read: the statements needed before it do not count for the
+	 * messages after it, and the cache of the connection that comes is wrong until the command runs. */
+	uint32_t needed_barrier;
+	bool is_stmt_cache_stale;
+	/* For the timeouts and SHOW STATS: when the oldest unanswered request went out, when the server last
+	 * said it was ready. */
+	uint64_t request_sent_ns;
+	uint64_t ready_ns;
+	/* Connection state. */
+	bool is_failed;             /* broke or misbehaved: never reused */
+	bool is_dropping;           /* its socket is shut; discarded once no op is armed on it */
+	bool is_recv_paused;        /* back pressure: the client reads slower than the server writes */
+	bool is_release_after_recv; /* a release waits for the cancelled receive to end */
+	bool is_starved;            /* its receive ended for want of buffers */
+	struct base_list link;      /* the session's list of legs set aside to drain */
+};
+
+/* A detached leg of `role` for `session`. NULL when out of memory. */
+struct leg *leg_create(struct session *session, struct host *host, const struct leg_ops *ops, enum leg_role role);
+/* Frees a reapable leg (leg_is_reapable). */
+void leg_destroy(struct leg *leg);
+/* Takes a USED connection (from the local cache, the pool, or a granted request). The stream toward the
+ * server must be between messages. */
+void leg_attach(struct leg *leg, struct pool_conn *conn);
+/* Arms the receive when attached and nothing holds it back; `downstream` over its high mark pauses it
+ * (back pressure) until the session calls again once it drained. */
+void leg_resume(struct leg *leg);
+/* True between requests: attached, sound, nothing owed, nothing queued or in flight, the server's
+ * stream between messages and its transaction idle. */
+bool leg_is_idle(const struct leg *leg);
+/* Gives an idle connection back to the worker-local cache, or first cancels the armed receive (the
+ * release then happens at its completion, through ops->on_progress). True when released now. */
+bool leg_release(struct leg *leg);
+/* Shuts the connection: it is never reused, its ops end with errors, leg_reap discards it. */
+void leg_drop(struct leg *leg);
+/* A dropped leg whose ops have ended: discards the connection. True when the leg holds none now. */
+bool leg_reap(struct leg *leg);
+/* The connection failed or misbehaved: drop it, ask the session (ops->on_lost), then reap. A leg already
+ * dropping is only reaped: its failure was expected. */
+void leg_fail(struct leg *leg, enum leg_fault fault);
+/* True when nothing of the leg is in flight (no op armed, no parked request, no connection). */
+bool leg_is_reapable(const struct leg *leg);
+/* Receive-buffer slices queued toward the server become owned copies (a parked client must hold no
+ * receive buffers). 0 or -ENOMEM. */
+TERN_MUST_USE int leg_hold_queued(struct leg *leg);
+/* A request went out (Query, Sync, FunctionCall): one more ReadyForQuery is owed. */
+static inline void leg_expect_ready(struct leg *leg, uint64_t now_ns)
+{
+	if (leg->pending_ready++ == 0)
+		leg->request_sent_ns = now_ns;
+}
+
+#endif
