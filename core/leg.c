@@ -78,7 +78,7 @@ void leg_resume(struct leg *leg)
 bool leg_is_idle(const struct leg *leg)
 {
 	return leg->conn && !leg->is_failed && !leg->is_dropping && leg->tx_status == 'I' && leg->pending_ready == 0 &&
-	       !leg->is_unsynced && !leg->is_copy_in && leg->replies.count == 0 && sendq_is_idle(&leg->to_server) &&
+	       !leg->is_unsynced && !leg->copy.is_copy_in && leg->replies.count == 0 && sendq_is_idle(&leg->to_server) &&
 	       proto_stream_is_at_boundary(&leg->stream);
 }
 

@@ -38,6 +38,13 @@ enum leg_fault {
 struct leg;
 struct session;
 
+/* COPY as observer_copy.c follows it on one leg. */
+struct leg_copy {
+	bool is_copy_in;              /* the server is in copy-in: it ignores the Syncs it receives */
+	uint32_t syncs_since_execute; /* Syncs counted since the last Execute or Query */
+	uint32_t syncs_ignored;       /* at the last CopyInResponse: Syncs pipelined behind the COPY */
+};
+
 struct leg_ops {
 	/* Bytes the server sent, in receive buffer buffer_id (the callee takes references it keeps). <0: the
 	 * stream is malformed and the leg is lost with LEG_FAULT_MALFORMED. */
@@ -62,6 +69,7 @@ struct leg {
 	struct ring_op recv;    /* single shot: nothing is armed when the connection is released */
 	struct sendq to_server; /* fd -1 while detached: bytes wait for a connection */
 	struct proto_stream stream; /* what the server sends */
+	uint32_t server_readers;    /* the observers that read the server message being scanned */
 	/* Waiting for a connection from the pool (host->parked, oldest first). */
 	struct pool_request request;
 	bool is_request_pending; /* must not be freed until the request resolves */
@@ -73,8 +81,7 @@ struct leg {
 	struct stmt_replies replies; /* with statement tracking: every reply owed, in order */
 	bool is_skipping_to_sync;    /* after an error tern made up: the server would skip to the next Sync */
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
-	bool is_copy_in;             /* the server is in copy-in: it ignores the Syncs it receives */
-	uint32_t syncs_since_execute; /* Syncs counted since the last Execute or Query */
+	struct leg_copy copy;        /* observer_copy.c */
 	/* Statements queued messages use that the connection must prepare (collected while detached). */
 	struct stmt_need *needed;
 	uint32_t needed_count, needed_cap;

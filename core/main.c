@@ -2,6 +2,7 @@
 #include "admin.h"
 #include "auth.h"
 #include "config.h"
+#include "dispatch.h"
 #include "pool/opener.h"
 #include "pool/pool.h"
 #include "session.h"
@@ -231,6 +232,7 @@ int main(int argc, char **argv)
 	static struct tern_runtime rt;
 	rt.config = &cfg;
 	rt.console = &admin_console;
+	dispatch_init();
 	struct auth_file *auth_file = NULL;
 	if (cfg.auth_file[0]) {
 		if (auth_file_load(cfg.auth_file, &auth_file, err, sizeof(err)) < 0) {

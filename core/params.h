@@ -38,6 +38,28 @@ struct params_values {
 	uint32_t is_set; /* bit i: value[i] holds the client's value */
 };
 
+/* A client's parameters and search_path, as observer_params.c keeps them in transaction pooling. */
+struct params_state {
+	struct params_values values; /* the tracked parameters */
+	/* search_path as the client last SET it outside a transaction ("" = never), and the value of a SET
+	 * sent whose success (its CommandComplete, then ReadyForQuery 'I' with no error) is awaited. */
+	char search_path[PARAMS_VALUE_MAX];
+	char pending_search_path[PARAMS_VALUE_MAX];
+	bool is_search_path_pending;
+	bool is_search_path_confirmed;
+	/* A SET tern could not attribute ran (extended protocol, in a transaction block, a second SET in one
+	 * query): search_path above may be stale. Before the connection goes back, tern asks the server
+	 * (a hidden SHOW search_path, is_learning_search_path while its answer comes). */
+	bool is_search_path_stale;
+	bool is_learning_search_path;
+	/* Since nothing was last in flight: a Query or Parse text read named search_path (or RESET), or a
+	 * Query was too long to read (queries_unread counts those begun and not read). A SET tag with
+	 * neither cannot have changed search_path (SET LOCAL app.x in every transaction costs nothing). */
+	bool is_search_path_mentioned;
+	bool is_unnamed_naming_search_path; /* the unnamed statement's text names search_path or RESET */
+	uint32_t queries_unread;
+};
+
 /* The value of `name` among a connection's reported parameters (case-insensitive), or NULL. */
 const char *params_find(const struct pool_param *params, uint32_t count, const char *name);
 /* Records a reported value in a connection's parameter list, replacing or appending. */

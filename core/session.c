@@ -31,8 +31,6 @@ struct session *session_create(struct host *host, int client_fd)
 	s->host = host;
 	s->phase = SESSION_STARTUP;
 	s->is_transaction_pooling = runtime_config(rt)->pool_mode == CONFIG_POOL_TRANSACTION;
-	s->tracks_statements = s->is_transaction_pooling && runtime_config(rt)->max_prepared_statements > 0;
-	stmt_map_init(&s->statements);
 	s->client_fd = client_fd;
 	s->client_recv.handler = session_client_recv_done;
 	sendq_init(&s->to_client, session_client_sent);
@@ -398,10 +396,8 @@ void session_try_release(struct session *s, struct leg *leg)
 	if (s->phase != SESSION_CLOSING &&
 	    !(s->is_transaction_pooling && s->phase == SESSION_READY && !session_is_pinned(s)))
 		return;
-	if (s->is_search_path_stale && s->phase == SESSION_READY) {
-		session_relay_learn_search_path(s, leg); /* the connection goes back once the answer is in */
-		return;
-	}
+	if (session_relay_before_release(s, leg))
+		return; /* the connection goes back once the answer is in */
 	(void)leg_release(leg); /* or at the end of the cancelled receive, through on_progress */
 }
 
@@ -455,7 +451,7 @@ struct leg *session_replace_leg(struct session *s, enum leg_role role)
 static bool session_leg_awaits_only_tern(const struct session *s, const struct leg *leg)
 {
 	return leg->hidden_ready > 0 && leg->pending_ready == leg->hidden_ready && leg->replies.count == 0 &&
-	       !leg->is_unsynced && !leg->is_copy_in && proto_stream_is_at_boundary(&s->client_stream);
+	       !leg->is_unsynced && !leg->copy.is_copy_in && proto_stream_is_at_boundary(&s->client_stream);
 }
 
 /* At the end of a session: reset and release an idle server, or drop a busy one. */
@@ -637,7 +633,7 @@ void session_destroy(struct session *s)
 	session_free_drained(s);
 	TERN_ASSERT(base_list_is_empty(&s->legs_draining));
 	proto_stream_deinit(&s->client_stream);
-	session_stmts_deinit(s);
+	session_relay_deinit(s);
 	free(s->login_buf);
 	if (s->console)
 		s->host->runtime->console->destroy(s);

@@ -40,6 +40,16 @@ enum session_phase {
 	SESSION_CLOSING,     /* ending: the client gets no more bytes; waiting for ops to finish */
 };
 
+/* Transaction pooling: a client that ran LISTEN keeps its server connection (its notifications arrive
+ * there) until UNLISTEN * or DISCARD ALL, and one that ran SQL PREPARE keeps it (EXECUTE finds the
+ * statement only there) until DEALLOCATE ALL or DISCARD ALL; at its exit that connection is closed.
+ * Kept by observer_pins.c. */
+struct session_pins {
+	bool is_listening;
+	bool is_unlisten_all_sent; /* a query starting with UNLISTEN * is in flight */
+	bool is_sql_prepared;
+};
+
 /* What SHOW STATS counts for one session, kept by its worker (plain increments, no atomics): added to
  * the worker's per-database totals when the session is freed, read from the live session when asked.
  * A server assignment is one transaction in transaction pooling (the server goes back when the
@@ -93,38 +103,14 @@ struct session {
 	bool ssl_request_seen;
 	bool gss_request_seen;
 	struct session_tls *tls; /* NULL: the client speaks in the clear (see session_tls.c) */
-	/* Transaction pooling: a client that ran LISTEN keeps its server connection (its notifications
-	 * arrive there) until UNLISTEN * or DISCARD ALL; at its exit that connection is closed. */
-	bool is_listening;
-	bool is_unlisten_all_sent;
-	/* Transaction pooling: the client's tracked parameters. */
-	struct params_values params;
-	/* search_path as the client last SET it outside a transaction ("" = never), and the value of a SET
-	 * sent whose success (its CommandComplete, then ReadyForQuery 'I' with no error) is awaited. */
-	char search_path[PARAMS_VALUE_MAX];
-	char pending_search_path[PARAMS_VALUE_MAX];
-	bool is_search_path_pending;
-	bool is_search_path_confirmed;
-	/* A SET tern could not attribute ran (extended protocol, in a transaction block, a second SET in one
-	 * query): search_path above may be stale. Before the connection goes back, tern asks the server
-	 * (a hidden SHOW search_path, is_learning_search_path while its answer comes). */
-	bool is_search_path_stale;
-	bool is_learning_search_path;
-	/* Since nothing was last in flight: a Query or Parse text read named search_path (or RESET), or a
-	 * Query was too long to read (queries_unread counts those begun and not read). A SET tag with
-	 * neither cannot have changed search_path (SET LOCAL app.x in every transaction costs nothing). */
-	bool is_search_path_mentioned;
-	bool is_unnamed_naming_search_path; /* the unnamed statement's text names search_path or RESET */
-	uint32_t queries_unread;
-	/* Transaction pooling with max_prepared_statements: the client's named statements (the replies each
-	 * leg owes and the statements its queued messages need are the leg's). */
-	bool tracks_statements;
-	bool is_sql_prepared;     /* ran SQL PREPARE: pinned to its connection like LISTEN */
-	/* The unnamed statement (portal) is a SQL DEALLOCATE of one of the client's statements, which tern
-	 * answers itself: the server knows the statement by another name. */
-	bool is_unnamed_deallocate;
-	bool is_portal_deallocate;
-	struct stmt_map statements;
+	/* What the observers keep (observer.h), each in its own struct. */
+	uint32_t observers_on;   /* bit per observer id: on for this session (set at login) */
+	uint32_t client_readers; /* the observers that read the client message being scanned */
+	uint8_t client_taker;    /* the observer that took it over, if one did */
+	bool is_out_of_memory;   /* an observer's type hook ran out of memory: the relay ends the session */
+	struct params_state params;     /* observer_params.c: parameters and search_path */
+	struct session_pins pins;       /* observer_pins.c: LISTEN, SQL PREPARE */
+	struct stmts_state stmts;       /* observer_stmts.c: the client's named statements */
 
 	enum session_end_reason end_reason;
 	uint64_t closing_ns;
@@ -207,7 +193,10 @@ bool session_pause_gate(struct session *s);
 /* While parked: moves the bytes queued for the server out of receive buffers into owned copies. */
 void session_hold_parked_bytes(struct session *s);
 /* Transaction pooling: the client keeps its server connection (LISTEN, SQL PREPARE). */
-static inline bool session_is_pinned(const struct session *s) { return s->is_listening || s->is_sql_prepared; }
+static inline bool session_is_pinned(const struct session *s)
+{
+	return s->pins.is_listening || s->pins.is_sql_prepared;
+}
 
 /* ---- the client side ---- */
 
@@ -239,41 +228,11 @@ int session_relay_on_server_bytes(struct leg *leg, uint16_t buffer_id, const uin
 /* leg got a connection: the client's state is restored on it (welcome, statements, parameters), then
  * the queued bytes go. */
 void session_relay_attach(struct session *s, struct leg *leg, struct pool_conn *conn);
-/* Transaction pooling: queues the hidden SHOW search_path that learns a stale value (see session). */
-void session_relay_learn_search_path(struct session *s, struct leg *leg);
-
-/* ---- named prepared statements in transaction pooling (session_stmts.c) ---- */
-
-/* Forgets the client's prepared statements. */
-void session_stmts_deinit(struct session *s);
-/* The server will owe one more reply of `kind` (enum stmt_reply). 0 or -ENOMEM. */
-TERN_MUST_USE int session_stmts_expect(struct leg *leg, uint8_t kind);
-/* True when a Sync or Flush can be answered by tern: the server owes nothing and holds no batch. */
-bool session_stmts_is_local(const struct leg *leg);
-void session_stmts_answer_sync(struct session *s);
-/* A held Parse, Bind, Describe, Close or Execute (chunk and buffer_id: the chunk it was read from). 0, -EPROTO
- * (malformed) or -ENOMEM. */
-TERN_MUST_USE int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len,
-						  uint16_t buffer_id, const uint8_t *chunk);
-/* The first head_len bytes of a Bind of body_len (longer than PROTO_HOLD_HEAD_LEN): queues them with the
- * statement name rewritten and returns PROTO_FORWARD for the rest, or 0 when tern answered the Bind and
- * the rest is dropped; -EPROTO or -ENOMEM. */
-TERN_MUST_USE int session_stmts_on_bind_head(struct session *s, const uint8_t *head, uint32_t head_len,
-					     uint32_t body_len);
-/* A connection was attached to leg: prepares there the statements queued messages use. 0 or -ENOMEM. */
-TERN_MUST_USE int session_stmts_prepare_needed(struct session *s, struct leg *leg);
-/* How a server message of `type` must be scanned for the reply tracking (0: as usual). */
-unsigned session_stmts_server_type(const struct leg *leg, uint8_t type);
-/* A scanned server message (not one answering tern's SET): advances the expected replies. 0 or -EPROTO. */
-TERN_MUST_USE int session_stmts_on_server_message(struct session *s, struct leg *leg, uint8_t type,
-						  const uint8_t *body, uint32_t len);
-/* The server entered copy-in: the Syncs pipelined behind the COPY will bring no reply. */
-void session_stmts_on_copy_in(struct leg *leg, uint32_t ignored_syncs);
-/* DEALLOCATE ALL or DISCARD ALL read from the client: the names so far are gone for the messages after
- * it, and statements they use are prepared again after it. */
-void session_stmts_forget_all_ahead(struct session *s);
-/* DEALLOCATE ALL or DISCARD ALL: no prepared statement is left, on the client's side or the server's. */
-void session_stmts_forget_all(struct session *s, struct leg *leg);
+/* leg is idle and about to go back: true when an observer queued something first (the release then
+ * waits for its answer). */
+bool session_relay_before_release(struct session *s, struct leg *leg);
+/* The session is freed: the observers' state goes. */
+void session_relay_deinit(struct session *s);
 
 /* ---- SHOW STATS ---- */
 

@@ -1,6 +1,7 @@
 /* The login half of a session: startup packet, SSLRequest (TLS) and GSS refusal, authentication and
  * the welcome. */
 #include "auth.h"
+#include "dispatch.h"
 #include "scram.h"
 #include "session.h"
 #include "host.h"
@@ -79,8 +80,8 @@ static bool login_build_options(struct session *s, const struct proto_startup *s
 			continue;
 		int tracked = track ? params_tracked_index(&rt->tracked, st->names[i]) : -1;
 		if (tracked >= 0 && strlen(st->values[i]) < PARAMS_VALUE_MAX) {
-			base_strlcpy(s->params.value[tracked], st->values[i], PARAMS_VALUE_MAX);
-			s->params.is_set |= 1u << tracked;
+			base_strlcpy(s->params.values.value[tracked], st->values[i], PARAMS_VALUE_MAX);
+			s->params.values.is_set |= 1u << tracked;
 			continue;
 		}
 		uint32_t j = n++;
@@ -112,16 +113,16 @@ static void login_send_welcome(struct session *s, const struct pool_param *param
 		const char *value = params[i].value;
 		/* What the client asked for, as the server would have reported it. */
 		int t = params_tracked_index(tracked, params[i].name);
-		if (t >= 0 && (s->params.is_set & (1u << t)))
-			value = s->params.value[t];
+		if (t >= 0 && (s->params.values.is_set & (1u << t)))
+			value = s->params.values.value[t];
 		else if (strcmp(params[i].name, "application_name") == 0)
 			value = s->application_name;
 		/* What the welcome says is what the client believes: keep it, so another client's SET on a
 		 * shared connection is undone before this one runs there. */
 		if (t >= 0 && strlen(value) < PARAMS_VALUE_MAX) {
-			if (value != s->params.value[t])
-				base_strlcpy(s->params.value[t], value, PARAMS_VALUE_MAX);
-			s->params.is_set |= 1u << t;
+			if (value != s->params.values.value[t])
+				base_strlcpy(s->params.values.value[t], value, PARAMS_VALUE_MAX);
+			s->params.values.is_set |= 1u << t;
 		}
 		size_t n = proto_build_parameter_status(msg, sizeof(msg), params[i].name, value);
 		if (n > 0)
@@ -152,6 +153,7 @@ static void login_complete(struct session *s)
 		return;
 	}
 	s->phase = SESSION_LOGIN_WAIT;
+	s->observers_on = dispatch_observers_for(s);
 	if (s->is_transaction_pooling && pool_db_has_params(s->db)) {
 		login_send_welcome(s, s->db->params, s->db->param_count);
 		return;
@@ -280,8 +282,8 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 	char options[LOGIN_OPTIONS_MAX];
 	if (s->application_name[0] && s->is_transaction_pooling) {
 		int i = params_tracked_index(&rt->tracked, "application_name");
-		base_strlcpy(s->params.value[i], s->application_name, PARAMS_VALUE_MAX);
-		s->params.is_set |= 1u << i;
+		base_strlcpy(s->params.values.value[i], s->application_name, PARAMS_VALUE_MAX);
+		s->params.values.is_set |= 1u << i;
 	}
 	if (!login_build_options(s, st, options, sizeof(options))) {
 		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "54000", "startup parameters too long");

@@ -97,6 +97,15 @@ TERN_MUST_USE int stmt_cache_add(struct stmt_cache *cache, const struct stmt *st
 void stmt_cache_remove(struct stmt_cache *cache, const struct stmt *stmt);
 void stmt_cache_clear(struct stmt_cache *cache);
 
+/* A session's named statements, as observer_stmts.c keeps them (transaction pooling with
+ * max_prepared_statements): the client's names, and whether the unnamed statement and portal are a SQL
+ * DEALLOCATE of one of them, which tern answers itself (the server knows the statement by another name). */
+struct stmts_state {
+	struct stmt_map statements;
+	bool is_unnamed_deallocate;
+	bool is_portal_deallocate;
+};
+
 /* A statement a session's queued messages use, collected while no connection is attached. */
 struct stmt_need {
 	struct stmt *stmt; /* a reference */

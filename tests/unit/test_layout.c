@@ -48,7 +48,8 @@ static const char *const module_names[] = {"other", "core/base", "core", "pool",
 static const char *const core_order[] = {
 	"proto", "sendq", "reasons", "sql", "params", "stmts", "config", "scram", "auth", "tls",
 	"runtime", "host", "leg",
-	"session", "session_tls", "session_stmts", "session_relay", "session_login",
+	"session", "session_tls", "observer", "observer_copy", "observer_stmts", "observer_params", "observer_pins",
+	"observer_stats", "dispatch", "session_relay", "session_login",
 	"worker", "admin", "main",
 };
 

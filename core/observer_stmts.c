@@ -4,8 +4,10 @@
  * Close are rewritten to that name. The replies the server owes are tracked in order, so the answers
  * to tern's own Parse and Close are hidden and the answers tern makes up go out where the server's
  * would have. */
+#include "observer.h"
 #include "session.h"
-#include "host.h"
+
+#include "sql.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -21,6 +23,8 @@ static const uint8_t stmts_describe_no_data[] = {PROTO_BE_PARAMETER_DESCRIPTION,
 						 PROTO_BE_NO_DATA, 0, 0, 0, 4};
 static const uint8_t stmts_deallocate_complete[] = {PROTO_BE_COMMAND_COMPLETE, 0, 0, 0, 15, 'D', 'E', 'A', 'L',
 						    'L', 'O', 'C', 'A', 'T', 'E', 0};
+
+static void stmts_forget_all_ahead(struct session *s);
 
 static bool stmts_kind_is_made(uint8_t kind) { return kind >= STMT_REPLY_MADE_PARSE_COMPLETE; }
 
@@ -68,17 +72,17 @@ static int stmts_make_reply(struct session *s, uint8_t kind, void *data, uint32_
 	return stmts_make_reply_for(s, kind, data, len, NULL);
 }
 
-int session_stmts_expect(struct leg *leg, uint8_t kind)
+static int stmts_expect(struct leg *leg, uint8_t kind)
 {
 	return stmt_replies_push_back(&leg->replies, kind, NULL, 0, NULL);
 }
 
-bool session_stmts_is_local(const struct leg *leg)
+static bool stmts_is_local(const struct leg *leg)
 {
-	return leg->replies.count == 0 && !leg->is_unsynced && leg->tx_status == 'I' && !leg->is_copy_in;
+	return leg->replies.count == 0 && !leg->is_unsynced && leg->tx_status == 'I' && !leg->copy.is_copy_in;
 }
 
-void session_stmts_answer_sync(struct session *s)
+static void stmts_answer_sync(struct session *s)
 {
 	session_send_to_client(s, stmts_ready_idle, sizeof(stmts_ready_idle));
 }
@@ -226,7 +230,7 @@ static int stmts_need(struct session *s, struct stmt *stmt)
 	return rc;
 }
 
-int session_stmts_prepare_needed(struct session *s, struct leg *leg)
+static int stmts_prepare_needed(struct session *s, struct leg *leg)
 {
 	struct stmt_cache *cache = stmts_cache_of(leg->conn);
 	if (cache && leg->is_stmt_cache_stale)
@@ -324,9 +328,9 @@ static int stmts_make_bytes(struct session *s, const void *bytes, uint32_t len)
 static bool stmts_is_deallocate_of_own(struct session *s, const uint8_t *content, uint32_t len)
 {
 	char name[POOL_NAME_LEN_MAX];
-	if (sql_parse_deallocate(content, len, name, sizeof(name)) != 1 || !stmt_map_get(&s->statements, name))
+	if (sql_parse_deallocate(content, len, name, sizeof(name)) != 1 || !stmt_map_get(&s->stmts.statements, name))
 		return false;
-	(void)stmt_map_remove(&s->statements, name);
+	(void)stmt_map_remove(&s->stmts.statements, name);
 	return true;
 }
 
@@ -334,13 +338,13 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 			  bool names_search_path)
 {
 	struct leg *leg = session_primary(s);
-	if (stmt_map_get(&s->statements, name))
+	if (stmt_map_get(&s->stmts.statements, name))
 		return stmts_refuse_duplicate(s, name);
 	struct stmt *stmt = stmt_create(content, len);
 	if (!stmt)
 		return -ENOMEM;
 	stmt->names_search_path = names_search_path;
-	int rc = stmt_map_put(&s->statements, name, stmt, leg->replies.pushed);
+	int rc = stmt_map_put(&s->stmts.statements, name, stmt, leg->replies.pushed);
 	stmt_unref(stmt); /* the map's reference keeps it */
 	if (rc < 0)
 		return rc;
@@ -380,14 +384,14 @@ static int stmts_on_bind(struct session *s, const uint8_t *body, uint32_t len, u
 	struct stmt *stmt = NULL;
 	if (name) {
 		if (!portal[0])
-			s->is_portal_deallocate = !name[0] && s->is_unnamed_deallocate;
-		if (!name[0] && s->is_unnamed_deallocate) {
+			s->stmts.is_portal_deallocate = !name[0] && s->stmts.is_unnamed_deallocate;
+		if (!name[0] && s->stmts.is_unnamed_deallocate) {
 			int rc = stmts_make_bytes(s, stmts_bind_complete, sizeof(stmts_bind_complete));
 			return rc < 0 ? rc : 0;
 		}
-		stmt = name[0] ? stmt_map_get(&s->statements, name) : NULL;
-		bool names = stmt ? stmt->names_search_path : !name[0] && s->is_unnamed_naming_search_path;
-		s->is_search_path_mentioned |= names;
+		stmt = name[0] ? stmt_map_get(&s->stmts.statements, name) : NULL;
+		bool names = stmt ? stmt->names_search_path : !name[0] && s->params.is_unnamed_naming_search_path;
+		s->params.is_search_path_mentioned |= names;
 	} else if (len == body_len) {
 		return -EPROTO;
 	} /* else names over the head's 1 KiB: passed on unchanged (a statement so named is not rewritten) */
@@ -408,17 +412,17 @@ static int stmts_on_bind(struct session *s, const uint8_t *body, uint32_t len, u
 		leg->is_unsynced = true;
 	}
 	if (rc == 0)
-		rc = session_stmts_expect(leg, STMT_REPLY_BIND);
+		rc = stmts_expect(leg, STMT_REPLY_BIND);
 	return rc < 0 ? rc : PROTO_FORWARD;
 }
 
-int session_stmts_on_bind_head(struct session *s, const uint8_t *head, uint32_t head_len, uint32_t body_len)
+static int stmts_on_bind_head(struct session *s, const uint8_t *head, uint32_t head_len, uint32_t body_len)
 {
 	return stmts_on_bind(s, head, head_len, body_len, RING_NO_BUFFER, NULL);
 }
 
-int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len,
-				    uint16_t buffer_id, const uint8_t *chunk)
+static int stmts_on_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len,
+				   uint16_t buffer_id, const uint8_t *chunk)
 {
 	struct leg *leg = session_primary(s);
 	uint32_t offset = 0;
@@ -429,14 +433,14 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 		/* A statement that may set search_path may change it whenever it runs (see the relay); a Parse
 		 * holds one statement, so most texts are settled by their first word. */
 		bool names = sql_statement_may_set_search_path(body + offset, len - offset);
-		s->is_search_path_mentioned |= names;
+		s->params.is_search_path_mentioned |= names;
 		if (name[0])
 			return stmts_on_parse(s, name, body + offset, len - offset, names);
-		s->is_unnamed_naming_search_path = names;
+		s->params.is_unnamed_naming_search_path = names;
 		if (sql_is_forget_all(body + offset, len - offset))
-			session_stmts_forget_all_ahead(s);
-		s->is_unnamed_deallocate = stmts_is_deallocate_of_own(s, body + offset, len - offset);
-		if (s->is_unnamed_deallocate)
+			stmts_forget_all_ahead(s);
+		s->stmts.is_unnamed_deallocate = stmts_is_deallocate_of_own(s, body + offset, len - offset);
+		if (s->stmts.is_unnamed_deallocate)
 			return stmts_make_reply(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0);
 		int rc = stmts_forward(s, type, body, len, buffer_id, chunk);
 		return rc < 0 ? rc : stmt_replies_push_back(&leg->replies, STMT_REPLY_PARSE, NULL, 0, NULL);
@@ -452,7 +456,7 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 		if (!portal[0]) /* the DEALLOCATE tern answers: held only while is_portal_deallocate */
 			return stmts_make_bytes(s, stmts_deallocate_complete, sizeof(stmts_deallocate_complete));
 		int rc = stmts_forward(s, type, body, len, buffer_id, chunk);
-		return rc < 0 ? rc : session_stmts_expect(leg, STMT_REPLY_EXECUTE);
+		return rc < 0 ? rc : stmts_expect(leg, STMT_REPLY_EXECUTE);
 	}
 	TERN_ASSERT(type == PROTO_FE_DESCRIBE || type == PROTO_FE_CLOSE);
 	if (len < 2)
@@ -462,14 +466,14 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 	const char *name = proto_read_cstring(body, len, &offset);
 	if (!name)
 		return -EPROTO;
-	if (type == PROTO_FE_DESCRIBE && !name[0] && kind == 'S' && s->is_unnamed_deallocate)
+	if (type == PROTO_FE_DESCRIBE && !name[0] && kind == 'S' && s->stmts.is_unnamed_deallocate)
 		return stmts_make_bytes(s, stmts_describe_no_data, sizeof(stmts_describe_no_data));
-	if (type == PROTO_FE_DESCRIBE && !name[0] && kind == 'P' && s->is_portal_deallocate)
+	if (type == PROTO_FE_DESCRIBE && !name[0] && kind == 'P' && s->stmts.is_portal_deallocate)
 		return stmts_make_bytes(s, stmts_no_data, sizeof(stmts_no_data));
-	struct stmt *stmt = kind == 'S' && name[0] ? stmt_map_get(&s->statements, name) : NULL;
+	struct stmt *stmt = kind == 'S' && name[0] ? stmt_map_get(&s->stmts.statements, name) : NULL;
 	if (type == PROTO_FE_CLOSE && stmt) {
 		/* The server-side statement stays for other clients; only the client's name goes. */
-		(void)stmt_map_remove(&s->statements, name);
+		(void)stmt_map_remove(&s->stmts.statements, name);
 		return stmts_make_reply(s, STMT_REPLY_MADE_CLOSE_COMPLETE, NULL, 0);
 	}
 	int rc;
@@ -485,11 +489,11 @@ int session_stmts_on_client_message(struct session *s, uint8_t type, const uint8
 	if (rc < 0)
 		return rc;
 	if (type == PROTO_FE_CLOSE)
-		return session_stmts_expect(leg, STMT_REPLY_CLOSE);
-	return session_stmts_expect(leg, kind == 'S' ? STMT_REPLY_DESCRIBE_STATEMENT : STMT_REPLY_DESCRIBE_PORTAL);
+		return stmts_expect(leg, STMT_REPLY_CLOSE);
+	return stmts_expect(leg, kind == 'S' ? STMT_REPLY_DESCRIBE_STATEMENT : STMT_REPLY_DESCRIBE_PORTAL);
 }
 
-unsigned session_stmts_server_type(const struct leg *leg, uint8_t type)
+static unsigned stmts_server_type(const struct leg *leg, uint8_t type)
 {
 	const struct stmt_reply_entry *head = stmt_replies_head((struct stmt_replies *)&leg->replies);
 	if (!head)
@@ -549,8 +553,8 @@ static void stmts_forget_on_connection(struct session *s, const struct stmt *stm
  * if it still names that statement (the client may have closed and reused it since). */
 static void stmts_forget_name(struct session *s, const char *name, struct stmt *stmt)
 {
-	if (name && stmt && stmt_map_get(&s->statements, name) == stmt)
-		(void)stmt_map_remove(&s->statements, name);
+	if (name && stmt && stmt_map_get(&s->stmts.statements, name) == stmt)
+		(void)stmt_map_remove(&s->stmts.statements, name);
 }
 
 /* An ErrorResponse for the head reply: after an extended-protocol message's error the server skips
@@ -587,7 +591,7 @@ static void stmts_on_error(struct session *s, struct stmt_reply_entry *head)
 		leg->is_skipping_to_sync = true; /* the client has not sent the Sync yet: the server skips to it */
 }
 
-int session_stmts_on_server_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
+static int stmts_on_server_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
 {
 	struct stmt_reply_entry *head = stmt_replies_head(&leg->replies);
 	if (!head)
@@ -637,15 +641,15 @@ int session_stmts_on_server_message(struct session *s, struct leg *leg, uint8_t 
 	return 0;
 }
 
-void session_stmts_on_copy_in(struct leg *leg, uint32_t ignored_syncs)
+static void stmts_on_copy_in(struct leg *leg, uint32_t ignored_syncs)
 {
 	(void)stmt_replies_remove_after_head(&leg->replies, STMT_REPLY_SYNC, ignored_syncs);
 }
 
-void session_stmts_forget_all_ahead(struct session *s)
+static void stmts_forget_all_ahead(struct session *s)
 {
 	struct leg *leg = session_primary(s);
-	stmt_map_clear(&s->statements);
+	stmt_map_clear(&s->stmts.statements);
 	if (stmts_has_backend(leg) && leg->conn->extra)
 		stmt_cache_clear(leg->conn->extra);
 	else
@@ -653,16 +657,132 @@ void session_stmts_forget_all_ahead(struct session *s)
 	leg->needed_barrier = leg->needed_count; /* later uses prepare again, after the command */
 }
 
-void session_stmts_forget_all(struct session *s, struct leg *leg)
+static void stmts_forget_all(struct session *s, struct leg *leg)
 {
 	/* Only the names the client put before the command: a Parse pipelined behind it stays. */
 	const struct stmt_reply_entry *head = stmt_replies_head(&leg->replies);
 	if (head)
-		stmt_map_remove_before(&s->statements, head->seq);
+		stmt_map_remove_before(&s->stmts.statements, head->seq);
 	else
-		stmt_map_clear(&s->statements);
+		stmt_map_clear(&s->stmts.statements);
 	if (leg->conn && leg->conn->extra)
 		stmt_cache_clear(leg->conn->extra);
 }
 
-void session_stmts_deinit(struct session *s) { stmt_map_deinit(&s->statements); }
+static void stmts_deinit(struct session *s) { stmt_map_deinit(&s->stmts.statements); }
+
+/* ---- the observer ---- */
+
+static bool stmts_is_on(const struct session *s)
+{
+	return s->is_transaction_pooling && runtime_config(s->host->runtime)->max_prepared_statements > 0;
+}
+
+/* What tern holds, answers or drops; the replies the server will owe. */
+static unsigned stmts_client_type(struct session *s, struct leg *leg, uint8_t type)
+{
+	int rc = 0;
+	switch (type) {
+	case PROTO_FE_BIND:
+		return PROTO_HOLD | PROTO_HOLD_HEAD; /* names rewritten, parameters streamed */
+	case PROTO_FE_PARSE:
+	case PROTO_FE_DESCRIBE:
+	case PROTO_FE_CLOSE:
+		return PROTO_HOLD;
+	case PROTO_FE_SYNC:
+		if (stmts_is_local(leg)) {
+			stmts_answer_sync(s); /* a batch of Parse and Close alone needs no server */
+			return 0;
+		}
+		if (!leg->copy.is_copy_in)
+			rc = stmts_expect(leg, STMT_REPLY_SYNC);
+		break;
+	case PROTO_FE_FLUSH:
+		if (stmts_is_local(leg))
+			return 0;
+		break;
+	case PROTO_FE_EXECUTE:
+		if (s->stmts.is_portal_deallocate)
+			return PROTO_HOLD; /* it may be the DEALLOCATE tern answers */
+		rc = stmts_expect(leg, STMT_REPLY_EXECUTE);
+		break;
+	case PROTO_FE_QUERY:
+		rc = stmts_expect(leg, STMT_REPLY_QUERY);
+		if (rc == 0)
+			return OBSERVER_PASS; /* read for DEALLOCATE ALL and DISCARD ALL */
+		break;
+	case PROTO_FE_FUNCTION_CALL:
+		rc = stmts_expect(leg, STMT_REPLY_QUERY);
+		break;
+	default:
+		TERN_ASSERT(!"a type stmts did not register");
+	}
+	if (rc < 0)
+		s->is_out_of_memory = true;
+	return OBSERVER_SKIP;
+}
+
+static int stmts_client_head(struct session *s, struct leg *leg, uint8_t type, const uint8_t *head, uint32_t head_len,
+			     uint32_t body_len)
+{
+	(void)leg;
+	TERN_ASSERT(type == PROTO_FE_BIND);
+	return stmts_on_bind_head(s, head, head_len, body_len);
+}
+
+static int stmts_client_message(struct session *s, struct leg *leg, const struct observer_message *m)
+{
+	(void)leg;
+	if (m->type == PROTO_FE_QUERY) {
+		if (sql_is_forget_all(m->body, m->len))
+			stmts_forget_all_ahead(s);
+		return 0;
+	}
+	return stmts_on_client_message(s, m->type, m->body, m->len, m->buffer_id, m->chunk);
+}
+
+static unsigned stmts_observe_server_type(struct session *s, struct leg *leg, uint8_t type)
+{
+	(void)s;
+	if (type == PROTO_BE_COMMAND_COMPLETE || type == PROTO_BE_READY || type == PROTO_BE_COPY_IN) {
+		unsigned action = stmts_server_type(leg, type);
+		return action ? action : OBSERVER_PASS; /* read for DISCARD ALL, the replies, copy-in */
+	}
+	unsigned action = stmts_server_type(leg, type);
+	return action ? action : OBSERVER_SKIP;
+}
+
+static bool stmts_tag_is(const struct observer_message *m, const char *tag)
+{
+	size_t n = strlen(tag) + 1; /* the tag's NUL too */
+	return m->len == n && memcmp(m->body, tag, n) == 0;
+}
+
+static int stmts_server_message(struct session *s, struct leg *leg, const struct observer_message *m)
+{
+	if (m->type == PROTO_BE_COPY_IN) {
+		/* The Syncs pipelined behind the COPY (observer_copy counted them) will bring no reply. */
+		stmts_on_copy_in(leg, leg->copy.syncs_ignored);
+		return 0;
+	}
+	if (m->type == PROTO_BE_COMMAND_COMPLETE &&
+	    (stmts_tag_is(m, "DISCARD ALL") || stmts_tag_is(m, "DEALLOCATE ALL")))
+		stmts_forget_all(s, leg); /* before the reply is taken: it marks where the names end */
+	return stmts_on_server_message(s, leg, m->type, m->body, m->len);
+}
+
+static int stmts_attach(struct session *s, struct leg *leg) { return stmts_prepare_needed(s, leg); }
+
+const struct observer observer_stmts = {
+	.name = "stmts",
+	.is_on = stmts_is_on,
+	.client_types = "PBDCESHQF",
+	.client_type = stmts_client_type,
+	.client_head = stmts_client_head,
+	.client_message = stmts_client_message,
+	.server_types = "123nIsCETZG",
+	.server_type = stmts_observe_server_type,
+	.server_message = stmts_server_message,
+	.attach = stmts_attach,
+	.destroy = stmts_deinit,
+};

@@ -1,0 +1,96 @@
+/*
+ * observer.h — what watches the messages of a session's client and of its server legs, one concern
+ * each, in a file of its own with its state in a struct of its own:
+ *   observer_copy.c    COPY: copy-in, and the Syncs the server ignores during it (leg->copy);
+ *   observer_stmts.c   named prepared statements in transaction pooling, and the replies owed (s->stmts);
+ *   observer_params.c  tracked parameters and search_path (s->params);
+ *   observer_pins.c    LISTEN and SQL PREPARE, which keep the client on its connection (s->pins);
+ *   observer_stats.c   SHOW STATS (s->stats).
+ * The relay moves bytes and asks them through dispatch.c, which calls an observer only for the message
+ * types it registered, only in the sessions it is on for, in the registry's order. Later concerns (the
+ * commit-LSN probe, response digests, the journal) plug in the same way: a file, and a line in the
+ * registry.
+ *
+ * Threads: the session's worker. Ownership: an observer keeps no pointer into a message after its hook
+ * returns; what must outlive it is copied into the observer's bounded state.
+ */
+#ifndef TERN_OBSERVER_H
+#define TERN_OBSERVER_H
+
+#include "base/base.h"
+
+#include <stdint.h>
+
+struct session;
+struct leg;
+
+/* A type hook's answers when it does not take the message over: PASS leaves it to the relay and reads it
+ * (the observer's message hook is called); SKIP leaves it to the relay unread by this observer. */
+#define OBSERVER_PASS UINT32_MAX
+#define OBSERVER_SKIP (UINT32_MAX - 1)
+
+enum observer_id {
+	OBSERVER_COPY = 0,
+	OBSERVER_STMTS,
+	OBSERVER_PARAMS,
+	OBSERVER_PINS,
+	OBSERVER_STATS,
+	OBSERVER_COUNT
+};
+
+struct observer_message {
+	uint8_t type;
+	const uint8_t *body; /* the content after the 5-byte header */
+	uint32_t len;
+	/* A client message held for an observer (PROTO_HOLD): the receive buffer and chunk it was read from,
+	 * so it can go on by reference (proto_stream_message_offset says where). */
+	uint16_t buffer_id;
+	const uint8_t *chunk;
+	bool is_hidden; /* a server message answering tern's own query: never shown to the client */
+};
+
+struct observer {
+	const char *name;
+	const char *client_types; /* the client message types it reads, as a string of type bytes */
+	const char *server_types; /* ... and the server's */
+	/* On for this session? Asked once, when it is created (NULL: always). */
+	bool (*is_on)(const struct session *s);
+	/* At a client message's type byte: OBSERVER_PASS, OBSERVER_SKIP, or the PROTO_* action when the
+	 * observer takes the message over (holds, answers or drops it); the relay then neither forwards nor
+	 * counts it, and the other observers of the type still read it if the action inspects it. A hook
+	 * that runs out of memory sets s->is_out_of_memory. */
+	unsigned (*client_type)(struct session *s, struct leg *leg, uint8_t type);
+	/* PROTO_HOLD_HEAD, for the observer that took a long message over: its first head_len bytes of
+	 * body_len. PROTO_FORWARD (the rest follows by reference), 0 (the rest is dropped) or <0. */
+	int (*client_head)(struct session *s, struct leg *leg, uint8_t type, const uint8_t *head, uint32_t head_len,
+			   uint32_t body_len);
+	/* A complete client message of its types. 0, or <0 (-EPROTO malformed, -ENOMEM) to end the session. */
+	int (*client_message)(struct session *s, struct leg *leg, const struct observer_message *m);
+	/* At a server message's type byte: OBSERVER_PASS, OBSERVER_SKIP, or the PROTO_* action that shows it
+	 * differently (hidden, held); the others of the type still read it. */
+	unsigned (*server_type)(struct session *s, struct leg *leg, uint8_t type);
+	/* A complete server message of its types, after the relay's own accounting (a ReadyForQuery has
+	 * already been counted). 0, or <0 when the server broke the protocol. */
+	int (*server_message)(struct session *s, struct leg *leg, const struct observer_message *m);
+	/* While the leg owes answers to tern's own queries: the action for a server message of any type (0:
+	 * dropped unread; the relay reads ReadyForQuery itself). Such messages reach only observers with
+	 * this hook, through server_message with is_hidden. */
+	unsigned (*hidden_type)(struct session *s, struct leg *leg, uint8_t type);
+	/* The leg got a connection: restore there what the observer keeps, ahead of the client's queued
+	 * messages (called in registry order, each pushing to the queue's front: the last goes first). 0 or
+	 * -ENOMEM. */
+	int (*attach)(struct session *s, struct leg *leg);
+	/* The leg is idle and about to go back to the pool: true when the observer queued something first
+	 * (the release waits for its answer). */
+	bool (*before_release)(struct session *s, struct leg *leg);
+	/* The session is freed: the observer's state goes. */
+	void (*destroy)(struct session *s);
+};
+
+extern const struct observer observer_copy;
+extern const struct observer observer_stmts;
+extern const struct observer observer_params;
+extern const struct observer observer_pins;
+extern const struct observer observer_stats;
+
+#endif
