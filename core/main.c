@@ -232,6 +232,7 @@ int main(int argc, char **argv)
 	static struct tern_runtime rt;
 	rt.config = &cfg;
 	rt.console = &admin_console;
+	rt.parts = &session_relay_parts;
 	dispatch_init();
 	struct auth_file *auth_file = NULL;
 	if (cfg.auth_file[0]) {

@@ -20,6 +20,7 @@ struct pool_opener;
 struct tls_context;
 struct worker;
 struct session_console;
+struct session_parts;
 
 struct tern_runtime {
 	const struct tern_config *config;
@@ -30,6 +31,8 @@ struct tern_runtime {
 	const struct tls_context *tls;     /* atomic (SIGHUP swaps it); NULL with client_tls_sslmode = disable */
 	/* The admin console: a session whose database is console->database is handed to it after login. */
 	const struct session_console *console;
+	/* What works for every session from above it: the login and the relay (session_relay_parts). */
+	const struct session_parts *parts;
 	struct worker **workers;
 	uint32_t worker_count; /* atomic: main publishes each worker once started (worker_started_count) */
 	uint32_t client_count; /* atomic: sessions open in every worker */

@@ -29,6 +29,7 @@ struct session *session_create(struct host *host, int client_fd)
 		return NULL;
 	struct tern_runtime *rt = host->runtime;
 	s->host = host;
+	s->parts = rt->parts;
 	s->phase = SESSION_STARTUP;
 	s->is_transaction_pooling = runtime_config(rt)->pool_mode == CONFIG_POOL_TRANSACTION;
 	s->client_fd = client_fd;
@@ -153,11 +154,11 @@ bool session_resume_starved(struct session *s)
 void session_on_client_bytes(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)
 {
 	if (s->phase == SESSION_READY)
-		session_relay_on_client_chunk(s, buffer_id, data, len);
+		s->parts->on_client_chunk(s, buffer_id, data, len);
 	else if (s->phase == SESSION_ADMIN)
 		s->host->runtime->console->on_bytes(s, data, len);
 	else if (s->phase != SESSION_CLOSING)
-		session_login_on_bytes(s, data, len);
+		s->parts->on_login_bytes(s, data, len);
 }
 
 static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags)
@@ -168,8 +169,8 @@ static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags
 		TERN_ASSERT(ring_completion_has_buffer(flags));
 		uint16_t bid = ring_completion_buffer_id(flags);
 		const uint8_t *data = ring_buffer_data(ring, bid);
-		if (s->tls)
-			session_tls_on_ciphertext(s, data, (uint32_t)res);
+		if (s->transport)
+			s->transport->on_received(s, data, (uint32_t)res);
 		else
 			session_on_client_bytes(s, bid, data, (uint32_t)res);
 		ring_buffer_unref(ring, bid);
@@ -225,7 +226,7 @@ void session_client_drained(struct session *s)
 
 static int session_leg_on_bytes(struct leg *leg, uint16_t buffer_id, const uint8_t *data, uint32_t len)
 {
-	return session_relay_on_server_bytes(leg, buffer_id, data, len);
+	return leg->session->parts->on_server_bytes(leg, buffer_id, data, len);
 }
 
 static void session_leg_on_progress(struct leg *leg)
@@ -322,7 +323,7 @@ void session_acquire(struct session *s, struct leg *leg)
 		host->stats.local_reuse++;
 		/* The request arrived just now (no clock read here), or left the PAUSE gate just now. */
 		s->stats.assigned_ns = TERN_MAX(s->client_active_ns, s->pause_wait_ns);
-		session_relay_attach(s, leg, conn);
+		s->parts->attach(s, leg, conn);
 		return;
 	}
 	struct pool_request *req = &leg->request;
@@ -334,7 +335,7 @@ void session_acquire(struct session *s, struct leg *leg)
 	uint64_t now = base_now_ns();
 	if (pool_checkout(host->runtime->pool, req, now) == POOL_CHECKOUT_GOT) {
 		s->stats.assigned_ns = now;
-		session_relay_attach(s, leg, req->conn);
+		s->parts->attach(s, leg, req->conn);
 		return;
 	}
 	leg->is_request_pending = true;
@@ -363,7 +364,7 @@ void session_on_request_done(struct leg *leg)
 		return;
 	}
 	if (conn) {
-		session_relay_attach(s, leg, conn);
+		s->parts->attach(s, leg, conn);
 		return;
 	}
 	s->end_error = leg->request.error;
@@ -396,7 +397,7 @@ void session_try_release(struct session *s, struct leg *leg)
 	if (s->phase != SESSION_CLOSING &&
 	    !(s->is_transaction_pooling && s->phase == SESSION_READY && !session_is_pinned(s)))
 		return;
-	if (session_relay_before_release(s, leg))
+	if (s->parts->before_release(s, leg))
 		return; /* the connection goes back once the answer is in */
 	(void)leg_release(leg); /* or at the end of the cancelled receive, through on_progress */
 }
@@ -526,8 +527,9 @@ void session_end(struct session *s, enum session_end_reason reason)
 	session_unstarve(s);
 	/* Stop reading the client; keep writing until the goodbye is out (bounded by the linger): the error,
 	 * a TLS alert, close_notify. A client that closed its end reads nothing more. */
-	session_tls_flush(s);
-	bool keep_writing = tell_client || (session_tls_is_sending(s) && !s->client_eof);
+	if (s->transport)
+		s->transport->flush(s);
+	bool keep_writing = tell_client || (s->transport && s->transport->is_sending(s) && !s->client_eof);
 	shutdown(s->client_fd, keep_writing ? SHUT_RD : SHUT_RDWR);
 	s->is_client_cut = !keep_writing;
 	ring_cancel(&host->ring, &s->client_recv);
@@ -604,8 +606,8 @@ bool session_is_in_transaction(const struct session *s)
 bool session_is_reapable(const struct session *s)
 {
 	if (s->phase != SESSION_CLOSING || s->client_recv.is_armed || s->to_client.op.is_armed ||
-	    !((sendq_is_empty(&s->to_client) && !session_tls_is_sending(s)) || s->client_eof) ||
-	    session_tls_is_armed(s))
+	    !((sendq_is_empty(&s->to_client) && !(s->transport && s->transport->is_sending(s))) || s->client_eof) ||
+	    (s->transport && s->transport->is_armed(s)))
 		return false;
 	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++)
 		if (s->legs[role] && !leg_is_reapable(s->legs[role]))
@@ -626,14 +628,15 @@ void session_destroy(struct session *s)
 	host->session_count--;
 	close(s->client_fd);
 	sendq_deinit(&s->to_client, &host->ring);
-	session_tls_destroy(s);
+	if (s->transport)
+		s->transport->destroy(s);
 	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++)
 		if (s->legs[role])
 			leg_destroy(s->legs[role]);
 	session_free_drained(s);
 	TERN_ASSERT(base_list_is_empty(&s->legs_draining));
 	proto_stream_deinit(&s->client_stream);
-	session_relay_deinit(s);
+	s->parts->deinit(s);
 	free(s->login_buf);
 	if (s->console)
 		s->host->runtime->console->destroy(s);

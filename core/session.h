@@ -64,9 +64,41 @@ struct session_stats {
 	uint32_t slot;        /* the worker's per-database row + 1; 0 until looked up */
 };
 
+/* The client's transport when it is not the plain socket: TLS (session_tls.c, set by session_tls_start). */
+struct session_transport {
+	/* Bytes received from the client socket (ciphertext): the transport hands the plaintext on. */
+	void (*on_received)(struct session *s, const uint8_t *data, uint32_t len);
+	/* Sends what the client queue holds now, then close_notify once the session has ended. */
+	void (*flush)(struct session *s);
+	/* True while bytes are queued or in flight to the client; while its send is in flight. */
+	bool (*is_sending)(const struct session *s);
+	bool (*is_armed)(const struct session *s);
+	void (*destroy)(struct session *s);
+};
+
+/* What works for the session from above it: the login and the relay with its observers. main puts
+ * session_relay_parts in the runtime; the session calls up only through here, so it depends on none
+ * of them. */
+struct session_parts {
+	/* Client bytes before the welcome (startup, TLS negotiation, authentication). */
+	void (*on_login_bytes)(struct session *s, const uint8_t *data, uint32_t len);
+	/* Client bytes after it (SESSION_READY), in receive buffer buffer_id or RING_NO_BUFFER. */
+	void (*on_client_chunk)(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len);
+	/* leg_ops.on_bytes: what the server sent. */
+	int (*on_server_bytes)(struct leg *leg, uint16_t buffer_id, const uint8_t *data, uint32_t len);
+	/* leg got a connection: the client's state is restored on it, then the queued bytes go. */
+	void (*attach)(struct session *s, struct leg *leg, struct pool_conn *conn);
+	/* leg is idle and about to go back: true when something was queued first (the release waits). */
+	bool (*before_release)(struct session *s, struct leg *leg);
+	/* The session is freed: what the parts keep goes. */
+	void (*deinit)(struct session *s);
+};
+extern const struct session_parts session_relay_parts;
+
 struct session {
 	struct base_list link; /* host->sessions, or host->reaping once ended */
 	struct host *host;
+	const struct session_parts *parts; /* the runtime's */
 	enum session_phase phase;
 	bool is_transaction_pooling; /* pool_mode, fixed for tern's life: read once, not per message */
 	int client_fd;
@@ -103,6 +135,7 @@ struct session {
 	bool ssl_request_seen;
 	bool gss_request_seen;
 	struct session_tls *tls; /* NULL: the client speaks in the clear (see session_tls.c) */
+	const struct session_transport *transport; /* NULL: the plain socket */
 	/* What the observers keep (observer.h), each in its own struct. */
 	uint32_t observers_on;   /* bit per observer id: on for this session (set at login) */
 	uint32_t client_readers; /* the observers that read the client message being scanned */
@@ -214,7 +247,7 @@ void session_check_timeouts(struct session *s, uint64_t now_ns);
 /* The session's time to say goodbye ran out: cut the client and the server. */
 void session_linger_expired(struct session *s);
 
-/* ---- login (session_login.c) and relay (session_relay.c) ---- */
+/* ---- login (session_login.c) and relay (session_relay.c): session_relay_parts ---- */
 
 void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len);
 /* Appends to login_buf (startup and auth messages; the admin console's queries), at most `max` bytes in
@@ -228,11 +261,6 @@ int session_relay_on_server_bytes(struct leg *leg, uint16_t buffer_id, const uin
 /* leg got a connection: the client's state is restored on it (welcome, statements, parameters), then
  * the queued bytes go. */
 void session_relay_attach(struct session *s, struct leg *leg, struct pool_conn *conn);
-/* leg is idle and about to go back: true when an observer queued something first (the release then
- * waits for its answer). */
-bool session_relay_before_release(struct session *s, struct leg *leg);
-/* The session is freed: the observers' state goes. */
-void session_relay_deinit(struct session *s);
 
 /* ---- SHOW STATS ---- */
 
@@ -267,18 +295,13 @@ void session_client_drained(struct session *s);
  * "postgresql". The client queue must be idle: a client sends its SSLRequest only after it has read
  * every byte tern sent before. 0 or -ENOMEM. */
 TERN_MUST_USE int session_tls_start(struct session *s, const struct tls_context *ctx, bool is_direct);
-/* Ciphertext received from the client: drives the handshake, hands the plaintext on. */
+/* Ciphertext received from the client: drives the handshake, hands the plaintext on (a direct
+ * handshake's first bytes come through here; later ones through the transport). */
 void session_tls_on_ciphertext(struct session *s, const uint8_t *data, uint32_t len);
-/* Encrypts and sends what the client queue holds now, then close_notify once the session has ended. */
-void session_tls_flush(struct session *s);
-/* True while TLS has bytes queued or in flight to the client; while its send is in flight. */
-bool session_tls_is_sending(const struct session *s);
-bool session_tls_is_armed(const struct session *s);
 /* For SCRAM-SHA-256-PLUS: the tls-server-end-point data (0: none, or no TLS). */
 size_t session_tls_channel_binding(const struct session *s, const uint8_t **data);
 /* SHOW CLIENTS: "TLSv1.3/TLS_AES_256_GCM_SHA384" as PgBouncer shows it; "" without TLS. */
 void session_tls_describe(const struct session *s, char *out, size_t size);
-void session_tls_destroy(struct session *s);
 /* Generated bytes to the client (errors, auth, welcome). */
 void session_send_to_client(struct session *s, const void *data, uint32_t len);
 void session_send_error(struct session *s, const char *severity, const char *sqlstate, const char *message,

@@ -246,6 +246,11 @@ void session_relay_attach(struct session *s, struct leg *leg, struct pool_conn *
 	leg_resume(leg);
 }
 
-bool session_relay_before_release(struct session *s, struct leg *leg) { return dispatch_before_release(s, leg); }
-
-void session_relay_deinit(struct session *s) { dispatch_destroy(s); }
+const struct session_parts session_relay_parts = {
+	.on_login_bytes = session_login_on_bytes,
+	.on_client_chunk = session_relay_on_client_chunk,
+	.on_server_bytes = session_relay_on_server_bytes,
+	.attach = session_relay_attach,
+	.before_release = dispatch_before_release,
+	.deinit = dispatch_destroy,
+};

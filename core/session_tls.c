@@ -41,7 +41,7 @@ static int tls_take_output(struct session_tls *t)
 }
 
 /* A TLS failure: the alert OpenSSL queued goes out, the session ends. The client's close_notify ends it
- * in order: session_end answers with tern's own (session_tls_flush). */
+ * in order: session_end answers with tern's own (tls_flush). */
 static void tls_fail(struct session *s, int rc)
 {
 	struct session_tls *t = s->tls;
@@ -96,11 +96,7 @@ static void tls_encrypt(struct sendq *q, struct ring *ring)
 	sendq_flush(&t->wire, ring);
 }
 
-void session_tls_flush(struct session *s)
-{
-	if (s->tls)
-		tls_encrypt(&s->to_client, &s->host->ring);
-}
+static void tls_flush(struct session *s) { tls_encrypt(&s->to_client, &s->host->ring); }
 
 static void tls_wire_sent(struct ring_op *op, int res, uint32_t flags)
 {
@@ -121,6 +117,8 @@ static void tls_wire_sent(struct ring_op *op, int res, uint32_t flags)
 	session_client_drained(s);
 }
 
+static const struct session_transport tls_transport;
+
 int session_tls_start(struct session *s, const struct tls_context *ctx, bool is_direct)
 {
 	TERN_ASSERT(!s->tls);
@@ -136,6 +134,7 @@ int session_tls_start(struct session *s, const struct tls_context *ctx, bool is_
 	sendq_init(&t->wire, tls_wire_sent);
 	t->wire.fd = s->client_fd;
 	s->tls = t;
+	s->transport = &tls_transport;
 	s->to_client.filter = tls_encrypt;
 	if (is_direct)
 		return 0;
@@ -200,15 +199,12 @@ void session_tls_on_ciphertext(struct session *s, const uint8_t *data, uint32_t 
 		sendq_flush(&t->wire, &s->host->ring);
 }
 
-bool session_tls_is_sending(const struct session *s)
+static bool tls_is_sending(const struct session *s)
 {
-	return s->tls && (s->tls->wire.op.is_armed || !sendq_is_empty(&s->tls->wire));
+	return s->tls->wire.op.is_armed || !sendq_is_empty(&s->tls->wire);
 }
 
-bool session_tls_is_armed(const struct session *s)
-{
-	return s->tls && s->tls->wire.op.is_armed;
-}
+static bool tls_is_armed(const struct session *s) { return s->tls->wire.op.is_armed; }
 
 size_t session_tls_channel_binding(const struct session *s, const uint8_t **data)
 {
@@ -223,14 +219,21 @@ void session_tls_describe(const struct session *s, char *out, size_t size)
 		snprintf(out, size, "%s/%s", tls_conn_protocol_name(s->tls->conn), tls_conn_cipher_name(s->tls->conn));
 }
 
-void session_tls_destroy(struct session *s)
+static void tls_destroy(struct session *s)
 {
 	struct session_tls *t = s->tls;
-	if (!t)
-		return;
 	TERN_ASSERT(!t->wire.op.is_armed);
 	sendq_deinit(&t->wire, &s->host->ring);
 	tls_conn_destroy(t->conn);
 	free(t);
 	s->tls = NULL;
+	s->transport = NULL;
 }
+
+static const struct session_transport tls_transport = {
+	.on_received = session_tls_on_ciphertext,
+	.flush = tls_flush,
+	.is_sending = tls_is_sending,
+	.is_armed = tls_is_armed,
+	.destroy = tls_destroy,
+};

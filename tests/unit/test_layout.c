@@ -49,7 +49,7 @@ static const char *const core_order[] = {
 	"proto", "sendq", "reasons", "sql", "params", "stmts", "config", "scram", "auth", "tls",
 	"runtime", "host", "leg",
 	"session", "session_tls", "observer", "observer_copy", "observer_stmts", "observer_params", "observer_pins",
-	"observer_stats", "dispatch", "session_relay", "session_login",
+	"observer_stats", "dispatch", "session_login", "session_relay",
 	"worker", "admin", "main",
 };
 

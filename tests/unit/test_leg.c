@@ -64,6 +64,7 @@ static void setup(void)
 	config_init_defaults(&fx.config);
 	fx.config.pool_mode = CONFIG_POOL_SESSION;
 	fx.runtime.config = &fx.config;
+	fx.runtime.parts = &session_relay_parts;
 	cr_assert_eq(params_tracked_init(&fx.runtime.tracked, NULL), 0);
 	struct pool_settings settings = {.pool_size = 4};
 	struct pool_hooks hooks = {.open = hook_open, .close = hook_close};
