@@ -33,7 +33,11 @@ enum admin_wait {
 struct admin_job {
 	struct worker_job job;
 	uint32_t key_pid;
+	uint8_t what; /* enum admin_ask */
 };
+
+/* What a question to every worker is for. */
+enum admin_ask { ADMIN_ASK_CLIENTS = 0, ADMIN_ASK_STATS, ADMIN_ASK_WORKERS, ADMIN_ASK_ENDS };
 
 /* A console session's state (session->console). */
 struct admin_state {
@@ -475,6 +479,83 @@ static void admin_show_stats(struct admin_reply *r, const struct worker_job *job
 	free(all);
 }
 
+/* ---- SHOW WORKERS, SHOW ENDS: each worker's counters ---- */
+
+/* What one worker answers: its own counters, read on its own thread. */
+struct admin_worker_report {
+	uint32_t index;
+	uint32_t sessions;
+	struct host_stats host;
+	struct ring_stats ring;
+};
+
+static void admin_workers_fill(struct worker *worker, struct worker_job_part *part)
+{
+	struct admin_worker_report *report = malloc(sizeof(*report));
+	part->data = report;
+	part->len = report ? sizeof(*report) : 0;
+	part->is_truncated = report == NULL;
+	if (report)
+		*report = (struct admin_worker_report){.index = worker->host.index,
+						       .sessions = worker->host.session_count,
+						       .host = worker->host.stats,
+						       .ring = worker->host.ring.stats};
+}
+
+static void admin_show_workers(struct admin_reply *r, const struct worker_job *job)
+{
+	static const char *const columns[] = {"worker",		 "sessions",	     "accepted",
+					      "local_reuse",	 "pool_checkouts",   "cancels_sent",
+					      "ring_passes",	 "ring_submissions", "ring_completions",
+					      "ring_enobufs"};
+	admin_columns(r, columns, TERN_ARRAY_LEN(columns));
+	for (uint32_t i = 0; i < job->part_count; i++) {
+		const struct admin_worker_report *w = job->parts[i].data;
+		if (!w) {
+			r->overflow = true;
+			return;
+		}
+		uint64_t fields[] = {w->index,		    w->sessions,	   w->host.accepted,
+				     w->host.local_reuse,   w->host.pool_checkouts, w->host.cancels_sent,
+				     w->ring.passes,	    w->ring.submissions,   w->ring.completions,
+				     w->ring.enobufs};
+		static_assert(TERN_ARRAY_LEN(fields) == TERN_ARRAY_LEN(columns), "a value per column");
+		char text[TERN_ARRAY_LEN(fields)][24];
+		const char *values[TERN_ARRAY_LEN(fields)];
+		for (size_t f = 0; f < TERN_ARRAY_LEN(fields); f++) {
+			snprintf(text[f], sizeof(text[f]), "%llu", (unsigned long long)fields[f]);
+			values[f] = text[f];
+		}
+		admin_row(r, values, TERN_ARRAY_LEN(columns));
+	}
+}
+
+/* Sessions ended since start, by reason, summed over the workers (reasons never met are left out). */
+static void admin_show_ends(struct admin_reply *r, const struct worker_job *job)
+{
+	static const char *const columns[] = {"reason", "sqlstate", "count"};
+	uint64_t counts[SESSION_END_REASON_COUNT] = {0};
+	for (uint32_t i = 0; i < job->part_count; i++) {
+		const struct admin_worker_report *w = job->parts[i].data;
+		if (!w) {
+			r->overflow = true;
+			return;
+		}
+		for (size_t reason = 0; reason < SESSION_END_REASON_COUNT; reason++)
+			counts[reason] += w->host.ended[reason];
+	}
+	admin_columns(r, columns, TERN_ARRAY_LEN(columns));
+	for (size_t reason = 0; reason < SESSION_END_REASON_COUNT; reason++) {
+		if (counts[reason] == 0)
+			continue;
+		const struct session_end_info *info = session_end_info((enum session_end_reason)reason);
+		char count[24];
+		snprintf(count, sizeof(count), "%llu", (unsigned long long)counts[reason]);
+		const char *values[] = {info->name, info->sqlstate ? info->sqlstate : "", count};
+		admin_row(r, values, TERN_ARRAY_LEN(columns));
+	}
+}
+
 /* ---- answers from every worker ---- */
 
 static struct session *admin_job_session(struct admin_job *aj)
@@ -503,8 +584,12 @@ static void admin_job_done(struct worker_job *job)
 				else if (job->parts[i].len > 0)
 					admin_put(&r, job->parts[i].data, job->parts[i].len);
 			}
-		} else {
+		} else if (job->fill == admin_stats_fill) {
 			admin_show_stats(&r, job);
+		} else if (aj->what == ADMIN_ASK_WORKERS) {
+			admin_show_workers(&r, job);
+		} else {
+			admin_show_ends(&r, job);
 		}
 		admin_complete(&r, "SHOW");
 		admin_wait_end(s, &r);
@@ -514,14 +599,21 @@ static void admin_job_done(struct worker_job *job)
 }
 
 /* Sends the question to every worker; the answer goes out from admin_job_done. */
-static void admin_ask_workers(struct session *s, struct admin_reply *r,
-			      void (*fill)(struct worker *, struct worker_job_part *))
+static void admin_ask_workers(struct session *s, struct admin_reply *r, enum admin_ask what)
 {
+	static void (*const fills[])(struct worker *, struct worker_job_part *) = {
+		[ADMIN_ASK_CLIENTS] = admin_clients_fill,
+		[ADMIN_ASK_STATS] = admin_stats_fill,
+		[ADMIN_ASK_WORKERS] = admin_workers_fill,
+		[ADMIN_ASK_ENDS] = admin_workers_fill,
+	};
+	void (*fill)(struct worker *, struct worker_job_part *) = fills[what];
 	struct admin_job *aj = calloc(1, sizeof(*aj));
 	if (!aj) {
 		r->overflow = true;
 		return;
 	}
+	aj->what = (uint8_t)what;
 	aj->key_pid = s->key_pid;
 	aj->job.origin = worker_of(s->host);
 	aj->job.fill = fill;
@@ -657,8 +749,13 @@ static void admin_on_query(struct session *s, const char *sql)
 	} else if (strcmp(command, "show servers") == 0) {
 		admin_show_servers(&r, rt);
 		admin_complete(&r, "SHOW");
-	} else if (strcmp(command, "show clients") == 0 || strcmp(command, "show stats") == 0) {
-		admin_ask_workers(s, &r, command[5] == 'c' ? admin_clients_fill : admin_stats_fill);
+	} else if (strcmp(command, "show clients") == 0 || strcmp(command, "show stats") == 0 ||
+		   strcmp(command, "show workers") == 0 || strcmp(command, "show ends") == 0) {
+		enum admin_ask what = command[5] == 'c'	  ? ADMIN_ASK_CLIENTS
+				      : command[6] == 't' ? ADMIN_ASK_STATS
+				      : command[5] == 'w' ? ADMIN_ASK_WORKERS
+							  : ADMIN_ASK_ENDS;
+		admin_ask_workers(s, &r, what);
 		if (admin_of(s)->waiting)
 			return; /* answered from admin_job_done */
 	} else if (strcmp(command, "pause") == 0) {
@@ -677,7 +774,7 @@ static void admin_on_query(struct session *s, const char *sql)
 	} else {
 		admin_error(&r, "42601", "unknown admin command",
 			    "The admin console knows SHOW VERSION, SHOW CONFIG, SHOW POOLS, SHOW SERVERS, "
-			    "SHOW CLIENTS, SHOW STATS, RELOAD, PAUSE, RESUME and SHUTDOWN.");
+			    "SHOW CLIENTS, SHOW STATS, SHOW WORKERS, SHOW ENDS, RELOAD, PAUSE, RESUME and SHUTDOWN.");
 	}
 	admin_send(s, &r);
 }

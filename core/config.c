@@ -1,5 +1,7 @@
 #include "config.h"
 
+#include "stmts.h"
+
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
@@ -194,6 +196,10 @@ static const struct config_key config_keys[] = {
 		   query_timeout_ms, NULL,
 		   "a query that runs this long ends its client (57014) and its server connection, for servers "
 		   "that stop answering; keep it above the server's statement_timeout; 0 = never"),
+	CONFIG_KEY("limits", "max_client_prepared_statements", CONFIG_INT, "10000", 1, STMT_MAP_NAMES_MAX,
+		   CONFIG_RELOAD, max_client_prepared_statements, NULL,
+		   "transaction pooling: named prepared statements one client may hold at once; a Parse past it ends "
+		   "that client with 54000 (each costs tern about 200 bytes plus the statement's text)"),
 	CONFIG_KEY("limits", "max_client_frame_bytes", CONFIG_SIZE, "1GB", CONFIG_KB, CONFIG_GB,
 		   CONFIG_RESTART, max_client_frame_bytes, NULL,
 		   "largest protocol message a client may send (larger closes that connection with 08P01)"),

@@ -57,6 +57,7 @@ struct tern_config {
 	char *client_tls_ciphers;    /* "" = OpenSSL's default */
 	/* [limits] */
 	uint32_t max_client_conn;
+	uint32_t max_client_prepared_statements;
 	uint64_t client_idle_timeout_ms, idle_transaction_timeout_ms, query_timeout_ms, client_login_timeout_ms;
 	uint64_t max_client_frame_bytes, max_backend_frame_bytes;
 

@@ -55,6 +55,7 @@ struct host {
 	struct base_list parked;   /* server legs with a parked pool request, oldest first */
 	struct base_list flush;    /* send queues with bytes to send this pass */
 	struct base_list starved;  /* sessions whose receive ended for want of buffers */
+	struct base_list ending;   /* sessions to end at the end of this pass (session_end_later) */
 	uint32_t session_serial;
 	uint32_t session_count;
 	uint32_t pause_waiting_count;   /* sessions held at the PAUSE gate (recounted by each scan) */

@@ -118,6 +118,9 @@ bool leg_reap(struct leg *leg)
 	struct pool_conn *conn = leg->conn;
 	leg->conn = NULL;
 	leg->to_server.fd = -1;
+	leg->is_dropping = false; /* dropped: is_failed says it was */
+	leg->is_release_after_recv = false;
+	leg->is_recv_paused = false;
 	sendq_clear(&leg->to_server, &leg->host->ring);
 	pool_conn_discard(leg->host->runtime->pool, conn);
 	return true;

@@ -58,13 +58,14 @@ struct observer {
 	/* At a client message's type byte: OBSERVER_PASS, OBSERVER_SKIP, or the PROTO_* action when the
 	 * observer takes the message over (holds, answers or drops it); the relay then neither forwards nor
 	 * counts it, and the other observers of the type still read it if the action inspects it. A hook
-	 * that runs out of memory sets s->is_out_of_memory. */
+	 * that fails sets s->hook_error (-ENOMEM, -ENOBUFS). */
 	unsigned (*client_type)(struct session *s, struct leg *leg, uint8_t type);
 	/* PROTO_HOLD_HEAD, for the observer that took a long message over: its first head_len bytes of
 	 * body_len. PROTO_FORWARD (the rest follows by reference), 0 (the rest is dropped) or <0. */
 	int (*client_head)(struct session *s, struct leg *leg, uint8_t type, const uint8_t *head, uint32_t head_len,
 			   uint32_t body_len);
-	/* A complete client message of its types. 0, or <0 (-EPROTO malformed, -ENOMEM) to end the session. */
+	/* A complete client message of its types. 0, or <0 to end the session: -EPROTO (malformed), -ENOMEM,
+	 * -E2BIG (too many prepared statements), -ENOBUFS (too many replies or slices queued). */
 	int (*client_message)(struct session *s, struct leg *leg, const struct observer_message *m);
 	/* At a server message's type byte: OBSERVER_PASS, OBSERVER_SKIP, or the PROTO_* action that shows it
 	 * differently (hidden, held); the others of the type still read it. */

@@ -340,6 +340,8 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 	struct leg *leg = session_primary(s);
 	if (stmt_map_get(&s->stmts.statements, name))
 		return stmts_refuse_duplicate(s, name);
+	if (s->stmts.statements.count >= runtime_config(s->host->runtime)->max_client_prepared_statements)
+		return -E2BIG; /* the session ends: SESSION_END_TOO_MANY_STATEMENTS */
 	struct stmt *stmt = stmt_create(content, len);
 	if (!stmt)
 		return -ENOMEM;
@@ -718,7 +720,7 @@ static unsigned stmts_client_type(struct session *s, struct leg *leg, uint8_t ty
 		TERN_ASSERT(!"a type stmts did not register");
 	}
 	if (rc < 0)
-		s->is_out_of_memory = true;
+		s->hook_error = rc;
 	return OBSERVER_SKIP;
 }
 

@@ -52,6 +52,14 @@ static const struct session_end_info reasons[SESSION_END_REASON_COUNT] = {
 	[SESSION_END_TLS_FAILED] = {"tls_failed", NULL, NULL, NULL, BASE_LOG_INFO},
 	[SESSION_END_TLS_REQUIRED] = {"tls_required", "28000", "TLS is required to connect to tern",
 				      "Connect with sslmode=require (client_tls_sslmode = require).", BASE_LOG_INFO},
+	[SESSION_END_TOO_MANY_STATEMENTS] = {"too_many_statements", "54000",
+					     "too many prepared statements for one client",
+					     "The limit is [limits] max_client_prepared_statements; Close or DEALLOCATE "
+					     "statements no longer used.",
+					     BASE_LOG_WARNING},
+	[SESSION_END_PIPELINE_TOO_DEEP] = {"pipeline_too_deep", "54000",
+					   "too many requests pipelined without reading their answers",
+					   "Read the answers before sending more.", BASE_LOG_WARNING},
 };
 
 const struct session_end_info *session_end_info(enum session_end_reason reason)

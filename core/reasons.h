@@ -30,6 +30,8 @@ enum session_end_reason {
 	SESSION_END_SHUTDOWN,
 	SESSION_END_TLS_FAILED,        /* the TLS handshake or a record failed (the client gets TLS's alert) */
 	SESSION_END_TLS_REQUIRED,      /* client_tls_sslmode = require, and the client did not ask for TLS */
+	SESSION_END_TOO_MANY_STATEMENTS, /* a Parse past max_client_prepared_statements */
+	SESSION_END_PIPELINE_TOO_DEEP, /* more replies owed than STMT_REPLIES_MAX, or queued than SENDQ_SLICES_MAX */
 	SESSION_END_REASON_COUNT
 };
 

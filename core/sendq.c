@@ -52,6 +52,8 @@ static int sendq_reserve(struct sendq *q)
 {
 	if (q->count < q->cap)
 		return 0;
+	if (q->count >= SENDQ_SLICES_MAX)
+		return -ENOBUFS;
 	uint32_t cap = q->cap ? q->cap * 2 : SENDQ_SLICES_INITIAL;
 	struct sendq_slice *grown = malloc(cap * sizeof(*grown));
 	if (!grown)

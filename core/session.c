@@ -38,6 +38,7 @@ struct session *session_create(struct host *host, int client_fd)
 	s->to_client.fd = client_fd;
 	proto_stream_init(&s->client_stream);
 	base_list_init(&s->starved_link);
+	base_list_init(&s->ending_link);
 	base_list_init(&s->legs_draining);
 	s->legs[LEG_PRIMARY] = session_leg_create(s, LEG_PRIMARY);
 	if (!s->legs[LEG_PRIMARY]) {
@@ -62,9 +63,22 @@ void session_mark_dirty(struct session *s, struct sendq *q) { host_mark_dirty(s-
 
 void session_send_to_client(struct session *s, const void *data, uint32_t len)
 {
-	if (sendq_push_copy(&s->to_client, data, len) < 0)
-		return; /* out of memory: the client misses this message and the session ends soon after */
+	int rc = sendq_push_copy(&s->to_client, data, len);
+	if (rc < 0) {
+		/* The client would miss this message: it must not hear anything after it. The caller may be in
+		 * the middle of a change (a welcome, a reply), so the end comes at the end of the pass. */
+		session_end_later(s, rc == -ENOBUFS ? SESSION_END_PIPELINE_TOO_DEEP : SESSION_END_OUT_OF_MEMORY);
+		return;
+	}
 	session_mark_dirty(s, &s->to_client);
+}
+
+void session_end_later(struct session *s, enum session_end_reason reason)
+{
+	if (s->phase == SESSION_CLOSING || base_list_is_linked(&s->ending_link))
+		return;
+	s->ending_reason = reason;
+	base_list_insert_tail(&s->host->ending, &s->ending_link);
 }
 
 void session_send_error(struct session *s, const char *severity, const char *sqlstate, const char *message,
@@ -209,8 +223,41 @@ static void session_client_sent(struct ring_op *op, int res, uint32_t flags)
 	session_client_drained(s);
 }
 
+/* Back pressure on the client's reads: they pause while what the client sent is not yet gone (the
+ * queue toward its server over its high mark, or the parked mark while it waits for one), while what it
+ * must read is not read (its own queue over the high mark), or while its server owes more replies than
+ * STMT_REPLIES_HIGH; they resume once all three are under their low marks. */
+static bool session_client_is_backed_up(const struct session *s)
+{
+	const struct leg *leg = session_primary(s);
+	uint64_t high = leg->conn ? SENDQ_HIGH_BYTES : SESSION_QUEUE_PARKED_BYTES;
+	return sendq_is_full(&leg->to_server, high) || sendq_is_full(&s->to_client, SENDQ_HIGH_BYTES) ||
+	       leg->replies.count > STMT_REPLIES_HIGH;
+}
+
+static bool session_client_is_drained(const struct session *s)
+{
+	const struct leg *leg = session_primary(s);
+	return sendq_is_low(&leg->to_server) && sendq_is_low(&s->to_client) && leg->replies.count < STMT_REPLIES_LOW;
+}
+
+void session_client_pace(struct session *s)
+{
+	if (!s->client_recv_paused) {
+		if (session_client_is_backed_up(s)) {
+			s->client_recv_paused = true;
+			ring_cancel(&s->host->ring, &s->client_recv);
+		}
+	} else if (session_client_is_drained(s)) {
+		s->client_recv_paused = false;
+		session_client_recv_resume(s);
+	}
+}
+
 void session_client_drained(struct session *s)
 {
+	if (s->client_recv_paused)
+		session_client_pace(s);
 	if (!sendq_is_low(&s->to_client))
 		return;
 	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++) {
@@ -222,6 +269,49 @@ void session_client_drained(struct session *s)
 	}
 }
 
+#ifndef NDEBUG
+static void session_assert_leg(const struct session *s, const struct leg *leg)
+{
+	TERN_ASSERT(leg->session == s && leg->host == s->host);
+	TERN_ASSERT(leg->hidden_ready <= leg->pending_ready);
+	TERN_ASSERT(!leg->is_dropping || leg->is_failed);
+	TERN_ASSERT(leg->is_request_pending == base_list_is_linked(&leg->parked_link));
+	TERN_ASSERT(leg->replies.count <= STMT_REPLIES_MAX && leg->to_server.count <= SENDQ_SLICES_MAX);
+	TERN_ASSERT(!(leg->is_recv_paused && leg->recv.is_armed));
+	TERN_ASSERT(!leg->is_starved || s->is_starved[HOST_BUFFERS_SERVER] || s->phase == SESSION_CLOSING);
+	if (leg->conn) {
+		TERN_ASSERT(leg->conn->state == POOL_CONN_USED);
+		TERN_ASSERT(leg->to_server.fd == leg->conn->fd);
+		TERN_ASSERT(!leg->is_request_pending);
+	} else {
+		TERN_ASSERT(leg->to_server.fd == -1);
+		TERN_ASSERT(!leg->recv.is_armed && !leg->is_dropping && !leg->is_release_after_recv);
+	}
+}
+
+void session_assert_invariants(const struct session *s)
+{
+	TERN_ASSERT(s->host && s->parts);
+	TERN_ASSERT(s->stmts.statements.count <= STMT_MAP_NAMES_MAX);
+	TERN_ASSERT(s->to_client.count <= SENDQ_SLICES_MAX);
+	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++) {
+		const struct leg *leg = s->legs[role];
+		TERN_ASSERT(leg || role != LEG_PRIMARY);
+		if (leg) {
+			TERN_ASSERT(leg->role == role && !base_list_is_linked(&leg->link));
+			session_assert_leg(s, leg);
+		}
+	}
+	const struct base_list *node;
+	for (node = s->legs_draining.next; node != &s->legs_draining; node = node->next) {
+		const struct leg *leg = TERN_CONTAINER_OF(node, const struct leg, link);
+		TERN_ASSERT(leg != s->legs[leg->role]);
+		TERN_ASSERT(!leg->conn || leg->is_dropping);
+		session_assert_leg(s, leg);
+	}
+}
+#endif
+
 /* ---- the legs: what their completions mean for the session ---- */
 
 static int session_leg_on_bytes(struct leg *leg, uint16_t buffer_id, const uint8_t *data, uint32_t len)
@@ -232,14 +322,14 @@ static int session_leg_on_bytes(struct leg *leg, uint16_t buffer_id, const uint8
 static void session_leg_on_progress(struct leg *leg)
 {
 	struct session *s = leg->session;
-	if (s->client_recv_paused && sendq_is_low(&leg->to_server)) {
-		s->client_recv_paused = false;
-		session_client_recv_resume(s);
-	}
+	session_assert_invariants(s);
+	if (s->client_recv_paused)
+		session_client_pace(s);
 	if (s->phase == SESSION_CLOSING || leg->is_dropping)
 		session_settle(s, leg);
 	else
 		session_try_release(s, leg);
+	session_assert_invariants(s);
 }
 
 static void session_leg_on_starved(struct leg *leg) { session_starve(leg->session, HOST_BUFFERS_SERVER); }
@@ -256,6 +346,7 @@ struct session_lost_decision session_decide_lost(const struct session *s, const 
 static void session_leg_on_lost(struct leg *leg, enum leg_fault fault)
 {
 	struct session *s = leg->session;
+	session_assert_invariants(s);
 	struct session_lost_decision decision = session_decide_lost(s, leg, fault);
 	TERN_ASSERT(decision.action == SESSION_LOST_END);
 	session_end(s, decision.reason);
@@ -272,11 +363,7 @@ static const struct leg_ops session_leg_ops = {
 void session_client_queue_grew(struct session *s)
 {
 	struct leg *leg = session_primary(s);
-	uint64_t high = leg->conn ? SENDQ_HIGH_BYTES : SESSION_QUEUE_PARKED_BYTES;
-	if (sendq_is_full(&leg->to_server, high) && !s->client_recv_paused) {
-		s->client_recv_paused = true;
-		ring_cancel(&s->host->ring, &s->client_recv);
-	}
+	session_client_pace(s);
 	if (leg->conn)
 		session_mark_dirty(s, &leg->to_server);
 	else if (leg->is_request_pending)
@@ -315,6 +402,7 @@ void session_acquire(struct session *s, struct leg *leg)
 {
 	struct host *host = s->host;
 	TERN_ASSERT(leg->session == s && !leg->conn && !leg->is_request_pending);
+	session_assert_invariants(s);
 	if (session_pause_gate(s))
 		return; /* PAUSE: the worker asks again at RESUME */
 	session_stats_close_assignment(s);
@@ -341,6 +429,7 @@ void session_acquire(struct session *s, struct leg *leg)
 	leg->is_request_pending = true;
 	base_list_insert_tail(&host->parked, &leg->parked_link);
 	session_hold_parked_bytes(s);
+	session_assert_invariants(s);
 }
 
 void session_hold_parked_bytes(struct session *s)
@@ -400,6 +489,7 @@ void session_try_release(struct session *s, struct leg *leg)
 	if (s->parts->before_release(s, leg))
 		return; /* the connection goes back once the answer is in */
 	(void)leg_release(leg); /* or at the end of the cancelled receive, through on_progress */
+	session_assert_invariants(s);
 }
 
 void session_settle(struct session *s, struct leg *leg)
@@ -444,6 +534,7 @@ struct leg *session_replace_leg(struct session *s, enum leg_role role)
 			base_list_insert_tail(&s->legs_draining, &old->link);
 	}
 	s->legs[role] = leg;
+	session_assert_invariants(s);
 	return leg;
 }
 
@@ -498,6 +589,8 @@ void session_end(struct session *s, enum session_end_reason reason)
 	if (s->phase == SESSION_CLOSING)
 		return;
 	struct host *host = s->host;
+	if (base_list_is_linked(&s->ending_link))
+		base_list_remove(&s->ending_link);
 	const struct session_end_info *info = session_end_info(reason);
 	s->end_reason = reason;
 	host->stats.ended[reason]++;
@@ -538,6 +631,7 @@ void session_end(struct session *s, enum session_end_reason reason)
 			session_leg_finish(s, s->legs[role]);
 	base_list_remove(&s->link);
 	base_list_insert_tail(&host->reaping, &s->link);
+	session_assert_invariants(s);
 }
 
 void session_end_with_error(struct session *s, enum session_end_reason reason, const char *sqlstate,

@@ -103,7 +103,7 @@ struct session {
 	bool is_transaction_pooling; /* pool_mode, fixed for tern's life: read once, not per message */
 	int client_fd;
 	struct ring_op client_recv; /* multishot */
-	bool client_recv_paused;   /* back pressure: re-armed when to_server drains */
+	bool client_recv_paused;   /* back pressure (session_client_pace) */
 	bool is_client_send_recalled; /* its send was cancelled to copy its bytes out of the ring */
 	bool client_eof;
 	struct sendq to_client;
@@ -140,13 +140,15 @@ struct session {
 	uint32_t observers_on;   /* bit per observer id: on for this session (set at login) */
 	uint32_t client_readers; /* the observers that read the client message being scanned */
 	uint8_t client_taker;    /* the observer that took it over, if one did */
-	bool is_out_of_memory;   /* an observer's type hook ran out of memory: the relay ends the session */
+	int hook_error;          /* an observer's type hook failed (-ENOMEM, -ENOBUFS): the relay ends the session */
 	struct params_state params;     /* observer_params.c: parameters and search_path */
 	struct session_pins pins;       /* observer_pins.c: LISTEN, SQL PREPARE */
 	struct stmts_state stmts;       /* observer_stmts.c: the client's named statements */
 
 	enum session_end_reason end_reason;
 	uint64_t closing_ns;
+	struct base_list ending_link; /* host->ending: session_end_later */
+	enum session_end_reason ending_reason;
 	/* For the timeouts, read once a second by the worker: when the client last sent bytes (the legs
 	 * keep when they last answered). */
 	uint64_t client_active_ns;
@@ -183,11 +185,21 @@ struct session *session_create(struct host *host, int client_fd);
 /* The one way a session ends: tells the client why (when it can still hear), releases or discards
  * its server connections, and lets the worker free it once nothing is in flight. */
 void session_end(struct session *s, enum session_end_reason reason);
+/* session_end at the end of the worker's pass (host->ending): for a failure found in the middle of a
+ * change the caller must finish first (a message that could not be queued). */
+void session_end_later(struct session *s, enum session_end_reason reason);
 /* session_end, telling the client this instead of the reason's own SQLSTATE and message. */
 void session_end_with_error(struct session *s, enum session_end_reason reason, const char *sqlstate,
 			    const char *message);
 /* True while the client has a transaction (or a statement) open on a server. */
 bool session_is_in_transaction(const struct session *s);
+/* Debug builds: checks what must hold between the session and its legs (each leg's connection, queue,
+ * owed replies and parked request agree), before and after each change of a leg. */
+#ifdef NDEBUG
+static inline void session_assert_invariants(const struct session *s) { (void)s; }
+#else
+void session_assert_invariants(const struct session *s);
+#endif
 /* True when nothing of the session is in flight and it may be freed. */
 bool session_is_reapable(const struct session *s);
 void session_destroy(struct session *s);
@@ -287,6 +299,8 @@ static inline void session_stats_on_ready(struct session *s, const struct leg *l
 /* Bytes the client sent, in the clear (decrypted when TLS is on): to the phase's handler. buffer_id is
  * the receive buffer they lie in, or RING_NO_BUFFER when they must be copied to be kept. */
 void session_on_client_bytes(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len);
+/* Pauses or resumes the client's reads for back pressure (see session.c). */
+void session_client_pace(struct session *s);
 /* The client's queue went below its low marks after a send: the servers may be read again. */
 void session_client_drained(struct session *s);
 /* TLS toward the client (session_tls.c). */

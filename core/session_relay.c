@@ -19,8 +19,27 @@ struct relay_chunk {
 	struct leg *leg; /* client → server: the leg the chunk's messages go to; server → client: the sender */
 	uint16_t buffer_id;
 	const uint8_t *data;
-	bool out_of_memory;
+	int error; /* a queue push failed (-ENOMEM, -ENOBUFS): the scan goes on, the session ends after it */
 };
+
+/* Why a client's chunk ends its session: a scan's or a push's error. */
+static enum session_end_reason relay_client_reason(int rc)
+{
+	switch (rc) {
+	case -EMSGSIZE:
+		return SESSION_END_FRAME_TOO_LARGE;
+	case -ENOMEM:
+		return SESSION_END_OUT_OF_MEMORY;
+	case -E2BIG:
+		return SESSION_END_TOO_MANY_STATEMENTS;
+	case -ENOBUFS:
+		return SESSION_END_PIPELINE_TOO_DEEP;
+	case RELAY_STOP_TERMINATE:
+		return SESSION_END_CLIENT_TERMINATE;
+	default:
+		return SESSION_END_PROTOCOL_VIOLATION;
+	}
+}
 
 /* ---- client → server ---- */
 
@@ -87,10 +106,7 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	if (s->client_readers) {
 		struct observer_message m = {
 			.type = type, .body = body, .len = len, .buffer_id = chunk->buffer_id, .chunk = chunk->data};
-		int rc = dispatch_client_message(s, chunk->leg, &m, s->client_readers);
-		if (rc == -ENOMEM)
-			chunk->out_of_memory = true;
-		return rc == -ENOMEM ? 0 : rc;
+		return dispatch_client_message(s, chunk->leg, &m, s->client_readers);
 	}
 	if (type == PROTO_FE_TERMINATE)
 		return RELAY_STOP_TERMINATE;
@@ -100,9 +116,10 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 static void relay_client_forward(void *ctx, uint32_t offset, uint32_t len)
 {
 	struct relay_chunk *chunk = ctx;
-	if (sendq_push_buffer(&chunk->leg->to_server, &chunk->s->host->ring, chunk->buffer_id, chunk->data + offset,
-			      len) < 0)
-		chunk->out_of_memory = true;
+	int rc = sendq_push_buffer(&chunk->leg->to_server, &chunk->s->host->ring, chunk->buffer_id,
+				   chunk->data + offset, len);
+	if (rc < 0)
+		chunk->error = rc;
 }
 
 /* The head of a long message an observer took over (a Bind: names rewritten, parameters streamed). */
@@ -110,12 +127,7 @@ static int relay_client_on_head(void *ctx, uint8_t type, const uint8_t *head, ui
 {
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
-	int rc = dispatch_client_head(s, chunk->leg, s->client_taker, type, head, head_len, body_len);
-	if (rc == -ENOMEM) {
-		chunk->out_of_memory = true;
-		return 0;
-	}
-	return rc;
+	return dispatch_client_head(s, chunk->leg, s->client_taker, type, head, head_len, body_len);
 }
 
 static const struct proto_scan_ops relay_client_ops = {
@@ -131,19 +143,14 @@ void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const 
 	uint64_t frame_max = runtime_config(s->host->runtime)->max_client_frame_bytes;
 	s->client_active_ns = base_now_ns();
 	int rc = proto_stream_feed(&s->client_stream, data, len, frame_max, &relay_client_ops, &chunk);
-	if (chunk.out_of_memory || s->is_out_of_memory) {
-		session_end(s, SESSION_END_OUT_OF_MEMORY);
-		return;
-	}
-	if (rc == RELAY_STOP_TERMINATE) {
-		session_end(s, SESSION_END_CLIENT_TERMINATE);
-		return;
-	}
+	if (rc == 0)
+		rc = chunk.error ? chunk.error : s->hook_error;
 	if (rc < 0) {
-		session_end(s, rc == -EMSGSIZE ? SESSION_END_FRAME_TOO_LARGE : SESSION_END_PROTOCOL_VIOLATION);
+		session_end(s, relay_client_reason(rc));
 		return;
 	}
 	session_client_queue_grew(s);
+	session_assert_invariants(s);
 }
 
 /* ---- server → client ---- */
@@ -205,8 +212,9 @@ static void relay_server_forward(void *ctx, uint32_t offset, uint32_t len)
 	struct session *s = chunk->s;
 	if (s->phase == SESSION_CLOSING)
 		return; /* the client is gone or going: what the server says (a reset's answer) stays here */
-	if (sendq_push_buffer(&s->to_client, &s->host->ring, chunk->buffer_id, chunk->data + offset, len) < 0) {
-		chunk->out_of_memory = true;
+	int rc = sendq_push_buffer(&s->to_client, &s->host->ring, chunk->buffer_id, chunk->data + offset, len);
+	if (rc < 0) {
+		chunk->error = rc;
 		return;
 	}
 	session_mark_dirty(s, &s->to_client);
@@ -224,16 +232,18 @@ int session_relay_on_server_bytes(struct leg *leg, uint16_t buffer_id, const uin
 	struct relay_chunk chunk = {.s = s, .leg = leg, .buffer_id = buffer_id, .data = data};
 	int rc = proto_stream_feed(&leg->stream, data, len, runtime_config(s->host->runtime)->max_backend_frame_bytes,
 				   &relay_server_ops, &chunk);
-	return rc < 0 || chunk.out_of_memory ? -EPROTO : 0;
+	if (rc == 0 && chunk.error < 0) {
+		session_end(s, chunk.error == -ENOBUFS ? SESSION_END_PIPELINE_TOO_DEEP : SESSION_END_OUT_OF_MEMORY);
+		return 0; /* the server did nothing wrong: its connection is settled as the session ends */
+	}
+	return rc < 0 ? -EPROTO : 0;
 }
 
 void session_relay_attach(struct session *s, struct leg *leg, struct pool_conn *conn)
 {
 	leg_attach(leg, conn);
-	if (s->client_recv_paused && sendq_is_low(&leg->to_server)) {
-		s->client_recv_paused = false; /* paused while parked; the server now drains the queue */
-		session_client_recv_resume(s);
-	}
+	if (s->client_recv_paused)
+		session_client_pace(s); /* paused while parked: the server drains the queue now */
 	if (s->phase == SESSION_LOGIN_WAIT) {
 		session_login_on_backend(s);
 	} else if (dispatch_attach(s, leg) < 0) { /* the client's state, ahead of its queued messages */
@@ -244,6 +254,7 @@ void session_relay_attach(struct session *s, struct leg *leg, struct pool_conn *
 		session_mark_dirty(s, &leg->to_server);
 	session_try_release(s, leg);
 	leg_resume(leg);
+	session_assert_invariants(s);
 }
 
 const struct session_parts session_relay_parts = {

@@ -88,6 +88,7 @@ static int stmt_map_grow(struct stmt_map *map)
 int stmt_map_put(struct stmt_map *map, const char *name, struct stmt *stmt, uint64_t seq)
 {
 	TERN_ASSERT(!stmt_map_find(map, name));
+	TERN_ASSERT(map->count < STMT_MAP_NAMES_MAX);
 	if ((map->count + 1) * 4 > map->capacity * 3 && stmt_map_grow(map) < 0) /* load ≤ 3/4 */
 		return -ENOMEM;
 	char *copy = strdup(name);
@@ -299,6 +300,8 @@ static void stmt_reply_free(struct stmt_reply_entry *e)
 
 static int stmt_replies_reserve(struct stmt_replies *replies)
 {
+	if (replies->count >= STMT_REPLIES_MAX)
+		return -ENOBUFS;
 	if (replies->count < replies->capacity)
 		return 0;
 	uint32_t capacity = replies->capacity ? replies->capacity * 2 : 16;
@@ -317,8 +320,9 @@ static int stmt_replies_reserve(struct stmt_replies *replies)
 int stmt_replies_push_back(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len,
 			   struct stmt *stmt)
 {
-	if (stmt_replies_reserve(replies) < 0)
-		return -ENOMEM;
+	int rc = stmt_replies_reserve(replies);
+	if (rc < 0)
+		return rc;
 	uint32_t i = (replies->head + replies->count) & (replies->capacity - 1);
 	replies->entries[i] = (struct stmt_reply_entry){.kind = kind,
 							.data = data,
@@ -332,8 +336,9 @@ int stmt_replies_push_back(struct stmt_replies *replies, uint8_t kind, void *dat
 int stmt_replies_push_front(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len,
 			    struct stmt *stmt)
 {
-	if (stmt_replies_reserve(replies) < 0)
-		return -ENOMEM;
+	int rc = stmt_replies_reserve(replies);
+	if (rc < 0)
+		return rc;
 	replies->head = (replies->head - 1) & (replies->capacity - 1);
 	replies->entries[replies->head] = (struct stmt_reply_entry){
 		.kind = kind, .data = data, .data_len = data_len, .stmt = stmt ? stmt_ref(stmt) : NULL};

@@ -25,6 +25,17 @@
 /* A server connection holds at most this many statements whatever the config says: each costs the
  * server memory, and eviction scans the cache. */
 #define STMT_CACHE_MAX 100000u
+/* A client holds at most this many names whatever the config says (max_client_prepared_statements):
+ * each costs tern about 200 bytes plus its text, so one client stays far below a gigabyte. */
+#define STMT_MAP_NAMES_MAX 1000000u
+/* Replies one leg may owe before the relay stops reading its client (back pressure), and below which it
+ * reads again: a client that pipelines without reading the answers waits, as PostgreSQL makes it wait. */
+#define STMT_REPLIES_HIGH 16384u
+#define STMT_REPLIES_LOW 4096u
+/* What one leg may owe at most: the high mark plus what one receive chunk (a buffer of at most 1 MiB,
+ * messages of at least 5 bytes, at most 4 replies for one message) can add before reading stops. A push
+ * past it fails; the session ends. */
+#define STMT_REPLIES_MAX (STMT_REPLIES_HIGH + 4u * ((1u << 20) / 5u))
 
 struct stmt {
 	uint32_t refs;
@@ -62,7 +73,8 @@ void stmt_map_init(struct stmt_map *map);
 void stmt_map_deinit(struct stmt_map *map);
 struct stmt *stmt_map_get(const struct stmt_map *map, const char *name);
 /* Adds name → stmt (taking a reference) at position `seq` of the client's stream; the name must not be
- * present. 0 or -ENOMEM. */
+ * present, and the map must hold fewer than STMT_MAP_NAMES_MAX (the caller checks its own limit). 0 or
+ * -ENOMEM. */
 TERN_MUST_USE int stmt_map_put(struct stmt_map *map, const char *name, struct stmt *stmt, uint64_t seq);
 /* True when the name was present and is now gone. */
 bool stmt_map_remove(struct stmt_map *map, const char *name);
@@ -156,7 +168,8 @@ struct stmt_replies {
 
 void stmt_replies_init(struct stmt_replies *replies);
 void stmt_replies_deinit(struct stmt_replies *replies);
-/* Queue an entry; it owns `data` and takes a reference on `stmt` (either may be NULL) once queued. */
+/* Queue an entry; it owns `data` and takes a reference on `stmt` (either may be NULL) once queued. 0,
+ * -ENOMEM, or -ENOBUFS with STMT_REPLIES_MAX entries queued (nothing is taken then). */
 TERN_MUST_USE int stmt_replies_push_back(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len,
 					 struct stmt *stmt);
 TERN_MUST_USE int stmt_replies_push_front(struct stmt_replies *replies, uint8_t kind, void *data, uint32_t data_len,

@@ -442,6 +442,10 @@ static void worker_end_pass(struct worker *worker)
 	if (worker->host.pause_waiting_count > 0 && !__atomic_load_n(&rt->is_paused, __ATOMIC_ACQUIRE))
 		worker_pause_scan(worker, base_now_ns()); /* RESUME: before the flush, which sends their bytes */
 	struct base_list *node, *tmp;
+	while ((node = base_list_pop_head(&worker->host.ending)) != NULL) {
+		struct session *s = TERN_CONTAINER_OF(node, struct session, ending_link);
+		session_end(s, s->ending_reason);
+	}
 	base_list_for_each_safe(node, tmp, &worker->host.starved)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, starved_link);

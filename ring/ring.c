@@ -319,6 +319,7 @@ int ring_run_once(struct ring *ring)
 {
 	struct io_uring *uring = ring_uring(ring);
 	int rc = io_uring_submit_and_wait(uring, 1);
+	ring->stats.passes++;
 	if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME)
 		return rc;
 	unsigned handled = 0;

@@ -48,6 +48,7 @@ static_assert(RING_BUFFER_COUNT_MAX * RING_BUFFER_GROUPS <= 65536u, "buffer ids 
 #define RING_BUFFER_REFS_MAX UINT16_MAX
 
 struct ring_stats {
+	uint64_t passes; /* ring_run_once calls: one io_uring_enter each, which submits and waits */
 	uint64_t completions;
 	uint64_t submissions;
 	uint64_t enobufs; /* receives that ended because the buffer ring was empty */

@@ -2175,6 +2175,118 @@ def a_server_connection_killed_between_transactions_in_session_pooling_ends_the_
     check(psql_ok(t.port, "select 3") == "3", "new clients are served")
 
 
+@test
+def a_client_pipelining_a_million_parses_without_sync_is_ended_and_others_never_notice(ctx):
+    """A million named Parse messages, no Sync, answers unread: tern answers the first
+    max_client_prepared_statements itself, then ends that client with 54000; its memory stays bounded
+    and another session goes on."""
+    t = ctx.tern(pool_size=2, extra="max_client_prepared_statements = 10000")
+    bystander, w = Wire(t.port), Wire(t.port)
+    try:
+        bystander.login("postgres")
+        w.login("postgres")
+        idle_kib = proc_status_kib(t.pid, "VmRSS")
+
+        def flood():
+            try:
+                for k in range(1000):  # 1000 batches of 1000 distinct names
+                    w.sock.sendall(b"".join(parse("s%d_%d" % (k, i), "select 1") for i in range(1000)))
+            except OSError:
+                pass  # tern ended the session: the rest goes nowhere
+
+        sender = threading.Thread(target=flood)
+        sender.start()
+        completes, error = 0, None
+        while True:
+            msg = w.read_message()
+            if msg is None:
+                break
+            if msg[0] == b"1":
+                completes += 1
+            elif msg[0] == b"E":
+                error = error_fields(msg[1])
+        sender.join(timeout=60)
+        check(not sender.is_alive(), "the sender was let go")
+        check(completes == 10000, "the first 10000 Parses were answered: %d" % completes)
+        check(error is not None and error["C"] == "54000" and "max_client_prepared_statements" in error.get("H", ""),
+              "then 54000 naming the limit: %r" % error)
+        peak_kib = proc_status_kib(t.pid, "VmHWM")
+        check(peak_kib - idle_kib < 64 * 1024, "peak RSS %d KiB is %d KiB above idle" % (peak_kib, peak_kib - idle_kib))
+        check(bystander.query("select 7") == [["7"]], "the other session never noticed")
+    finally:
+        bystander.close()
+        w.close()
+    check(psql_ok(t.port, "select 8") == "8", "new clients are served")
+
+
+@test
+def a_client_that_pipelines_without_reading_is_paused_and_loses_nothing(ctx):
+    """A million Parse/Close pairs that tern answers itself (2 million replies, 10 MB) sent by a client
+    that reads nothing until it has sent them all: tern stops reading the client once its answers back
+    up, as PostgreSQL does, so its memory stays bounded; then every answer arrives, in order."""
+    t = ctx.tern(pool_size=2)
+    w = Wire(t.port)
+    try:
+        w.login("postgres")
+        check(w.query("select 1") == [["1"]], "warm")
+        idle_kib = proc_status_kib(t.pid, "VmRSS")
+        pairs = 1_000_000
+        chunk = (parse("p", "select 1") + close("S", "p")) * 10_000
+        progress = [0]
+
+        def send_all():
+            for _ in range(pairs // 10_000):
+                w.sock.sendall(chunk)
+                progress[0] += 1
+            w.sock.sendall(SYNC)
+
+        w.sock.settimeout(60)
+        sender = threading.Thread(target=send_all, daemon=True)
+        sender.start()
+        # Wait (bounded) until the sender is stuck: tern stopped reading, the socket buffers are full.
+        deadline, last, still = time.monotonic() + 60, -1, 0
+        while sender.is_alive() and time.monotonic() < deadline and still < 10:
+            time.sleep(0.1)
+            still = still + 1 if progress[0] == last else 0
+            last = progress[0]
+        check(sender.is_alive(), "the sender is held back (%d of %d batches sent)" % (progress[0], pairs // 10_000))
+        paused_kib = proc_status_kib(t.pid, "VmRSS")
+        check(paused_kib - idle_kib < 32 * 1024, "RSS %d KiB above idle while the client does not read"
+              % (paused_kib - idle_kib))
+        expected = (b"1\0\0\0\x04" + b"3\0\0\0\x04") * pairs + b"Z\0\0\0\x05I"
+        got = bytearray(w.buf)
+        w.buf = b""
+        while len(got) < len(expected):
+            data = w.sock.recv(1 << 20)
+            if not data:
+                break
+            got += data
+        sender.join(timeout=60)
+        check(not sender.is_alive(), "everything was sent once the client read")
+        check(bytes(got) == expected, "every answer arrived in order: %d of %d bytes" % (len(got), len(expected)))
+        check(w.query("select 9") == [["9"]], "the session goes on")
+    finally:
+        w.close()
+
+
+@test
+def admin_show_workers_and_show_ends_count_what_each_worker_did(ctx):
+    t = ctx.tern(pool_size=2, workers=2, extra="\n[admin]\nadmin_users = postgres\n")
+    for i in range(6):
+        check(psql_ok(t.port, "select %d" % i) == str(i), "client %d served" % i)
+    rows = [line.split("|") for line in psql_ok(t.port, "show workers", dbname="tern").splitlines()]
+    check(len(rows) == 2 and sorted(r[0] for r in rows) == ["0", "1"], "a row per worker: %r" % rows)
+    total = lambda column: sum(int(r[column]) for r in rows)
+    check(total(2) >= 7, "accepted counts every connection (6 clients and this console): %r" % rows)
+    check(total(3) + total(4) >= 6, "each transaction took a connection locally or from the pool: %r" % rows)
+    check(all(int(r[6]) > 0 and int(r[8]) > 0 for r in rows), "each ring ran passes and completions: %r" % rows)
+    ends = dict((line.split("|")[0], line.split("|")) for line in
+                psql_ok(t.port, "show ends", dbname="tern").splitlines())
+    check("client_terminate" in ends and int(ends["client_terminate"][2]) >= 6,
+          "the clients that said goodbye are counted by reason: %r" % ends)
+    check(ends["client_terminate"][1] == "", "a reason the client is not told has no SQLSTATE: %r" % ends)
+
+
 # ---------------------------------------------------------------- runner
 
 
