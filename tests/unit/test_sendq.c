@@ -543,3 +543,16 @@ Test(sendq, push_front_copy_goes_out_before_everything_queued)
 	assert_received((const uint8_t *)"SET;client+tail", 15);
 	assert_all_buffers_back();
 }
+
+Test(sendq, a_queue_holds_at_most_SENDQ_SLICES_MAX_slices_and_then_refuses)
+{
+	static const uint8_t byte = 'x';
+	for (uint32_t i = 0; i < SENDQ_SLICES_MAX; i++)
+		cr_assert_eq(sendq_push_copy(&fx.q, &byte, 1), 0, "slice %u", i);
+	cr_assert_eq(fx.q.count, SENDQ_SLICES_MAX);
+	cr_assert_eq(sendq_push_copy(&fx.q, &byte, 1), -ENOBUFS, "one past the bound is refused");
+	cr_assert_eq(sendq_push_owned(&fx.q, malloc(1), 1), -ENOBUFS, "an owned block too (and it is freed)");
+	cr_assert_eq(sendq_push_front_copy(&fx.q, &byte, 1), -ENOBUFS, "and in front");
+	cr_assert_eq(fx.q.count, SENDQ_SLICES_MAX, "nothing was taken");
+	cr_assert_eq(fx.q.bytes, SENDQ_SLICES_MAX, "nor counted");
+}

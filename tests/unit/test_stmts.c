@@ -6,6 +6,7 @@
 #include "stmts.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -155,5 +156,19 @@ Test(stmts, syncs_after_the_head_are_removed_up_to_the_count)
 	char kinds[16];
 	kinds_of(&r, kinds);
 	cr_assert_str_eq(kinds, "639"); /* EXECUTE, BIND, the third SYNC */
+	stmt_replies_deinit(&r);
+}
+
+Test(stmts, a_reply_queue_holds_at_most_STMT_REPLIES_MAX_entries_and_then_refuses)
+{
+	struct stmt_replies r;
+	stmt_replies_init(&r);
+	for (uint32_t i = 0; i < STMT_REPLIES_MAX; i++)
+		cr_assert_eq(stmt_replies_push_back(&r, STMT_REPLY_BIND, NULL, 0, NULL), 0, "entry %u", i);
+	cr_assert_eq(stmt_replies_push_back(&r, STMT_REPLY_SYNC, NULL, 0, NULL), -ENOBUFS);
+	cr_assert_eq(stmt_replies_push_front(&r, STMT_REPLY_CLOSE_HIDDEN, NULL, 0, NULL), -ENOBUFS);
+	cr_assert_eq(r.count, STMT_REPLIES_MAX, "nothing was taken");
+	stmt_replies_pop(&r);
+	cr_assert_eq(stmt_replies_push_back(&r, STMT_REPLY_SYNC, NULL, 0, NULL), 0, "room again once one is popped");
 	stmt_replies_deinit(&r);
 }
