@@ -504,10 +504,9 @@ static void admin_workers_fill(struct worker *worker, struct worker_job_part *pa
 
 static void admin_show_workers(struct admin_reply *r, const struct worker_job *job)
 {
-	static const char *const columns[] = {"worker",		 "sessions",	     "accepted",
-					      "local_reuse",	 "pool_checkouts",   "cancels_sent",
-					      "ring_passes",	 "ring_submissions", "ring_completions",
-					      "ring_enobufs"};
+	static const char *const columns[] = {
+		"worker",	 "sessions",	"accepted",	"local_reuse",	    "pool_checkouts",	"local_handoffs",
+		"mailed_grants", "cancels_sent", "ring_passes", "ring_submissions", "ring_completions", "ring_enobufs"};
 	admin_columns(r, columns, TERN_ARRAY_LEN(columns));
 	for (uint32_t i = 0; i < job->part_count; i++) {
 		const struct admin_worker_report *w = job->parts[i].data;
@@ -515,10 +514,10 @@ static void admin_show_workers(struct admin_reply *r, const struct worker_job *j
 			r->overflow = true;
 			return;
 		}
-		uint64_t fields[] = {w->index,		    w->sessions,	   w->host.accepted,
-				     w->host.local_reuse,   w->host.pool_checkouts, w->host.cancels_sent,
-				     w->ring.passes,	    w->ring.submissions,   w->ring.completions,
-				     w->ring.enobufs};
+		uint64_t fields[] = {w->index,		     w->sessions,	       w->host.accepted,
+				     w->host.local_reuse,    w->host.pool_checkouts,   w->host.local_handoffs,
+				     w->host.mailed_grants,  w->host.cancels_sent,     w->ring.passes,
+				     w->ring.submissions,    w->ring.completions,      w->ring.enobufs};
 		static_assert(TERN_ARRAY_LEN(fields) == TERN_ARRAY_LEN(columns), "a value per column");
 		char text[TERN_ARRAY_LEN(fields)][24];
 		const char *values[TERN_ARRAY_LEN(fields)];

@@ -33,6 +33,8 @@ struct host_stats {
 	uint64_t accepted;
 	uint64_t local_reuse;    /* transactions served by a connection released in the same pass */
 	uint64_t pool_checkouts; /* transactions that asked the pool */
+	uint64_t local_handoffs; /* connections released here that went straight to a waiter here */
+	uint64_t mailed_grants;  /* waiters here served through the mailbox (another worker, a new connection) */
 	uint64_t cancels_sent;
 	uint64_t ended[SESSION_END_REASON_COUNT];
 };
@@ -56,6 +58,9 @@ struct host {
 	struct base_list flush;    /* send queues with bytes to send this pass */
 	struct base_list starved;  /* sessions whose receive ended for want of buffers */
 	struct base_list ending;   /* sessions to end at the end of this pass (session_end_later) */
+	/* Legs whose queued bytes must leave the receive buffers by the end of this pass if they still wait
+	 * then (parked, or at the PAUSE gate): a wait that ends within the pass copies nothing. */
+	struct base_list holds;
 	uint32_t session_serial;
 	uint32_t session_count;
 	uint32_t pause_waiting_count;   /* sessions held at the PAUSE gate (recounted by each scan) */
@@ -78,7 +83,7 @@ static inline void host_mark_dirty(struct host *host, struct sendq *q)
 struct pool_conn *host_local_take(struct host *host, const struct pool_db *db);
 /* A released connection: kept for this pass (or back to the pool when the cache is full). */
 void host_local_put(struct host *host, struct pool_conn *conn);
-/* The end of a pass: every cached connection back to the pool (straight to a waiter if one parked). */
+/* Every cached connection back to the pool (straight to a waiter if one parked). */
 void host_local_flush(struct host *host);
 
 #endif

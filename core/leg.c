@@ -23,6 +23,7 @@ struct leg *leg_create(struct session *session, struct host *host, const struct 
 	proto_stream_init(&leg->stream);
 	stmt_replies_init(&leg->replies);
 	base_list_init(&leg->parked_link);
+	base_list_init(&leg->hold_link);
 	base_list_init(&leg->link);
 	leg->tx_status = 'I';
 	return leg;
@@ -46,6 +47,8 @@ void leg_destroy(struct leg *leg)
 	free(leg->needed);
 	if (base_list_is_linked(&leg->link))
 		base_list_remove(&leg->link);
+	if (base_list_is_linked(&leg->hold_link))
+		base_list_remove(&leg->hold_link);
 	free(leg);
 }
 

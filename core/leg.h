@@ -74,6 +74,7 @@ struct leg {
 	struct pool_request request;
 	bool is_request_pending; /* must not be freed until the request resolves */
 	struct base_list parked_link;
+	struct base_list hold_link; /* host->holds: its queued bytes leave the receive buffers at the pass's end */
 	/* The replies it owes. */
 	uint32_t pending_ready; /* Query/Sync/FunctionCall sent whose ReadyForQuery has not come */
 	uint32_t hidden_ready;  /* ... of them, answers to tern's own queries, hidden from the client */

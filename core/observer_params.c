@@ -10,20 +10,38 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <xxhash.h>
 
 static bool params_is_on(const struct session *s) { return s->is_transaction_pooling; }
+
+/* The client's tracked values and search_path as one number, computed once after each change. */
+static uint64_t params_fingerprint(struct params_state *p)
+{
+	if (p->fingerprint)
+		return p->fingerprint;
+	uint64_t h = XXH3_64bits(&p->values.is_set, sizeof(p->values.is_set));
+	for (uint32_t i = 0; i < PARAMS_TRACKED_MAX; i++)
+		if (p->values.is_set & (1u << i))
+			h = XXH3_64bits_withSeed(p->values.value[i], strlen(p->values.value[i]) + 1, h);
+	h = XXH3_64bits_withSeed(p->search_path, strlen(p->search_path), h);
+	p->fingerprint = h | 1; /* never 0, which means "unknown" */
+	return p->fingerprint;
+}
 
 /* The connection's search_path is `value` (known, or PARAMS_SEARCH_PATH_UNKNOWN). */
 static void params_connection_search_path(struct leg *leg, const char *value)
 {
-	if (leg->conn)
-		params_store(leg->conn->params, &leg->conn->param_count, PARAMS_SEARCH_PATH_KEY, value);
+	if (!leg->conn)
+		return;
+	params_store(leg->conn->params, &leg->conn->param_count, PARAMS_SEARCH_PATH_KEY, value);
+	leg->conn->restored_fingerprint = 0;
 }
 
 /* The client's search_path took effect on its connection. */
 static void params_keep_search_path(struct session *s, struct leg *leg, const char *value)
 {
 	base_strlcpy(s->params.search_path, value, sizeof(s->params.search_path));
+	s->params.fingerprint = 0;
 	params_connection_search_path(leg, value);
 }
 
@@ -60,9 +78,13 @@ static void params_learn(struct session *s, struct leg *leg, const struct observ
 	if (!value || !leg->conn)
 		return;
 	params_store(leg->conn->params, &leg->conn->param_count, name, value);
+	if (m->is_hidden)
+		return; /* the answer to tern's own SET: the values the fingerprint already says */
+	leg->conn->restored_fingerprint = 0;
 	int i = params_tracked_index(&s->host->runtime->tracked, name);
-	if (i < 0 || m->is_hidden)
+	if (i < 0)
 		return;
+	s->params.fingerprint = 0;
 	struct params_values *values = &s->params.values;
 	if (strlen(value) >= PARAMS_VALUE_MAX) {
 		values->is_set &= ~(1u << i);
@@ -153,6 +175,8 @@ static int params_server_message(struct session *s, struct leg *leg, const struc
 		if (!m->is_hidden) {
 			s->params.is_search_path_pending = false; /* the SET failed */
 		} else {
+			if (leg->conn)
+				leg->conn->restored_fingerprint = 0; /* the SET failed: what it set is unknown */
 			struct proto_error_fields fields;
 			if (proto_error_parse(m->body, m->len, &fields) == 0)
 				TERN_WARN("could not restore client %s/%s's parameters on server pid %u: %s (%s)", s->user,
@@ -188,6 +212,9 @@ static int params_attach(struct session *s, struct leg *leg)
 {
 	struct pool_conn *conn = leg->conn;
 	struct params_state *p = &s->params;
+	uint64_t fingerprint = params_fingerprint(p);
+	if (conn->restored_fingerprint == fingerprint)
+		return 0; /* the client's state is this connection's already */
 	char sql[PARAMS_TRACKED_MAX * (PARAMS_VALUE_MAX * 2 + 64)];
 	int n = params_build_set(&s->host->runtime->tracked, &p->values, conn->params, conn->param_count, sql,
 				 sizeof(sql));
@@ -202,14 +229,15 @@ static int params_attach(struct session *s, struct leg *leg)
 		n += m;
 		params_store(conn->params, &conn->param_count, PARAMS_SEARCH_PATH_KEY, want);
 	}
-	if (n == 0)
-		return 0;
-	uint8_t msg[sizeof(sql) + 8];
-	size_t len = proto_build_query(msg, sizeof(msg), sql);
-	if (len == 0 || sendq_push_front_copy(&leg->to_server, msg, (uint32_t)len) < 0)
-		return 0; /* the client runs with the connection's values: as without tracking */
-	leg->pending_ready++;
-	leg->hidden_ready++;
+	if (n > 0) {
+		uint8_t msg[sizeof(sql) + 8];
+		size_t len = proto_build_query(msg, sizeof(msg), sql);
+		if (len == 0 || sendq_push_front_copy(&leg->to_server, msg, (uint32_t)len) < 0)
+			return 0; /* the client runs with the connection's values: as without tracking */
+		leg->pending_ready++;
+		leg->hidden_ready++;
+	}
+	conn->restored_fingerprint = fingerprint;
 	return 0;
 }
 

@@ -58,6 +58,9 @@ struct params_state {
 	bool is_search_path_mentioned;
 	bool is_unnamed_naming_search_path; /* the unnamed statement's text names search_path or RESET */
 	uint32_t queries_unread;
+	/* The tracked values and search_path as one number (0: not computed since they last changed): a
+	 * connection whose restored_fingerprint equals it needs no SET. */
+	uint64_t fingerprint;
 };
 
 /* The value of `name` among a connection's reported parameters (case-insensitive), or NULL. */

@@ -92,8 +92,9 @@ void session_send_error(struct session *s, const char *severity, const char *sql
 
 void session_client_recv_resume(struct session *s)
 {
-	if (s->client_recv.is_armed || s->phase == SESSION_CLOSING || s->client_recv_paused || s->client_eof ||
-	    s->is_starved[HOST_BUFFERS_CLIENT])
+	if (s->client_recv.is_armed || s->client_eof || s->is_starved[HOST_BUFFERS_CLIENT])
+		return;
+	if (s->phase == SESSION_CLOSING ? !s->is_client_draining : s->client_recv_paused)
 		return;
 	ring_recv_multishot(&s->host->ring, &s->client_recv, s->client_fd, HOST_BUFFERS_CLIENT);
 }
@@ -190,11 +191,13 @@ static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags
 		ring_buffer_unref(ring, bid);
 	} else if (res == 0) {
 		s->client_eof = true;
+		s->is_client_draining = false;
 		session_end(s, SESSION_END_CLIENT_CLOSED);
 	} else if (res == -ENOBUFS) {
 		session_starve(s, HOST_BUFFERS_CLIENT);
 	} else if (res != -ECANCELED) {
 		s->client_eof = true;
+		s->is_client_draining = false;
 		session_end(s, SESSION_END_CLIENT_IO_ERROR);
 	}
 	if (!op->is_armed)
@@ -254,8 +257,21 @@ void session_client_pace(struct session *s)
 	}
 }
 
+/* An ended session's goodbye is out (its queue and TLS's are empty): FIN, while the client's last bytes
+ * are still read and dropped until it closes too, or the linger cuts it. */
+static void session_client_goodbye_check(struct session *s)
+{
+	if (s->is_client_cut || s->is_client_fin_sent || !sendq_is_idle(&s->to_client) ||
+	    (s->transport && s->transport->is_sending(s)))
+		return;
+	shutdown(s->client_fd, SHUT_WR);
+	s->is_client_fin_sent = true;
+}
+
 void session_client_drained(struct session *s)
 {
+	if (s->phase == SESSION_CLOSING)
+		session_client_goodbye_check(s);
 	if (s->client_recv_paused)
 		session_client_pace(s);
 	if (!sendq_is_low(&s->to_client))
@@ -434,9 +450,20 @@ void session_acquire(struct session *s, struct leg *leg)
 
 void session_hold_parked_bytes(struct session *s)
 {
-	/* A waiting client must hold no receive buffers: the transactions it waits for may need them. Its
-	 * few bytes (bounded by SESSION_QUEUE_PARKED_BYTES) are copied out of the ring. */
-	if (leg_hold_queued(session_primary(s)) < 0)
+	/* A waiting client must hold no receive buffers across passes: the transactions it waits for may
+	 * need them. Its few bytes (bounded by SESSION_QUEUE_PARKED_BYTES) are copied out of the ring at the
+	 * end of the pass if it still waits then (session_hold_now); most waits end within the pass. */
+	struct leg *leg = session_primary(s);
+	if (!base_list_is_linked(&leg->hold_link))
+		base_list_insert_tail(&s->host->holds, &leg->hold_link);
+}
+
+void session_hold_now(struct leg *leg)
+{
+	struct session *s = leg->session;
+	if (s->phase == SESSION_CLOSING || !(leg->is_request_pending || s->is_pause_waiting))
+		return; /* its wait ended in the pass: its bytes went on by reference */
+	if (leg_hold_queued(leg) < 0)
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 }
 
@@ -618,14 +645,22 @@ void session_end(struct session *s, enum session_end_reason reason)
 		}
 	}
 	session_unstarve(s);
-	/* Stop reading the client; keep writing until the goodbye is out (bounded by the linger): the error,
-	 * a TLS alert, close_notify. A client that closed its end reads nothing more. */
+	/* Keep writing until the goodbye is out (bounded by the linger): the error, a TLS alert,
+	 * close_notify; then FIN. Meanwhile what the client still sends is read and dropped: closing a
+	 * socket with unread bytes resets it, and the client would lose the goodbye and the answers before
+	 * it. A client that closed its end, or said Terminate, hears nothing more. */
 	if (s->transport)
 		s->transport->flush(s);
 	bool keep_writing = tell_client || (s->transport && s->transport->is_sending(s) && !s->client_eof);
-	shutdown(s->client_fd, keep_writing ? SHUT_RD : SHUT_RDWR);
-	s->is_client_cut = !keep_writing;
-	ring_cancel(&host->ring, &s->client_recv);
+	if (keep_writing) {
+		s->is_client_draining = !s->client_eof;
+		session_client_recv_resume(s);
+		session_client_goodbye_check(s);
+	} else {
+		shutdown(s->client_fd, SHUT_RDWR);
+		s->is_client_cut = true;
+		ring_cancel(&host->ring, &s->client_recv);
+	}
 	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++)
 		if (s->legs[role])
 			session_leg_finish(s, s->legs[role]);
@@ -648,6 +683,8 @@ void session_linger_expired(struct session *s)
 	shutdown(s->client_fd, SHUT_RDWR);
 	s->is_client_cut = true;
 	s->client_eof = true;
+	s->is_client_draining = false;
+	ring_cancel(&s->host->ring, &s->client_recv);
 	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++) {
 		struct leg *leg = s->legs[role];
 		if (leg && leg->conn) {

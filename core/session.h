@@ -156,6 +156,10 @@ struct session {
 	 * server's own refusal, or a specific error (session_end_with_error). */
 	struct pool_error end_error;
 	bool is_client_cut; /* the client socket is shut both ways: the linger has nothing left to cut */
+	/* Ended, saying goodbye: what the client still sends is read and dropped until it closes (its
+	 * unread bytes would make the close a reset that loses the goodbye), and FIN follows the goodbye. */
+	bool is_client_draining;
+	bool is_client_fin_sent;
 	uint64_t started_ns;
 
 	struct session_stats stats;
@@ -235,8 +239,11 @@ struct leg *session_replace_leg(struct session *s, enum leg_role role);
 /* PAUSE's gate, where a session asks for a server: true when it must wait (it is held, its bytes
  * copied out of receive buffers, and let go at RESUME); false when it may go on. */
 bool session_pause_gate(struct session *s);
-/* While parked: moves the bytes queued for the server out of receive buffers into owned copies. */
+/* While parked: the bytes queued for the server are to leave the receive buffers (by the end of the
+ * pass: session_hold_now). */
 void session_hold_parked_bytes(struct session *s);
+/* The end of a pass (host->holds): a leg that still waits moves its queued bytes into owned copies. */
+void session_hold_now(struct leg *leg);
 /* Transaction pooling: the client keeps its server connection (LISTEN, SQL PREPARE). */
 static inline bool session_is_pinned(const struct session *s)
 {

@@ -327,6 +327,56 @@ static void worker_pause_scan(struct worker *worker, uint64_t now_ns)
 	worker->host.pause_waiting_count = held;
 }
 
+/* A parked request of leg was granted (or failed): the wait ends for SHOW STATS, the session goes on. */
+static void worker_grant(struct leg *leg, uint64_t now_ns)
+{
+	struct session *s = leg->session;
+	if (leg->request.conn && s->phase != SESSION_CLOSING) {
+		/* SHOW STATS: the wait ends and the server assignment begins. */
+		s->stats.wait_ns += now_ns - leg->request.parked_ns;
+		s->stats.assigned_ns = now_ns;
+	}
+	session_on_request_done(leg);
+}
+
+/* The oldest leg of this worker parked for conn's key, if any. */
+static struct leg *worker_local_waiter(struct worker *worker, const struct pool_conn *conn)
+{
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &worker->host.parked)
+	{
+		struct leg *leg = TERN_CONTAINER_OF(node, struct leg, parked_link);
+		if (leg->request.db == conn->db && leg->request.server == conn->server)
+			return leg;
+	}
+	return NULL;
+}
+
+/* The end of a pass: each connection released in it goes to this worker's oldest waiter for its key
+ * when there is one (no mailbox, no wake-up, no copy of the waiter's bytes), else back to the pool,
+ * which may hand it to another worker's waiter (counted there as a mailed grant). */
+static void worker_local_flush(struct worker *worker)
+{
+	struct host *host = &worker->host;
+	if (host->local_count == 0)
+		return;
+	uint64_t now = base_now_ns();
+	uint32_t count = host->local_count;
+	host->local_count = 0; /* a session attached below may release again: into an empty cache */
+	struct pool_conn *released[HOST_LOCAL_CACHE_MAX];
+	memcpy(released, host->local_cache, count * sizeof(*released));
+	for (uint32_t i = 0; i < count; i++) {
+		struct pool_conn *conn = released[i];
+		struct leg *leg = base_list_is_empty(&host->parked) ? NULL : worker_local_waiter(worker, conn);
+		if (!leg) {
+			pool_checkin(host->runtime->pool, conn, now);
+		} else if (pool_checkin_to(host->runtime->pool, conn, &leg->request, now)) {
+			host->stats.local_handoffs++;
+			worker_grant(leg, now);
+		}
+	}
+}
+
 static void worker_on_wake(struct ring *ring)
 {
 	struct worker *worker = ring->owner;
@@ -347,15 +397,9 @@ static void worker_on_wake(struct ring *ring)
 	struct base_list *node;
 	uint64_t now = base_list_is_empty(&done) ? 0 : base_now_ns();
 	while ((node = base_list_pop_head(&done)) != NULL) {
-		struct pool_request *req = TERN_CONTAINER_OF(node, struct pool_request, link);
-		struct leg *leg = req->owner;
-		struct session *s = leg->session;
-		if (req->conn && s->phase != SESSION_CLOSING) {
-			/* SHOW STATS: the wait ends and the server assignment begins. */
-			s->stats.wait_ns += now - req->parked_ns;
-			s->stats.assigned_ns = now;
-		}
-		session_on_request_done(leg);
+		struct leg *leg = TERN_CONTAINER_OF(node, struct pool_request, link)->owner;
+		worker->host.stats.mailed_grants += leg->request.conn != NULL;
+		worker_grant(leg, now);
 	}
 	while ((node = base_list_pop_head(&cancels)) != NULL) {
 		struct worker_cancel *cancel = TERN_CONTAINER_OF(node, struct worker_cancel, link);
@@ -436,8 +480,6 @@ static void worker_on_tick(struct ring *ring)
  * released in the pass go back to the pool, ended sessions with nothing in flight are freed. */
 static void worker_end_pass(struct worker *worker)
 {
-	/* Mailbox deliveries from this thread's own checkins (no eventfd write for those). */
-	worker_on_wake(&worker->host.ring);
 	struct tern_runtime *rt = worker->host.runtime;
 	if (worker->host.pause_waiting_count > 0 && !__atomic_load_n(&rt->is_paused, __ATOMIC_ACQUIRE))
 		worker_pause_scan(worker, base_now_ns()); /* RESUME: before the flush, which sends their bytes */
@@ -451,12 +493,18 @@ static void worker_end_pass(struct worker *worker)
 		struct session *s = TERN_CONTAINER_OF(node, struct session, starved_link);
 		(void)session_resume_starved(s);
 	}
+	/* Connections released in the pass go to waiters first; then the mailbox, which holds grants from
+	 * this thread's own checkins too (no eventfd write for those): every waiter served in this pass
+	 * sends its bytes in this pass's flush, and copies none of them. */
+	worker_local_flush(worker);
+	worker_on_wake(&worker->host.ring);
+	while ((node = base_list_pop_head(&worker->host.holds)) != NULL)
+		session_hold_now(TERN_CONTAINER_OF(node, struct leg, hold_link));
 	while ((node = base_list_pop_head(&worker->host.flush)) != NULL) {
 		struct sendq *q = TERN_CONTAINER_OF(node, struct sendq, flush_link);
 		q->is_dirty = false;
 		sendq_flush(q, &worker->host.ring);
 	}
-	host_local_flush(&worker->host);
 	base_list_for_each_safe(node, tmp, &worker->host.reaping)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
@@ -546,7 +594,8 @@ static void *worker_main(void *arg)
 	worker->next_stats_period_ns = base_now_ns() + WORKER_STATS_PERIOD_S * BASE_NS_PER_SEC;
 	worker->accept_op.handler = worker_on_accept;
 	ring_accept_multishot(&worker->host.ring, &worker->accept_op, worker->listen_fd);
-	TERN_INFO("worker %u: io_uring %s, %u buffers of %u bytes", worker->host.index, worker->host.ring.setup_mode,
+	TERN_INFO("worker %u: io_uring %s%s, %u buffers of %u bytes", worker->host.index, worker->host.ring.setup_mode,
+		  worker->host.ring.is_fd_registered ? ", registered ring fd" : "",
 		  params.buffer_count, params.buffer_size);
 	worker_report_init(worker, 0);
 	while (!__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_ACQUIRE)) {
@@ -559,7 +608,7 @@ static void *worker_main(void *arg)
 	}
 	ring_cancel(&worker->host.ring, &worker->accept_op);
 	worker_shutdown_sessions(worker);
-	host_local_flush(&worker->host);
+	host_local_flush(&worker->host); /* nobody waits any more: straight back to the pool */
 	ring_deinit(&worker->host.ring);
 	return NULL;
 }

@@ -357,6 +357,28 @@ void pool_checkin(struct pool *pool, struct pool_conn *conn, uint64_t now_ns)
 	pool_deferred_run(pool, server, &d);
 }
 
+bool pool_checkin_to(struct pool *pool, struct pool_conn *conn, struct pool_request *req, uint64_t now_ns)
+{
+	struct pool_server *server = conn->server;
+	pthread_mutex_lock(&server->lock);
+	TERN_ASSERT(conn->state == POOL_CONN_USED);
+	bool is_taken = req->state == POOL_REQUEST_PARKED && req->server == server && req->db == conn->db &&
+			!pool_conn_is_past_lifetime(pool, conn, now_ns);
+	if (is_taken) {
+		/* As pool_grant, but the caller hands it over: no on_done. */
+		base_list_remove(&req->link);
+		server->waiter_count--;
+		req->db->slots[server->index].waiting_count--;
+		req->state = POOL_REQUEST_DONE;
+		req->conn = conn;
+		server->granted_total++;
+	}
+	pthread_mutex_unlock(&server->lock);
+	if (!is_taken)
+		pool_checkin(pool, conn, now_ns);
+	return is_taken;
+}
+
 void pool_conn_discard(struct pool *pool, struct pool_conn *conn)
 {
 	struct pool_server *server = conn->server;

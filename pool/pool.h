@@ -91,6 +91,9 @@ struct pool_conn {
 	uint64_t released_ns;
 	struct pool_param params[POOL_PARAMS_MAX];
 	uint32_t param_count;
+	/* The fingerprint of the client state core last restored on it (tracked parameters, search_path);
+	 * 0 when unknown. Written by whichever worker holds the connection. */
+	uint64_t restored_fingerprint;
 	/* Server-session state kept by whichever worker holds the connection (core's prepared-statement
 	 * cache); freed with the connection through extra_free. */
 	void *extra;
@@ -178,6 +181,10 @@ enum pool_checkout_result { POOL_CHECKOUT_GOT = 1, POOL_CHECKOUT_PARKED = 2 };
 enum pool_checkout_result pool_checkout(struct pool *pool, struct pool_request *req, uint64_t now_ns);
 /* Gives back an idle, reusable connection: to the oldest matching waiter, else FREE. */
 void pool_checkin(struct pool *pool, struct pool_conn *conn, uint64_t now_ns);
+/* As pool_checkin, but to `req` first: a parked request of the caller's own (its worker hands the
+ * connection over itself, no on_done, no wake-up) when it is still parked and wants conn's key. True
+ * when req got conn (req->conn set, req DONE); false when conn went as pool_checkin sends it. */
+bool pool_checkin_to(struct pool *pool, struct pool_conn *conn, struct pool_request *req, uint64_t now_ns);
 /* Gives back a connection that must not be reused (lost, mid-transaction, protocol error). */
 void pool_conn_discard(struct pool *pool, struct pool_conn *conn);
 /* True when req was still parked and is now removed (on_done will not run). False when it was

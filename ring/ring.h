@@ -78,6 +78,7 @@ struct ring {
 	void *owner;
 	const char *setup_mode; /* which setup flags the kernel took, for the startup log */
 	struct ring_stats stats;
+	bool is_fd_registered; /* the ring's own fd is registered (io_uring_register_ring_fd) */
 };
 
 /* 0 or -errno. On failure `why` holds one line telling the operator what blocked io_uring. */

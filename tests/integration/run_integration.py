@@ -2279,7 +2279,7 @@ def admin_show_workers_and_show_ends_count_what_each_worker_did(ctx):
     total = lambda column: sum(int(r[column]) for r in rows)
     check(total(2) >= 7, "accepted counts every connection (6 clients and this console): %r" % rows)
     check(total(3) + total(4) >= 6, "each transaction took a connection locally or from the pool: %r" % rows)
-    check(all(int(r[6]) > 0 and int(r[8]) > 0 for r in rows), "each ring ran passes and completions: %r" % rows)
+    check(all(int(r[8]) > 0 and int(r[10]) > 0 for r in rows), "each ring ran passes and completions: %r" % rows)
     ends = dict((line.split("|")[0], line.split("|")) for line in
                 psql_ok(t.port, "show ends", dbname="tern").splitlines())
     check("client_terminate" in ends and int(ends["client_terminate"][2]) >= 6,

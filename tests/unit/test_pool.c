@@ -1192,3 +1192,60 @@ Test(pool, is_idle_only_with_nothing_used_and_nothing_parked_on_any_server)
 	check_invariants(&e, "idle");
 	env_deinit(&e);
 }
+
+Test(pool, checkin_to_hands_a_connection_to_the_callers_own_waiter_ahead_of_older_ones)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter holder, older, mine, other_key;
+	waiter_init(&holder, &e, db);
+	waiter_init(&older, &e, db);
+	waiter_init(&mine, &e, db);
+	waiter_init(&other_key, &e, env_db(&e, "bob"));
+	cr_assert_eq(env_checkout(&e, &holder), POOL_CHECKOUT_PARKED);
+	struct pool_conn *conn = env_open_succeeds(&e, 0);
+	cr_assert_eq(holder.req.conn, conn);
+	cr_assert_eq(env_checkout(&e, &older), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &mine), POOL_CHECKOUT_PARKED);
+
+	cr_assert(pool_checkin_to(&e.pool, conn, &mine.req, e.now_ns), "the caller's waiter gets it");
+	cr_assert_eq(mine.req.conn, conn);
+	cr_assert_eq(mine.req.state, POOL_REQUEST_DONE);
+	cr_assert_eq(mine.done_calls, 0, "handed over by the caller: no on_done");
+	cr_assert_eq(older.done_calls, 0, "the older waiter still waits");
+	cr_assert_eq(e.server->waiter_count, 1);
+	cr_assert_eq(db->slots[0].waiting_count, 1);
+	cr_assert_eq(conn->state, POOL_CONN_USED, "it stays in use, changing holder");
+
+	/* A request that is no longer parked, or of another key: the connection goes as pool_checkin sends it. */
+	cr_assert_not(pool_checkin_to(&e.pool, conn, &other_key.req, e.now_ns));
+	cr_assert_eq(older.done_calls, 1, "to the oldest waiter of its key");
+	cr_assert_eq(older.req.conn, conn);
+	pool_checkin(&e.pool, conn, e.now_ns);
+	env_deinit(&e);
+}
+
+Test(pool, checkin_to_never_hands_over_a_connection_past_its_lifetime)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	struct pool_settings settings = {.pool_size = 1, .lifetime_ns = 5000};
+	pool_set_settings(&e.pool, &settings);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter holder, mine;
+	waiter_init(&holder, &e, db);
+	waiter_init(&mine, &e, db);
+	cr_assert_eq(env_checkout(&e, &holder), POOL_CHECKOUT_PARKED);
+	struct pool_conn *conn = env_open_succeeds(&e, 0);
+	cr_assert_eq(env_checkout(&e, &mine), POOL_CHECKOUT_PARKED);
+	e.now_ns += 10000;
+	cr_assert_not(pool_checkin_to(&e.pool, conn, &mine.req, e.now_ns), "too old to hand on");
+	cr_assert_eq(e.close_calls, 1, "closed instead");
+	cr_assert_eq(e.open_calls, 2, "and a fresh one opened for the waiter");
+	cr_assert_eq(mine.req.state, POOL_REQUEST_PARKED);
+	env_open_succeeds(&e, 1);
+	cr_assert_eq(mine.done_calls, 1);
+	pool_checkin(&e.pool, mine.req.conn, e.now_ns);
+	env_deinit(&e);
+}
