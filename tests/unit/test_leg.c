@@ -206,6 +206,8 @@ Test(leg, a_leg_is_dropped_and_replaced_while_its_session_stays_open)
 
 static bool has_ended(void *arg) { return ((struct session *)arg)->phase == SESSION_CLOSING; }
 
+static bool goodbye_is_out(void *arg) { return ((struct session *)arg)->is_client_fin_sent; }
+
 Test(leg, a_lost_connection_goes_through_the_sessions_one_decision)
 {
 	int server_end;
@@ -214,14 +216,18 @@ Test(leg, a_lost_connection_goes_through_the_sessions_one_decision)
 	run_until(has_ended, s);
 	cr_assert_eq(s->end_reason, SESSION_END_SERVER_LOST);
 	cr_assert_eq(fx.host.stats.ended[SESSION_END_SERVER_LOST], 1);
-	run_until(is_reapable, s);
-	cr_assert_eq(fx.closes, 1, "the lost connection is discarded");
-	session_destroy(s);
+	run_until(goodbye_is_out, s);
 	uint8_t buf[256];
 	ssize_t n = recv(fx.client[1], buf, sizeof(buf), 0);
 	cr_assert_gt(n, 5);
 	cr_assert_eq(buf[0], 'E', "the client is told");
 	cr_assert_not_null(memmem(buf, (size_t)n, "08006", 5), "with 08006");
+	cr_assert_eq(recv(fx.client[1], buf, sizeof(buf), 0), 0, "then FIN");
+	cr_assert_not(session_is_reapable(s), "tern still reads what the client sends until it closes too");
+	shutdown(fx.client[1], SHUT_WR);
+	run_until(is_reapable, s);
+	cr_assert_eq(fx.closes, 1, "the lost connection is discarded");
+	session_destroy(s);
 }
 
 Test(leg, the_decision_ends_the_session_with_server_lost_for_every_fault)
