@@ -74,9 +74,18 @@ static int stmts_make_reply(struct session *s, uint8_t kind, void *data, uint32_
 
 static int stmts_expect(struct leg *leg, uint8_t kind)
 {
-	return stmt_replies_push_back(&leg->replies, kind, NULL, 0, NULL);
+	switch (kind) {
+	case STMT_REPLY_PARSE: /* an unnamed one: the client's named Parse carries its name */
+	case STMT_REPLY_BIND:
+	case STMT_REPLY_DESCRIBE_STATEMENT:
+	case STMT_REPLY_DESCRIBE_PORTAL:
+	case STMT_REPLY_EXECUTE:
+	case STMT_REPLY_CLOSE:
+		return stmt_replies_push_plain(&leg->replies);
+	default:
+		return stmt_replies_push_back(&leg->replies, kind, NULL, 0, NULL);
+	}
 }
-
 static bool stmts_is_local(const struct leg *leg)
 {
 	return leg->replies.count == 0 && !leg->is_unsynced && leg->tx_status == 'I' && !leg->copy.is_copy_in;
@@ -445,7 +454,7 @@ static int stmts_on_client_message(struct session *s, uint8_t type, const uint8_
 		if (s->stmts.is_unnamed_deallocate)
 			return stmts_make_reply(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0);
 		int rc = stmts_forward(s, type, body, len, buffer_id, chunk);
-		return rc < 0 ? rc : stmt_replies_push_back(&leg->replies, STMT_REPLY_PARSE, NULL, 0, NULL);
+		return rc < 0 ? rc : stmts_expect(leg, STMT_REPLY_PARSE);
 	}
 	if (type == PROTO_FE_BIND) {
 		int rc = stmts_on_bind(s, body, len, len, buffer_id, chunk);
@@ -495,11 +504,39 @@ static int stmts_on_client_message(struct session *s, uint8_t type, const uint8_
 	return stmts_expect(leg, kind == 'S' ? STMT_REPLY_DESCRIBE_STATEMENT : STMT_REPLY_DESCRIBE_PORTAL);
 }
 
-static unsigned stmts_server_type(const struct leg *leg, uint8_t type)
+/* True for the message types that end one reply of a plain run. */
+static bool stmts_ends_plain_reply(uint8_t type)
 {
-	const struct stmt_reply_entry *head = stmt_replies_head((struct stmt_replies *)&leg->replies);
+	switch (type) {
+	case PROTO_BE_PARSE_COMPLETE:
+	case PROTO_BE_BIND_COMPLETE:
+	case PROTO_BE_CLOSE_COMPLETE:
+	case PROTO_BE_ROW_DESCRIPTION: /* within extended-protocol replies, only a Describe's */
+	case PROTO_BE_NO_DATA:
+	case PROTO_BE_COMMAND_COMPLETE:
+	case PROTO_BE_EMPTY_QUERY:
+	case PROTO_BE_PORTAL_SUSPENDED:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static unsigned stmts_server_type(struct leg *leg, uint8_t type)
+{
+	struct stmt_reply_entry *head = stmt_replies_head(&leg->replies);
 	if (!head)
 		return 0;
+	if (head->kind == STMT_REPLY_PLAIN && stmts_ends_plain_reply(type)) {
+		/* Counted at the type byte, unread, but for the run's last reply (its end may release replies
+		 * tern made up, which must follow it) and CommandComplete (read for DISCARD ALL anyway). */
+		TERN_ASSERT(head->data_len > 0);
+		if (head->data_len > 1 && type != PROTO_BE_COMMAND_COMPLETE) {
+			head->data_len--;
+			return OBSERVER_SKIP;
+		}
+		return PROTO_FORWARD | PROTO_INSPECT;
+	}
 	switch (type) {
 	case PROTO_BE_PARSE_COMPLETE:
 	case PROTO_BE_CLOSE_COMPLETE:
@@ -600,6 +637,15 @@ static int stmts_on_server_message(struct session *s, struct leg *leg, uint8_t t
 		return 0; /* asynchronous: a notice, a notification, a parameter's new value */
 	uint8_t kind = head->kind;
 	bool matches;
+	if (kind == STMT_REPLY_PLAIN && stmts_ends_plain_reply(type)) {
+		if (head->data_len > 1) { /* a CommandComplete inside the run */
+			head->data_len--;
+			return 0;
+		}
+		stmt_replies_pop(&leg->replies);
+		stmts_send_made_replies(s);
+		return 0;
+	}
 	switch (type) {
 	case PROTO_BE_PARSE_COMPLETE:
 		matches = kind == STMT_REPLY_PARSE || kind == STMT_REPLY_PARSE_HIDDEN;
@@ -746,11 +792,11 @@ static int stmts_client_message(struct session *s, struct leg *leg, const struct
 static unsigned stmts_observe_server_type(struct session *s, struct leg *leg, uint8_t type)
 {
 	(void)s;
-	if (type == PROTO_BE_COMMAND_COMPLETE || type == PROTO_BE_READY || type == PROTO_BE_COPY_IN) {
-		unsigned action = stmts_server_type(leg, type);
-		return action ? action : OBSERVER_PASS; /* read for DISCARD ALL, the replies, copy-in */
-	}
 	unsigned action = stmts_server_type(leg, type);
+	if (action == OBSERVER_SKIP)
+		return action;
+	if (type == PROTO_BE_COMMAND_COMPLETE || type == PROTO_BE_READY || type == PROTO_BE_COPY_IN)
+		return action ? action : OBSERVER_PASS; /* read for DISCARD ALL, the replies, copy-in */
 	return action ? action : OBSERVER_SKIP;
 }
 

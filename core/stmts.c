@@ -346,6 +346,20 @@ int stmt_replies_push_front(struct stmt_replies *replies, uint8_t kind, void *da
 	return 0;
 }
 
+int stmt_replies_push_plain(struct stmt_replies *replies)
+{
+	if (replies->count > 0) {
+		struct stmt_reply_entry *tail =
+			&replies->entries[(replies->head + replies->count - 1) & (replies->capacity - 1)];
+		if (tail->kind == STMT_REPLY_PLAIN && tail->data_len < UINT32_MAX) {
+			tail->data_len++;
+			return 0;
+		}
+	}
+	int rc = stmt_replies_push_back(replies, STMT_REPLY_PLAIN, NULL, 1, NULL);
+	return rc;
+}
+
 void stmt_replies_pop(struct stmt_replies *replies)
 {
 	TERN_ASSERT(replies->count > 0);

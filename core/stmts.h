@@ -140,6 +140,11 @@ enum stmt_reply {
 	/* tern's Parse that cannot succeed, sent to fail the server's batch for a client's Parse of a name in
 	 * use: its ErrorResponse is replaced by data (the client's 42P05, owned). */
 	STMT_REPLY_PARSE_REFUSED,
+	/* A run of replies (data_len of them, counted by the message that ends each: ParseComplete,
+	 * BindComplete, CloseComplete, RowDescription or NoData, CommandComplete, EmptyQueryResponse,
+	 * PortalSuspended) to client messages that pass unchanged: unnamed Parse, Bind, Describe, Execute, a
+	 * Close tern forwards. One entry for the run: plain unnamed traffic costs a count, not an entry each. */
+	STMT_REPLY_PLAIN,
 	/* Made up by tern, sent to the client when they reach the head of the queue. */
 	STMT_REPLY_MADE_PARSE_COMPLETE,
 	STMT_REPLY_MADE_CLOSE_COMPLETE,
@@ -178,6 +183,8 @@ static inline struct stmt_reply_entry *stmt_replies_head(struct stmt_replies *re
 {
 	return replies->count ? &replies->entries[replies->head] : NULL;
 }
+/* One more reply of a plain run: the tail's count grows, or a new run starts. 0 or as push_back. */
+TERN_MUST_USE int stmt_replies_push_plain(struct stmt_replies *replies);
 /* Removes the head, freeing what it owns. */
 void stmt_replies_pop(struct stmt_replies *replies);
 /* Removes up to n entries of `kind` that follow the head; returns how many. */

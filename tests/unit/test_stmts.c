@@ -172,3 +172,24 @@ Test(stmts, a_reply_queue_holds_at_most_STMT_REPLIES_MAX_entries_and_then_refuse
 	cr_assert_eq(stmt_replies_push_back(&r, STMT_REPLY_SYNC, NULL, 0, NULL), 0, "room again once one is popped");
 	stmt_replies_deinit(&r);
 }
+
+Test(stmts, plain_replies_share_one_entry_until_another_kind_comes)
+{
+	struct stmt_replies r;
+	stmt_replies_init(&r);
+	for (int i = 0; i < 4; i++) /* Parse, Bind, Describe, Execute of unnamed statements */
+		cr_assert_eq(stmt_replies_push_plain(&r), 0);
+	cr_assert_eq(r.count, 1, "one entry for the run");
+	cr_assert_eq(stmt_replies_head(&r)->kind, STMT_REPLY_PLAIN);
+	cr_assert_eq(stmt_replies_head(&r)->data_len, 4);
+	cr_assert_eq(stmt_replies_push_back(&r, STMT_REPLY_SYNC, NULL, 0, NULL), 0);
+	cr_assert_eq(stmt_replies_push_plain(&r), 0);
+	cr_assert_eq(r.count, 3, "a Sync ends the run; the next plain reply starts another");
+	cr_assert_eq(stmt_replies_push_front(&r, STMT_REPLY_CLOSE_HIDDEN, NULL, 0, NULL), 0);
+	cr_assert_eq(stmt_replies_push_plain(&r), 0);
+	cr_assert_eq(r.count, 4, "a push at the front leaves the tail's run growing");
+	char kinds[16];
+	kinds_of(&r, kinds);
+	cr_assert_str_eq(kinds, "8<9<"); /* CLOSE_HIDDEN, PLAIN, SYNC, PLAIN ('0' + 12 is '<') */
+	stmt_replies_deinit(&r);
+}
