@@ -552,12 +552,23 @@ static void worker_shutdown_sessions(struct worker *worker)
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 		session_end(s, SESSION_END_SHUTDOWN);
 	}
-	/* Give goodbyes and resets a bounded time to finish, then leave the rest to the kernel. */
+	/* Give goodbyes and resets a bounded time to finish; a client that has its goodbye is cut at once
+	 * (tern is leaving: draining what it still sends has no point). Then cut whatever is left, and let
+	 * its ops end so every session is freed. */
 	uint64_t deadline = base_now_ns() + WORKER_LINGER_NS;
-	while (!base_list_is_empty(&worker->host.reaping) && base_now_ns() < deadline) {
-		worker_end_pass(worker);
-		if (base_list_is_empty(&worker->host.reaping) || ring_run_once(&worker->host.ring) < 0)
-			break;
+	for (int round = 0; round < 2; round++) {
+		while (!base_list_is_empty(&worker->host.reaping) && base_now_ns() < deadline) {
+			base_list_for_each_safe(node, tmp, &worker->host.reaping)
+			{
+				struct session *s = TERN_CONTAINER_OF(node, struct session, link);
+				if ((s->is_client_fin_sent || round > 0) && !s->is_client_cut)
+					session_linger_expired(s);
+			}
+			worker_end_pass(worker);
+			if (base_list_is_empty(&worker->host.reaping) || ring_run_once(&worker->host.ring) < 0)
+				break;
+		}
+		deadline = base_now_ns() + WORKER_LINGER_NS / 4;
 	}
 }
 
