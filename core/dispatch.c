@@ -94,28 +94,30 @@ int dispatch_client_head(struct session *s, struct leg *leg, uint8_t taker, uint
 	return dispatch_registry[taker]->client_head(s, leg, type, head, head_len, body_len);
 }
 
-int dispatch_client_message(struct session *s, struct leg *leg, const struct observer_message *m, uint32_t mask)
+/* The message hooks of the observers in mask, in registry order; stops at the first error. */
+static int dispatch_message(struct session *s, struct leg *leg, const struct observer_message *m, uint32_t mask,
+			    bool is_client)
 {
 	DISPATCH_EACH(id, mask)
 	{
 		const struct observer *o = dispatch_registry[id];
-		int rc = o->client_message ? o->client_message(s, leg, m) : 0;
+		int (*hook)(struct session *, struct leg *, const struct observer_message *) =
+			is_client ? o->client_message : o->server_message;
+		int rc = hook ? hook(s, leg, m) : 0;
 		if (rc < 0)
 			return rc;
 	}
 	return 0;
 }
 
+int dispatch_client_message(struct session *s, struct leg *leg, const struct observer_message *m, uint32_t mask)
+{
+	return dispatch_message(s, leg, m, mask, true);
+}
+
 int dispatch_server_message(struct session *s, struct leg *leg, const struct observer_message *m, uint32_t mask)
 {
-	DISPATCH_EACH(id, mask)
-	{
-		const struct observer *o = dispatch_registry[id];
-		int rc = o->server_message ? o->server_message(s, leg, m) : 0;
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
+	return dispatch_message(s, leg, m, mask, false);
 }
 
 unsigned dispatch_hidden_type(struct session *s, struct leg *leg, uint8_t type)

@@ -88,6 +88,13 @@ struct observer {
 	void (*destroy)(struct session *s);
 };
 
+/* A CommandComplete whose tag is exactly `tag` ("LISTEN", "DISCARD ALL"). */
+static inline bool observer_message_is_tag(const struct observer_message *m, const char *tag)
+{
+	size_t n = __builtin_strlen(tag) + 1; /* the tag's NUL too */
+	return m->len == n && __builtin_memcmp(m->body, tag, n) == 0;
+}
+
 extern const struct observer observer_copy;
 extern const struct observer observer_stmts;
 extern const struct observer observer_params;

@@ -114,16 +114,10 @@ static void params_learn_search_path_row(struct session *s, struct leg *leg, con
 	params_keep_search_path(s, leg, strcmp(value, "\"\"") == 0 ? "''" : value);
 }
 
-static bool params_tag_is(const struct observer_message *m, const char *tag)
-{
-	size_t n = strlen(tag) + 1; /* the tag's NUL too */
-	return m->len == n && memcmp(m->body, tag, n) == 0;
-}
-
 static void params_on_command_complete(struct session *s, struct leg *leg, const struct observer_message *m)
 {
 	struct params_state *p = &s->params;
-	if (params_tag_is(m, "SET") || params_tag_is(m, "RESET")) {
+	if (observer_message_is_tag(m, "SET") || observer_message_is_tag(m, "RESET")) {
 		if (p->is_search_path_pending && !p->is_search_path_confirmed) {
 			p->is_search_path_confirmed = true;
 		} else if (p->is_search_path_mentioned || p->queries_unread > 0 ||
@@ -136,7 +130,7 @@ static void params_on_command_complete(struct session *s, struct leg *leg, const
 			p->is_search_path_stale = true;
 			params_connection_search_path(leg, PARAMS_SEARCH_PATH_UNKNOWN);
 		}
-	} else if (params_tag_is(m, "DISCARD ALL")) {
+	} else if (observer_message_is_tag(m, "DISCARD ALL")) {
 		params_keep_search_path(s, leg, PARAMS_SEARCH_PATH_DEFAULT);
 	}
 }

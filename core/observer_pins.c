@@ -8,7 +8,6 @@
 #include "proto.h"
 #include "sql.h"
 
-#include <string.h>
 
 static bool pins_is_on(const struct session *s) { return s->is_transaction_pooling; }
 
@@ -20,12 +19,6 @@ static int pins_client_message(struct session *s, struct leg *leg, const struct 
 	return 0;
 }
 
-static bool pins_tag_is(const struct observer_message *m, const char *tag)
-{
-	size_t n = strlen(tag) + 1; /* the tag's NUL too */
-	return m->len == n && memcmp(m->body, tag, n) == 0;
-}
-
 static int pins_server_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
 	(void)leg;
@@ -34,16 +27,16 @@ static int pins_server_message(struct session *s, struct leg *leg, const struct 
 		pins->is_unlisten_all_sent = false;
 		return 0;
 	}
-	if (pins_tag_is(m, "LISTEN")) {
+	if (observer_message_is_tag(m, "LISTEN")) {
 		pins->is_listening = true; /* conservative: kept even if the transaction rolls back */
-	} else if (pins_tag_is(m, "UNLISTEN") && pins->is_unlisten_all_sent) {
+	} else if (observer_message_is_tag(m, "UNLISTEN") && pins->is_unlisten_all_sent) {
 		pins->is_listening = false;
-	} else if (pins_tag_is(m, "PREPARE")) {
+	} else if (observer_message_is_tag(m, "PREPARE")) {
 		pins->is_sql_prepared = true;
-	} else if (pins_tag_is(m, "DISCARD ALL")) {
+	} else if (observer_message_is_tag(m, "DISCARD ALL")) {
 		pins->is_listening = false;
 		pins->is_sql_prepared = false;
-	} else if (pins_tag_is(m, "DEALLOCATE ALL")) {
+	} else if (observer_message_is_tag(m, "DEALLOCATE ALL")) {
 		pins->is_sql_prepared = false;
 	}
 	return 0;

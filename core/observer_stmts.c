@@ -800,12 +800,6 @@ static unsigned stmts_observe_server_type(struct session *s, struct leg *leg, ui
 	return action ? action : OBSERVER_SKIP;
 }
 
-static bool stmts_tag_is(const struct observer_message *m, const char *tag)
-{
-	size_t n = strlen(tag) + 1; /* the tag's NUL too */
-	return m->len == n && memcmp(m->body, tag, n) == 0;
-}
-
 static int stmts_server_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
 	if (m->type == PROTO_BE_COPY_IN) {
@@ -814,7 +808,7 @@ static int stmts_server_message(struct session *s, struct leg *leg, const struct
 		return 0;
 	}
 	if (m->type == PROTO_BE_COMMAND_COMPLETE &&
-	    (stmts_tag_is(m, "DISCARD ALL") || stmts_tag_is(m, "DEALLOCATE ALL")))
+	    (observer_message_is_tag(m, "DISCARD ALL") || observer_message_is_tag(m, "DEALLOCATE ALL")))
 		stmts_forget_all(s, leg); /* before the reply is taken: it marks where the names end */
 	return stmts_on_server_message(s, leg, m->type, m->body, m->len);
 }
