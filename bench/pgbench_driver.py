@@ -99,6 +99,8 @@ def parse_args(argv):
                    help="server connections per pool (tern and PgBouncer)")
     p.add_argument("--tern-workers", type=int, default=0,
                    help="tern worker threads (0 = one per CPU)")
+    p.add_argument("--tern-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="an extra [tern] key for tern's config, e.g. pin_workers=false (repeatable)")
     p.add_argument("--tern-binary", default="build/tern",
                    help="path to tern (relative: to cwd, else the repo root)")
     p.add_argument("--repeat", type=int, default=1,
@@ -177,7 +179,7 @@ def make_tls_certificate(stack):
     return crt, key
 
 
-def tern_config(port, pg_port, workers, pool_size, tls=None):
+def tern_config(port, pg_port, workers, pool_size, tls=None, extra=()):
     tls_lines = [] if tls is None else [
         "[tls]", "client_tls_sslmode = require", "client_tls_cert_file = %s" % tls[0],
         "client_tls_key_file = %s" % tls[1]]
@@ -186,6 +188,7 @@ def tern_config(port, pg_port, workers, pool_size, tls=None):
         "listen = 127.0.0.1:%d" % port,
         "workers = %d" % workers,
         "pool_mode = transaction",
+    ] + ["%s = %s" % tuple(part.strip() for part in kv.split("=", 1)) for kv in extra] + [
         "[servers]",
         "primary = host=127.0.0.1 port=%d" % pg_port,
         "[pool]",
@@ -380,7 +383,7 @@ def bench(args, stack):
         log("clients use TLS to tern and PgBouncer (sslmode=require); direct runs stay plaintext")
     if "tern" in args.targets:
         cfg = tern_config(free_port(), pg_port, args.tern_workers,
-                          args.pool_size, tls)
+                          args.pool_size, tls, args.tern_set)
         log("starting tern (%s, workers=%d, pool_size=%d) ..."
             % (tern_binary, args.tern_workers, args.pool_size))
         t = stack.enter_context(TernProcess(tern_binary, cfg))

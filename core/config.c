@@ -102,8 +102,9 @@ static const struct config_key config_keys[] = {
 		   "address:port clients connect to (\"*:6432\" for all IPv4, \"[::1]:6432\" for IPv6)"),
 	CONFIG_KEY("tern", "workers", CONFIG_INT, "0", 0, 1024, CONFIG_RESTART, workers, NULL,
 		   "worker threads, each with its own io_uring and listener; 0 = one per CPU"),
-	CONFIG_KEY("tern", "pin_workers", CONFIG_BOOL, "true", 0, 0, CONFIG_RESTART, pin_workers, NULL,
-		   "pin worker i to CPU i mod CPU count"),
+	CONFIG_KEY("tern", "pin_workers", CONFIG_BOOL, "false", 0, 0, CONFIG_RESTART, pin_workers, NULL,
+		   "pin worker i to CPU i mod CPU count: only for cores that are tern's own (a pinned worker on a "
+		   "core shared with the database waits for that core, and costs more CPU per transaction)"),
 	CONFIG_KEY("tern", "pool_mode", CONFIG_ENUM, "session", 0, 0, CONFIG_RESTART, pool_mode,
 		   config_pool_mode_names,
 		   "when a server connection goes back to the pool: at client disconnect (session) or at "

@@ -99,7 +99,7 @@ Test(config, defaults_match_the_documented_table)
 	cr_assert_str_eq(cfg.listen_host, "127.0.0.1");
 	cr_assert_eq(cfg.listen_port, 6432);
 	cr_assert_eq(cfg.workers, 0);
-	cr_assert_eq(cfg.pin_workers, true);
+	cr_assert_eq(cfg.pin_workers, false);
 	cr_assert_eq(cfg.pool_mode, CONFIG_POOL_SESSION);
 	cr_assert_eq(cfg.ring_entries, 1024);
 	cr_assert_eq(cfg.buffer_count, 512);
