@@ -136,9 +136,14 @@ void session_release_client_buffers(struct session *s)
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 }
 
+/* Off host->starved: its receives are re-armed by whoever arms them next (a leg's flag too, or the
+ * ended session's reset could never be read: leg_resume refuses a starved leg). */
 static void session_unstarve(struct session *s)
 {
 	s->is_starved[HOST_BUFFERS_CLIENT] = s->is_starved[HOST_BUFFERS_SERVER] = false;
+	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++)
+		if (s->legs[role])
+			s->legs[role]->is_starved = false;
 	if (base_list_is_linked(&s->starved_link))
 		base_list_remove(&s->starved_link);
 }
@@ -756,6 +761,8 @@ void session_destroy(struct session *s)
 	struct host *host = s->host;
 	base_list_remove(&s->link);
 	session_unstarve(s); /* a closing session may starve again (its reset's answer); never leave it linked */
+	if (base_list_is_linked(&s->ending_link))
+		base_list_remove(&s->ending_link);
 	host->session_count--;
 	close(s->client_fd);
 	sendq_deinit(&s->to_client, &host->ring);

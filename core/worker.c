@@ -498,6 +498,7 @@ static void worker_end_pass(struct worker *worker)
 	 * sends its bytes in this pass's flush, and copies none of them. */
 	worker_local_flush(worker);
 	worker_on_wake(&worker->host.ring);
+	worker_local_flush(worker); /* what a client served just now gave back at once (a welcome, a failure) */
 	while ((node = base_list_pop_head(&worker->host.holds)) != NULL)
 		session_hold_now(TERN_CONTAINER_OF(node, struct leg, hold_link));
 	while ((node = base_list_pop_head(&worker->host.flush)) != NULL) {

@@ -362,8 +362,10 @@ bool pool_checkin_to(struct pool *pool, struct pool_conn *conn, struct pool_requ
 	struct pool_server *server = conn->server;
 	pthread_mutex_lock(&server->lock);
 	TERN_ASSERT(conn->state == POOL_CONN_USED);
+	const struct pool_request *oldest = pool_oldest_waiter(server, conn->db);
 	bool is_taken = req->state == POOL_REQUEST_PARKED && req->server == server && req->db == conn->db &&
-			!pool_conn_is_past_lifetime(pool, conn, now_ns);
+			!pool_conn_is_past_lifetime(pool, conn, now_ns) &&
+			(oldest == req || req->parked_ns - oldest->parked_ns <= POOL_LOCAL_BYPASS_NS);
 	if (is_taken) {
 		/* As pool_grant, but the caller hands it over: no on_done. */
 		base_list_remove(&req->link);

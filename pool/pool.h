@@ -181,9 +181,13 @@ enum pool_checkout_result { POOL_CHECKOUT_GOT = 1, POOL_CHECKOUT_PARKED = 2 };
 enum pool_checkout_result pool_checkout(struct pool *pool, struct pool_request *req, uint64_t now_ns);
 /* Gives back an idle, reusable connection: to the oldest matching waiter, else FREE. */
 void pool_checkin(struct pool *pool, struct pool_conn *conn, uint64_t now_ns);
+/* How long an older waiter of another worker may be passed over for the releasing worker's own: a
+ * local hand-off saves a wake-up, never a client's wait longer than this. */
+#define POOL_LOCAL_BYPASS_NS (10ull * 1000 * 1000)
 /* As pool_checkin, but to `req` first: a parked request of the caller's own (its worker hands the
- * connection over itself, no on_done, no wake-up) when it is still parked and wants conn's key. True
- * when req got conn (req->conn set, req DONE); false when conn went as pool_checkin sends it. */
+ * connection over itself, no on_done, no wake-up) when it is still parked, wants conn's key, and no
+ * waiter of the key has waited POOL_LOCAL_BYPASS_NS longer than it. True when req got conn (req->conn
+ * set, req DONE); false when conn went as pool_checkin sends it (to the oldest waiter). */
 bool pool_checkin_to(struct pool *pool, struct pool_conn *conn, struct pool_request *req, uint64_t now_ns);
 /* Gives back a connection that must not be reused (lost, mid-transaction, protocol error). */
 void pool_conn_discard(struct pool *pool, struct pool_conn *conn);

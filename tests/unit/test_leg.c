@@ -145,6 +145,14 @@ static struct session *session_with_connection(int *server_end)
 
 static bool is_reapable(void *arg) { return session_is_reapable(arg); }
 
+static bool leg_recv_is_disarmed(void *arg) { return !((struct leg *)arg)->recv.is_armed; }
+
+static bool server_has_bytes(void *arg)
+{
+	uint8_t byte;
+	return recv(*(int *)arg, &byte, 1, MSG_PEEK) == 1;
+}
+
 static void end_and_free(struct session *s)
 {
 	session_end(s, SESSION_END_CLIENT_CLOSED);
@@ -228,6 +236,32 @@ Test(leg, a_lost_connection_goes_through_the_sessions_one_decision)
 	run_until(is_reapable, s);
 	cr_assert_eq(fx.closes, 1, "the lost connection is discarded");
 	session_destroy(s);
+}
+
+Test(leg, a_leg_starved_for_buffers_when_its_session_ends_reads_its_reset_answer)
+{
+	int server_end;
+	struct session *s = session_with_connection(&server_end);
+	struct leg *leg = session_primary(s);
+	/* What a receive that found no buffer leaves (leg_recv_done, -ENOBUFS): the leg waits for buffers,
+	 * its receive not armed. */
+	leg->is_starved = true;
+	session_starve(s, HOST_BUFFERS_SERVER);
+	ring_cancel(&fx.host.ring, &leg->recv);
+	run_until(leg_recv_is_disarmed, leg);
+	session_end(s, SESSION_END_CLIENT_TERMINATE); /* told nothing: the client cut at once */
+	cr_assert_not(leg->is_starved, "the ended session no longer waits on the starved list for it");
+	cr_assert(leg->recv.is_armed, "the leg reads again: the DISCARD ALL's answer is coming");
+	uint8_t query[64];
+	run_until(server_has_bytes, &server_end);
+	cr_assert_gt(recv(server_end, query, sizeof(query), 0), 5, "the reset went out");
+	static const uint8_t answer[] = {'C', 0, 0, 0, 16, 'D', 'I', 'S', 'C', 'A', 'R', 'D', ' ', 'A', 'L', 'L', 0,
+					 'Z', 0, 0, 0, 5, 'I'};
+	cr_assert_eq(write(server_end, answer, sizeof(answer)), (ssize_t)sizeof(answer));
+	run_until(is_reapable, s);
+	cr_assert_eq(fx.closes, 0, "the connection went back to the pool, reset, not discarded");
+	session_destroy(s);
+	close(server_end);
 }
 
 Test(leg, the_decision_ends_the_session_with_server_lost_for_every_fault)

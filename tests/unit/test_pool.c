@@ -1249,3 +1249,28 @@ Test(pool, checkin_to_never_hands_over_a_connection_past_its_lifetime)
 	pool_checkin(&e.pool, mine.req.conn, e.now_ns);
 	env_deinit(&e);
 }
+
+Test(pool, checkin_to_passes_over_an_older_waiter_for_a_short_while_only)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter holder, remote, mine;
+	waiter_init(&holder, &e, db);
+	waiter_init(&remote, &e, db);
+	waiter_init(&mine, &e, db);
+	cr_assert_eq(env_checkout(&e, &holder), POOL_CHECKOUT_PARKED);
+	struct pool_conn *conn = env_open_succeeds(&e, 0);
+	cr_assert_eq(env_checkout(&e, &remote), POOL_CHECKOUT_PARKED); /* another worker's, older */
+	e.now_ns += POOL_LOCAL_BYPASS_NS + 1;
+	cr_assert_eq(env_checkout(&e, &mine), POOL_CHECKOUT_PARKED);
+	cr_assert_not(pool_checkin_to(&e.pool, conn, &mine.req, e.now_ns),
+		      "the older waiter has waited too long to be passed over");
+	cr_assert_eq(remote.done_calls, 1, "it gets the connection");
+	cr_assert_eq(remote.req.conn, conn);
+	cr_assert_eq(mine.req.state, POOL_REQUEST_PARKED, "the local one waits its turn");
+	pool_checkin(&e.pool, conn, e.now_ns); /* remote's release: now mine is the oldest */
+	cr_assert_eq(mine.done_calls, 1);
+	pool_checkin(&e.pool, mine.req.conn, e.now_ns);
+	env_deinit(&e);
+}
