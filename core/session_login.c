@@ -217,7 +217,9 @@ static void login_begin_auth(struct session *s)
 	}
 }
 
-/* NegotiateProtocolVersion: tern speaks 3.0 and knows no protocol extensions (_pq_.*). */
+/* NegotiateProtocolVersion, as PostgreSQL words it: tern speaks 3.0 (sent as the full code, 196608: libpq
+ * 18 and later read a bare minor number as a downgrade to before 3.0) and knows no protocol extensions,
+ * so every _pq_.* option is named back. */
 static void login_negotiate_version(struct session *s, const struct proto_startup *st)
 {
 	uint8_t msg[1024];
@@ -233,7 +235,7 @@ static void login_negotiate_version(struct session *s, const struct proto_startu
 	}
 	msg[0] = PROTO_BE_NEGOTIATE_VERSION;
 	proto_write_u32(msg + 1, (uint32_t)len - 1);
-	proto_write_u32(msg + 5, 0); /* newest minor version supported */
+	proto_write_u32(msg + 5, PROTO_VERSION_3_0); /* the newest version supported, as its full code */
 	proto_write_u32(msg + 9, unknown);
 	session_send_to_client(s, msg, (uint32_t)len);
 }

@@ -2287,6 +2287,37 @@ def admin_show_workers_and_show_ends_count_what_each_worker_did(ctx):
     check(ends["client_terminate"][1] == "", "a reason the client is not told has no SQLSTATE: %r" % ends)
 
 
+@test
+def negotiate_protocol_version_is_answered_as_postgresql_answers_it(ctx):
+    """For startup packets asking for a newer minor version or naming protocol options, tern's
+    NegotiateProtocolVersion is byte for byte PostgreSQL 15's: the full version code of 3.0 (libpq 18
+    rejects a bare 0 as a downgrade) and every unknown _pq_. option named back."""
+    t = ctx.tern(pool_size=2)
+    cases = [
+        ("3.2", 196610, {}),
+        ("3.9999 (libpq 19's default)", 196608 + 9999, {}),
+        ("3.0 with an option", 196608, {"_pq_.compression": "on"}),
+        ("3.5 with two options", 196613, {"_pq_.a": "1", "_pq_.b": "2"}),
+    ]
+
+    def first_message(port, packet):
+        with Wire(port) as w:
+            w.send(packet)
+            return w.read_message()
+
+    for name, version, params in cases:
+        packet = startup_packet("postgres", version=version, params=params)
+        theirs = first_message(ctx.pg.primary_port, packet)
+        ours = first_message(t.port, packet)
+        check(theirs is not None and theirs[0] == b"v", "%s: PostgreSQL negotiates: %r" % (name, theirs))
+        check(ours == theirs, "%s: tern %r, PostgreSQL %r" % (name, ours, theirs))
+    with Wire(t.port) as w:
+        w.send(startup_packet("postgres", version=196610))
+        check(w.read_message()[0] == b"v", "negotiated")
+        msgs = w.read_until_ready()
+        check(msgs[-1][0] == b"Z", "then the login goes on at 3.0: %r" % msgs[-1:])
+
+
 # ---------------------------------------------------------------- runner
 
 
