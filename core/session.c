@@ -350,6 +350,11 @@ static void session_leg_on_progress(struct leg *leg)
 		session_settle(s, leg);
 	else
 		session_try_release(s, leg);
+	/* SIGTERM: a client goes at the ReadyForQuery that leaves it idle, so one that starts its next
+	 * transaction right after each COMMIT is let go between two, not cut at shutdown_timeout. */
+	if (s->phase == SESSION_READY && __atomic_load_n(&s->host->runtime->draining, __ATOMIC_RELAXED) &&
+	    !session_is_in_transaction(s))
+		session_end_later(s, SESSION_END_SHUTDOWN);
 	session_assert_invariants(s);
 }
 

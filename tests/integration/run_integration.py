@@ -2318,6 +2318,46 @@ def negotiate_protocol_version_is_answered_as_postgresql_answers_it(ctx):
         check(msgs[-1][0] == b"Z", "then the login goes on at 3.0: %r" % msgs[-1:])
 
 
+@test
+def sigterm_lets_a_busy_client_go_at_the_boundary_between_two_transactions(ctx):
+    """A client that starts its next transaction as soon as its COMMIT is answered is never idle when
+    the drain's periodic check looks: it is let go at the ReadyForQuery that leaves it idle, with 57P01,
+    long before shutdown_timeout, and every transaction it saw committed is in the table."""
+    psql_ok(ctx.pg.primary_port, "drop table if exists boundary_t; create table boundary_t(a int)")
+    for pool_mode in ("transaction", "session"):
+        psql_ok(ctx.pg.primary_port, "truncate boundary_t")
+        t = ctx.tern(pool_mode=pool_mode, pool_size=2, sections={"tern": "shutdown_timeout = 60s"})
+        committed, error, last = 0, None, None
+        with Wire(t.port) as w:
+            w.login("postgres")
+            w.query("select 1")
+            started = None
+            while error is None and committed < 100000:
+                if committed == 20:
+                    t.proc.send_signal(signal.SIGTERM)
+                    started = time.monotonic()
+                try:
+                    w.send(message(b"Q", b"begin; insert into boundary_t values (1); commit\0"))
+                    msgs = w.read_until_ready()
+                    last = [m[1] for m in msgs if m[0] == b"C"]
+                    committed += 1
+                except WireError as err:
+                    error = err.fields
+                except (OSError, EOFError):
+                    break
+            if error is None:
+                error = w.expect_error_and_close()
+        check(error is not None and error["C"] == "57P01", "%s: told tern is shutting down: %r" % (pool_mode, error))
+        check(started is not None and time.monotonic() - started < 10, "%s: let go long before shutdown_timeout"
+              % pool_mode)
+        check(last and last[-1] == b"COMMIT\0", "%s: the last answer before it was a COMMIT: %r" % (pool_mode, last))
+        t.proc.wait(timeout=15)
+        check(t.proc.returncode == 0, "%s: tern exits 0 once drained" % pool_mode)
+        rows = int(psql_ok(ctx.pg.primary_port, "select count(*) from boundary_t"))
+        check(rows == committed, "%s: every acknowledged COMMIT, and nothing else, is there: %d rows, %d commits"
+              % (pool_mode, rows, committed))
+
+
 # ---------------------------------------------------------------- runner
 
 
