@@ -844,7 +844,9 @@ static void admin_run(struct session *s)
 		}
 		if (type == PROTO_FE_QUERY && s->login_buf[length] == '\0') {
 			admin_on_query(s, (const char *)s->login_buf + PROTO_HEADER_LEN);
-		} else if (type == PROTO_FE_SYNC) {
+		} else if (type == PROTO_FE_SYNC || type == PROTO_FE_FLUSH) {
+			/* A Flush is answered like a Sync: a pipelining driver that flushes to read would wait
+			 * for ever for an answer the console cannot give. */
 			struct admin_reply r = {0};
 			admin_error(&r, "0A000", "the admin console answers simple queries only", NULL);
 			admin_send(s, &r);
@@ -865,6 +867,7 @@ static void admin_destroy(struct session *s)
 
 const struct session_console admin_console = {
 	.database = ADMIN_DATABASE,
+	.alias = ADMIN_DATABASE_ALIAS,
 	.is_allowed = admin_is_allowed,
 	.welcome = admin_welcome,
 	.on_bytes = admin_on_bytes,

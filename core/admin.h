@@ -1,5 +1,6 @@
 /*
- * admin.h — the admin console: the virtual database "tern", open to the users in [admin] admin_users,
+ * admin.h — the admin console: the virtual database "tern" (or "pgbouncer", as PgBouncer's is named), open
+ * to the users in [admin] admin_users,
  * answering PgBouncer's SHOW commands with PgBouncer's column names where the meaning is the same, and
  * RELOAD, PAUSE, RESUME and SHUTDOWN.
  *
@@ -16,6 +17,8 @@
 #include "session.h"
 
 #define ADMIN_DATABASE "tern"
+/* The name PgBouncer's console has: exporters and scripts written for PgBouncer connect to it. */
+#define ADMIN_DATABASE_ALIAS "pgbouncer"
 
 extern const struct session_console admin_console;
 

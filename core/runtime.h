@@ -29,7 +29,8 @@ struct tern_runtime {
 	struct pool_server *primary;
 	const struct auth_file *auth_file; /* NULL without [auth] auth_file */
 	const struct tls_context *tls;     /* atomic (SIGHUP swaps it); NULL with client_tls_sslmode = disable */
-	/* The admin console: a session whose database is console->database is handed to it after login. */
+	/* The admin console: a session whose database is console->database (or its alias) is handed to it
+	 * after login. */
 	const struct session_console *console;
 	/* What works for every session from above it: the login and the relay (session_relay_parts). */
 	const struct session_parts *parts;

@@ -175,6 +175,7 @@ struct session {
  * that logs in to console->database is handed to it after authentication. */
 struct session_console {
 	const char *database;
+	const char *alias; /* another database name that opens it (NULL: none) */
 	bool (*is_allowed)(const struct tern_config *config, const char *user);
 	/* After authentication: the welcome; the session answers its queries itself from now on. */
 	void (*welcome)(struct session *s);

@@ -292,7 +292,8 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 		return;
 	}
 	const struct session_console *console = rt->console;
-	if (console && strcmp(s->database, console->database) == 0) {
+	if (console && (strcmp(s->database, console->database) == 0 ||
+			(console->alias && strcmp(s->database, console->alias) == 0))) {
 		if (!console->is_allowed(runtime_config(rt), s->user)) {
 			session_end(s, SESSION_END_ADMIN_DENIED);
 			return;

@@ -2358,6 +2358,24 @@ def sigterm_lets_a_busy_client_go_at_the_boundary_between_two_transactions(ctx):
               % (pool_mode, rows, committed))
 
 
+@test
+def the_admin_console_answers_as_pgbouncer_and_a_flush_gets_an_answer(ctx):
+    """Exporters and scripts ask for database pgbouncer: it opens tern's console. A pipelining driver
+    that sends Flush instead of Sync gets an answer instead of waiting for ever."""
+    t = ctx.tern(pool_size=2, extra="\n[admin]\nadmin_users = postgres\n")
+    check(psql_ok(t.port, "show version", dbname="pgbouncer").startswith("tern "), "pgbouncer is the console too")
+    check(psql_ok(t.port, "show version", dbname="tern").startswith("tern "), "and tern still is")
+    with Wire(t.port) as w:
+        w.login("postgres", database="pgbouncer")
+        w.send(parse("", "show version") + bind("") + execute() + FLUSH)
+        try:
+            msgs = w.read_until_ready()
+            check(False, "the Flush is answered with an error: %r" % msgs)
+        except WireError as err:
+            check(err.sqlstate == "0A000", "the Flush is answered: %r" % err.fields)
+        check(w.query("show version")[0][0].startswith("tern "), "the console goes on")
+
+
 # ---------------------------------------------------------------- runner
 
 
