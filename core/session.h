@@ -113,6 +113,10 @@ struct session {
 	uint8_t *login_buf; /* startup and auth messages, assembled; freed at READY */
 	uint32_t login_len;
 	uint32_t login_cap;
+	/* Until the password is checked, the startup packet stays at the front of login_buf (login_kept
+	 * bytes): the pool key is made from it only for a client that authenticated. */
+	uint32_t login_kept;
+	bool is_login_startup_kept;
 	bool is_over_client_limit;
 	bool is_admin;
 	bool is_counted; /* in db->client_count */

@@ -137,7 +137,27 @@ static void login_send_welcome(struct session *s, const struct pool_param *param
 	__atomic_add_fetch(&s->db->client_count, 1, __ATOMIC_RELAXED);
 	free(s->login_buf);
 	s->login_buf = NULL;
-	s->login_len = s->login_cap = 0;
+	s->login_len = s->login_cap = s->login_kept = 0;
+}
+
+/* The pool key of an authenticated client, from its startup packet. False when the session ended. */
+static bool login_take_db(struct session *s, const struct proto_startup *st)
+{
+	const struct tern_runtime *rt = s->host->runtime;
+	char options[LOGIN_OPTIONS_MAX];
+	if (!login_build_options(s, st, options, sizeof(options))) { /* checked at startup: cannot happen */
+		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		return false;
+	}
+	const struct auth_file *auth = __atomic_load_n(&rt->auth_file, __ATOMIC_ACQUIRE);
+	const struct auth_user *entry = auth ? auth_file_find(auth, s->user) : NULL;
+	const char *server_password = entry && entry->kind == AUTH_SECRET_PLAIN ? entry->secret : NULL;
+	s->db = pool_db_get(rt->pool, s->user, s->database, options, server_password, rt->identity_hash);
+	if (!s->db) {
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
+		return false;
+	}
+	return true;
 }
 
 static void login_complete(struct session *s)
@@ -151,6 +171,15 @@ static void login_complete(struct session *s)
 	if (s->is_admin) {
 		s->host->runtime->console->welcome(s);
 		return;
+	}
+	if (!s->db) { /* the startup packet kept at the front of login_buf */
+		struct proto_startup st;
+		TERN_ASSERT(s->login_kept >= 8);
+		if (proto_startup_parse(s->login_buf + 4, s->login_kept - 4, &st) < 0 || !login_take_db(s, &st)) {
+			if (s->phase != SESSION_CLOSING)
+				session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+			return;
+		}
 	}
 	s->phase = SESSION_LOGIN_WAIT;
 	s->observers_on = dispatch_observers_for(s);
@@ -302,13 +331,14 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 		login_begin_auth(s);
 		return;
 	}
-	const struct auth_file *auth = __atomic_load_n(&rt->auth_file, __ATOMIC_ACQUIRE);
-	const struct auth_user *entry = auth ? auth_file_find(auth, s->user) : NULL;
-	const char *server_password = entry && entry->kind == AUTH_SECRET_PLAIN ? entry->secret : NULL;
-	s->db = pool_db_get(rt->pool, s->user, s->database, options, server_password, rt->identity_hash);
-	if (!s->db) {
-		session_end(s, SESSION_END_OUT_OF_MEMORY);
-		return;
+	/* Nothing of the pool before the client has authenticated (a startup packet alone must grow
+	 * nothing, and take no pool lock): without a password to check, now; else the packet stays at the
+	 * front of login_buf and the pool key is made from it once the password is right. */
+	if (runtime_config(rt)->auth_mode == CONFIG_AUTH_TRUST) {
+		if (!login_take_db(s, st))
+			return;
+	} else {
+		s->is_login_startup_kept = true;
 	}
 	login_begin_auth(s);
 }
@@ -475,27 +505,29 @@ void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len
 	while (s->phase == SESSION_STARTUP || s->phase == SESSION_AUTH) {
 		bool typed = s->phase == SESSION_AUTH;
 		uint32_t header = typed ? PROTO_HEADER_LEN : 4;
-		if (s->login_len < header)
+		uint8_t *buf = s->login_buf + s->login_kept; /* after the startup packet kept for the pool key */
+		uint32_t have = s->login_len - s->login_kept;
+		if (have < header)
 			return;
-		uint32_t length = proto_read_u32(s->login_buf + (typed ? 1 : 0));
+		uint32_t length = proto_read_u32(buf + (typed ? 1 : 0));
 		if (length < 4 || length > (typed ? LOGIN_BUF_MAX - 1 : PROTO_STARTUP_LEN_MAX) || (!typed && length < 8)) {
 			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return;
 		}
 		uint32_t total = length + (typed ? 1 : 0);
-		if (s->login_len < total)
+		if (have < total)
 			return;
-		bool leftover = s->login_len > total;
+		bool leftover = have > total;
 		int rc;
 		if (typed) {
-			if (s->login_buf[0] != PROTO_FE_PASSWORD) {
-				session_end(s, s->login_buf[0] == PROTO_FE_TERMINATE ? SESSION_END_CLIENT_TERMINATE
-										: SESSION_END_PROTOCOL_VIOLATION);
+			if (buf[0] != PROTO_FE_PASSWORD) {
+				session_end(s, buf[0] == PROTO_FE_TERMINATE ? SESSION_END_CLIENT_TERMINATE
+									   : SESSION_END_PROTOCOL_VIOLATION);
 				return;
 			}
-			rc = login_on_password(s, s->login_buf + PROTO_HEADER_LEN, length - 4);
+			rc = login_on_password(s, buf + PROTO_HEADER_LEN, length - 4);
 		} else {
-			rc = login_on_startup_packet(s, s->login_buf + 4, length - 4, leftover);
+			rc = login_on_startup_packet(s, buf + 4, length - 4, leftover);
 		}
 		if (rc < 0 || s->phase == SESSION_CLOSING)
 			return;
@@ -504,10 +536,14 @@ void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len
 				session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return;
 		}
-		memmove(s->login_buf, s->login_buf + total, s->login_len - total);
+		if (s->is_login_startup_kept && s->login_kept == 0) {
+			s->login_kept = total; /* the startup packet stays: the pool key is made from it later */
+			continue;
+		}
+		memmove(s->login_buf + s->login_kept, s->login_buf + s->login_kept + total, s->login_len - s->login_kept - total);
 		s->login_len -= total;
 	}
 	/* A client must wait for the welcome before it sends queries; bytes already here broke that. */
-	if (s->login_buf && s->login_len > 0 && s->phase != SESSION_STARTUP && s->phase != SESSION_AUTH)
+	if (s->login_buf && s->login_len > s->login_kept && s->phase != SESSION_STARTUP && s->phase != SESSION_AUTH)
 		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 }

@@ -2376,6 +2376,34 @@ def the_admin_console_answers_as_pgbouncer_and_a_flush_gets_an_answer(ctx):
         check(w.query("show version")[0][0].startswith("tern "), "the console goes on")
 
 
+@test
+def five_thousand_startup_packets_without_a_password_grow_nothing(ctx):
+    """Clients that send a startup packet (distinct user and database names) and never authenticate
+    make no pool entry: SHOW POOLS is where it was, and once they are gone tern's memory is too.
+    A client that does authenticate gets its pool entry as before."""
+    t = ctx.tern(auth="md5", users=auth_users(ctx), extra="max_client_conn = 6000\n[admin]\nadmin_users = alice\n")
+    pools = lambda: psql_ok(t.port, "show pools", dbname="pgbouncer", user="alice", password="alicepw").splitlines()
+    check(psql_ok(t.port, "select 1", user="alice", password="alicepw") == "1", "warm")
+    rows_before = pools()
+    idle_kib = proc_status_kib(t.pid, "VmRSS")
+    for batch in range(10):
+        socks = []
+        for i in range(500):
+            sock = socket.create_connection(("127.0.0.1", t.port), timeout=10)
+            sock.sendall(startup_packet("u%d_%d" % (batch, i), database="d%d_%d" % (batch, i)))
+            socks.append(sock)
+        for sock in socks:
+            check(sock.recv(1)[:1] == b"R", "asked for a password")
+            sock.close()
+    wait_for(lambda: len(pools()) == len(rows_before), "the pool rows are where they were", timeout=10)
+    check(pools() == rows_before, "no row for a client that never authenticated: %r" % pools()[-3:])
+    wait_for(lambda: proc_status_kib(t.pid, "VmRSS") - idle_kib < 16 * 1024,
+             "tern's memory comes back (%d KiB above idle)" % (proc_status_kib(t.pid, "VmRSS") - idle_kib),
+             timeout=20)
+    check(psql_ok(t.port, "select current_user", user="carol", password="carolpw") == "carol", "a real client")
+    check(any(r.startswith("postgres|carol|") for r in pools()), "gets its pool row: %r" % pools())
+
+
 # ---------------------------------------------------------------- runner
 
 
