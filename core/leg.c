@@ -85,6 +85,17 @@ bool leg_is_idle(const struct leg *leg)
 	       proto_stream_is_at_boundary(&leg->stream);
 }
 
+/* The leg lets go of its connection (the caller gives it back or discards it). */
+static struct pool_conn *leg_detach(struct leg *leg)
+{
+	struct pool_conn *conn = leg->conn;
+	leg->conn = NULL;
+	leg->to_server.fd = -1;
+	leg->is_release_after_recv = false;
+	leg->is_recv_paused = false;
+	return conn;
+}
+
 bool leg_release(struct leg *leg)
 {
 	TERN_ASSERT(leg_is_idle(leg));
@@ -93,12 +104,7 @@ bool leg_release(struct leg *leg)
 		ring_cancel(&leg->host->ring, &leg->recv);
 		return false;
 	}
-	struct pool_conn *conn = leg->conn;
-	leg->conn = NULL;
-	leg->to_server.fd = -1;
-	leg->is_release_after_recv = false;
-	leg->is_recv_paused = false;
-	host_local_put(leg->host, conn);
+	host_local_put(leg->host, leg_detach(leg));
 	return true;
 }
 
@@ -118,12 +124,8 @@ bool leg_reap(struct leg *leg)
 		return true;
 	if (!leg->is_dropping || leg->recv.is_armed || leg->to_server.op.is_armed)
 		return false;
-	struct pool_conn *conn = leg->conn;
-	leg->conn = NULL;
-	leg->to_server.fd = -1;
+	struct pool_conn *conn = leg_detach(leg);
 	leg->is_dropping = false; /* dropped: is_failed says it was */
-	leg->is_release_after_recv = false;
-	leg->is_recv_paused = false;
 	sendq_clear(&leg->to_server, &leg->host->ring);
 	pool_conn_discard(leg->host->runtime->pool, conn);
 	return true;

@@ -8,7 +8,6 @@
 #include "proto.h"
 #include "sql.h"
 
-
 static bool pins_is_on(const struct session *s) { return s->is_transaction_pooling; }
 
 static int pins_client_message(struct session *s, struct leg *leg, const struct observer_message *m)

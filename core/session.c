@@ -14,6 +14,12 @@ static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags
 static void session_client_sent(struct ring_op *op, int res, uint32_t flags);
 static const struct leg_ops session_leg_ops;
 
+/* Each leg the session holds, in role order (a role may have none); `leg` is declared by the caller. */
+#define SESSION_EACH_LEG(s, leg)                                  \
+	for (uint32_t role_ = 0; role_ < LEG_ROLE_COUNT; role_++) \
+		if (((leg) = (s)->legs[role_]) == NULL) {         \
+		} else
+
 static struct leg *session_leg_create(struct session *s, enum leg_role role)
 {
 	struct leg *leg = leg_create(s, s->host, &session_leg_ops, role);
@@ -141,9 +147,9 @@ void session_release_client_buffers(struct session *s)
 static void session_unstarve(struct session *s)
 {
 	s->is_starved[HOST_BUFFERS_CLIENT] = s->is_starved[HOST_BUFFERS_SERVER] = false;
-	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++)
-		if (s->legs[role])
-			s->legs[role]->is_starved = false;
+	struct leg *leg;
+	SESSION_EACH_LEG(s, leg)
+		leg->is_starved = false;
 	if (base_list_is_linked(&s->starved_link))
 		base_list_remove(&s->starved_link);
 }
@@ -157,9 +163,10 @@ bool session_resume_starved(struct session *s)
 	}
 	if (s->is_starved[HOST_BUFFERS_SERVER] && ring_buffers_free(ring, HOST_BUFFERS_SERVER) > 0) {
 		s->is_starved[HOST_BUFFERS_SERVER] = false;
-		for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++) {
-			struct leg *leg = s->legs[role];
-			if (leg && leg->is_starved) {
+		struct leg *leg;
+		SESSION_EACH_LEG(s, leg)
+		{
+			if (leg->is_starved) {
 				leg->is_starved = false;
 				leg_resume(leg);
 			}
@@ -281,9 +288,10 @@ void session_client_drained(struct session *s)
 		session_client_pace(s);
 	if (!sendq_is_low(&s->to_client))
 		return;
-	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++) {
-		struct leg *leg = s->legs[role];
-		if (leg && leg->is_recv_paused) {
+	struct leg *leg;
+	SESSION_EACH_LEG(s, leg)
+	{
+		if (leg->is_recv_paused) {
 			leg->is_recv_paused = false;
 			leg_resume(leg);
 		}
@@ -315,17 +323,16 @@ void session_assert_invariants(const struct session *s)
 	TERN_ASSERT(s->host && s->parts);
 	TERN_ASSERT(s->stmts.statements.count <= STMT_MAP_NAMES_MAX);
 	TERN_ASSERT(s->to_client.count <= SENDQ_SLICES_MAX);
-	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++) {
-		const struct leg *leg = s->legs[role];
-		TERN_ASSERT(leg || role != LEG_PRIMARY);
-		if (leg) {
-			TERN_ASSERT(leg->role == role && !base_list_is_linked(&leg->link));
-			session_assert_leg(s, leg);
-		}
+	TERN_ASSERT(s->legs[LEG_PRIMARY]);
+	const struct leg *leg;
+	SESSION_EACH_LEG(s, leg)
+	{
+		TERN_ASSERT(s->legs[leg->role] == leg && !base_list_is_linked(&leg->link));
+		session_assert_leg(s, leg);
 	}
 	const struct base_list *node;
 	for (node = s->legs_draining.next; node != &s->legs_draining; node = node->next) {
-		const struct leg *leg = TERN_CONTAINER_OF(node, const struct leg, link);
+		leg = TERN_CONTAINER_OF(node, const struct leg, link);
 		TERN_ASSERT(leg != s->legs[leg->role]);
 		TERN_ASSERT(!leg->conn || leg->is_dropping);
 		session_assert_leg(s, leg);
@@ -647,9 +654,10 @@ void session_end(struct session *s, enum session_end_reason reason)
 	__atomic_sub_fetch(&host->runtime->client_count, 1, __ATOMIC_RELAXED);
 	if (s->is_counted)
 		__atomic_sub_fetch(&s->db->client_count, 1, __ATOMIC_RELAXED);
-	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++) {
-		struct leg *leg = s->legs[role];
-		if (leg && leg->is_request_pending && pool_request_cancel(host->runtime->pool, &leg->request)) {
+	struct leg *leg;
+	SESSION_EACH_LEG(s, leg)
+	{
+		if (leg->is_request_pending && pool_request_cancel(host->runtime->pool, &leg->request)) {
 			leg->is_request_pending = false;
 			base_list_remove(&leg->parked_link);
 		}
@@ -671,9 +679,8 @@ void session_end(struct session *s, enum session_end_reason reason)
 		s->is_client_cut = true;
 		ring_cancel(&host->ring, &s->client_recv);
 	}
-	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++)
-		if (s->legs[role])
-			session_leg_finish(s, s->legs[role]);
+	SESSION_EACH_LEG(s, leg)
+		session_leg_finish(s, leg);
 	base_list_remove(&s->link);
 	base_list_insert_tail(&host->reaping, &s->link);
 	session_assert_invariants(s);
@@ -695,9 +702,10 @@ void session_linger_expired(struct session *s)
 	s->client_eof = true;
 	s->is_client_draining = false;
 	ring_cancel(&s->host->ring, &s->client_recv);
-	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++) {
-		struct leg *leg = s->legs[role];
-		if (leg && leg->conn) {
+	struct leg *leg;
+	SESSION_EACH_LEG(s, leg)
+	{
+		if (leg->conn) {
 			leg_drop(leg);
 			session_settle(s, leg);
 		}
@@ -750,8 +758,9 @@ bool session_is_reapable(const struct session *s)
 	    !((sendq_is_empty(&s->to_client) && !(s->transport && s->transport->is_sending(s))) || s->client_eof) ||
 	    (s->transport && s->transport->is_armed(s)))
 		return false;
-	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++)
-		if (s->legs[role] && !leg_is_reapable(s->legs[role]))
+	const struct leg *leg;
+	SESSION_EACH_LEG(s, leg)
+		if (!leg_is_reapable(leg))
 			return false;
 	const struct base_list *node;
 	for (node = s->legs_draining.next; node != &s->legs_draining; node = node->next)
@@ -773,9 +782,9 @@ void session_destroy(struct session *s)
 	sendq_deinit(&s->to_client, &host->ring);
 	if (s->transport)
 		s->transport->destroy(s);
-	for (enum leg_role role = 0; role < LEG_ROLE_COUNT; role++)
-		if (s->legs[role])
-			leg_destroy(s->legs[role]);
+	struct leg *leg;
+	SESSION_EACH_LEG(s, leg)
+		leg_destroy(leg);
 	session_free_drained(s);
 	TERN_ASSERT(base_list_is_empty(&s->legs_draining));
 	proto_stream_deinit(&s->client_stream);

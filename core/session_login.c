@@ -140,15 +140,10 @@ static void login_send_welcome(struct session *s, const struct pool_param *param
 	s->login_len = s->login_cap = s->login_kept = 0;
 }
 
-/* The pool key of an authenticated client, from its startup packet. False when the session ended. */
-static bool login_take_db(struct session *s, const struct proto_startup *st)
+/* The pool key of an authenticated client (options: login_build_options'). False when the session ended. */
+static bool login_take_db(struct session *s, const char *options)
 {
 	const struct tern_runtime *rt = s->host->runtime;
-	char options[LOGIN_OPTIONS_MAX];
-	if (!login_build_options(s, st, options, sizeof(options))) { /* checked at startup: cannot happen */
-		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
-		return false;
-	}
 	const struct auth_file *auth = __atomic_load_n(&rt->auth_file, __ATOMIC_ACQUIRE);
 	const struct auth_user *entry = auth ? auth_file_find(auth, s->user) : NULL;
 	const char *server_password = entry && entry->kind == AUTH_SECRET_PLAIN ? entry->secret : NULL;
@@ -172,14 +167,17 @@ static void login_complete(struct session *s)
 		s->host->runtime->console->welcome(s);
 		return;
 	}
-	if (!s->db) { /* the startup packet kept at the front of login_buf */
+	if (!s->db) { /* the startup packet kept at the front of login_buf, checked at startup */
 		struct proto_startup st;
+		char options[LOGIN_OPTIONS_MAX];
 		TERN_ASSERT(s->login_kept >= 8);
-		if (proto_startup_parse(s->login_buf + 4, s->login_kept - 4, &st) < 0 || !login_take_db(s, &st)) {
-			if (s->phase != SESSION_CLOSING)
-				session_end(s, SESSION_END_PROTOCOL_VIOLATION);
+		if (proto_startup_parse(s->login_buf + 4, s->login_kept - 4, &st) < 0 ||
+		    !login_build_options(s, &st, options, sizeof(options))) {
+			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return;
 		}
+		if (!login_take_db(s, options))
+			return;
 	}
 	s->phase = SESSION_LOGIN_WAIT;
 	s->observers_on = dispatch_observers_for(s);
@@ -335,7 +333,7 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 	 * nothing, and take no pool lock): without a password to check, now; else the packet stays at the
 	 * front of login_buf and the pool key is made from it once the password is right. */
 	if (runtime_config(rt)->auth_mode == CONFIG_AUTH_TRUST) {
-		if (!login_take_db(s, st))
+		if (!login_take_db(s, options))
 			return;
 	} else {
 		s->is_login_startup_kept = true;

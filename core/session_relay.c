@@ -160,20 +160,17 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
 	struct leg *leg = chunk->leg;
+	unsigned counted = type == PROTO_BE_READY ? PROTO_INSPECT : 0; /* the relay counts every ReadyForQuery */
 	leg->server_readers = 0;
-	if (leg->hidden_ready > 0) {
-		/* The answer to tern's own query: the relay counts its ReadyForQuery, the observer that asked
-		 * reads what it wants; the client is shown nothing. */
-		unsigned action = dispatch_hidden_type(s, leg, type);
-		return type == PROTO_BE_READY ? action | PROTO_INSPECT : action;
-	}
+	if (leg->hidden_ready > 0) /* the answer to tern's own query: the observer that asked reads it */
+		return dispatch_hidden_type(s, leg, type) | counted; /* the client is shown nothing */
 	uint32_t mask = dispatch_server_mask(s->observers_on, type);
 	if (!mask)
-		return type == PROTO_BE_READY ? PROTO_FORWARD | PROTO_INSPECT : PROTO_FORWARD;
+		return PROTO_FORWARD | counted;
 	unsigned taken = dispatch_server_type(s, leg, type, mask, &leg->server_readers);
 	if (taken != OBSERVER_PASS)
 		return taken;
-	return leg->server_readers || type == PROTO_BE_READY ? PROTO_FORWARD | PROTO_INSPECT : PROTO_FORWARD;
+	return PROTO_FORWARD | counted | (leg->server_readers ? PROTO_INSPECT : 0);
 }
 
 /* A ReadyForQuery: one less owed (and one less hidden, when it answers tern's own query). */

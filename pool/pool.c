@@ -236,13 +236,20 @@ static struct pool_request *pool_oldest_waiter(struct pool_server *server, const
 	return NULL;
 }
 
-static void pool_waiter_finish(struct pool_server *server, struct pool_request *req, struct pool_deferred *d)
+/* The request leaves the queue, done (its counters with it). */
+static void pool_waiter_unlink(struct pool_server *server, struct pool_request *req)
 {
 	TERN_ASSERT(req->state == POOL_REQUEST_PARKED);
 	base_list_remove(&req->link);
 	server->waiter_count--;
 	req->db->slots[server->index].waiting_count--;
 	req->state = POOL_REQUEST_DONE;
+}
+
+/* ... and its on_done runs after the mutex. */
+static void pool_waiter_finish(struct pool_server *server, struct pool_request *req, struct pool_deferred *d)
+{
+	pool_waiter_unlink(server, req);
 	TERN_ASSERT(d->done_count < POOL_DEFERRED_MAX);
 	d->done[d->done_count++] = req;
 }
@@ -367,11 +374,7 @@ bool pool_checkin_to(struct pool *pool, struct pool_conn *conn, struct pool_requ
 			!pool_conn_is_past_lifetime(pool, conn, now_ns) &&
 			(oldest == req || req->parked_ns - oldest->parked_ns <= POOL_LOCAL_BYPASS_NS);
 	if (is_taken) {
-		/* As pool_grant, but the caller hands it over: no on_done. */
-		base_list_remove(&req->link);
-		server->waiter_count--;
-		req->db->slots[server->index].waiting_count--;
-		req->state = POOL_REQUEST_DONE;
+		pool_waiter_unlink(server, req); /* as pool_grant, but the caller hands it over: no on_done */
 		req->conn = conn;
 		server->granted_total++;
 	}
