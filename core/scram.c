@@ -9,6 +9,8 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
@@ -564,6 +566,7 @@ static int scram_verify_proof(struct scram_server *s, const uint8_t *without_pro
 		rc = -EACCES;
 		goto out;
 	}
+	memcpy(s->client_key, client_key, SCRAM_KEY_LEN);
 	if (!scram_hmac(s->secret.server_key, SCRAM_KEY_LEN, auth_message, at, server_signature))
 		goto out;
 	int n = scram_b64_encode(server_signature, SCRAM_KEY_LEN, final + 2, sizeof(final) - 2);
@@ -638,4 +641,141 @@ void scram_server_deinit(struct scram_server *s)
 	TERN_ASSERT(s != NULL);
 	OPENSSL_cleanse(s, sizeof(*s));
 	s->step = SCRAM_STEP_NONE;
+}
+
+/* ---- the client side ---- */
+
+/* base64("n,,"): the gs2 header of a client that does not bind the channel. */
+static const char scram_client_cbind_plain[] = "biws";
+
+int scram_client_begin(struct scram_client *c, const struct scram_secret *secret,
+		       const uint8_t client_key[SCRAM_KEY_LEN])
+{
+	TERN_ASSERT(c != NULL && secret != NULL && client_key != NULL);
+	TERN_ASSERT(secret->iterations > 0 && secret->salt_len > 0 && secret->salt_len <= SCRAM_SALT_MAX);
+	memset(c, 0, sizeof(*c));
+	c->secret = *secret;
+	memcpy(c->client_key, client_key, SCRAM_KEY_LEN);
+	uint8_t raw[SCRAM_SERVER_NONCE_RAW_LEN];
+	char nonce[SCRAM_B64_LEN(SCRAM_SERVER_NONCE_RAW_LEN) + 1];
+	if (RAND_bytes(raw, sizeof(raw)) != 1) {
+		scram_client_deinit(c);
+		c->step = SCRAM_STEP_FAILED;
+		return -EIO;
+	}
+	int n = scram_b64_encode(raw, sizeof(raw), nonce, sizeof(nonce));
+	TERN_ASSERT(n > 0);
+	/* The user name is empty: PostgreSQL takes it from the startup packet, as libpq relies on. */
+	n = snprintf(c->client_first_bare, sizeof(c->client_first_bare), "n=,r=%s", nonce);
+	TERN_ASSERT(n > 0 && (size_t)n < sizeof(c->client_first_bare));
+	c->client_first_bare_len = (size_t)n;
+	c->step = SCRAM_STEP_BEGUN;
+	return 0;
+}
+
+int scram_client_first(struct scram_client *c, char *out, size_t out_size)
+{
+	TERN_ASSERT(c != NULL && out != NULL);
+	TERN_ASSERT(c->step == SCRAM_STEP_BEGUN);
+	int n = snprintf(out, out_size, "n,,%s", c->client_first_bare);
+	if (n < 0 || (size_t)n >= out_size)
+		return -ENOSPC;
+	c->step = SCRAM_STEP_FIRST_SENT;
+	return n;
+}
+
+int scram_client_final(struct scram_client *c, const uint8_t *server_first, size_t len, char *out,
+		       size_t out_size)
+{
+	TERN_ASSERT(c != NULL && out != NULL);
+	TERN_ASSERT(server_first != NULL || len == 0);
+	TERN_ASSERT(c->step == SCRAM_STEP_FIRST_SENT);
+	c->step = SCRAM_STEP_FAILED;
+	if (len > SCRAM_SERVER_FIRST_MAX)
+		return -EPROTO;
+	struct scram_cursor cur = {.p = server_first, .len = len, .pos = 0};
+	const uint8_t *nonce, *salt_b64, *iterations_text;
+	size_t nonce_len, salt_b64_len, iterations_len;
+	if (!scram_cursor_attribute(&cur, 'r', &nonce, &nonce_len) || !scram_cursor_take(&cur, ',') ||
+	    !scram_cursor_attribute(&cur, 's', &salt_b64, &salt_b64_len) || !scram_cursor_take(&cur, ',') ||
+	    !scram_cursor_attribute(&cur, 'i', &iterations_text, &iterations_len))
+		return -EPROTO;
+	/* Our nonce ("n=,r=" skipped) must start the combined one, and the server must add to it. */
+	const char *own = c->client_first_bare + 5;
+	size_t own_len = c->client_first_bare_len - 5;
+	if (nonce_len <= own_len || memcmp(nonce, own, own_len) != 0 ||
+	    !scram_nonce_is_valid(nonce, nonce_len, SCRAM_CLIENT_NONCE_MAX + SCRAM_SERVER_NONCE_MAX))
+		return -EPROTO;
+	uint8_t salt[SCRAM_SALT_MAX];
+	int salt_len = scram_b64_decode(salt_b64, salt_b64_len, salt, sizeof(salt));
+	char digits[11];
+	if (salt_len <= 0 || iterations_len == 0 || iterations_len >= sizeof(digits))
+		return -EPROTO;
+	memcpy(digits, iterations_text, iterations_len);
+	digits[iterations_len] = '\0';
+	char *end = NULL;
+	unsigned long iterations = strtoul(digits, &end, 10);
+	if (*end != '\0' || digits[0] < '0' || digits[0] > '9')
+		return -EPROTO;
+	/* Another salt or count means the server's secret is not the one our key belongs to. */
+	if (iterations != c->secret.iterations || (size_t)salt_len != c->secret.salt_len ||
+	    memcmp(salt, c->secret.salt, c->secret.salt_len) != 0)
+		return -EKEYREJECTED;
+
+	char auth_message[SCRAM_CLIENT_FIRST_BARE_MAX + 1 + SCRAM_SERVER_FIRST_MAX + 1 + SCRAM_CLIENT_FINAL_MAX];
+	int without_proof_len = snprintf(out, out_size, "c=%s,r=%.*s", scram_client_cbind_plain, (int)nonce_len,
+					 (const char *)nonce);
+	if (without_proof_len < 0 || (size_t)without_proof_len + 3 + SCRAM_B64_LEN(SCRAM_KEY_LEN) + 1 > out_size)
+		return -ENOSPC;
+	int at = snprintf(auth_message, sizeof(auth_message), "%s,%.*s,%s", c->client_first_bare, (int)len,
+			  (const char *)server_first, out);
+	TERN_ASSERT(at > 0 && (size_t)at < sizeof(auth_message));
+
+	uint8_t stored_key[SCRAM_KEY_LEN];
+	uint8_t client_signature[SCRAM_KEY_LEN];
+	uint8_t proof[SCRAM_KEY_LEN];
+	int rc = -EIO;
+	if (!scram_sha256(c->client_key, SCRAM_KEY_LEN, stored_key) ||
+	    !scram_hmac(stored_key, SCRAM_KEY_LEN, auth_message, (size_t)at, client_signature) ||
+	    !scram_hmac(c->secret.server_key, SCRAM_KEY_LEN, auth_message, (size_t)at, c->server_signature))
+		goto out;
+	for (size_t i = 0; i < SCRAM_KEY_LEN; i++)
+		proof[i] = c->client_key[i] ^ client_signature[i];
+	memcpy(out + without_proof_len, ",p=", 3);
+	int n = scram_b64_encode(proof, SCRAM_KEY_LEN, out + without_proof_len + 3,
+				 out_size - (size_t)without_proof_len - 3);
+	TERN_ASSERT(n > 0);
+	rc = without_proof_len + 3 + n;
+	c->step = SCRAM_STEP_FINAL_SENT;
+out:
+	OPENSSL_cleanse(stored_key, sizeof(stored_key));
+	OPENSSL_cleanse(client_signature, sizeof(client_signature));
+	OPENSSL_cleanse(proof, sizeof(proof));
+	return rc;
+}
+
+int scram_client_verify(struct scram_client *c, const uint8_t *server_final, size_t len)
+{
+	TERN_ASSERT(c != NULL);
+	TERN_ASSERT(server_final != NULL || len == 0);
+	TERN_ASSERT(c->step == SCRAM_STEP_FINAL_SENT);
+	c->step = SCRAM_STEP_FAILED;
+	struct scram_cursor cur = {.p = server_final, .len = len, .pos = 0};
+	const uint8_t *value;
+	size_t value_len;
+	uint8_t signature[SCRAM_KEY_LEN];
+	if (!scram_cursor_attribute(&cur, 'v', &value, &value_len) ||
+	    scram_b64_decode(value, value_len, signature, sizeof(signature)) != SCRAM_KEY_LEN)
+		return -EPROTO;
+	if (CRYPTO_memcmp(signature, c->server_signature, SCRAM_KEY_LEN) != 0)
+		return -EACCES;
+	c->step = SCRAM_STEP_DONE;
+	return 0;
+}
+
+void scram_client_deinit(struct scram_client *c)
+{
+	TERN_ASSERT(c != NULL);
+	OPENSSL_cleanse(c, sizeof(*c));
+	c->step = SCRAM_STEP_NONE;
 }

@@ -80,6 +80,7 @@ enum scram_step {
 	SCRAM_STEP_NONE = 0,   /* not begun, or deinitialised */
 	SCRAM_STEP_BEGUN,      /* waiting for client-first */
 	SCRAM_STEP_FIRST_SENT, /* server-first written, waiting for client-final */
+	SCRAM_STEP_FINAL_SENT, /* client side: client-final written, waiting for server-final */
 	SCRAM_STEP_DONE,       /* proof verified */
 	SCRAM_STEP_FAILED,     /* any error: the exchange is over */
 };
@@ -104,6 +105,10 @@ struct scram_server {
 	char server_first[SCRAM_SERVER_FIRST_MAX];
 	size_t server_first_len;
 	size_t nonce_len;
+	/* Recovered from the client's proof once the step is DONE (ClientProof XOR ClientSignature): with
+	 * the secret's salt, iterations and ServerKey it logs in to a server that stores the same secret,
+	 * with no password known (scram_client_begin). Wiped by deinit. */
+	uint8_t client_key[SCRAM_KEY_LEN];
 };
 
 /* Starts an exchange; `s` needs no prior initialisation. `secret` is copied; NULL means an unknown
@@ -153,5 +158,35 @@ static inline bool scram_server_is_done(const struct scram_server *s) { return s
 
 /* Wipes the keys and messages; `s` may be begun again afterwards. */
 void scram_server_deinit(struct scram_server *s);
+
+/* ---- the client side: tern logging in to a server with a ClientKey recovered from a client's proof ----
+ * No password is known: the proof is ClientKey XOR HMAC(H(ClientKey), AuthMessage), and the server is
+ * checked with the ServerKey of the same secret. That works only when the server stores exactly that
+ * secret (same salt and iteration count), which scram_client_final checks first. Plain SCRAM-SHA-256
+ * only (no channel binding: tern's server connections are not TLS). */
+struct scram_client {
+	enum scram_step step;
+	struct scram_secret secret; /* salt and iterations the server must offer; ServerKey checks it */
+	uint8_t client_key[SCRAM_KEY_LEN];
+	char client_first_bare[SCRAM_CLIENT_FIRST_BARE_MAX]; /* "n=,r=<nonce>" */
+	size_t client_first_bare_len;
+	uint8_t server_signature[SCRAM_KEY_LEN]; /* what server-final must carry */
+};
+
+/* Starts an exchange with a fresh random nonce; `secret` (iterations > 0) and `client_key` are copied.
+ * Returns 0 or -EIO (OpenSSL). */
+TERN_MUST_USE int scram_client_begin(struct scram_client *c, const struct scram_secret *secret,
+				     const uint8_t client_key[SCRAM_KEY_LEN]);
+/* Writes client-first ("n,,n=,r=<nonce>") with a NUL; returns its length or -ENOSPC. */
+TERN_MUST_USE int scram_client_first(struct scram_client *c, char *out, size_t out_size);
+/* `server_first` is the AuthenticationSASLContinue payload. Writes client-final with a NUL and returns its
+ * length, or -EPROTO (malformed, or a nonce that does not extend ours), -EKEYREJECTED (the server's salt
+ * or iteration count is not the secret's: it stores another secret), -ENOSPC or -EIO. */
+TERN_MUST_USE int scram_client_final(struct scram_client *c, const uint8_t *server_first, size_t len, char *out,
+				     size_t out_size);
+/* `server_final` is the AuthenticationSASLFinal payload. 0 when it carries the server signature the
+ * secret's ServerKey gives; -EACCES when it carries another, -EPROTO when malformed. */
+TERN_MUST_USE int scram_client_verify(struct scram_client *c, const uint8_t *server_final, size_t len);
+void scram_client_deinit(struct scram_client *c);
 
 #endif

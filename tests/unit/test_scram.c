@@ -914,3 +914,116 @@ Test(scram, calling_final_before_first_is_a_programmer_error, .signal = SIGABRT)
 	int rc = final(&s, RFC_CLIENT_FINAL, out, sizeof(out));
 	(void)rc;
 }
+
+/* ---- the client side: a login with the key recovered from a client's proof ---- */
+
+/* The ClientKey the RFC client's proof yields to a server holding the RFC secret. */
+static void rfc_recovered_client_key(uint8_t out[SCRAM_KEY_LEN])
+{
+	struct scram_server s;
+	char reply[SCRAM_SERVER_FIRST_MAX];
+	rfc_begin(&s, RFC_CLIENT_FIRST);
+	cr_assert_gt(final(&s, RFC_CLIENT_FINAL, reply, sizeof(reply)), 0);
+	cr_assert(scram_server_is_done(&s));
+	memcpy(out, s.client_key, SCRAM_KEY_LEN);
+	scram_server_deinit(&s);
+}
+
+/* tern (client side, with `client_key` and `client_secret`) against a server holding `server_secret`.
+ * Returns the first error of either side, or 0 when both sides finished. */
+static int passthrough(const struct scram_secret *client_secret, const uint8_t client_key[SCRAM_KEY_LEN],
+		       const struct scram_secret *server_secret)
+{
+	struct scram_client c;
+	struct scram_server s;
+	char client_first[SCRAM_CLIENT_FIRST_BARE_MAX], server_first[SCRAM_SERVER_FIRST_MAX];
+	char client_final[SCRAM_CLIENT_FINAL_MAX], server_final[SCRAM_SERVER_FINAL_MAX];
+	cr_assert_eq(scram_client_begin(&c, client_secret, client_key), 0);
+	cr_assert_eq(scram_server_begin(&s, server_secret, NULL), 0);
+	int rc = scram_client_first(&c, client_first, sizeof(client_first));
+	cr_assert_gt(rc, 0);
+	cr_assert_eq(strncmp(client_first, "n,,n=,r=", 8), 0);
+	rc = first(&s, client_first, server_first, sizeof(server_first));
+	cr_assert_gt(rc, 0);
+	rc = scram_client_final(&c, (const uint8_t *)server_first, strlen(server_first), client_final,
+				sizeof(client_final));
+	if (rc > 0) {
+		cr_assert_eq(rc, (int)strlen(client_final));
+		rc = final(&s, client_final, server_final, sizeof(server_final));
+	}
+	if (rc > 0)
+		rc = scram_client_verify(&c, (const uint8_t *)server_final, strlen(server_final));
+	if (rc == 0)
+		cr_assert(scram_server_is_done(&s) && c.step == SCRAM_STEP_DONE);
+	else
+		cr_assert_neq(c.step, SCRAM_STEP_DONE);
+	scram_client_deinit(&c);
+	scram_server_deinit(&s);
+	return rc;
+}
+
+Test(scram, a_key_recovered_from_a_client_proof_logs_in_to_a_server_with_the_same_secret)
+{
+	struct scram_secret secret = rfc_secret();
+	uint8_t client_key[SCRAM_KEY_LEN];
+	rfc_recovered_client_key(client_key);
+	cr_assert_eq(passthrough(&secret, client_key, &secret), 0);
+}
+
+Test(scram, a_server_with_another_salt_or_count_is_ekeyrejected_before_any_proof)
+{
+	struct scram_secret secret = rfc_secret(), other;
+	uint8_t client_key[SCRAM_KEY_LEN];
+	rfc_recovered_client_key(client_key);
+	uint8_t salt[sizeof(rfc_salt)];
+	memcpy(salt, rfc_salt, sizeof(salt));
+	salt[0] ^= 1;
+	cr_assert_eq(scram_secret_from_password(RFC_PASSWORD, salt, sizeof(salt), 4096, &other), 0);
+	cr_assert_eq(passthrough(&secret, client_key, &other), -EKEYREJECTED);
+	cr_assert_eq(scram_secret_from_password(RFC_PASSWORD, rfc_salt, sizeof(rfc_salt), 4097, &other), 0);
+	cr_assert_eq(passthrough(&secret, client_key, &other), -EKEYREJECTED);
+}
+
+Test(scram, a_wrong_key_is_refused_by_the_server_and_a_wrong_server_signature_by_tern)
+{
+	struct scram_secret secret = rfc_secret();
+	uint8_t client_key[SCRAM_KEY_LEN];
+	rfc_recovered_client_key(client_key);
+	client_key[5] ^= 0x40;
+	cr_assert_eq(passthrough(&secret, client_key, &secret), -EACCES);
+	client_key[5] ^= 0x40;
+	/* A server that accepts the proof but signs with another ServerKey does not know the secret. */
+	struct scram_secret impostor = secret;
+	impostor.server_key[0] ^= 1;
+	cr_assert_eq(passthrough(&secret, client_key, &impostor), -EACCES);
+}
+
+Test(scram, malformed_server_messages_are_eproto_for_the_client)
+{
+	struct scram_secret secret = rfc_secret();
+	uint8_t client_key[SCRAM_KEY_LEN] = {0};
+	static const char *const firsts[] = {"", "r=", "s=abc,i=1", "r=other,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096",
+					     "r=%s,s=!!!!,i=4096", "r=%s,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=x",
+					     "r=%s,s=W22ZaJ0SNY7soEsUEjb6gQ==", "r=%s,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=-1"};
+	for (size_t i = 0; i < sizeof(firsts) / sizeof(firsts[0]); i++) {
+		struct scram_client c;
+		char out[SCRAM_CLIENT_FINAL_MAX], message[2 * SCRAM_CLIENT_FIRST_BARE_MAX];
+		cr_assert_eq(scram_client_begin(&c, &secret, client_key), 0);
+		cr_assert_gt(scram_client_first(&c, out, sizeof(out)), 0);
+		/* The combined nonce: ours plus the server's part, where the case has one. */
+		char combined[SCRAM_CLIENT_FIRST_BARE_MAX + 4];
+		snprintf(combined, sizeof(combined), "%.100sXYZ", c.client_first_bare + 5);
+		snprintf(message, sizeof(message), firsts[i], combined);
+		cr_assert_eq(scram_client_final(&c, (const uint8_t *)message, strlen(message), out, sizeof(out)),
+			     -EPROTO, "case %zu: %s", i, message);
+		scram_client_deinit(&c);
+	}
+	/* The nonce exactly ours, with nothing of the server's, is not a server nonce. */
+	struct scram_client c;
+	char out[SCRAM_CLIENT_FINAL_MAX], message[2 * SCRAM_CLIENT_FIRST_BARE_MAX];
+	cr_assert_eq(scram_client_begin(&c, &secret, client_key), 0);
+	cr_assert_gt(scram_client_first(&c, out, sizeof(out)), 0);
+	snprintf(message, sizeof(message), "r=%s,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096", c.client_first_bare + 5);
+	cr_assert_eq(scram_client_final(&c, (const uint8_t *)message, strlen(message), out, sizeof(out)), -EPROTO);
+	scram_client_deinit(&c);
+}
