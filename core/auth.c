@@ -452,6 +452,13 @@ void auth_md5_hash(const char *user, const char *password, char out[AUTH_MD5_HAS
 	memcpy(out, "md5", 3);
 }
 
+bool auth_md5_salted(const char *stored, const uint8_t salt[4], char out[AUTH_MD5_HASH_LEN + 1])
+{
+	TERN_ASSERT(stored != NULL && salt != NULL && out != NULL);
+	memcpy(out, "md5", 4);
+	return strlen(stored) == AUTH_MD5_HASH_LEN && auth_md5_hex(stored + 3, 32, salt, 4, out + 3);
+}
+
 bool auth_md5_verify(const struct auth_user *user, const uint8_t salt[4], const char *response,
 		     size_t response_len)
 {
@@ -470,8 +477,8 @@ bool auth_md5_verify(const struct auth_user *user, const uint8_t salt[4], const 
 	if (is_usable && user->kind == AUTH_SECRET_MD5)
 		stored = user->secret;
 
-	char expected[AUTH_MD5_HASH_LEN + 1] = "md5";
-	bool hashed = stored[0] != '\0' && auth_md5_hex(stored + 3, 32, salt, 4, expected + 3);
+	char expected[AUTH_MD5_HASH_LEN + 1];
+	bool hashed = auth_md5_salted(stored, salt, expected);
 
 	char received[AUTH_MD5_HASH_LEN] = {0};
 	if (response_len > 0)

@@ -59,6 +59,10 @@ void auth_file_destroy(struct auth_file *file);
  * provider), `out` is the empty string, which matches no response. */
 void auth_md5_hash(const char *user, const char *password, char out[AUTH_MD5_HASH_LEN + 1]);
 
+/* What an md5 client answers a salt with, from the stored "md5..." hash: "md5" + hex(md5(hash digits ||
+ * salt)), NUL-terminated. False when `stored` is not a hash or OpenSSL refuses MD5. */
+TERN_MUST_USE bool auth_md5_salted(const char *stored, const uint8_t salt[4], char out[AUTH_MD5_HASH_LEN + 1]);
+
 /* Checks the client's PasswordMessage for AuthenticationMD5Password, which is
  * "md5" + hex(md5(hex(md5(password || user)) || salt)); `response_len` excludes any trailing NUL.
  * Works for PLAIN and MD5 entries; false for SCRAM entries or a NULL user, after the same work as a

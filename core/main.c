@@ -5,6 +5,7 @@
 #include "dispatch.h"
 #include "pool/opener.h"
 #include "pool/pool.h"
+#include "server_auth.h"
 #include "session.h"
 #include "tls.h"
 #include "worker.h"
@@ -265,7 +266,7 @@ int main(int argc, char **argv)
 	struct pool_opener *opener;
 	static struct pool pool;
 	struct pool_server *primary;
-	if (pool_opener_create(&opener, cfg.server_connect_timeout_ms) < 0) {
+	if (pool_opener_create(&opener, cfg.server_connect_timeout_ms, &server_auth_ops) < 0) {
 		fprintf(stderr, "tern: could not create the pool thread\n");
 		return 1;
 	}

@@ -3,6 +3,7 @@
 #include "auth.h"
 #include "dispatch.h"
 #include "scram.h"
+#include "server_auth.h"
 #include "session.h"
 #include "host.h"
 
@@ -152,18 +153,28 @@ static bool login_take_db(struct session *s, const char *options)
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return false;
 	}
+	struct server_auth_secret secret;
+	if (entry && server_auth_secret_from(entry, s->scram, &secret)) {
+		pool_db_set_secret(rt->pool, s->db, &secret, sizeof(secret));
+		explicit_bzero(&secret, sizeof(secret));
+	}
 	return true;
 }
 
-static void login_complete(struct session *s)
+static void login_drop_scram(struct session *s)
 {
-	login_send_auth(s, PROTO_AUTH_OK, NULL, 0);
 	if (s->scram) {
 		scram_server_deinit(s->scram);
 		free(s->scram);
 		s->scram = NULL;
 	}
+}
+
+static void login_complete(struct session *s)
+{
+	login_send_auth(s, PROTO_AUTH_OK, NULL, 0);
 	if (s->is_admin) {
+		login_drop_scram(s);
 		s->host->runtime->console->welcome(s);
 		return;
 	}
@@ -176,9 +187,10 @@ static void login_complete(struct session *s)
 			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return;
 		}
-		if (!login_take_db(s, options))
+		if (!login_take_db(s, options)) /* keeps what the SCRAM exchange proved */
 			return;
 	}
+	login_drop_scram(s);
 	s->phase = SESSION_LOGIN_WAIT;
 	s->observers_on = dispatch_observers_for(s);
 	if (s->is_transaction_pooling && pool_db_has_params(s->db)) {

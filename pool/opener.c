@@ -1,5 +1,7 @@
 #include "opener.h"
 
+#include "login.h"
+
 #include <errno.h>
 #include <libpq-fe.h>
 #include <poll.h>
@@ -13,6 +15,8 @@
 #define OPENER_WATCH_MAX 1024u
 /* How often FREE sockets are re-listed and min_pool_size checked without any other wake-up. */
 #define OPENER_PASS_MS 1000
+/* A cancel of a connection tern logged in to itself waits this long for the server's socket. */
+#define OPENER_CANCEL_TIMEOUT_MS 5000u
 /* The ParameterStatus names PostgreSQL reports at startup; libpq has no way to list them. */
 static const char *const opener_param_names[] = {
 	"application_name", "client_encoding", "DateStyle", "default_transaction_read_only", "in_hot_standby",
@@ -32,6 +36,7 @@ struct opener_job {
 struct opener_connecting {
 	struct opener_job *job;
 	PGconn *pgconn;
+	struct pool_login *login; /* instead of pgconn, for a key with only a secret */
 	PostgresPollingStatusType status;
 	uint64_t deadline_ns;
 };
@@ -45,6 +50,7 @@ struct pool_opener {
 	bool stopping;
 	int wake_fd;
 	uint64_t connect_timeout_ms;
+	const struct pool_auth_ops *auth;
 	struct opener_connecting connecting[OPENER_CONNECTING_MAX];
 	uint32_t connecting_count;
 };
@@ -102,7 +108,7 @@ int pool_opener_cancel(struct pool_opener *opener, struct pool_conn *conn)
 	return 0;
 }
 
-int pool_opener_create(struct pool_opener **out, uint64_t connect_timeout_ms)
+int pool_opener_create(struct pool_opener **out, uint64_t connect_timeout_ms, const struct pool_auth_ops *auth)
 {
 	struct pool_opener *opener = calloc(1, sizeof(*opener));
 	if (!opener)
@@ -110,6 +116,7 @@ int pool_opener_create(struct pool_opener **out, uint64_t connect_timeout_ms)
 	base_list_init(&opener->jobs);
 	pthread_mutex_init(&opener->lock, NULL);
 	opener->connect_timeout_ms = connect_timeout_ms;
+	opener->auth = auth;
 	opener->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (opener->wake_fd < 0) {
 		int rc = -errno;
@@ -138,11 +145,17 @@ void pool_conn_free(struct pool_conn *conn)
 		PQfreeCancel(conn->cancel);
 	if (conn->pgconn)
 		PQfinish(conn->pgconn); /* closes conn->fd */
+	if (conn->raw_cancel) {
+		free(conn->raw_cancel);
+		close(conn->fd);
+	}
 	free(conn);
 }
 
 int pool_conn_cancel(struct pool_conn *conn, char *err, size_t err_size)
 {
+	if (conn->raw_cancel)
+		return pool_login_cancel(conn->raw_cancel, OPENER_CANCEL_TIMEOUT_MS, err, err_size);
 	if (!conn->cancel)
 		return -ENOTCONN;
 	return PQcancel(conn->cancel, err, (int)err_size) ? 0 : -EIO;
@@ -156,7 +169,6 @@ void pool_error_from_libpq(const char *message, struct pool_error *out)
 	} known[] = {
 		{"does not exist", "3D000"}, /* database; a role is matched first below */
 		{"password authentication failed", "28P01"},
-		{"no password supplied", "28P01"},
 		{"no pg_hba.conf entry", "28000"},
 		{"too many clients", "53300"},
 		{"too many connections", "53300"},
@@ -167,6 +179,19 @@ void pool_error_from_libpq(const char *message, struct pool_error *out)
 	};
 	const char *fatal = strstr(message, "FATAL:  ");
 	const char *text = fatal ? fatal + 8 : message;
+	/* libpq names the server's address ("connection to server at \"h\", port p failed: "); a client is
+	 * told what failed, never where the server is. */
+	const char *failed = strstr(text, " failed: ");
+	if (!fatal && strncmp(text, "connection to server ", 21) == 0 && failed)
+		text = failed + 9;
+	if (strncmp(text, "fe_sendauth: no password supplied", 33) == 0) {
+		base_strlcpy(out->sqlstate, "28P01", sizeof(out->sqlstate));
+		base_strlcpy(out->message,
+			     "the server asks for a password and tern has none for this user: put the password, or the "
+			     "server's SCRAM secret (pg_authid.rolpassword), in auth_file",
+			     sizeof(out->message));
+		return;
+	}
 	base_strlcpy(out->message, text, sizeof(out->message));
 	char *newline = strchr(out->message, '\n');
 	if (newline)
@@ -184,6 +209,55 @@ void pool_error_from_libpq(const char *message, struct pool_error *out)
 	}
 }
 
+/* Adds a login to the connecting set; its deadline starts now. */
+static struct opener_connecting *opener_add_connecting(struct pool_opener *opener, struct opener_job *job)
+{
+	TERN_ASSERT(opener->connecting_count < OPENER_CONNECTING_MAX);
+	struct opener_connecting *c = &opener->connecting[opener->connecting_count++];
+	*c = (struct opener_connecting){.job = job, .status = PGRES_POLLING_WRITING};
+	uint64_t timeout_ms = __atomic_load_n(&opener->connect_timeout_ms, __ATOMIC_RELAXED);
+	c->deadline_ns = base_now_ns() + timeout_ms * BASE_NS_PER_MS;
+	return c;
+}
+
+static void opener_fail_job(struct pool_opener *opener, struct opener_job *job, const struct pool_error *err)
+{
+	TERN_WARN("could not open a connection to server %s for %s/%s: %s (%s)", job->server->name, job->db->user,
+		  job->db->database, err->message, err->sqlstate);
+	pool_open_finished(opener->pool, job->server, job->db, NULL, err, base_now_ns());
+	free(job);
+}
+
+/* A key with no plaintext password but a secret of core's logs in without libpq (login.h), unless the
+ * server's conninfo brings a password or passfile of its own. True when that path took the job. */
+static bool opener_start_raw_login(struct pool_opener *opener, struct opener_job *job, const PQconninfoOption *base)
+{
+	if (!opener->auth || job->db->password)
+		return false;
+	for (const PQconninfoOption *o = base; o->keyword; o++)
+		if (o->val && (strcmp(o->keyword, "password") == 0 || strcmp(o->keyword, "passfile") == 0))
+			return false;
+	uint8_t secret[POOL_SECRET_MAX];
+	size_t secret_len = pool_db_copy_secret(opener->pool, job->db, secret);
+	if (secret_len == 0)
+		return false;
+	struct pool_login *login = malloc(sizeof(*login));
+	if (!login) {
+		struct pool_error err = {"53200", "out of memory opening a server connection"};
+		opener_fail_job(opener, job, &err);
+		return true;
+	}
+	int rc = pool_login_start(login, job->server->conninfo, job->db, secret, secret_len, opener->auth);
+	explicit_bzero(secret, sizeof(secret));
+	if (rc < 0) {
+		opener_fail_job(opener, job, &login->error);
+		free(login);
+		return true;
+	}
+	opener_add_connecting(opener, job)->login = login;
+	return true;
+}
+
 static void opener_start_connect(struct pool_opener *opener, struct opener_job *job)
 {
 	struct pool_db *db = job->db;
@@ -197,8 +271,11 @@ static void opener_start_connect(struct pool_opener *opener, struct opener_job *
 	if (!base) {
 		pool_error_from_libpq(parse_err ? parse_err : "invalid server conninfo", &err);
 		PQfreemem(parse_err);
-		pool_open_finished(opener->pool, job->server, db, NULL, &err, base_now_ns());
-		free(job);
+		opener_fail_job(opener, job, &err);
+		return;
+	}
+	if (opener_start_raw_login(opener, job, base)) {
+		PQconninfoFree(base);
 		return;
 	}
 	static const char *const overridden[] = {"user", "dbname", "password", "options", "sslmode", "gssencmode",
@@ -231,41 +308,63 @@ static void opener_start_connect(struct pool_opener *opener, struct opener_job *
 		pool_error_from_libpq(pgconn ? PQerrorMessage(pgconn) : "out of memory", &err);
 		if (pgconn)
 			PQfinish(pgconn);
-		pool_open_finished(opener->pool, job->server, db, NULL, &err, base_now_ns());
-		free(job);
+		opener_fail_job(opener, job, &err);
 		return;
 	}
-	struct opener_connecting *c = &opener->connecting[opener->connecting_count++];
-	c->job = job;
-	c->pgconn = pgconn;
-	c->status = PGRES_POLLING_WRITING;
-	uint64_t timeout_ms = __atomic_load_n(&opener->connect_timeout_ms, __ATOMIC_RELAXED);
-	c->deadline_ns = base_now_ns() + timeout_ms * BASE_NS_PER_MS;
+	opener_add_connecting(opener, job)->pgconn = pgconn;
+}
+
+/* The pool_conn of a finished login: libpq's handle, or the socket of tern's own login. NULL when out of
+ * memory (the login is then closed by the caller). */
+static struct pool_conn *opener_conn_from(const struct opener_connecting *c)
+{
+	struct pool_conn *conn = calloc(1, sizeof(*conn));
+	if (!conn)
+		return NULL;
+	if (c->login) {
+		conn->raw_cancel = malloc(sizeof(*conn->raw_cancel));
+		if (!conn->raw_cancel) {
+			free(conn);
+			return NULL;
+		}
+		*conn->raw_cancel = c->login->target;
+		conn->fd = c->login->fd;
+		conn->backend_pid = c->login->target.backend_pid;
+		conn->param_count = c->login->param_count;
+		memcpy(conn->params, c->login->params, conn->param_count * sizeof(conn->params[0]));
+		return conn;
+	}
+	conn->fd = PQsocket(c->pgconn);
+	conn->pgconn = c->pgconn;
+	conn->cancel = PQgetCancel(c->pgconn);
+	conn->backend_pid = (uint32_t)PQbackendPID(c->pgconn);
+	for (size_t p = 0; p < TERN_ARRAY_LEN(opener_param_names); p++) {
+		const char *value = PQparameterStatus(c->pgconn, opener_param_names[p]);
+		if (!value)
+			continue;
+		struct pool_param *param = &conn->params[conn->param_count++];
+		base_strlcpy(param->name, opener_param_names[p], sizeof(param->name));
+		base_strlcpy(param->value, value, sizeof(param->value));
+	}
+	return conn;
+}
+
+static bool opener_is_connected(const struct opener_connecting *c)
+{
+	return c->login ? c->status == PGRES_POLLING_OK : PQstatus(c->pgconn) == CONNECTION_OK;
 }
 
 /* Finishes connecting[i] (success or failure) and removes it from the array. */
 static void opener_finish_connect(struct pool_opener *opener, uint32_t i, const char *timeout_reason)
 {
-	struct opener_connecting *c = &opener->connecting[i];
-	struct opener_job *job = c->job;
-	PGconn *pgconn = c->pgconn;
+	struct opener_connecting c = opener->connecting[i];
 	opener->connecting[i] = opener->connecting[--opener->connecting_count];
+	struct opener_job *job = c.job;
 	struct pool_error err;
-	if (!timeout_reason && PQstatus(pgconn) == CONNECTION_OK) {
-		struct pool_conn *conn = calloc(1, sizeof(*conn));
+	if (!timeout_reason && opener_is_connected(&c)) {
+		struct pool_conn *conn = opener_conn_from(&c);
 		if (conn) {
-			conn->fd = PQsocket(pgconn);
-			conn->pgconn = pgconn;
-			conn->cancel = PQgetCancel(pgconn);
-			conn->backend_pid = (uint32_t)PQbackendPID(pgconn);
-			for (size_t p = 0; p < TERN_ARRAY_LEN(opener_param_names); p++) {
-				const char *value = PQparameterStatus(pgconn, opener_param_names[p]);
-				if (!value)
-					continue;
-				struct pool_param *param = &conn->params[conn->param_count++];
-				base_strlcpy(param->name, opener_param_names[p], sizeof(param->name));
-				base_strlcpy(param->value, value, sizeof(param->value));
-			}
+			free(c.login);
 			pool_db_set_params(opener->pool, job->db, conn->params, conn->param_count);
 			TERN_DEBUG("opened server connection pid %u to %s for %s/%s", conn->backend_pid,
 				   job->server->name, job->db->user, job->db->database);
@@ -274,16 +373,21 @@ static void opener_finish_connect(struct pool_opener *opener, uint32_t i, const 
 			return;
 		}
 		pool_error_from_libpq("out of memory", &err);
+	} else if (timeout_reason) {
+		pool_error_from_libpq(timeout_reason, &err);
+		base_strlcpy(err.sqlstate, "08006", sizeof(err.sqlstate));
+	} else if (c.login) {
+		err = c.login->error;
 	} else {
-		pool_error_from_libpq(timeout_reason ? timeout_reason : PQerrorMessage(pgconn), &err);
-		if (timeout_reason)
-			base_strlcpy(err.sqlstate, "08006", sizeof(err.sqlstate));
+		pool_error_from_libpq(PQerrorMessage(c.pgconn), &err);
 	}
-	TERN_WARN("could not open a connection to server %s for %s/%s: %s (%s)", job->server->name, job->db->user,
-		  job->db->database, err.message, err.sqlstate);
-	PQfinish(pgconn);
-	pool_open_finished(opener->pool, job->server, job->db, NULL, &err, base_now_ns());
-	free(job);
+	if (c.login) {
+		pool_login_abandon(c.login);
+		free(c.login);
+	} else {
+		PQfinish(c.pgconn);
+	}
+	opener_fail_job(opener, job, &err);
 }
 
 static void opener_take_jobs(struct pool_opener *opener)
@@ -380,8 +484,11 @@ static void *opener_main(void *arg)
 		fds[nfds++] = (struct pollfd){.fd = opener->wake_fd, .events = POLLIN};
 		for (uint32_t i = 0; i < opener->connecting_count; i++) {
 			struct opener_connecting *c = &opener->connecting[i];
-			short events = c->status == PGRES_POLLING_READING ? POLLIN : POLLOUT;
-			fds[nfds++] = (struct pollfd){.fd = PQsocket(c->pgconn), .events = events};
+			short events = c->login ? pool_login_events(c->login)
+				       : c->status == PGRES_POLLING_READING ? POLLIN
+									    : POLLOUT;
+			int fd = c->login ? c->login->fd : PQsocket(c->pgconn);
+			fds[nfds++] = (struct pollfd){.fd = fd, .events = events};
 			int64_t left_ms = ((int64_t)c->deadline_ns - (int64_t)now) / (int64_t)BASE_NS_PER_MS;
 			timeout_ms = (int)TERN_MAX(0, TERN_MIN((int64_t)timeout_ms, left_ms + 1));
 		}
@@ -400,7 +507,14 @@ static void *opener_main(void *arg)
 		/* Walk backwards: finishing one moves the last entry into its place. */
 		for (uint32_t i = opener->connecting_count; i-- > 0;) {
 			struct opener_connecting *c = &opener->connecting[i];
-			if (fds[1 + i].revents) {
+			if (fds[1 + i].revents && c->login) {
+				int rc = pool_login_advance(c->login);
+				if (rc != 0) {
+					c->status = rc > 0 ? PGRES_POLLING_OK : PGRES_POLLING_FAILED;
+					opener_finish_connect(opener, i, NULL);
+					continue;
+				}
+			} else if (fds[1 + i].revents) {
 				c->status = PQconnectPoll(c->pgconn);
 				if (c->status == PGRES_POLLING_OK || c->status == PGRES_POLLING_FAILED) {
 					opener_finish_connect(opener, i, NULL);

@@ -59,6 +59,7 @@ void pool_deinit(struct pool *pool)
 		struct pool_db *db = TERN_CONTAINER_OF(node, struct pool_db, link);
 		free(db->options);
 		free(db->password);
+		explicit_bzero(db->secret, sizeof(db->secret));
 		free(db);
 	}
 	pthread_mutex_destroy(&pool->dbs_lock);
@@ -176,6 +177,26 @@ void pool_db_set_params(struct pool *pool, struct pool_db *db, const struct pool
 		__atomic_store_n(&db->params_ready, 1, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&pool->dbs_lock);
+}
+
+void pool_db_set_secret(struct pool *pool, struct pool_db *db, const void *secret, size_t len)
+{
+	TERN_ASSERT(secret != NULL && len > 0 && len <= POOL_SECRET_MAX);
+	pthread_mutex_lock(&pool->dbs_lock);
+	if (db->secret_len != len || memcmp(db->secret, secret, len) != 0) {
+		memcpy(db->secret, secret, len);
+		db->secret_len = (uint32_t)len;
+	}
+	pthread_mutex_unlock(&pool->dbs_lock);
+}
+
+size_t pool_db_copy_secret(struct pool *pool, const struct pool_db *db, uint8_t out[POOL_SECRET_MAX])
+{
+	pthread_mutex_lock(&pool->dbs_lock);
+	size_t len = db->secret_len;
+	memcpy(out, db->secret, len);
+	pthread_mutex_unlock(&pool->dbs_lock);
+	return len;
 }
 
 /* ---- state changes: each moves a connection between lists and counters together ---- */

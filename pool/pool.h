@@ -26,11 +26,15 @@
 /* ParameterStatus values remembered per connection; PostgreSQL 15 reports 15 at startup. */
 #define POOL_PARAMS_MAX 32u
 #define POOL_NAME_LEN_MAX 64u /* NAMEDATALEN */
+/* What core keeps on a key to log in without a plaintext password (a SCRAM secret and ClientKey, or
+ * an md5 hash): opaque bytes here, sized for core's struct with room to spare. */
+#define POOL_SECRET_MAX 320u
 
 struct pool;
 struct pool_server;
 struct pool_db;
 struct pool_conn;
+struct pool_raw_cancel;
 
 /* Four-part match key (DESIGN §4): two connections are interchangeable only when all four match. */
 struct pool_key {
@@ -66,6 +70,10 @@ struct pool_db {
 	char database[POOL_NAME_LEN_MAX];
 	char *options;  /* the startup "options" parameter, "" when absent */
 	char *password; /* for the server login, NULL when none is known */
+	/* Core's answer to the server when password is NULL (pool_db_set_secret); guarded by the pool's db
+	 * lock, copied out by the opener. secret_len 0 when none. */
+	uint8_t secret[POOL_SECRET_MAX];
+	uint32_t secret_len;
 	struct pool_slot slots[POOL_SERVERS_MAX];
 	/* The server's ParameterStatus set as first seen, for the welcome of later clients; written once
 	 * under the pool's db lock, then read without a lock once params_ready is set (release/acquire). */
@@ -86,6 +94,9 @@ struct pool_conn {
 	int fd;
 	void *pgconn; /* kept only to close it, from the pool thread */
 	void *cancel; /* libpq cancel handle, used from a non-worker thread */
+	/* Set instead of pgconn and cancel for a connection tern logged in to itself (login.h): where its
+	 * cancel goes; the fd is then the pool's to close. */
+	struct pool_raw_cancel *raw_cancel;
 	uint32_t backend_pid;
 	uint64_t opened_ns;
 	uint64_t released_ns;
@@ -168,6 +179,11 @@ void pool_set_settings(struct pool *pool, const struct pool_settings *settings);
 /* Interns the key for (user, database, options); NULL on allocation failure. */
 struct pool_db *pool_db_get(struct pool *pool, const char *user, const char *database, const char *options,
 			    const char *password, uint64_t identity_hash);
+/* Keeps `secret` (1..POOL_SECRET_MAX bytes) as db's answer to the server, replacing an older one, under
+ * the pool's db lock: the latest authenticated client's secret is what the next login uses. */
+void pool_db_set_secret(struct pool *pool, struct pool_db *db, const void *secret, size_t len);
+/* Copies db's secret into out (POOL_SECRET_MAX bytes); returns its length, 0 when none. */
+size_t pool_db_copy_secret(struct pool *pool, const struct pool_db *db, uint8_t out[POOL_SECRET_MAX]);
 /* Records the first ParameterStatus set seen for db (no-op when already set). */
 void pool_db_set_params(struct pool *pool, struct pool_db *db, const struct pool_param *params, uint32_t count);
 static inline bool pool_db_has_params(const struct pool_db *db)

@@ -5,6 +5,8 @@
  * exchange to a verified proof and mutations explore every step around it. The client-first part is
  * also parsed as a stored secret ("SCRAM-SHA-256$iter:salt$stored:server"), the other SCRAM text tern
  * reads, which costs nothing here while the userlist target pays a PBKDF2 per plaintext line.
+ * The same two parts also play a server's messages to tern's client side (scram_client): server-first
+ * after "r=<the client's nonce>", so mutations reach the salt and count, and server-final.
  */
 #include "scram.h"
 
@@ -70,6 +72,34 @@ static void fuzz_secret_parse(const uint8_t *text, size_t len)
 	free(copy);
 }
 
+static void fuzz_client(const uint8_t *server_first_tail, size_t tail_len, const uint8_t *server_final,
+			size_t final_len)
+{
+	static const uint8_t client_key[SCRAM_KEY_LEN] = {1};
+	struct scram_client client;
+	char out[SCRAM_CLIENT_FINAL_MAX];
+	FUZZ_CHECK(scram_client_begin(&client, &fuzz_secret, client_key) == 0);
+	FUZZ_CHECK(scram_client_first(&client, out, sizeof(out)) > 0);
+	size_t nonce_len = client.client_first_bare_len - 3; /* "r=<nonce>" of "n=,r=<nonce>" */
+	size_t len = nonce_len + tail_len;
+	uint8_t *message = malloc(len > 0 ? len : 1);
+	FUZZ_CHECK(message != NULL);
+	memcpy(message, client.client_first_bare + 3, nonce_len);
+	memcpy(message + nonce_len, server_first_tail, tail_len);
+	int rc = scram_client_final(&client, message, len, out, sizeof(out));
+	FUZZ_CHECK(rc > 0 || rc == -EPROTO || rc == -EKEYREJECTED);
+	FUZZ_CHECK(rc > 0 ? client.step == SCRAM_STEP_FINAL_SENT && (size_t)rc == strlen(out)
+			  : client.step == SCRAM_STEP_FAILED);
+	if (rc > 0 && server_final != NULL) {
+		uint8_t *final = fuzz_copy(server_final, final_len);
+		rc = scram_client_verify(&client, final, final_len);
+		FUZZ_CHECK(rc == -EPROTO || rc == -EACCES); /* no input knows the signature of a random nonce */
+		free(final);
+	}
+	free(message);
+	scram_client_deinit(&client);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	pthread_once(&fuzz_secret_once, fuzz_secret_create);
@@ -112,6 +142,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(final);
 	}
 	scram_server_deinit(&server);
+	fuzz_client(first, first_len, nul != NULL ? nul + 1 : NULL, nul != NULL ? size - first_len - 1 : 0);
 	free(first);
 	return 0;
 }

@@ -15,6 +15,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -479,6 +480,91 @@ def scram_auth_accepts_the_right_password_and_refuses_a_wrong_one_with_28P01(ctx
         expect_login_refused(t.port, user, "28P01", password="wrong")
     r = psql(t.port, "select 1", user="bob", password="wrong")
     check(r.returncode != 0 and "password authentication failed" in r.stderr, "psql sees it: %r" % r.stderr)
+
+
+def server_secret(ctx, role, password, encryption):
+    """Creates `role` with `password` stored as the server stores it, and returns that secret."""
+    ctx.pg.psql("set password_encryption = '%s'; drop role if exists %s; create role %s login password '%s'"
+                % (encryption, role, role, password))
+    return ctx.pg.psql("select rolpassword from pg_authid where rolname = '%s'" % role)
+
+
+def pgbench_as(port, user, password, sql, clients=4, transactions=50, extra=()):
+    """pgbench -n with a one-statement script as `user`; returns its stdout (fails the test on an error)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
+        script.write(sql + "\n")
+        script.flush()
+        argv = ["pgbench", "-n", "-h", "127.0.0.1", "-p", str(port), "-U", user, "-c", str(clients),
+                "-t", str(transactions), "-f", script.name] + list(extra) + ["postgres"]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env(password))
+    check(r.returncode == 0, "pgbench as %s failed (%d): %s" % (user, r.returncode, r.stderr[-2000:]))
+    return r.stdout
+
+
+@test
+def a_userlist_of_scram_secrets_logs_in_to_a_scram_server_with_the_clients_own_proof(ctx):
+    secret = server_secret(ctx, "tern_scram", "scrampw", "scram-sha-256")
+    check(secret.startswith("SCRAM-SHA-256$"), "the server stores a SCRAM secret: %r" % secret)
+    r = psql(ctx.pg.primary_port, "select 1", user="tern_scram")
+    check(r.returncode != 0 and "password" in r.stderr, "the server asks for a password: %r" % r.stderr)
+    users = '"tern_scram" "%s"\n' % secret
+    for mode in ("transaction", "session"):
+        t = ctx.tern(pool_mode=mode, auth="scram", users=users)
+        check(psql_ok(t.port, "select current_user", user="tern_scram", password="scrampw") == "tern_scram",
+              "psql through tern (%s pooling)" % mode)
+        out = pgbench_as(t.port, "tern_scram", "scrampw", "select 1", extra=["-M", "extended"])
+        check("number of transactions actually processed: 200/200" in out, "pgbench (%s): %s" % (mode, out))
+        expect_login_refused(t.port, "tern_scram", "28P01", password="wrong")
+    # A connection tern logged in to itself is cancelled like any other.
+    with Wire(t.port) as w:
+        w.login("tern_scram", password="scrampw")
+        pid, key = w.key
+        start_sleep_absorbing_stray_cancels(ctx, w, 0)
+        started = time.monotonic()
+        send_cancel(t.port, pid, key)
+        try:
+            w.read_until_ready()
+            raise AssertionError("pg_sleep(30) was not cancelled")
+        except WireError as err:
+            check(err.sqlstate == "57014", "57014 query_canceled, got %r" % err.fields)
+        check(time.monotonic() - started < 10, "cancelled, not finished")
+
+
+@test
+def a_server_login_that_cannot_work_says_what_to_fix_and_never_the_servers_address(ctx):
+    secret = server_secret(ctx, "tern_scram", "scrampw", "scram-sha-256")
+    # The same password under another salt: the client gets in, the server cannot be answered.
+    users = '"tern_scram" "%s"\n' % scram_secret("scrampw")
+    t = ctx.tern(auth="scram", users=users)
+    err = expect_login_refused(t.port, "tern_scram", "28P01", password="scrampw")
+    check("pg_authid" in err.fields["M"] and "auth_file" in err.fields["M"], "names the fix: %r" % err.fields)
+    # A SCRAM secret with clients trusted: there is no proof to recover a key from.
+    t = ctx.tern(auth="trust", users='"tern_scram" "%s"\n' % secret)
+    err = expect_login_refused(t.port, "tern_scram", "28000")
+    check("mode = scram" in err.fields["M"], "names the fix: %r" % err.fields)
+    # No userlist entry and no password anywhere: libpq's own words, without the address.
+    t = ctx.tern(auth="trust")
+    err = expect_login_refused(t.port, "tern_scram", "28P01")
+    check("auth_file" in err.fields["M"], "names the fix: %r" % err.fields)
+    for e in (err,):
+        check("127.0.0.1" not in e.fields["M"] and str(ctx.pg.primary_port) not in e.fields["M"],
+              "no server address: %r" % e.fields)
+
+
+@test
+def an_md5_hash_in_the_userlist_logs_in_to_an_md5_server(ctx):
+    secret = server_secret(ctx, "tern_md5", "md5pw", "md5")
+    check(secret.startswith("md5"), "the server stores an md5 hash: %r" % secret)
+    t = ctx.tern(auth="md5", users='"tern_md5" "%s"\n' % secret)
+    check(psql_ok(t.port, "select current_user", user="tern_md5", password="md5pw") == "tern_md5", "md5 both ways")
+    out = pgbench_as(t.port, "tern_md5", "md5pw", "select 1")
+    check("number of transactions actually processed: 200/200" in out, "pgbench: %s" % out)
+    # An md5 hash cannot answer a SCRAM server.
+    scram = server_secret(ctx, "tern_scram", "scrampw", "scram-sha-256")
+    t = ctx.tern(auth="md5", users='"tern_scram" "%s"\n' % ("md5" + hashlib.md5(b"scrampwtern_scram").hexdigest()))
+    err = expect_login_refused(t.port, "tern_scram", "28000", password="scrampw")
+    check("md5 hash" in err.fields["M"] and "127.0.0.1" not in err.fields["M"], "names the fix: %r" % err.fields)
+    check(scram.startswith("SCRAM"), "the role is SCRAM on the server")
 
 
 @test
@@ -2436,7 +2522,9 @@ def main():
     signal.alarm(SUITE_DEADLINE_S)
     passed = failed = 0
     started = time.monotonic()
-    with PgCluster(with_replica=True) as pg:
+    # The passthrough tests' users must prove themselves to the server; everyone else is trusted.
+    with PgCluster(with_replica=True, hba_lines=["host all tern_scram 127.0.0.1/32 scram-sha-256",
+                                                 "host all tern_md5 127.0.0.1/32 md5"]) as pg:
         print("PostgreSQL primary on %d, replica on %s (%.1fs)" % (pg.primary_port, pg.replica_port,
                                                                 time.monotonic() - started), flush=True)
         for fn in selected:

@@ -1,0 +1,410 @@
+/*
+ * login.c — the server login of login.h: a socket, a startup packet, the answers core's auth ops give,
+ * and what the server reports up to its first ReadyForQuery.
+ */
+#include "login.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libpq-fe.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define LOGIN_PROTOCOL_3_0 196608u
+#define LOGIN_HEADER_LEN 5u /* type byte and length */
+#define LOGIN_AUTH_OK 0u /* also asked of the auth ops: an exchange must be complete by then */
+/* libpq's defaults when neither the conninfo nor the environment names them (Debian's socket dir). */
+static const char login_default_socket_dir[] = "/var/run/postgresql";
+static const char login_default_port[] = "5432";
+
+static void login_fail(struct pool_login *l, const char *sqlstate, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void login_fail(struct pool_login *l, const char *sqlstate, const char *fmt, ...)
+{
+	base_strlcpy(l->error.sqlstate, sqlstate, sizeof(l->error.sqlstate));
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(l->error.message, sizeof(l->error.message), fmt, ap);
+	va_end(ap);
+}
+
+static void login_put_u32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+}
+
+static uint32_t login_get_u32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Appends "name\0value\0" to the startup packet; false when it does not fit. */
+static bool login_put_pair(struct pool_login *l, const char *name, const char *value)
+{
+	size_t a = strlen(name) + 1, b = strlen(value) + 1;
+	if (l->out_len + a + b + 1 > sizeof(l->out))
+		return false;
+	memcpy(l->out + l->out_len, name, a);
+	memcpy(l->out + l->out_len + a, value, b);
+	l->out_len += (uint32_t)(a + b);
+	return true;
+}
+
+/* The value of `keyword` in a parsed conninfo, or NULL when absent or empty. */
+static const char *login_conninfo_value(const PQconninfoOption *options, const char *keyword)
+{
+	for (const PQconninfoOption *o = options; o->keyword; o++)
+		if (strcmp(o->keyword, keyword) == 0)
+			return o->val && o->val[0] ? o->val : NULL;
+	return NULL;
+}
+
+/* The first entry of a libpq host list ("a,b" tries a then b; tern takes a). */
+static void login_first_of_list(const char *list, char *out, size_t out_size)
+{
+	size_t n = strcspn(list, ",");
+	snprintf(out, out_size, "%.*s", (int)TERN_MIN(n, out_size - 1), list);
+}
+
+static int login_resolve(struct pool_login *l, const PQconninfoOption *options)
+{
+	const char *hostaddr = login_conninfo_value(options, "hostaddr");
+	const char *host = login_conninfo_value(options, "host");
+	const char *port = login_conninfo_value(options, "port");
+	char first_host[256], first_port[16];
+	login_first_of_list(hostaddr ? hostaddr : host ? host : getenv("PGHOST") ? getenv("PGHOST") : login_default_socket_dir,
+			    first_host, sizeof(first_host));
+	login_first_of_list(port ? port : getenv("PGPORT") ? getenv("PGPORT") : login_default_port, first_port,
+			    sizeof(first_port));
+	if (!hostaddr && first_host[0] == '/') {
+		struct sockaddr_un *un = (struct sockaddr_un *)&l->target.addr;
+		un->sun_family = AF_UNIX;
+		int n = snprintf(un->sun_path, sizeof(un->sun_path), "%s/.s.PGSQL.%s", first_host, first_port);
+		if (n < 0 || (size_t)n >= sizeof(un->sun_path)) {
+			login_fail(l, "08006", "the server's socket directory is too long");
+			return -ENAMETOOLONG;
+		}
+		l->target.addr_len = (socklen_t)sizeof(*un);
+		return 0;
+	}
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				 .ai_flags = hostaddr ? AI_NUMERICHOST : 0};
+	struct addrinfo *found = NULL;
+	int rc = getaddrinfo(first_host, first_port, &hints, &found);
+	if (rc != 0 || !found) {
+		login_fail(l, "08006", "could not resolve the server's host name: %s", gai_strerror(rc));
+		return -EHOSTUNREACH;
+	}
+	memcpy(&l->target.addr, found->ai_addr, found->ai_addrlen);
+	l->target.addr_len = found->ai_addrlen;
+	freeaddrinfo(found);
+	return 0;
+}
+
+static int login_build_startup(struct pool_login *l, const PQconninfoOption *options, const struct pool_db *db)
+{
+	const char *application_name = login_conninfo_value(options, "application_name");
+	const char *client_encoding = login_conninfo_value(options, "client_encoding");
+	l->out_len = 8;
+	bool fits = login_put_pair(l, "user", db->user) && login_put_pair(l, "database", db->database) &&
+		    login_put_pair(l, "application_name", application_name ? application_name : "tern") &&
+		    (!client_encoding || strcmp(client_encoding, "auto") == 0 ||
+		     login_put_pair(l, "client_encoding", client_encoding)) &&
+		    (!db->options[0] || login_put_pair(l, "options", db->options));
+	if (!fits) {
+		login_fail(l, "54000", "the startup packet for the server is too long");
+		return -E2BIG;
+	}
+	l->out[l->out_len++] = '\0';
+	login_put_u32(l->out, l->out_len);
+	login_put_u32(l->out + 4, LOGIN_PROTOCOL_3_0);
+	return 0;
+}
+
+int pool_login_start(struct pool_login *l, const char *conninfo, const struct pool_db *db, const void *secret,
+		     size_t secret_len, const struct pool_auth_ops *ops)
+{
+	TERN_ASSERT(conninfo && db && secret && secret_len > 0 && ops);
+	memset(l, 0, offsetof(struct pool_login, out));
+	l->fd = -1;
+	l->ops = ops;
+	char *parse_err = NULL;
+	PQconninfoOption *options = PQconninfoParse(conninfo, &parse_err);
+	if (!options) {
+		login_fail(l, "08006", "the server's conninfo is invalid: %s", parse_err ? parse_err : "out of memory");
+		PQfreemem(parse_err);
+		return -EINVAL;
+	}
+	int rc = login_resolve(l, options);
+	if (rc == 0)
+		rc = login_build_startup(l, options, db);
+	PQconninfoFree(options);
+	if (rc < 0)
+		return rc;
+	l->exchange = ops->begin(secret, secret_len);
+	if (!l->exchange) {
+		login_fail(l, "53200", "out of memory logging in to the server");
+		return -ENOMEM;
+	}
+	int family = l->target.addr.ss_family;
+	l->fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->fd < 0) {
+		rc = -errno;
+		login_fail(l, "08006", "could not create a socket for the server: %s", strerror(-rc));
+		pool_login_abandon(l);
+		return rc;
+	}
+	if (family != AF_UNIX) { /* as libpq sets them */
+		int one = 1;
+		(void)setsockopt(l->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		(void)setsockopt(l->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	}
+	l->phase = POOL_LOGIN_CONNECTING;
+	if (connect(l->fd, (const struct sockaddr *)&l->target.addr, l->target.addr_len) == 0)
+		l->phase = POOL_LOGIN_WRITING;
+	else if (errno != EINPROGRESS && errno != EAGAIN) {
+		rc = -errno;
+		login_fail(l, "08006", "could not connect to the server: %s", strerror(-rc));
+		pool_login_abandon(l);
+		return rc;
+	}
+	return 0;
+}
+
+short pool_login_events(const struct pool_login *l)
+{
+	return l->phase == POOL_LOGIN_READING ? POLLIN : POLLOUT;
+}
+
+/* Queues a 'p' message with `body` as the next thing to send. */
+static void login_queue_answer(struct pool_login *l, const uint8_t *body, size_t len)
+{
+	TERN_ASSERT(1 + 4 + len <= sizeof(l->out));
+	l->out[0] = 'p';
+	login_put_u32(l->out + 1, (uint32_t)(4 + len));
+	memcpy(l->out + LOGIN_HEADER_LEN, body, len);
+	l->out_len = (uint32_t)(LOGIN_HEADER_LEN + len);
+	l->out_sent = 0;
+	l->phase = POOL_LOGIN_WRITING;
+}
+
+/* The server's ErrorResponse as the client will see it: its SQLSTATE and message. */
+static void login_take_error(struct pool_login *l, const uint8_t *body, uint32_t len)
+{
+	login_fail(l, "08006", "the server refused the login");
+	for (uint32_t at = 0; at < len && body[at] != '\0';) {
+		uint8_t field = body[at++];
+		const uint8_t *end = memchr(body + at, '\0', len - at);
+		if (!end)
+			break;
+		const char *value = (const char *)body + at;
+		if (field == 'C')
+			base_strlcpy(l->error.sqlstate, value, sizeof(l->error.sqlstate));
+		else if (field == 'M')
+			base_strlcpy(l->error.message, value, sizeof(l->error.message));
+		at = (uint32_t)(end - body) + 1;
+	}
+}
+
+/* One complete message. 1: ReadyForQuery; 0: go on; <0: failed. */
+static int login_on_message(struct pool_login *l, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	switch (type) {
+	case 'R': {
+		if (len < 4)
+			break;
+		uint32_t code = login_get_u32(body);
+		uint8_t answer[POOL_LOGIN_OUT_MAX - LOGIN_HEADER_LEN];
+		int n = l->ops->answer(l->exchange, code, body + 4, len - 4, answer, sizeof(answer), &l->error);
+		if (n < 0)
+			return -EACCES;
+		TERN_ASSERT(n == 0 || code != LOGIN_AUTH_OK);
+		if (n > 0)
+			login_queue_answer(l, answer, (size_t)n);
+		explicit_bzero(answer, (size_t)n);
+		return 0;
+	}
+	case 'E':
+		login_take_error(l, body, len);
+		return -ECONNREFUSED;
+	case 'S': {
+		const uint8_t *name_end = memchr(body, '\0', len);
+		if (!name_end || body[len - 1] != '\0')
+			break;
+		if (l->param_count < POOL_PARAMS_MAX) {
+			struct pool_param *param = &l->params[l->param_count++];
+			base_strlcpy(param->name, (const char *)body, sizeof(param->name));
+			base_strlcpy(param->value, (const char *)name_end + 1, sizeof(param->value));
+		}
+		return 0;
+	}
+	case 'K':
+		if (len < 8)
+			break;
+		l->target.backend_pid = login_get_u32(body);
+		l->target.backend_secret = login_get_u32(body + 4);
+		return 0;
+	case 'Z':
+		return 1;
+	case 'N': /* a notice, or the answer to a protocol option we never ask for */
+	case 'v':
+		return 0;
+	default:
+		break;
+	}
+	login_fail(l, "08P01", "the server sent an unexpected message '%c' during the login", type);
+	return -EPROTO;
+}
+
+/* Handles every complete message in l->in, stopping after one that needs an answer sent. */
+static int login_take_messages(struct pool_login *l)
+{
+	uint32_t at = 0;
+	int rc = 0;
+	while (rc == 0 && l->phase == POOL_LOGIN_READING && l->in_len - at >= LOGIN_HEADER_LEN) {
+		uint32_t length = login_get_u32(l->in + at + 1);
+		if (length < 4 || length > sizeof(l->in) - 1) {
+			login_fail(l, "08P01", "the server sent a login message of %u bytes", length);
+			return -EPROTO;
+		}
+		if (l->in_len - at < 1 + length)
+			break;
+		rc = login_on_message(l, l->in[at], l->in + at + LOGIN_HEADER_LEN, length - 4);
+		at += 1 + length;
+	}
+	memmove(l->in, l->in + at, l->in_len - at);
+	l->in_len -= at;
+	return rc;
+}
+
+static int login_read(struct pool_login *l)
+{
+	for (;;) {
+		int rc = login_take_messages(l);
+		if (rc != 0 || l->phase == POOL_LOGIN_WRITING)
+			return rc;
+		ssize_t got = recv(l->fd, l->in + l->in_len, sizeof(l->in) - l->in_len, 0);
+		if (got == 0) {
+			login_fail(l, "08006", "the server closed the connection during the login");
+			return -ECONNRESET;
+		}
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN)
+				return 0;
+			rc = -errno;
+			login_fail(l, "08006", "could not read from the server: %s", strerror(-rc));
+			return rc;
+		}
+		l->in_len += (uint32_t)got;
+	}
+}
+
+int pool_login_advance(struct pool_login *l)
+{
+	TERN_ASSERT(l->fd >= 0);
+	if (l->phase == POOL_LOGIN_CONNECTING) {
+		int so_error = 0;
+		socklen_t len = sizeof(so_error);
+		if (getsockopt(l->fd, SOL_SOCKET, SO_ERROR, &so_error, &len) < 0)
+			so_error = errno;
+		if (so_error != 0) {
+			login_fail(l, "08006", "could not connect to the server: %s", strerror(so_error));
+			return -so_error;
+		}
+		l->phase = POOL_LOGIN_WRITING;
+	}
+	while (l->phase == POOL_LOGIN_WRITING) {
+		ssize_t sent = send(l->fd, l->out + l->out_sent, l->out_len - l->out_sent, MSG_NOSIGNAL);
+		if (sent < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN)
+				return 0;
+			int rc = -errno;
+			login_fail(l, "08006", "could not write to the server: %s", strerror(-rc));
+			return rc;
+		}
+		l->out_sent += (uint32_t)sent;
+		if (l->out_sent == l->out_len) {
+			explicit_bzero(l->out, l->out_len);
+			l->out_len = l->out_sent = 0;
+			l->phase = POOL_LOGIN_READING;
+		}
+	}
+	int rc = login_read(l);
+	if (rc != 0 && l->exchange) {
+		l->ops->end(l->exchange);
+		l->exchange = NULL;
+	}
+	if (rc > 0 && l->in_len > 0) { /* nothing may follow ReadyForQuery before we ask */
+		login_fail(l, "08P01", "the server sent more than its login");
+		return -EPROTO;
+	}
+	return rc;
+}
+
+void pool_login_abandon(struct pool_login *l)
+{
+	if (l->exchange) {
+		l->ops->end(l->exchange);
+		l->exchange = NULL;
+	}
+	if (l->fd >= 0)
+		close(l->fd);
+	l->fd = -1;
+}
+
+int pool_login_cancel(const struct pool_raw_cancel *target, uint64_t timeout_ms, char *err, size_t err_size)
+{
+	int fd = socket(target->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int rc = 0;
+	if (fd < 0) {
+		rc = -errno;
+		goto out;
+	}
+	if (connect(fd, (const struct sockaddr *)&target->addr, target->addr_len) < 0) {
+		if (errno != EINPROGRESS && errno != EAGAIN) {
+			rc = -errno;
+			goto out;
+		}
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		int so_error = 0;
+		socklen_t len = sizeof(so_error);
+		if (poll(&p, 1, (int)timeout_ms) <= 0) {
+			rc = -ETIMEDOUT;
+			goto out;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) < 0 || so_error != 0) {
+			rc = -(so_error ? so_error : errno);
+			goto out;
+		}
+	}
+	uint8_t packet[16];
+	login_put_u32(packet, sizeof(packet));
+	login_put_u32(packet + 4, 80877102u); /* CancelRequest */
+	login_put_u32(packet + 8, target->backend_pid);
+	login_put_u32(packet + 12, target->backend_secret);
+	if (send(fd, packet, sizeof(packet), MSG_NOSIGNAL) != (ssize_t)sizeof(packet))
+		rc = -EIO;
+	else { /* the server closes once it has read the request; wait for that, as libpq does */
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		(void)poll(&p, 1, (int)timeout_ms);
+	}
+out:
+	if (rc < 0)
+		snprintf(err, err_size, "could not send a cancel request to the server: %s", strerror(-rc));
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}

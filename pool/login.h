@@ -1,0 +1,70 @@
+/*
+ * login.h — a server login without libpq, for a key with no plaintext password: what the client's own
+ * login left on its pool_db (the SCRAM ClientKey recovered from its proof, or the userlist's md5 hash)
+ * answers the server, through auth ops core gives the opener (core owns the crypto; libpq 15 cannot log
+ * in with a ClientKey). This file opens the socket, sends the startup packet, frames the answers and
+ * collects ParameterStatus and BackendKeyData up to the first ReadyForQuery; it never parses more of a
+ * message than the login needs.
+ *
+ * Threads: the opener's thread only. Non-blocking: the caller polls the socket for
+ * pool_login_events() and calls pool_login_advance() when it is ready.
+ * Ownership: the caller owns the struct; the socket passes to the pool_conn at success and is closed by
+ * pool_login_abandon() otherwise.
+ * Never: sends a password it was not given, or keeps a server's address in an error a client sees.
+ */
+#ifndef TERN_POOL_LOGIN_H
+#define TERN_POOL_LOGIN_H
+
+#include "opener.h"
+
+#include <sys/socket.h>
+
+/* The startup packet and every answer fit: names are NAMEDATALEN, options are bounded by core's
+ * login buffer (8 KiB), answers by SCRAM's client-final. */
+#define POOL_LOGIN_OUT_MAX 12288u
+/* A login's server messages are short (ParameterStatus, BackendKeyData, SASL payloads, an error);
+ * a longer one is a server we do not understand. */
+#define POOL_LOGIN_IN_MAX 8192u
+
+/* Where a cancel for a connection tern logged in itself goes, with its key. */
+struct pool_raw_cancel {
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+	uint32_t backend_pid;
+	uint32_t backend_secret;
+};
+
+enum pool_login_phase { POOL_LOGIN_CONNECTING = 1, POOL_LOGIN_WRITING, POOL_LOGIN_READING };
+
+struct pool_login {
+	int fd;
+	enum pool_login_phase phase;
+	const struct pool_auth_ops *ops;
+	void *exchange;
+	struct pool_raw_cancel target;
+	uint8_t out[POOL_LOGIN_OUT_MAX];
+	uint32_t out_len, out_sent;
+	uint8_t in[POOL_LOGIN_IN_MAX];
+	uint32_t in_len;
+	struct pool_param params[POOL_PARAMS_MAX];
+	uint32_t param_count;
+	struct pool_error error;
+};
+
+/* Starts a login to the first host of `conninfo` (host or hostaddr, port; a host starting with '/' is a
+ * Unix socket directory; PGHOST/PGPORT and /var/run/postgresql:5432 when absent) as db's user, database
+ * and options, answering with `secret` through `ops`. 0, or <0 with l->error set (nothing to abandon). */
+TERN_MUST_USE int pool_login_start(struct pool_login *l, const char *conninfo, const struct pool_db *db,
+				   const void *secret, size_t secret_len, const struct pool_auth_ops *ops);
+/* POLLIN or POLLOUT: what the login waits for. */
+short pool_login_events(const struct pool_login *l);
+/* 1: logged in (l->fd, target, params are the connection's); 0: waiting; <0: failed, l->error set.
+ * After 1 or <0 the exchange is over; the caller takes the fd (1) or calls pool_login_abandon (<0). */
+TERN_MUST_USE int pool_login_advance(struct pool_login *l);
+/* Closes the socket of a login that did not succeed. */
+void pool_login_abandon(struct pool_login *l);
+/* Sends a CancelRequest to target (blocking up to timeout_ms). 0 or -errno with err filled. */
+TERN_MUST_USE int pool_login_cancel(const struct pool_raw_cancel *target, uint64_t timeout_ms, char *err,
+				    size_t err_size);
+
+#endif
