@@ -143,7 +143,8 @@ __attribute__((format(printf, 2, 3))) static int auth_line_error(const struct au
 	va_start(ap, fmt);
 	vsnprintf(reason, sizeof(reason), fmt, ap);
 	va_end(ap);
-	auth_error(loader->err, loader->err_size, "%s:%u: %s", loader->path, loader->line, reason);
+	if (loader) /* NULL for a secret a server reported (auth_user_from_secret) */
+		auth_error(loader->err, loader->err_size, "%s:%u: %s", loader->path, loader->line, reason);
 	return -EINVAL;
 }
 
@@ -376,6 +377,33 @@ int auth_file_load(const char *path, struct auth_file **out, char *err, size_t e
 	}
 	*out = file;
 	return 0;
+}
+
+int auth_user_from_secret(const char *name, const char *secret, struct auth_user *out)
+{
+	TERN_ASSERT(name != NULL && secret != NULL && out != NULL);
+	memset(out, 0, sizeof(*out));
+	size_t len = strlen(secret);
+	if (!base_strlcpy(out->name, name, sizeof(out->name)) || len == 0 || len > AUTH_PASSWORD_MAX)
+		return -EINVAL;
+	int rc = auth_classify(NULL, secret, len, out);
+	if (rc < 0)
+		return rc;
+	out->secret = strdup(secret);
+	if (!out->secret) {
+		OPENSSL_cleanse(out, sizeof(*out));
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void auth_user_deinit(struct auth_user *user)
+{
+	if (user->secret) {
+		OPENSSL_cleanse(user->secret, strlen(user->secret));
+		free(user->secret);
+	}
+	OPENSSL_cleanse(user, sizeof(*user));
 }
 
 static int auth_name_compare(const void *key, const void *element)

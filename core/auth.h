@@ -50,6 +50,13 @@ struct auth_file; /* opaque, immutable after load */
  * (500 users: 1.2 s), so large lists belong off the workers and are better stored as SCRAM secrets. */
 TERN_MUST_USE int auth_file_load(const char *path, struct auth_file **out, char *err, size_t err_size);
 
+/* A user from a secret a server reported (auth_query's pg_authid.rolpassword): an md5 hash or a SCRAM
+ * secret as PostgreSQL classifies them, anything else a plaintext password. out->secret is allocated;
+ * auth_user_deinit wipes and frees it. 0, -EINVAL (a name over AUTH_NAME_MAX, an empty or over-long or
+ * malformed SCRAM secret), -ENOMEM or -EIO. */
+TERN_MUST_USE int auth_user_from_secret(const char *name, const char *secret, struct auth_user *out);
+void auth_user_deinit(struct auth_user *user);
+
 /* NULL if absent. O(log n), no locks. */
 const struct auth_user *auth_file_find(const struct auth_file *file, const char *name);
 size_t auth_file_count(const struct auth_file *file);

@@ -153,11 +153,24 @@ static const struct config_key config_keys[] = {
 		   "(least recently used closed first); 0 passes named statements through as session pooling "
 		   "does, where a client finds them only on the connection it prepared them on"),
 	CONFIG_KEY("auth", "mode", CONFIG_ENUM, "trust", 0, 0, CONFIG_RELOAD, auth_mode,
-		   config_auth_mode_names, "how clients authenticate to tern"),
+		   config_auth_mode_names,
+		   "how clients authenticate to tern; scram-sha-256 is taken for scram, as PgBouncer writes it"),
 	CONFIG_KEY(
 		"auth", "auth_file", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD | CONFIG_PATH, auth_file, NULL,
 		"PgBouncer userlist.txt file with plaintext passwords, md5 hashes or SCRAM secrets; relative "
 		"paths are relative to the config file"),
+	CONFIG_KEY("auth", "auth_user", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, auth_user, NULL,
+		   "user tern runs auth_query as to find the password of a client not in auth_file (its own "
+		   "password from auth_file when plaintext there, else from the primary's conninfo or a server "
+		   "that trusts it); empty = no lookups"),
+	CONFIG_KEY("auth", "auth_query", CONFIG_STRING,
+		   "SELECT rolname, CASE WHEN rolvaliduntil < now() THEN NULL ELSE rolpassword END FROM "
+		   "pg_catalog.pg_authid WHERE rolname = $1 AND rolcanlogin",
+		   0, 0, CONFIG_RELOAD, auth_query, NULL,
+		   "query that returns (name, password) of the user given as $1; run with the name as a "
+		   "parameter, never spliced into the text"),
+	CONFIG_KEY("auth", "auth_dbname", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, auth_dbname, NULL,
+		   "database auth_query runs in; empty = the database the client asked for"),
 	CONFIG_KEY("admin", "admin_users", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, admin_users, NULL,
 		   "comma-separated users who may connect to the admin console, the virtual database \"tern\" "
 		   "(they authenticate like any client)"),
@@ -483,6 +496,9 @@ static int config_set(struct tern_config *cfg, const struct config_key *key, con
 		*(bool *)field = index % 2 == 0;
 		return 0;
 	case CONFIG_ENUM:
+		/* PgBouncer's spelling of the SCRAM mode, so its config carries over as written. */
+		if (key->enum_names == config_auth_mode_names && strcasecmp(text, "scram-sha-256") == 0)
+			text = config_auth_mode_names[CONFIG_AUTH_SCRAM];
 		if ((index = config_find_name(key->enum_names, text)) < 0)
 			break;
 		*(int *)field = index;
@@ -807,6 +823,9 @@ static void config_print_wrapped(FILE *out, const char *text, const char *indent
 	fputc('\n', out);
 }
 
+/* Defaults longer than this are printed under the key's line. */
+#define CONFIG_HELP_DEFAULT_INLINE_MAX 48u
+
 void config_print_help(FILE *out)
 {
 	TERN_ASSERT(out != NULL);
@@ -814,10 +833,17 @@ void config_print_help(FILE *out)
 		const struct config_key *key = &config_keys[i];
 		char allowed[CONFIG_REASON_MAX / 4];
 		config_format_allowed(key, "|", "..", allowed, sizeof(allowed));
-		fprintf(out, "%s[%s] %s = %s  (%s, %s, %s)\n", i == 0 ? "" : "\n", key->section, key->key,
-			key->default_text[0] != '\0' ? key->default_text : "\"\"",
+		/* A default too long for the key's line (auth_query's) goes below it, wrapped. */
+		bool is_long = strlen(key->default_text) > CONFIG_HELP_DEFAULT_INLINE_MAX;
+		fprintf(out, "%s[%s] %s%s%s  (%s, %s, %s)\n", i == 0 ? "" : "\n", key->section, key->key,
+			is_long ? "" : " = ", is_long ? "" : key->default_text[0] != '\0' ? key->default_text : "\"\"",
 			config_types[key->type].name, allowed,
 			(key->flags & CONFIG_RELOAD) != 0 ? "reloadable" : "restart to change");
+		if (is_long) {
+			char line[CONFIG_REASON_MAX];
+			snprintf(line, sizeof(line), "default: %s", key->default_text);
+			config_print_wrapped(out, line, "    ", 100);
+		}
 		config_print_wrapped(out, key->help, "    ", 100);
 	}
 }

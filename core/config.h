@@ -49,6 +49,7 @@ struct tern_config {
 	/* [auth] */
 	int auth_mode; /* enum config_auth_mode */
 	char *auth_file; /* already resolved against the config file's directory; "" when unset */
+	char *auth_user, *auth_query, *auth_dbname; /* auth_user "" = no lookups */
 	char *admin_users;
 	/* [tls] */
 	int client_tls_sslmode; /* enum config_tls_mode */

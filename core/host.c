@@ -2,7 +2,7 @@
 
 void host_init(struct host *host, uint32_t index, struct tern_runtime *runtime, const struct host_ops *ops)
 {
-	TERN_ASSERT(ops->request_done && ops->route_cancel);
+	TERN_ASSERT(ops->request_done && ops->route_cancel && ops->lookup_done);
 	host->index = index;
 	host->runtime = runtime;
 	host->ops = ops;

@@ -27,6 +27,7 @@
 #define HOST_LOCAL_CACHE_MAX 32u
 
 struct host;
+struct auth_lookup;
 
 /* Counters of one worker, kept by its sessions (plain increments, the worker's thread only). */
 struct host_stats {
@@ -45,6 +46,8 @@ struct host_ops {
 	void (*request_done)(struct host *host, struct pool_request *req);
 	/* A CancelRequest arrived here: to the worker its key names. */
 	void (*route_cancel)(struct tern_runtime *runtime, uint32_t pid, uint32_t secret);
+	/* The auth_query thread answered a lookup whose done_ctx is this host: to the worker's mailbox. */
+	void (*lookup_done)(struct auth_lookup *lookup);
 };
 
 struct host {

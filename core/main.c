@@ -1,6 +1,7 @@
 /* tern's entry point: command line, config, the pool and its thread, listeners, workers, signals. */
 #include "admin.h"
 #include "auth.h"
+#include "auth_query.h"
 #include "config.h"
 #include "dispatch.h"
 #include "pool/opener.h"
@@ -70,6 +71,21 @@ static bool main_keep_string(char **next, const char *running)
 	return true;
 }
 
+/* What auth_query runs with: auth_user's password is its plaintext auth_file entry, if it has one. */
+static struct auth_query_settings main_auth_query_settings(const struct tern_config *cfg,
+							   const struct auth_file *auth_file)
+{
+	const struct auth_user *user = auth_file && cfg->auth_user[0] ? auth_file_find(auth_file, cfg->auth_user) : NULL;
+	return (struct auth_query_settings){
+		.conninfo = cfg->primary_conninfo,
+		.user = cfg->auth_user,
+		.password = user && user->kind == AUTH_SECRET_PLAIN ? user->secret : NULL,
+		.query = cfg->auth_query,
+		.dbname = cfg->auth_dbname,
+		.connect_timeout_ms = cfg->server_connect_timeout_ms,
+	};
+}
+
 /* SIGHUP: reloadable keys take effect now; the others keep their running values, and the log says
  * which changed and need a restart. A bad file changes nothing (and the result is <0). */
 static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, const char *path,
@@ -96,8 +112,8 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 		TERN_ERROR("SIGHUP: [auth] auth_file: %s; nothing changed", err);
 		goto fail;
 	}
-	if (!auth_file && next->auth_mode != CONFIG_AUTH_TRUST) {
-		TERN_ERROR("SIGHUP: [auth] mode needs an auth_file; nothing changed");
+	if (!auth_file && !next->auth_user[0] && next->auth_mode != CONFIG_AUTH_TRUST) {
+		TERN_ERROR("SIGHUP: [auth] mode needs an auth_file or an auth_user; nothing changed");
 		goto fail;
 	}
 	if (main_tls_context(next, &tls, err, sizeof(err)) < 0) {
@@ -144,6 +160,9 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 	};
 	pool_set_settings(rt->pool, &settings);
 	pool_opener_set_connect_timeout(opener, next->server_connect_timeout_ms);
+	struct auth_query_settings lookups = main_auth_query_settings(next, auth_file);
+	if (auth_query_set(rt->auth_query, &lookups) < 0)
+		TERN_ERROR("SIGHUP: [auth] auth_query or auth_user is too long; lookups go on as before");
 	struct auth_file *old_auth = (struct auth_file *)rt->auth_file;
 	struct tls_context *old_tls = (struct tls_context *)rt->tls;
 	__atomic_store_n(&rt->auth_file, auth_file, __ATOMIC_RELEASE);
@@ -242,8 +261,8 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		rt.auth_file = auth_file;
-	} else if (cfg.auth_mode != CONFIG_AUTH_TRUST) {
-		fprintf(stderr, "tern: %s: [auth] mode = %s needs [auth] auth_file with the users' passwords\n",
+	} else if (cfg.auth_mode != CONFIG_AUTH_TRUST && !cfg.auth_user[0]) {
+		fprintf(stderr, "tern: %s: [auth] mode = %s needs [auth] auth_file with the users' passwords, or an auth_user\n",
 			config_path, cfg.auth_mode == CONFIG_AUTH_MD5 ? "md5" : "scram");
 		return 2;
 	}
@@ -282,6 +301,11 @@ int main(int argc, char **argv)
 	    pool_opener_start(opener, &pool) < 0) {
 		fprintf(stderr, "tern: could not start the pool\n");
 		return 1;
+	}
+	struct auth_query_settings lookups = main_auth_query_settings(&cfg, auth_file);
+	if (auth_query_create(&rt.auth_query, &lookups) < 0) {
+		fprintf(stderr, "tern: %s: [auth] auth_query or auth_user is too long (or no memory)\n", config_path);
+		return 2;
 	}
 	rt.pool = &pool;
 	rt.opener = opener;
@@ -366,6 +390,8 @@ int main(int argc, char **argv)
 		}
 	}
 	__atomic_store_n(&rt.stopping, true, __ATOMIC_RELEASE);
+	/* Before the workers stop: its last answers go to their mailboxes, which close at the join. */
+	auth_query_destroy(rt.auth_query);
 	for (uint32_t i = 0; i < rt.worker_count; i++)
 		worker_stop(rt.workers[i]);
 	for (uint32_t i = 0; i < rt.worker_count; i++)

@@ -14,6 +14,7 @@
 #include "params.h"
 
 struct auth_file;
+struct auth_query;
 struct pool;
 struct pool_server;
 struct pool_opener;
@@ -28,6 +29,7 @@ struct tern_runtime {
 	struct pool_opener *opener;
 	struct pool_server *primary;
 	const struct auth_file *auth_file; /* NULL without [auth] auth_file */
+	struct auth_query *auth_query;     /* the lookup thread ([auth] auth_user turns lookups on) */
 	const struct tls_context *tls;     /* atomic (SIGHUP swaps it); NULL with client_tls_sslmode = disable */
 	/* The admin console: a session whose database is console->database (or its alias) is handed to it
 	 * after login. */

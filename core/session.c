@@ -2,6 +2,7 @@
  * and loss (the one decision), and the one way it ends. */
 #include "session.h"
 
+#include "auth_query.h"
 #include "scram.h"
 
 #include <errno.h>
@@ -795,6 +796,12 @@ void session_destroy(struct session *s)
 	if (s->scram) {
 		scram_server_deinit(s->scram);
 		free(s->scram);
+	}
+	if (s->lookup)
+		s->lookup->owner = NULL; /* the worker frees it when it comes back */
+	if (s->looked_up) {
+		auth_user_deinit(s->looked_up);
+		free(s->looked_up);
 	}
 	free(s);
 }

@@ -24,6 +24,8 @@
 #include "stmts.h"
 
 struct scram_server;
+struct auth_lookup;
+struct auth_user;
 struct session_tls;
 struct tls_context;
 
@@ -125,6 +127,11 @@ struct session {
 	char application_name[POOL_NAME_LEN_MAX];
 	uint8_t md5_salt[4];
 	struct scram_server *scram;
+	/* auth_query: the lookup in flight (its owner is this session until it is freed), then what it
+	 * found (NULL: the user is auth_file's, or unknown). */
+	struct auth_lookup *lookup;
+	struct auth_user *looked_up;
+	bool is_lookup_done;
 	struct pool_db *db;
 	uint32_t key_pid; /* BackendKeyData tern gave the client; the worker index is the top byte */
 	uint32_t key_secret;
@@ -279,6 +286,9 @@ void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len
 TERN_MUST_USE bool session_login_buf_append(struct session *s, const uint8_t *data, uint32_t len, uint32_t max);
 /* The primary leg got a connection while the session waits to be welcomed. */
 void session_login_on_backend(struct session *s);
+/* auth_query answered, on the worker's thread: the login goes on, or the lookup is freed when its session
+ * has gone. */
+void session_login_on_lookup(struct auth_lookup *lookup);
 void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len);
 /* The relay's side of leg_ops.on_bytes: scans what the server sent and forwards it to the client. */
 int session_relay_on_server_bytes(struct leg *leg, uint16_t buffer_id, const uint8_t *data, uint32_t len);

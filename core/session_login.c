@@ -1,6 +1,7 @@
 /* The login half of a session: startup packet, SSLRequest (TLS) and GSS refusal, authentication and
  * the welcome. */
 #include "auth.h"
+#include "auth_query.h"
 #include "dispatch.h"
 #include "scram.h"
 #include "server_auth.h"
@@ -141,12 +142,21 @@ static void login_send_welcome(struct session *s, const struct pool_param *param
 	s->login_len = s->login_cap = s->login_kept = 0;
 }
 
+/* The client's user as tern knows it: auth_file's entry, or what auth_query found for this login; NULL
+ * when neither knows it. */
+static const struct auth_user *login_user_entry(const struct session *s)
+{
+	if (s->looked_up)
+		return s->looked_up;
+	const struct auth_file *auth = __atomic_load_n(&s->host->runtime->auth_file, __ATOMIC_ACQUIRE); /* SIGHUP swaps it */
+	return auth ? auth_file_find(auth, s->user) : NULL;
+}
+
 /* The pool key of an authenticated client (options: login_build_options'). False when the session ended. */
 static bool login_take_db(struct session *s, const char *options)
 {
 	const struct tern_runtime *rt = s->host->runtime;
-	const struct auth_file *auth = __atomic_load_n(&rt->auth_file, __ATOMIC_ACQUIRE);
-	const struct auth_user *entry = auth ? auth_file_find(auth, s->user) : NULL;
+	const struct auth_user *entry = login_user_entry(s);
 	const char *server_password = entry && entry->kind == AUTH_SECRET_PLAIN ? entry->secret : NULL;
 	s->db = pool_db_get(rt->pool, s->user, s->database, options, server_password, rt->identity_hash);
 	if (!s->db) {
@@ -209,17 +219,44 @@ void session_login_on_backend(struct session *s)
 	login_send_welcome(s, conn->params, conn->param_count);
 }
 
+/* Asks auth_query for the secret of a user auth_file does not know; the login goes on in
+ * session_login_on_lookup. */
+static void login_look_up(struct session *s)
+{
+	struct auth_lookup *lookup = calloc(1, sizeof(*lookup));
+	if (!lookup) {
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
+		return;
+	}
+	base_strlcpy(lookup->user, s->user, sizeof(lookup->user));
+	base_strlcpy(lookup->database, s->database, sizeof(lookup->database));
+	lookup->owner = s;
+	lookup->done = s->host->ops->lookup_done;
+	lookup->done_ctx = s->host;
+	if (auth_query_post(s->host->runtime->auth_query, lookup) < 0) {
+		free(lookup);
+		session_end_with_error(s, SESSION_END_SERVER_REFUSED, "53300",
+				       "too many logins are waiting for auth_query");
+		return;
+	}
+	s->lookup = lookup;
+}
+
 static void login_begin_auth(struct session *s)
 {
 	const struct tern_runtime *rt = s->host->runtime;
-	const struct auth_file *auth = __atomic_load_n(&rt->auth_file, __ATOMIC_ACQUIRE); /* SIGHUP swaps it */
-	const struct auth_user *user = auth ? auth_file_find(auth, s->user) : NULL;
-	int mode = runtime_config(rt)->auth_mode;
+	const struct auth_user *user = login_user_entry(s);
+	const struct tern_config *config = runtime_config(rt);
+	int mode = config->auth_mode;
 	if (mode == CONFIG_AUTH_TRUST) {
 		login_complete(s);
 		return;
 	}
 	s->phase = SESSION_AUTH;
+	if (!user && !s->is_lookup_done && config->auth_user[0] && rt->auth_query && !s->is_admin) {
+		login_look_up(s);
+		return;
+	}
 	/* A user whose only secret is SCRAM cannot answer md5; PostgreSQL upgrades such users too. */
 	if (mode == CONFIG_AUTH_MD5 && !(user && user->kind == AUTH_SECRET_SCRAM)) {
 		login_random(s->md5_salt, sizeof(s->md5_salt));
@@ -412,10 +449,8 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 
 static int login_on_password(struct session *s, const uint8_t *body, uint32_t len)
 {
-	const struct tern_runtime *rt = s->host->runtime;
 	if (!s->scram) {
-		const struct auth_file *auth = __atomic_load_n(&rt->auth_file, __ATOMIC_ACQUIRE);
-		const struct auth_user *user = auth ? auth_file_find(auth, s->user) : NULL;
+		const struct auth_user *user = login_user_entry(s);
 		size_t response_len = len > 0 && body[len - 1] == '\0' ? len - 1 : len;
 		if (!auth_md5_verify(user, s->md5_salt, (const char *)body, response_len)) {
 			session_end(s, SESSION_END_AUTH_FAILED);
@@ -463,6 +498,32 @@ static int login_on_password(struct session *s, const uint8_t *body, uint32_t le
 	login_send_auth(s, PROTO_AUTH_SASL_FINAL, out, (size_t)n);
 	login_complete(s);
 	return 0;
+}
+
+void session_login_on_lookup(struct auth_lookup *lookup)
+{
+	struct session *s = lookup->owner;
+	if (s) {
+		TERN_ASSERT(s->lookup == lookup && s->phase == SESSION_AUTH);
+		s->lookup = NULL;
+		s->is_lookup_done = true;
+		if (lookup->status == 0) {
+			s->looked_up = malloc(sizeof(*s->looked_up));
+			if (s->looked_up) {
+				*s->looked_up = lookup->found; /* its secret moves to the session */
+				explicit_bzero(&lookup->found, sizeof(lookup->found));
+			}
+		}
+		if (lookup->status == 0 && !s->looked_up)
+			session_end(s, SESSION_END_OUT_OF_MEMORY);
+		else if (lookup->status < 0 && lookup->status != -ENOENT)
+			session_end_with_error(s, SESSION_END_SERVER_REFUSED, lookup->error.sqlstate, lookup->error.message);
+		else
+			login_begin_auth(s); /* an unknown user goes through the same exchange and fails at the proof */
+	}
+	if (lookup->status == 0 && lookup->found.secret)
+		auth_user_deinit(&lookup->found);
+	free(lookup);
 }
 
 bool session_login_buf_append(struct session *s, const uint8_t *data, uint32_t len, uint32_t max)
@@ -530,7 +591,7 @@ void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len
 		bool leftover = have > total;
 		int rc;
 		if (typed) {
-			if (buf[0] != PROTO_FE_PASSWORD) {
+			if (buf[0] != PROTO_FE_PASSWORD || s->lookup) { /* nothing was asked for yet */
 				session_end(s, buf[0] == PROTO_FE_TERMINATE ? SESSION_END_CLIENT_TERMINATE
 									   : SESSION_END_PROTOCOL_VIOLATION);
 				return;

@@ -1,5 +1,6 @@
 #include "worker.h"
 
+#include "auth_query.h"
 #include "pool/opener.h"
 #include "session.h"
 
@@ -130,6 +131,9 @@ void worker_finish_jobs(struct tern_runtime *runtime)
 	for (uint32_t i = 0; i < runtime->worker_count; i++) {
 		struct worker *worker = runtime->workers[i];
 		struct base_list *node;
+		/* Answers auth_query sent before it stopped: their sessions are gone (owner NULL). */
+		while ((node = base_list_pop_head(&worker->lookups)) != NULL)
+			session_login_on_lookup(TERN_CONTAINER_OF(node, struct auth_lookup, link));
 		while ((node = base_list_pop_head(&worker->jobs)) != NULL)
 			worker_job_answer(worker, TERN_CONTAINER_OF(node, struct worker_job_part, link), true);
 	}
@@ -382,14 +386,16 @@ static void worker_on_wake(struct ring *ring)
 	struct worker *worker = ring->owner;
 	if (__atomic_load_n(&worker->mailbox_count, __ATOMIC_ACQUIRE) == 0)
 		return;
-	struct base_list done, cancels, jobs, jobs_done;
+	struct base_list done, cancels, lookups, jobs, jobs_done;
 	base_list_init(&done);
 	base_list_init(&cancels);
+	base_list_init(&lookups);
 	base_list_init(&jobs);
 	base_list_init(&jobs_done);
 	pthread_mutex_lock(&worker->mailbox_lock);
 	base_list_splice_tail(&done, &worker->mailbox);
 	base_list_splice_tail(&cancels, &worker->cancels);
+	base_list_splice_tail(&lookups, &worker->lookups);
 	base_list_splice_tail(&jobs, &worker->jobs);
 	base_list_splice_tail(&jobs_done, &worker->jobs_done);
 	__atomic_store_n(&worker->mailbox_count, 0, __ATOMIC_RELAXED);
@@ -406,6 +412,8 @@ static void worker_on_wake(struct ring *ring)
 		worker_apply_cancel(worker, cancel);
 		free(cancel);
 	}
+	while ((node = base_list_pop_head(&lookups)) != NULL)
+		session_login_on_lookup(TERN_CONTAINER_OF(node, struct auth_lookup, link));
 	while ((node = base_list_pop_head(&jobs)) != NULL)
 		worker_job_answer(worker, TERN_CONTAINER_OF(node, struct worker_job_part, link), false);
 	while ((node = base_list_pop_head(&jobs_done)) != NULL) {
@@ -632,9 +640,16 @@ static void worker_request_done(struct host *host, struct pool_request *req)
 	worker_mail(worker, &worker->mailbox, &req->link);
 }
 
+static void worker_lookup_done(struct auth_lookup *lookup)
+{
+	struct worker *worker = worker_of(lookup->done_ctx);
+	worker_mail(worker, &worker->lookups, &lookup->link);
+}
+
 static const struct host_ops worker_host_ops = {
 	.request_done = worker_request_done,
 	.route_cancel = worker_route_cancel,
+	.lookup_done = worker_lookup_done,
 };
 
 int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t index, int listen_fd, char *err,
@@ -646,6 +661,7 @@ int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t i
 	worker->wake_fd = -1;
 	base_list_init(&worker->mailbox);
 	base_list_init(&worker->cancels);
+	base_list_init(&worker->lookups);
 	base_list_init(&worker->jobs);
 	base_list_init(&worker->jobs_done);
 	pthread_mutex_init(&worker->mailbox_lock, NULL);

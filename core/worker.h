@@ -84,6 +84,7 @@ struct worker {
 	pthread_mutex_t mailbox_lock;
 	struct base_list mailbox; /* granted or failed pool requests */
 	struct base_list cancels; /* CancelRequests for this worker's sessions, from any worker */
+	struct base_list lookups; /* auth_query answers for this worker's sessions */
 	uint32_t mailbox_count;   /* atomic: requests delivered to the mailbox, for a lock-free peek */
 	uint64_t next_timeout_scan_ns;
 	struct base_list jobs;      /* worker_job_parts to answer (mailbox_lock) */

@@ -64,7 +64,7 @@ class Context:
         self.workdir = None
 
     def tern(self, pool_mode="transaction", pool_size=4, workers=2, extra="", auth="trust", users=None,
-             sections=None, files=None):
+             sections=None, files=None, auth_extra=""):
         port = free_port()
         config = """[tern]
 listen = 127.0.0.1:%d
@@ -79,11 +79,12 @@ pool_size = %d
 [auth]
 mode = %s
 %s
+%s
 [limits]
 %s
 %s
 """ % (port, workers, pool_mode, (sections or {}).get("tern", ""), self.pg.primary_port, pool_size, (sections or {}).get("pool", ""), auth,
-            "auth_file = users.txt" if users is not None else "",
+            "auth_file = users.txt" if users is not None else "", auth_extra,
             "" if "max_client_conn" in extra else "max_client_conn = 1000", extra)
         files = dict(files or {})
         if users is not None:
@@ -549,6 +550,47 @@ def a_server_login_that_cannot_work_says_what_to_fix_and_never_the_servers_addre
     for e in (err,):
         check("127.0.0.1" not in e.fields["M"] and str(ctx.pg.primary_port) not in e.fields["M"],
               "no server address: %r" % e.fields)
+
+
+@test
+def auth_query_finds_users_not_in_the_userlist_with_a_parameterized_query(ctx):
+    server_secret(ctx, "tern_scram", "scrampw", "scram-sha-256")
+    server_secret(ctx, "tern_md5", "md5pw", "md5")
+    ctx.pg.psql("drop role if exists \"o'brien\"; create role \"o'brien\" login password 'x'; "
+                "drop role if exists tern_nologin; create role tern_nologin nologin password 'nlpw'")
+    # Only auth_user is in the file; everyone else is found on the server, with no plaintext anywhere.
+    # md5 mode asks SCRAM of a user whose secret is SCRAM, as PostgreSQL does.
+    t = ctx.tern(auth="md5", users='"postgres" "pgpw"\n', auth_extra="auth_user = postgres")
+    check(psql_ok(t.port, "select current_user", user="tern_scram", password="scrampw") == "tern_scram",
+          "a SCRAM user found by auth_query, logged in to the server with the client's proof")
+    out = pgbench_as(t.port, "tern_scram", "scrampw", "select 1", extra=["-C"], transactions=20)
+    check("number of transactions actually processed: 80/80" in out, "a login per transaction: %s" % out)
+    check(psql_ok(t.port, "select current_user", user="tern_md5", password="md5pw") == "tern_md5",
+          "an md5 user found by auth_query, md5 to the client and to the server")
+    for user, password in (("tern_scram", "wrong"), ("no_such_role", "x"), ("tern_nologin", "nlpw"),
+                           ("o'brien", "wrong"), ("x'; drop table t; --", "x")):
+        expect_login_refused(t.port, user, "28P01", password=password)
+    check(psql_ok(t.port, "select current_user", user="postgres", password="pgpw") == "postgres",
+          "the userlist still counts")
+    # A password changed on the server counts at the next login.
+    ctx.pg.psql("alter role tern_scram password 'newpw'")
+    expect_login_refused(t.port, "tern_scram", "28P01", password="scrampw")
+    check(psql_ok(t.port, "select 1", user="tern_scram", password="newpw") == "1", "the new password")
+    # A query that fails tells the client why, and tern goes on.
+    bad = ctx.tern(auth="scram", users='"postgres" "pgpw"\n',
+                   auth_extra="auth_user = postgres\nauth_query = SELECT usename, passwd FROM no_such_view WHERE usename = $1")
+    err = expect_login_refused(bad.port, "tern_scram", "42P01", password="newpw")
+    check("auth_query failed" in err.fields["M"], "names auth_query: %r" % err.fields)
+    check(psql_ok(bad.port, "select 1", user="postgres", password="pgpw") == "1", "tern goes on")
+    # auth_query is reloadable: PgBouncer's older query, over pg_shadow, by SIGHUP.
+    path = os.path.join(bad.workdir, "tern.ini")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("no_such_view", "pg_catalog.pg_shadow"))
+    bad.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: psql(bad.port, "select 1", user="tern_scram", password="newpw").returncode == 0,
+             "the reloaded auth_query finds the user", timeout=10)
 
 
 @test

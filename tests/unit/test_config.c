@@ -241,6 +241,9 @@ Test(config, enums_take_their_names_and_refuse_others_listing_the_choices)
 	config_deinit(&cfg);
 	expect_value("tern.log_level", "Warning", "warning");
 	expect_value("auth.mode", "md5", "md5");
+	expect_value("auth.mode", "scram-sha-256", "scram"); /* PgBouncer's spelling */
+	expect_value("auth.mode", "SCRAM-SHA-256", "scram");
+	expect_error_at("[auth]\nmode = scram-sha-1\n", 2, "expected one of trust|md5|scram");
 	expect_error_at("[tern]\npool_mode = statement\n", 2,
 			"[tern] pool_mode: expected one of session|transaction, got \"statement\"");
 }
@@ -522,7 +525,7 @@ Test(config, describe_reports_defaults_reloadability_and_bounds)
 	config_init_defaults(&cfg);
 	const char *section, *key, *default_text;
 	bool reloadable;
-	char value[64];
+	char value[512]; /* as main's reload log: auth_query's default is 130 characters */
 	bool saw_log_level = false;
 	for (size_t i = 0; i < config_key_count(); i++) {
 		cr_assert_eq(config_describe_key(&cfg, i, &section, &key, value, sizeof(value), &default_text,
