@@ -126,7 +126,19 @@ static const struct config_key config_keys[] = {
 		   "libpq conninfo of the primary; user, dbname and password come from the client "
 		   "and auth_file"),
 	CONFIG_KEY("pool", "pool_size", CONFIG_INT, "20", 1, 10000, CONFIG_RELOAD, pool_size, NULL,
-		   "most server connections open to one server at once"),
+		   "server connections per user/database pair on each server (PgBouncer's default_pool_size); "
+		   "lowered by a reload, connections above it close as they are released"),
+	CONFIG_KEY("pool", "reserve_pool_size", CONFIG_INT, "0", 0, 10000, CONFIG_RELOAD, reserve_pool_size, NULL,
+		   "more connections a pair may open once a request of it has waited reserve_pool_timeout"),
+	CONFIG_KEY("pool", "reserve_pool_timeout", CONFIG_DURATION, "5s", 0, 3600 * CONFIG_SECOND_MS, CONFIG_RELOAD,
+		   reserve_pool_timeout_ms, NULL, "how long a request waits before its pair may use the reserve"),
+	CONFIG_KEY("pool", "max_db_connections", CONFIG_INT, "0", 0, 100000, CONFIG_RELOAD, max_db_connections, NULL,
+		   "server connections per database name on each server, across users; 0 = no limit (an idle "
+		   "connection of another user is closed to make room)"),
+	CONFIG_KEY("pool", "max_user_connections", CONFIG_INT, "0", 0, 100000, CONFIG_RELOAD, max_user_connections,
+		   NULL, "server connections per user name on each server, across databases; 0 = no limit"),
+	CONFIG_KEY("pool", "max_server_connections", CONFIG_INT, "0", 0, 100000, CONFIG_RELOAD,
+		   max_server_connections, NULL, "server connections to one server in all; 0 = no limit"),
 	CONFIG_KEY("pool", "min_pool_size", CONFIG_INT, "0", 0, 10000, CONFIG_RELOAD, min_pool_size, NULL,
 		   "server connections kept open per user/database once it has been used"),
 	CONFIG_KEY(

@@ -71,6 +71,21 @@ static bool main_keep_string(char **next, const char *running)
 	return true;
 }
 
+static struct pool_settings main_pool_settings(const struct tern_config *cfg)
+{
+	return (struct pool_settings){
+		.pool_size = cfg->pool_size,
+		.reserve_pool_size = cfg->reserve_pool_size,
+		.reserve_pool_timeout_ns = cfg->reserve_pool_timeout_ms * BASE_NS_PER_MS,
+		.max_db_connections = cfg->max_db_connections,
+		.max_user_connections = cfg->max_user_connections,
+		.max_server_connections = cfg->max_server_connections,
+		.min_pool_size = cfg->min_pool_size,
+		.idle_timeout_ns = cfg->server_idle_timeout_ms * BASE_NS_PER_MS,
+		.lifetime_ns = cfg->server_lifetime_ms * BASE_NS_PER_MS,
+	};
+}
+
 /* What auth_query runs with: auth_user's password is its plaintext auth_file entry, if it has one. */
 static struct auth_query_settings main_auth_query_settings(const struct tern_config *cfg,
 							   const struct auth_file *auth_file)
@@ -152,12 +167,7 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 	}
 
 	__atomic_store_n(&base_log_level_current, next->log_level, __ATOMIC_RELAXED);
-	struct pool_settings settings = {
-		.pool_size = next->pool_size,
-		.min_pool_size = next->min_pool_size,
-		.idle_timeout_ns = next->server_idle_timeout_ms * BASE_NS_PER_MS,
-		.lifetime_ns = next->server_lifetime_ms * BASE_NS_PER_MS,
-	};
+	struct pool_settings settings = main_pool_settings(next);
 	pool_set_settings(rt->pool, &settings);
 	pool_opener_set_connect_timeout(opener, next->server_connect_timeout_ms);
 	struct auth_query_settings lookups = main_auth_query_settings(next, auth_file);
@@ -289,12 +299,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tern: could not create the pool thread\n");
 		return 1;
 	}
-	struct pool_settings settings = {
-		.pool_size = cfg.pool_size,
-		.min_pool_size = cfg.min_pool_size,
-		.idle_timeout_ns = cfg.server_idle_timeout_ms * BASE_NS_PER_MS,
-		.lifetime_ns = cfg.server_lifetime_ms * BASE_NS_PER_MS,
-	};
+	struct pool_settings settings = main_pool_settings(&cfg);
 	struct pool_hooks hooks = pool_opener_hooks(opener);
 	if (pool_init(&pool, &settings, &hooks) < 0 ||
 	    pool_server_add(&pool, "primary", cfg.primary_conninfo, &primary) < 0 ||

@@ -32,6 +32,8 @@ int pool_init(struct pool *pool, const struct pool_settings *settings, const str
 	pool->hooks = *hooks;
 	pool->settings = *settings;
 	base_list_init(&pool->dbs);
+	base_list_init(&pool->database_groups);
+	base_list_init(&pool->user_groups);
 	return -pthread_mutex_init(&pool->dbs_lock, NULL);
 }
 
@@ -62,6 +64,10 @@ void pool_deinit(struct pool *pool)
 		explicit_bzero(db->secret, sizeof(db->secret));
 		free(db);
 	}
+	struct base_list *groups[] = {&pool->database_groups, &pool->user_groups};
+	for (size_t g = 0; g < TERN_ARRAY_LEN(groups); g++)
+		while ((node = base_list_pop_head(groups[g])) != NULL)
+			free(TERN_CONTAINER_OF(node, struct pool_group, link));
 	pthread_mutex_destroy(&pool->dbs_lock);
 }
 
@@ -89,7 +95,8 @@ int pool_server_add(struct pool *pool, const char *name, const char *conninfo, s
 	return 0;
 }
 
-static void pool_serve_waiters(struct pool *pool, struct pool_server *server, struct pool_deferred *d);
+static void pool_serve_waiters(struct pool *pool, struct pool_server *server, uint64_t now_ns,
+			       struct pool_deferred *d);
 
 void pool_set_settings(struct pool *pool, const struct pool_settings *settings)
 {
@@ -103,7 +110,7 @@ void pool_set_settings(struct pool *pool, const struct pool_settings *settings)
 		struct pool_server *server = &pool->servers[s];
 		struct pool_deferred d = {0};
 		pthread_mutex_lock(&server->lock);
-		pool_serve_waiters(pool, server, &d);
+		pool_serve_waiters(pool, server, 0, &d);
 		pthread_mutex_unlock(&server->lock);
 		pool_deferred_run(pool, server, &d);
 	}
@@ -118,6 +125,24 @@ static uint64_t pool_hash_pair(const char *a, const char *b)
 static bool pool_key_equal(const struct pool_key *a, const struct pool_key *b)
 {
 	return memcmp(a, b, sizeof(*a)) == 0;
+}
+
+/* The group named `name` in `groups`, made when absent; NULL when out of memory. Under dbs_lock. */
+static struct pool_group *pool_group_get(struct base_list *groups, const char *name)
+{
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, groups)
+	{
+		struct pool_group *group = TERN_CONTAINER_OF(node, struct pool_group, link);
+		if (strcmp(group->name, name) == 0)
+			return group;
+	}
+	struct pool_group *group = calloc(1, sizeof(*group));
+	if (group) {
+		base_strlcpy(group->name, name, sizeof(group->name));
+		base_list_insert_tail(groups, &group->link);
+	}
+	return group;
 }
 
 struct pool_db *pool_db_get(struct pool *pool, const char *user, const char *database, const char *options,
@@ -152,9 +177,12 @@ struct pool_db *pool_db_get(struct pool *pool, const char *user, const char *dat
 			base_strlcpy(found->database, database, sizeof(found->database));
 			found->options = strdup(options);
 			found->password = password ? strdup(password) : NULL;
+			found->database_group = pool_group_get(&pool->database_groups, database);
+			found->user_group = pool_group_get(&pool->user_groups, user);
 			for (uint32_t s = 0; s < POOL_SERVERS_MAX; s++)
 				base_list_init(&found->slots[s].free_conns);
-			if (!found->options || (password && !found->password)) {
+			if (!found->options || (password && !found->password) || !found->database_group ||
+			    !found->user_group) {
 				free(found->options);
 				free(found->password);
 				free(found);
@@ -228,6 +256,16 @@ static void pool_conn_make_free(struct pool_server *server, struct pool_conn *co
 	server->free_count++;
 }
 
+/* A key's connections open or opening count in its two groups too. */
+static void pool_groups_add(const struct pool_server *server, const struct pool_db *db, int delta)
+{
+	uint32_t *counts[] = {&db->database_group->counts[server->index], &db->user_group->counts[server->index]};
+	for (size_t i = 0; i < TERN_ARRAY_LEN(counts); i++) {
+		TERN_ASSERT(delta > 0 || *counts[i] > 0);
+		*counts[i] += (uint32_t)delta;
+	}
+}
+
 /* Removes conn from the accounting; the caller has it closed. */
 static void pool_conn_forget(struct pool_server *server, struct pool_conn *conn)
 {
@@ -243,6 +281,7 @@ static void pool_conn_forget(struct pool_server *server, struct pool_conn *conn)
 	slot->open_count--;
 	server->open_count--;
 	server->closed_total++;
+	pool_groups_add(server, conn->db, -1);
 }
 
 static struct pool_request *pool_oldest_waiter(struct pool_server *server, const struct pool_db *db)
@@ -289,38 +328,100 @@ static void pool_request_open(struct pool_server *server, struct pool_db *db, st
 	TERN_ASSERT(d->open_count < POOL_DEFERRED_MAX);
 	db->slots[server->index].opening_count++;
 	server->opening_count++;
+	pool_groups_add(server, db, 1);
 	d->open[d->open_count++] = db;
 }
 
-static bool pool_has_room(const struct pool *pool, const struct pool_server *server)
+/* ---- limits ---- */
+
+enum pool_limit { POOL_LIMIT_KEY = 1, POOL_LIMIT_DATABASE = 2, POOL_LIMIT_USER = 4, POOL_LIMIT_SERVER = 8 };
+
+/* The connections key db may have on server: pool_size, and the reserve once its oldest request has
+ * waited reserve_pool_timeout_ns (now_ns 0: no reserve). */
+static uint32_t pool_key_limit(const struct pool *pool, struct pool_server *server, const struct pool_db *db,
+			       uint64_t now_ns)
 {
-	return server->open_count + server->opening_count < pool->settings.pool_size;
+	const struct pool_settings *s = &pool->settings;
+	const struct pool_slot *slot = &db->slots[server->index];
+	if (s->reserve_pool_size == 0 || now_ns == 0 || slot->waiting_count == 0 ||
+	    slot->open_count + slot->opening_count < s->pool_size)
+		return s->pool_size; /* the reserve is not needed, or cannot be */
+	const struct pool_request *oldest = pool_oldest_waiter(server, db);
+	bool has_waited = oldest && now_ns - oldest->parked_ns >= s->reserve_pool_timeout_ns;
+	return s->pool_size + (has_waited ? s->reserve_pool_size : 0);
 }
 
-/* Capacity may have appeared (a close, a failed open): start an open for the oldest waiter that
- * no pending open will serve, evicting an idle connection of another key when the pool is full. */
-static void pool_serve_waiters(struct pool *pool, struct pool_server *server, struct pool_deferred *d)
+/* The limits that key db has reached on server (`extra` 0), or passed (`extra` 1: what a connection
+ * released now finds when a reload lowered a limit); 0 when it is under all of them. */
+static uint32_t pool_limits(const struct pool *pool, struct pool_server *server, const struct pool_db *db,
+			    uint64_t now_ns, uint32_t extra)
+{
+	const struct pool_settings *s = &pool->settings;
+	const struct pool_slot *slot = &db->slots[server->index];
+	uint32_t i = server->index, hit = 0;
+	if (slot->open_count + slot->opening_count >= pool_key_limit(pool, server, db, now_ns) + extra)
+		hit |= POOL_LIMIT_KEY;
+	if (s->max_db_connections && db->database_group->counts[i] >= s->max_db_connections + extra)
+		hit |= POOL_LIMIT_DATABASE;
+	if (s->max_user_connections && db->user_group->counts[i] >= s->max_user_connections + extra)
+		hit |= POOL_LIMIT_USER;
+	if (s->max_server_connections && server->open_count + server->opening_count >= s->max_server_connections + extra)
+		hit |= POOL_LIMIT_SERVER;
+	return hit;
+}
+
+/* An idle connection of another key whose close lifts every limit in `hit`, oldest release first; NULL
+ * when none does (a key's own limit is never lifted that way: its idle connection would be given). */
+static struct pool_conn *pool_victim(const struct pool_server *server, const struct pool_db *db, uint32_t hit)
+{
+	if (hit & POOL_LIMIT_KEY)
+		return NULL;
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &server->free_conns)
+	{
+		struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
+		if (conn->db == db || ((hit & POOL_LIMIT_DATABASE) && conn->db->database_group != db->database_group) ||
+		    ((hit & POOL_LIMIT_USER) && conn->db->user_group != db->user_group))
+			continue;
+		return conn;
+	}
+	return NULL;
+}
+
+/* Opens for a waiter of db when the limits allow, evicting an idle connection of another key when only a
+ * shared limit (database, user, server) stands in the way. True when an open was started. */
+static bool pool_try_open(struct pool *pool, struct pool_server *server, struct pool_db *db, uint64_t now_ns,
+			  struct pool_deferred *d)
+{
+	const struct pool_slot *slot = &db->slots[server->index];
+	if (slot->waiting_count <= slot->opening_count || d->open_count == POOL_DEFERRED_MAX ||
+	    d->close_count == POOL_DEFERRED_MAX)
+		return false; /* every waiter of this key has an open on its way, or this pass is full */
+	uint32_t hit = pool_limits(pool, server, db, now_ns, 0);
+	if (hit) {
+		struct pool_conn *victim = pool_victim(server, db, hit);
+		if (!victim)
+			return false;
+		pool_conn_forget(server, victim);
+		d->close[d->close_count++] = victim;
+		if (pool_limits(pool, server, db, now_ns, 0) != 0)
+			return false; /* still blocked (another limit the victim did not count in) */
+	}
+	pool_request_open(server, db, d);
+	return true;
+}
+
+/* Capacity may have appeared (a close, a failed open, a raised limit, the reserve's time): start an open
+ * for each waiting key that no pending open will serve, oldest waiter first. now_ns 0: no reserve. */
+static void pool_serve_waiters(struct pool *pool, struct pool_server *server, uint64_t now_ns,
+			       struct pool_deferred *d)
 {
 	struct base_list *node, *tmp;
 	base_list_for_each_safe(node, tmp, &server->waiters)
 	{
-		struct pool_request *req = TERN_CONTAINER_OF(node, struct pool_request, link);
 		if (d->open_count == POOL_DEFERRED_MAX || d->close_count == POOL_DEFERRED_MAX)
 			return;
-		bool has_room = pool_has_room(pool, server);
-		if (!has_room && base_list_is_empty(&server->free_conns))
-			return;
-		struct pool_slot *slot = &req->db->slots[server->index];
-		if (slot->waiting_count <= slot->opening_count)
-			continue; /* every waiter of this key has an open on its way */
-		if (!has_room) {
-			struct pool_conn *victim =
-				TERN_CONTAINER_OF(server->free_conns.next, struct pool_conn, link);
-			TERN_ASSERT(victim->db != req->db); /* else the waiter would have been given it */
-			pool_conn_forget(server, victim);
-			d->close[d->close_count++] = victim;
-		}
-		pool_request_open(server, req->db, d);
+		(void)pool_try_open(pool, server, TERN_CONTAINER_OF(node, struct pool_request, link)->db, now_ns, d);
 	}
 }
 
@@ -350,7 +451,8 @@ enum pool_checkout_result pool_checkout(struct pool *pool, struct pool_request *
 		server->waiter_count++;
 		slot->waiting_count++;
 		server->parked_total++;
-		pool_serve_waiters(pool, server, &d);
+		/* Nothing but this request changed: only its key may need an open. */
+		(void)pool_try_open(pool, server, db, now_ns, &d);
 		result = POOL_CHECKOUT_PARKED;
 	}
 	pthread_mutex_unlock(&server->lock);
@@ -370,16 +472,17 @@ void pool_checkin(struct pool *pool, struct pool_conn *conn, uint64_t now_ns)
 	pthread_mutex_lock(&server->lock);
 	TERN_ASSERT(conn->state == POOL_CONN_USED);
 	struct pool_request *req = pool_oldest_waiter(server, conn->db);
-	if (pool_conn_is_past_lifetime(pool, conn, now_ns)) {
-		/* server_lifetime: replaced, not reused; a waiter gets a fresh connection instead. */
+	if (pool_conn_is_past_lifetime(pool, conn, now_ns) || pool_limits(pool, server, conn->db, now_ns, 1)) {
+		/* server_lifetime, or a limit lowered by a reload: closed, not reused; a waiter gets a fresh
+		 * connection instead when the limits allow one. */
 		pool_conn_forget(server, conn);
 		d.close[d.close_count++] = conn;
-		pool_serve_waiters(pool, server, &d);
+		pool_serve_waiters(pool, server, now_ns, &d);
 	} else if (req) {
 		pool_grant(server, req, conn, &d);
 	} else {
 		pool_conn_make_free(server, conn, now_ns);
-		pool_serve_waiters(pool, server, &d);
+		pool_serve_waiters(pool, server, now_ns, &d);
 	}
 	pthread_mutex_unlock(&server->lock);
 	pool_deferred_run(pool, server, &d);
@@ -392,7 +495,7 @@ bool pool_checkin_to(struct pool *pool, struct pool_conn *conn, struct pool_requ
 	TERN_ASSERT(conn->state == POOL_CONN_USED);
 	const struct pool_request *oldest = pool_oldest_waiter(server, conn->db);
 	bool is_taken = req->state == POOL_REQUEST_PARKED && req->server == server && req->db == conn->db &&
-			!pool_conn_is_past_lifetime(pool, conn, now_ns) &&
+			!pool_conn_is_past_lifetime(pool, conn, now_ns) && !pool_limits(pool, server, conn->db, now_ns, 1) &&
 			(oldest == req || req->parked_ns - oldest->parked_ns <= POOL_LOCAL_BYPASS_NS);
 	if (is_taken) {
 		pool_waiter_unlink(server, req); /* as pool_grant, but the caller hands it over: no on_done */
@@ -413,7 +516,7 @@ void pool_conn_discard(struct pool *pool, struct pool_conn *conn)
 	TERN_ASSERT(conn->state == POOL_CONN_USED);
 	pool_conn_forget(server, conn);
 	d.close[d.close_count++] = conn;
-	pool_serve_waiters(pool, server, &d);
+	pool_serve_waiters(pool, server, 0, &d);
 	pthread_mutex_unlock(&server->lock);
 	pool_deferred_run(pool, server, &d);
 }
@@ -460,6 +563,7 @@ void pool_open_finished(struct pool *pool, struct pool_server *server, struct po
 			pool_conn_make_free(server, conn, now_ns);
 	} else {
 		server->open_failed_total++;
+		pool_groups_add(server, db, -1);
 		if (req) {
 			/* The oldest waiter for this key gets the server's own refusal (unknown database, bad
 			 * password); the others get an open of their own so each sees the current answer. */
@@ -467,7 +571,7 @@ void pool_open_finished(struct pool *pool, struct pool_server *server, struct po
 			pool_waiter_finish(server, req, &d);
 		}
 	}
-	pool_serve_waiters(pool, server, &d);
+	pool_serve_waiters(pool, server, now_ns, &d);
 	pthread_mutex_unlock(&server->lock);
 	pool_deferred_run(pool, server, &d);
 }
@@ -480,7 +584,7 @@ bool pool_conn_remove_if_free(struct pool *pool, struct pool_conn *conn)
 	bool removed = conn->state == POOL_CONN_FREE;
 	if (removed) {
 		pool_conn_forget(server, conn);
-		pool_serve_waiters(pool, server, &d);
+		pool_serve_waiters(pool, server, 0, &d);
 	}
 	pthread_mutex_unlock(&server->lock);
 	pool_deferred_run(pool, server, &d);
@@ -502,11 +606,15 @@ uint32_t pool_expire(struct pool *pool, uint64_t now_ns)
 				break; /* the rest wait for the next pass */
 			struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
 			bool idle_expired = idle_ns && now_ns - conn->released_ns >= idle_ns;
-			if (!idle_expired && !pool_conn_is_past_lifetime(pool, conn, now_ns))
+			if (!idle_expired && !pool_conn_is_past_lifetime(pool, conn, now_ns) &&
+			    !pool_limits(pool, server, conn->db, now_ns, 1))
 				continue;
 			pool_conn_forget(server, conn);
 			d.close[d.close_count++] = conn;
 		}
+		/* Requests that have waited reserve_pool_timeout may open their key's reserve now. */
+		if (pool->settings.reserve_pool_size)
+			pool_serve_waiters(pool, server, now_ns, &d);
 		pthread_mutex_unlock(&server->lock);
 		closed += d.close_count;
 		pool_deferred_run(pool, server, &d);
@@ -527,7 +635,7 @@ uint32_t pool_warm(struct pool *pool)
 			struct pool_deferred d = {0};
 			pthread_mutex_lock(&server->lock);
 			struct pool_slot *slot = &db->slots[s];
-			while (d.open_count < POOL_DEFERRED_MAX && pool_has_room(pool, server) &&
+			while (d.open_count < POOL_DEFERRED_MAX && pool_limits(pool, server, db, 0, 0) == 0 &&
 			       slot->open_count + slot->opening_count < pool->settings.min_pool_size)
 				pool_request_open(server, db, &d);
 			pthread_mutex_unlock(&server->lock);

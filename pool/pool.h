@@ -62,10 +62,20 @@ struct pool_slot {
 	uint32_t waiting_count; /* parked requests of this key on this server */
 };
 
+/* The keys of one database name, or of one user name: what max_db_connections and max_user_connections
+ * count. Interned by pool_db_get; lives as long as the pool. */
+struct pool_group {
+	struct base_list link;
+	char name[POOL_NAME_LEN_MAX];
+	uint32_t counts[POOL_SERVERS_MAX]; /* open + opening on each server, under that server's mutex */
+};
+
 /* One per distinct match key, interned by pool_db_get; lives as long as the pool. */
 struct pool_db {
 	struct base_list link;
 	struct pool_key key;
+	struct pool_group *database_group;
+	struct pool_group *user_group;
 	char user[POOL_NAME_LEN_MAX];
 	char database[POOL_NAME_LEN_MAX];
 	char *options;  /* the startup "options" parameter, "" when absent */
@@ -153,8 +163,15 @@ struct pool_hooks {
 	void *ctx;
 };
 
+/* The limits, as PgBouncer's: a key is a user/database pair (with its options), a group every key of one
+ * database name or one user name. Each counts open + opening connections on one server. */
 struct pool_settings {
-	uint32_t pool_size;
+	uint32_t pool_size;              /* per key (PgBouncer's default_pool_size) */
+	uint32_t reserve_pool_size;      /* more for a key whose oldest request waited reserve_pool_timeout_ns */
+	uint64_t reserve_pool_timeout_ns;
+	uint32_t max_db_connections;     /* per database name; 0 = no limit */
+	uint32_t max_user_connections;   /* per user name; 0 = no limit */
+	uint32_t max_server_connections; /* per server across keys; 0 = no limit */
 	uint32_t min_pool_size;
 	uint64_t idle_timeout_ns; /* FREE this long: closed (0 = never) */
 	uint64_t lifetime_ns;     /* open this long: closed when next free (0 = never) */
@@ -165,6 +182,7 @@ struct pool {
 	uint32_t server_count;
 	pthread_mutex_t dbs_lock;
 	struct base_list dbs;
+	struct base_list database_groups, user_groups; /* dbs_lock */
 	struct pool_hooks hooks;
 	struct pool_settings settings; /* read under a server mutex; changed by pool_set_settings */
 };
@@ -216,7 +234,9 @@ void pool_open_finished(struct pool *pool, struct pool_server *server, struct po
 /* Takes a FREE connection out of the pool because its socket showed it is dead; false if it is no
  * longer FREE (a worker holds it and will see the failure itself). */
 bool pool_conn_remove_if_free(struct pool *pool, struct pool_conn *conn);
-/* Closes FREE connections past idle_timeout_ns or lifetime_ns; returns how many. */
+/* Closes FREE connections past idle_timeout_ns or lifetime_ns, or above a limit lowered since they
+ * opened, and opens the reserve for keys whose requests waited reserve_pool_timeout_ns; returns how many
+ * it closed. Called once a second by the pool thread. */
 uint32_t pool_expire(struct pool *pool, uint64_t now_ns);
 /* Opens connections so every used key has min_pool_size open on each server; returns how many. */
 uint32_t pool_warm(struct pool *pool);

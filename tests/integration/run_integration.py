@@ -609,6 +609,78 @@ def an_md5_hash_in_the_userlist_logs_in_to_an_md5_server(ctx):
     check(scram.startswith("SCRAM"), "the role is SCRAM on the server")
 
 
+def connections_by_user(pg):
+    rows = pg.psql("select usename, count(*) from pg_stat_activity where backend_type = 'client backend' "
+                   "and pid <> pg_backend_pid() group by usename")
+    return {u: int(n) for u, n in (line.split("|") for line in rows.splitlines() if line)}
+
+
+def pgbench_in_background(port, user, seconds, clients, sql):
+    """pgbench -n -T seconds as `user`, started now; returns (Popen, script file) for the caller to wait on."""
+    script = tempfile.NamedTemporaryFile("w", suffix=".sql")
+    script.write(sql + "\n")
+    script.flush()
+    argv = ["pgbench", "-n", "-h", "127.0.0.1", "-p", str(port), "-U", user, "-c", str(clients), "-T", str(seconds),
+            "-f", script.name, "postgres"]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()), script
+
+
+def pgbench_finish(proc_script, what):
+    proc, script = proc_script
+    out, err = proc.communicate(timeout=120)
+    script.close()
+    check(proc.returncode == 0, "%s: pgbench failed (%d): %s" % (what, proc.returncode, err[-2000:]))
+    processed, failed = pgbench_summary(out)
+    check(processed and not failed, "%s: %r processed, %r failed" % (what, processed, failed))
+    return processed
+
+
+@test
+def pool_size_is_per_user_and_database_and_max_db_connections_caps_a_database_across_users(ctx):
+    auth_users(ctx)  # the roles alice and bob, trusted by the server
+    t = ctx.tern(pool_size=2, workers=2)
+    runs = [pgbench_in_background(t.port, user, 3, 6, "select pg_sleep(0.02)") for user in ("alice", "bob")]
+    peak = {}
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        for user, n in connections_by_user(ctx.pg).items():
+            peak[user] = max(peak.get(user, 0), n)
+        time.sleep(0.05)
+    for run, user in zip(runs, ("alice", "bob")):
+        pgbench_finish(run, user)
+    check(peak.get("alice") == 2 and peak.get("bob") == 2, "two per pair, each pair its own: %r" % peak)
+    t.stop()
+    wait_for(lambda: server_connections(ctx.pg) == 0, "the first tern's connections are gone", timeout=10)
+    t2 = ctx.tern(pool_size=2, workers=2, sections={"pool": "max_db_connections = 3"})
+    runs = [pgbench_in_background(t2.port, user, 3, 6, "select pg_sleep(0.02)") for user in ("alice", "bob")]
+    most = 0
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        most = max(most, sum(connections_by_user(ctx.pg).values()))
+        time.sleep(0.05)
+    for run, user in zip(runs, ("alice", "bob")):
+        pgbench_finish(run, user)
+    check(most == 3, "database postgres never past max_db_connections 3, and reaches it: %d" % most)
+
+
+@test
+def a_pool_size_lowered_by_reload_closes_connections_as_they_are_released_under_load(ctx):
+    t = ctx.tern(pool_size=6, workers=2)
+    run = pgbench_in_background(t.port, "postgres", 8, 10, "select pg_sleep(0.01)")
+    wait_for(lambda: server_connections(ctx.pg) == 6, "six server connections under load", timeout=10)
+    path = os.path.join(t.workdir, "tern.ini")
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text.replace("pool_size = 6", "pool_size = 2"))
+    t.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: server_connections(ctx.pg) == 2, "down to the new pool_size while pgbench runs", timeout=10)
+    check(run[0].poll() is None, "pgbench still running: the size dropped under load")
+    most_after = max(server_connections(ctx.pg) for _ in range(20))
+    pgbench_finish(run, "pgbench across the reload")
+    check(most_after <= 2, "stays at the new size: %d" % most_after)
+
+
 @test
 def unknown_database_and_role_are_reported_as_the_server_reports_them(ctx):
     t = ctx.tern(pool_mode="transaction")

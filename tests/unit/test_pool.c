@@ -80,7 +80,9 @@ static void env_init(struct env *e, uint32_t pool_size, uint32_t min_pool_size)
 	current_env = e;
 	e->next_id = 1000;
 	e->now_ns = 1000000;
-	struct pool_settings settings = {.pool_size = pool_size, .min_pool_size = min_pool_size};
+	/* One key's limit and the server's: the eviction tests use keys of one database under the server's. */
+	struct pool_settings settings = {
+		.pool_size = pool_size, .max_server_connections = pool_size, .min_pool_size = min_pool_size};
 	struct pool_hooks hooks = {.open = env_hook_open, .close = env_hook_close, .ctx = e};
 	cr_assert_eq(pool_init(&e->pool, &settings, &hooks), 0);
 	cr_assert_eq(pool_server_add(&e->pool, "primary", "host=127.0.0.1 port=1", &e->server), 0);
@@ -190,9 +192,10 @@ static void check_invariants(const struct env *e, const char *step)
 			     server->open_count, free_n, used_n);
 		cr_assert_eq(server->waiter_count, waiting_n, "%s: waiter_count %u, list %u", step,
 			     server->waiter_count, waiting_n);
-		cr_assert_leq(server->open_count + server->opening_count, pool->settings.pool_size,
-			      "%s: %u open + %u opening past pool_size %u", step, server->open_count,
-			      server->opening_count, pool->settings.pool_size);
+		if (pool->settings.max_server_connections)
+			cr_assert_leq(server->open_count + server->opening_count, pool->settings.max_server_connections,
+				      "%s: %u open + %u opening past max_server_connections %u", step, server->open_count,
+				      server->opening_count, pool->settings.max_server_connections);
 		uint32_t slot_open = 0, slot_opening = 0, slot_waiting = 0;
 		for (node = pool->dbs.next; node != &pool->dbs; node = node->next) {
 			const struct pool_db *db = TERN_CONTAINER_OF(node, struct pool_db, link);
@@ -223,6 +226,18 @@ static void check_invariants(const struct env *e, const char *step)
 			/* A waiter never parks beside an idle connection it could have had. */
 			cr_assert(db_waiting == 0 || db_free == 0, "%s: %u waiters beside %u FREE conns of their key",
 				  step, db_waiting, db_free);
+			/* A key's connections count in its groups: every key of the group summed is the group's. */
+			const struct pool_group *groups[] = {db->database_group, db->user_group};
+			for (size_t g = 0; g < 2; g++) {
+				uint32_t sum = 0;
+				for (const struct base_list *n3 = pool->dbs.next; n3 != &pool->dbs; n3 = n3->next) {
+					const struct pool_db *other = TERN_CONTAINER_OF(n3, struct pool_db, link);
+					if ((g == 0 ? other->database_group : other->user_group) == groups[g])
+						sum += other->slots[s].open_count + other->slots[s].opening_count;
+				}
+				cr_assert_eq(groups[g]->counts[s], sum, "%s: group %s counts %u, its keys %u", step,
+					     groups[g]->name, groups[g]->counts[s], sum);
+			}
 			slot_open += slot->open_count;
 			slot_opening += slot->opening_count;
 			slot_waiting += slot->waiting_count;
@@ -890,7 +905,7 @@ Test(pool, settings_change_applies_to_the_next_decision)
 	waiter_init(&w1, &e, db);
 	waiter_init(&w2, &e, db);
 	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
-	struct pool_settings bigger = {.pool_size = 2, .min_pool_size = 0};
+	struct pool_settings bigger = {.pool_size = 2, .max_server_connections = 2};
 	pool_set_settings(&e.pool, &bigger);
 	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_PARKED);
 	cr_assert_eq(e.open_calls, 2, "the larger pool_size allows a second open");
@@ -905,7 +920,7 @@ Test(pool, expire_closes_free_conns_idle_or_old_and_keeps_the_rest)
 {
 	struct env e;
 	env_init(&e, 4, 0);
-	struct pool_settings settings = {.pool_size = 4, .idle_timeout_ns = 10000, .lifetime_ns = 100000};
+	struct pool_settings settings = {.pool_size = 4, .max_server_connections = 4, .idle_timeout_ns = 10000, .lifetime_ns = 100000};
 	pool_set_settings(&e.pool, &settings);
 	struct pool_db *db = env_db(&e, "alice");
 	struct waiter w1, w2;
@@ -939,7 +954,7 @@ Test(pool, checkin_past_lifetime_closes_the_conn_and_opens_a_fresh_one_for_a_wai
 {
 	struct env e;
 	env_init(&e, 1, 0);
-	struct pool_settings settings = {.pool_size = 1, .lifetime_ns = 50000};
+	struct pool_settings settings = {.pool_size = 1, .max_server_connections = 1, .lifetime_ns = 50000};
 	pool_set_settings(&e.pool, &settings);
 	struct pool_db *db = env_db(&e, "alice");
 	struct waiter w1, w2;
@@ -973,7 +988,7 @@ Test(pool, raising_pool_size_opens_for_requests_already_parked)
 	(void)env_open_succeeds(&e, 0);
 	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_PARKED);
 	cr_assert_eq(e.open_calls, 1, "the pool is full");
-	struct pool_settings settings = {.pool_size = 2};
+	struct pool_settings settings = {.pool_size = 2, .max_server_connections = 2};
 	pool_set_settings(&e.pool, &settings);
 	cr_assert_eq(e.open_calls, 2, "an open for the parked request, without waiting for a release");
 	check_invariants(&e, "raised");
@@ -1230,7 +1245,7 @@ Test(pool, checkin_to_never_hands_over_a_connection_past_its_lifetime)
 {
 	struct env e;
 	env_init(&e, 1, 0);
-	struct pool_settings settings = {.pool_size = 1, .lifetime_ns = 5000};
+	struct pool_settings settings = {.pool_size = 1, .max_server_connections = 1, .lifetime_ns = 5000};
 	pool_set_settings(&e.pool, &settings);
 	struct pool_db *db = env_db(&e, "alice");
 	struct waiter holder, mine;
@@ -1272,5 +1287,185 @@ Test(pool, checkin_to_passes_over_an_older_waiter_for_a_short_while_only)
 	pool_checkin(&e.pool, conn, e.now_ns); /* remote's release: now mine is the oldest */
 	cr_assert_eq(mine.done_calls, 1);
 	pool_checkin(&e.pool, mine.req.conn, e.now_ns);
+	env_deinit(&e);
+}
+
+/* ---- PgBouncer's limits: per pair, per database, per user, the reserve, and a lowered size ---- */
+
+static void env_settings(struct env *e, struct pool_settings settings)
+{
+	pool_set_settings(&e->pool, &settings);
+}
+
+static struct pool_db *env_db_in(struct env *e, const char *user, const char *database)
+{
+	struct pool_db *db = pool_db_get(&e->pool, user, database, NULL, NULL, 0);
+	cr_assert_not_null(db);
+	return db;
+}
+
+Test(pool, pool_size_limits_each_pair_and_not_the_others)
+{
+	struct env e;
+	env_init(&e, 2, 0);
+	env_settings(&e, (struct pool_settings){.pool_size = 2});
+	struct pool_db *a = env_db(&e, "alice"), *b = env_db(&e, "bob");
+	struct waiter wa[3], wb[2];
+	for (int i = 0; i < 3; i++) {
+		waiter_init(&wa[i], &e, a);
+		cr_assert_eq(env_checkout(&e, &wa[i]), POOL_CHECKOUT_PARKED);
+	}
+	cr_assert_eq(e.open_calls, 2, "alice's pair stops at pool_size");
+	for (int i = 0; i < 2; i++) {
+		waiter_init(&wb[i], &e, b);
+		cr_assert_eq(env_checkout(&e, &wb[i]), POOL_CHECKOUT_PARKED);
+	}
+	cr_assert_eq(e.open_calls, 4, "bob's pair has its own pool_size");
+	check_invariants(&e, "two pairs");
+	for (uint32_t i = 0; i < 4; i++)
+		(void)env_open_succeeds(&e, i);
+	cr_assert(pool_request_cancel(&e.pool, &wa[2].req));
+	check_invariants(&e, "served");
+	env_deinit(&e);
+}
+
+Test(pool, max_db_connections_counts_every_user_of_a_database_and_evicts_an_idle_one_for_another)
+{
+	struct env e;
+	env_init(&e, 5, 0);
+	env_settings(&e, (struct pool_settings){.pool_size = 5, .max_db_connections = 2});
+	struct pool_db *a = env_db(&e, "alice"), *b = env_db(&e, "bob"), *elsewhere = env_db_in(&e, "bob", "web");
+	struct waiter wa[2], wb, we;
+	for (int i = 0; i < 2; i++) {
+		waiter_init(&wa[i], &e, a);
+		cr_assert_eq(env_checkout(&e, &wa[i]), POOL_CHECKOUT_PARKED);
+	}
+	struct pool_conn *ca0 = env_open_succeeds(&e, 0), *ca1 = env_open_succeeds(&e, 1);
+	waiter_init(&wb, &e, b);
+	cr_assert_eq(env_checkout(&e, &wb), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 2, "database shop is at max_db_connections: bob waits");
+	waiter_init(&we, &e, elsewhere);
+	cr_assert_eq(env_checkout(&e, &we), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 3, "another database is not limited by shop's");
+	cr_assert_eq(e.opens[2].db, elsewhere);
+	check_invariants(&e, "shop full");
+	uint32_t id = ca0->backend_pid;
+	env_checkin(&e, ca0); /* no alice waits: it would stay idle, so bob's request takes its place */
+	cr_assert_eq(e.close_calls, 1);
+	cr_assert_eq(e.closed_ids[0], id);
+	cr_assert_eq(e.open_calls, 4);
+	cr_assert_eq(e.opens[3].db, b);
+	check_invariants(&e, "evicted for bob");
+	(void)env_open_succeeds(&e, 3);
+	(void)env_open_succeeds(&e, 2);
+	cr_assert_eq(wb.done_calls + we.done_calls, 2);
+	env_checkin(&e, ca1);
+	check_invariants(&e, "both served");
+	env_deinit(&e);
+}
+
+Test(pool, max_user_connections_counts_every_database_of_a_user)
+{
+	struct env e;
+	env_init(&e, 5, 0);
+	env_settings(&e, (struct pool_settings){.pool_size = 5, .max_user_connections = 1});
+	struct pool_db *shop = env_db(&e, "alice"), *web = env_db_in(&e, "alice", "web"), *bob = env_db(&e, "bob");
+	struct waiter w1, w2, w3;
+	waiter_init(&w1, &e, shop);
+	waiter_init(&w2, &e, web);
+	waiter_init(&w3, &e, bob);
+	cr_assert_eq(env_checkout(&e, &w1), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(env_checkout(&e, &w2), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 1, "alice's second database waits for her one connection");
+	cr_assert_eq(env_checkout(&e, &w3), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 2, "bob is not alice");
+	check_invariants(&e, "alice at her limit");
+	struct pool_conn *c1 = env_open_succeeds(&e, 0);
+	(void)env_open_succeeds(&e, 1);
+	env_checkin(&e, c1);
+	cr_assert_eq(e.close_calls, 1, "her idle connection to shop makes room for web");
+	cr_assert_eq(e.opens[2].db, web);
+	(void)env_open_succeeds(&e, 2);
+	cr_assert_eq(w2.done_calls, 1);
+	check_invariants(&e, "web served");
+	env_deinit(&e);
+}
+
+Test(pool, the_reserve_opens_only_for_a_request_that_waited_reserve_pool_timeout)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	env_settings(&e, (struct pool_settings){.pool_size = 1, .reserve_pool_size = 1, .reserve_pool_timeout_ns = 50000});
+	struct pool_db *a = env_db(&e, "alice");
+	struct waiter w[3];
+	for (int i = 0; i < 3; i++)
+		waiter_init(&w[i], &e, a);
+	cr_assert_eq(env_checkout(&e, &w[0]), POOL_CHECKOUT_PARKED);
+	struct pool_conn *held = env_open_succeeds(&e, 0);
+	cr_assert_eq(env_checkout(&e, &w[1]), POOL_CHECKOUT_PARKED);
+	uint64_t parked = e.now_ns;
+	(void)pool_expire(&e.pool, parked + 49999);
+	cr_assert_eq(e.open_calls, 1, "not before reserve_pool_timeout");
+	(void)pool_expire(&e.pool, parked + 50000);
+	cr_assert_eq(e.open_calls, 2, "the reserve opens one more for the waiter");
+	check_invariants(&e, "reserve opening");
+	e.now_ns = parked + 50000;
+	(void)env_open_succeeds(&e, 1);
+	cr_assert_eq(w[1].done_calls, 1);
+	cr_assert_eq(env_checkout(&e, &w[2]), POOL_CHECKOUT_PARKED);
+	(void)pool_expire(&e.pool, e.now_ns + 100000);
+	cr_assert_eq(e.open_calls, 2, "the reserve is one connection: a third waits");
+	/* Released with no one waiting long, a connection over pool_size is closed, not kept. */
+	cr_assert(pool_request_cancel(&e.pool, &w[2].req));
+	env_checkin(&e, w[1].req.conn);
+	cr_assert_eq(e.close_calls, 1, "the reserve connection goes when it is no longer needed");
+	env_checkin(&e, held);
+	cr_assert_eq(e.close_calls, 1, "pool_size's own stays");
+	check_invariants(&e, "back to pool_size");
+	env_deinit(&e);
+}
+
+Test(pool, a_lowered_pool_size_closes_connections_as_they_are_released_and_idle_ones_at_the_next_pass)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	env_settings(&e, (struct pool_settings){.pool_size = 4});
+	struct pool_db *a = env_db(&e, "alice");
+	struct waiter w[4];
+	struct pool_conn *conns[4];
+	for (int i = 0; i < 4; i++) {
+		waiter_init(&w[i], &e, a);
+		cr_assert_eq(env_checkout(&e, &w[i]), POOL_CHECKOUT_PARKED);
+	}
+	for (uint32_t i = 0; i < 4; i++)
+		conns[i] = env_open_succeeds(&e, i);
+	env_checkin(&e, conns[3]); /* idle when the size drops */
+	env_settings(&e, (struct pool_settings){.pool_size = 1});
+	struct waiter late;
+	waiter_init(&late, &e, a);
+	cr_assert_eq(env_checkout(&e, &late), POOL_CHECKOUT_GOT, "the idle one is still there to take");
+	env_checkin(&e, late.req.conn);
+	cr_assert_eq(e.close_calls, 1, "released above the new size: closed");
+	env_checkin(&e, conns[0]);
+	env_checkin(&e, conns[1]);
+	cr_assert_eq(e.close_calls, 3);
+	env_checkin(&e, conns[2]);
+	cr_assert_eq(e.close_calls, 3, "the last one fits the new size and stays");
+	cr_assert_eq(e.server->open_count, 1);
+	check_invariants(&e, "shrunk");
+	/* An idle connection above a lowered size goes at the next pass of the pool thread. */
+	env_settings(&e, (struct pool_settings){.pool_size = 1, .max_user_connections = 1});
+	struct pool_db *b = env_db_in(&e, "alice", "web");
+	struct waiter wb;
+	waiter_init(&wb, &e, b);
+	cr_assert_eq(env_checkout(&e, &wb), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.close_calls, 4, "her idle shop connection makes room for web at once");
+	(void)env_open_succeeds(&e, 4);
+	env_settings(&e, (struct pool_settings){.pool_size = 1, .max_user_connections = 1, .max_server_connections = 0});
+	env_checkin(&e, wb.req.conn);
+	cr_assert_eq(pool_expire(&e.pool, e.now_ns + 1), 0, "within every limit: nothing closes");
+	env_settings(&e, (struct pool_settings){.pool_size = 0});
+	cr_assert_eq(pool_expire(&e.pool, e.now_ns + 1), 1, "pool_size 0: the idle one closes at the pass");
+	check_invariants(&e, "expired above the limit");
 	env_deinit(&e);
 }
