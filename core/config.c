@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include "databases.h"
 #include "stmts.h"
 
 #include <arpa/inet.h>
@@ -94,8 +95,8 @@ static const char *const config_tls_protocol_names[] = {"TLSv1.2", "TLSv1.3", NU
 static const char *const config_bool_names[] = {"true", "false", "on", "off", "yes", "no", "1", "0", NULL};
 
 /* Sections without keys yet still load, so a file can be written once for the releases that fill them. */
-static const char *const config_sections[] = {"tern", "servers", "routing", "pool",
-					      "auth", "limits",	 "journal", "admin", "tls"};
+static const char *const config_sections[] = {"tern",   "servers", "routing", "pool",	"auth",
+					      "limits", "journal", "admin",   "tls", "databases", "users"};
 
 static const struct config_key config_keys[] = {
 	CONFIG_KEY("tern", "listen", CONFIG_LISTEN, "127.0.0.1:6432", 0, 0, CONFIG_RESTART, listen_host, NULL,
@@ -611,6 +612,8 @@ void config_deinit(struct tern_config *cfg)
 	}
 	free(cfg->path);
 	cfg->path = NULL;
+	databases_destroy(cfg->databases);
+	cfg->databases = NULL;
 }
 
 __attribute__((format(printf, 3, 4))) static void config_fail(struct config_parse *parse, int line,
@@ -694,6 +697,16 @@ static int config_on_value(void *user, const char *section, const char *name, co
 	if (!config_is_known_section(section, strlen(section))) {
 		config_fail(parse, line, "[%s] %s: unknown section", section, name);
 		return 0;
+	}
+	if (strcmp(section, "databases") == 0 || strcmp(section, "users") == 0) {
+		char why[CONFIG_REASON_MAX];
+		int rc = databases_add(&parse->cfg->databases, section, name, value, config_pool_mode_names, why,
+				       sizeof(why));
+		if (rc == -ENOMEM)
+			parse->rc = rc;
+		if (rc < 0)
+			config_fail(parse, line, "[%s] %s: %s", section, name, rc == -ENOMEM ? "out of memory" : why);
+		return rc == 0;
 	}
 	const struct config_key *key = config_find_key(section, name);
 	if (key == NULL) {

@@ -27,6 +27,8 @@ enum config_auth_mode { CONFIG_AUTH_TRUST = 0, CONFIG_AUTH_MD5 = 1, CONFIG_AUTH_
 /* client_tls_sslmode: allow and prefer behave alike on the server side (TLS when the client asks). */
 enum config_tls_mode { CONFIG_TLS_DISABLE = 0, CONFIG_TLS_ALLOW = 1, CONFIG_TLS_PREFER = 2, CONFIG_TLS_REQUIRE = 3 };
 
+struct databases;
+
 struct tern_config {
 	/* [tern] */
 	char listen_host[CONFIG_LISTEN_HOST_SIZE]; /* "0.0.0.0" for "*"; an IPv6 address without brackets */
@@ -52,6 +54,8 @@ struct tern_config {
 	int auth_mode; /* enum config_auth_mode */
 	char *auth_file; /* already resolved against the config file's directory; "" when unset */
 	char *auth_user, *auth_query, *auth_dbname; /* auth_user "" = no lookups */
+	/* [databases] and [users] (databases.h); NULL when both are empty */
+	struct databases *databases;
 	char *admin_users;
 	/* [tls] */
 	int client_tls_sslmode; /* enum config_tls_mode */

@@ -3,6 +3,7 @@
 #include "auth.h"
 #include "auth_query.h"
 #include "config.h"
+#include "import.h"
 #include "dispatch.h"
 #include "pool/opener.h"
 #include "pool/pool.h"
@@ -28,6 +29,9 @@
 static void main_usage(FILE *out)
 {
 	fprintf(out, "usage: tern -c FILE          run with the config in FILE\n"
+		     "       tern --import-pgbouncer FILE\n"
+		     "                             print the tern.ini that does what pgbouncer.ini FILE does,\n"
+		     "                             naming on stderr every setting it cannot carry over\n"
 		     "       tern --version        print the version\n"
 		     "       tern --help           print this text\n"
 		     "       tern --help-config    describe every config key (--help-config=markdown: as a table)\n");
@@ -229,6 +233,8 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) {
 			config_path = argv[++i];
+		} else if (strcmp(argv[i], "--import-pgbouncer") == 0 && i + 1 < argc) {
+			return import_pgbouncer(argv[i + 1], stdout, stderr) == 0 ? 0 : 2;
 		} else if (strcmp(argv[i], "--version") == 0) {
 			printf("tern %s\n", TERN_VERSION);
 			return 0;

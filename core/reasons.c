@@ -23,6 +23,8 @@ static const struct session_end_info reasons[SESSION_END_REASON_COUNT] = {
 					     NULL, BASE_LOG_INFO},
 	[SESSION_END_SERVER_REFUSED] = {"server_refused", "08006", "the server refused the connection", NULL,
 					BASE_LOG_INFO},
+	[SESSION_END_UNKNOWN_DATABASE] = {"unknown_database", "3D000", "no such database",
+					  "Add it, or a \"*\" entry, to [databases].", BASE_LOG_INFO},
 	[SESSION_END_WAIT_TIMEOUT] = {"wait_timeout", "08P01",
 				      "query_wait_timeout: no server connection became free in time",
 				      "Raise [pool] pool_size or query_wait_timeout, or shorten transactions.",

@@ -26,6 +26,7 @@
 struct scram_server;
 struct auth_lookup;
 struct auth_user;
+struct database_entry;
 struct session_tls;
 struct tls_context;
 
@@ -123,7 +124,10 @@ struct session {
 	bool is_admin;
 	bool is_counted; /* in db->client_count */
 	char user[POOL_NAME_LEN_MAX];
-	char database[POOL_NAME_LEN_MAX];
+	char database[POOL_NAME_LEN_MAX]; /* as the client asked for it */
+	/* Its [databases] entry (NULL: none, the name passes through); lives as long as tern, since a reload
+	 * keeps the configuration it came from. */
+	const struct database_entry *route;
 	char application_name[POOL_NAME_LEN_MAX];
 	uint8_t md5_salt[4];
 	struct scram_server *scram;

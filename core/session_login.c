@@ -2,6 +2,7 @@
  * the welcome. */
 #include "auth.h"
 #include "auth_query.h"
+#include "databases.h"
 #include "dispatch.h"
 #include "scram.h"
 #include "server_auth.h"
@@ -152,19 +153,47 @@ static const struct auth_user *login_user_entry(const struct session *s)
 	return auth ? auth_file_find(auth, s->user) : NULL;
 }
 
-/* The pool key of an authenticated client (options: login_build_options'). False when the session ended. */
+/* The database on the server: the [databases] entry's dbname, else the name the client asked for. */
+static const char *login_server_database(const struct session *s)
+{
+	return s->route && s->route->dbname[0] ? s->route->dbname : s->database;
+}
+
+/* The pool key of an authenticated client (options: login_build_options'). False when the session ended.
+ * A [databases] entry with a user logs every client in as that user, with the entry's password or the
+ * user's plaintext in auth_file. */
 static bool login_take_db(struct session *s, const char *options)
 {
 	const struct tern_runtime *rt = s->host->runtime;
-	const struct auth_user *entry = login_user_entry(s);
+	const struct database_entry *route = s->route;
+	bool is_forced = route && route->user[0];
+	const struct auth_user *entry = NULL;
+	if (is_forced) {
+		const struct auth_file *auth = __atomic_load_n(&rt->auth_file, __ATOMIC_ACQUIRE);
+		entry = auth ? auth_file_find(auth, route->user) : NULL;
+	} else {
+		entry = login_user_entry(s);
+	}
 	const char *server_password = entry && entry->kind == AUTH_SECRET_PLAIN ? entry->secret : NULL;
-	s->db = pool_db_get(rt->pool, s->user, s->database, options, server_password, rt->identity_hash);
+	if (is_forced && route->password)
+		server_password = route->password;
+	s->db = pool_db_get(rt->pool, is_forced ? route->user : s->user, login_server_database(s), options,
+			    server_password, rt->identity_hash);
 	if (!s->db) {
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return false;
 	}
+	const struct user_entry *user = databases_find_user(runtime_config(rt)->databases, s->db->user);
+	struct pool_overrides overrides = {
+		.pool_size = route ? route->pool_size : 0,
+		.reserve_pool_size = route ? route->reserve_pool_size : 0,
+		.max_db_connections = route ? route->max_db_connections : 0,
+		.max_user_connections = user ? user->max_user_connections : 0,
+	};
+	pool_db_set_overrides(s->db, &overrides);
 	struct server_auth_secret secret;
-	if (entry && server_auth_secret_from(entry, s->scram, &secret)) {
+	/* A forced user has no proof of the client's to log in with: its plaintext, or libpq's own. */
+	if (entry && !is_forced && server_auth_secret_from(entry, s->scram, &secret)) {
 		pool_db_set_secret(rt->pool, s->db, &secret, sizeof(secret));
 		explicit_bzero(&secret, sizeof(secret));
 	}
@@ -229,7 +258,7 @@ static void login_look_up(struct session *s)
 		return;
 	}
 	base_strlcpy(lookup->user, s->user, sizeof(lookup->user));
-	base_strlcpy(lookup->database, s->database, sizeof(lookup->database));
+	base_strlcpy(lookup->database, login_server_database(s), sizeof(lookup->database));
 	lookup->owner = s;
 	lookup->done = s->host->ops->lookup_done;
 	lookup->done_ctx = s->host;
@@ -357,6 +386,23 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 	base_strlcpy(s->application_name, application_name ? application_name : "", sizeof(s->application_name));
 	if (login_needs_negotiation(st))
 		login_negotiate_version(s, st);
+	const struct session_console *console = rt->console;
+	bool is_console = console && (strcmp(s->database, console->database) == 0 ||
+				      (console->alias && strcmp(s->database, console->alias) == 0));
+	const struct tern_config *config = runtime_config(rt);
+	if (!is_console && databases_is_routing(config->databases)) {
+		s->route = databases_find(config->databases, s->database);
+		if (!s->route) {
+			session_end(s, SESSION_END_UNKNOWN_DATABASE);
+			return;
+		}
+	}
+	/* The pool mode: the database's, else the user's, else [tern] pool_mode. */
+	const struct user_entry *user_entry = databases_find_user(config->databases, s->user);
+	int pool_mode = s->route && s->route->pool_mode >= 0	  ? s->route->pool_mode
+			: user_entry && user_entry->pool_mode >= 0 ? user_entry->pool_mode
+								   : config->pool_mode;
+	s->is_transaction_pooling = pool_mode == CONFIG_POOL_TRANSACTION;
 	char options[LOGIN_OPTIONS_MAX];
 	if (s->application_name[0] && s->is_transaction_pooling) {
 		int i = params_tracked_index(&rt->tracked, "application_name");
@@ -367,9 +413,7 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "54000", "startup parameters too long");
 		return;
 	}
-	const struct session_console *console = rt->console;
-	if (console && (strcmp(s->database, console->database) == 0 ||
-			(console->alias && strcmp(s->database, console->alias) == 0))) {
+	if (is_console) {
 		if (!console->is_allowed(runtime_config(rt), s->user)) {
 			session_end(s, SESSION_END_ADMIN_DENIED);
 			return;

@@ -218,6 +218,21 @@ void pool_db_set_secret(struct pool *pool, struct pool_db *db, const void *secre
 	pthread_mutex_unlock(&pool->dbs_lock);
 }
 
+void pool_db_set_overrides(struct pool_db *db, const struct pool_overrides *o)
+{
+	__atomic_store_n(&db->pool_size, o->pool_size, __ATOMIC_RELAXED);
+	__atomic_store_n(&db->reserve_pool_size, o->reserve_pool_size, __ATOMIC_RELAXED);
+	__atomic_store_n(&db->database_group->limit, o->max_db_connections, __ATOMIC_RELAXED);
+	__atomic_store_n(&db->user_group->limit, o->max_user_connections, __ATOMIC_RELAXED);
+}
+
+/* An override when set, else the setting. */
+static uint32_t pool_or(const uint32_t *override, uint32_t setting)
+{
+	uint32_t value = __atomic_load_n(override, __ATOMIC_RELAXED);
+	return value ? value : setting;
+}
+
 size_t pool_db_copy_secret(struct pool *pool, const struct pool_db *db, uint8_t out[POOL_SECRET_MAX])
 {
 	pthread_mutex_lock(&pool->dbs_lock);
@@ -343,12 +358,13 @@ static uint32_t pool_key_limit(const struct pool *pool, struct pool_server *serv
 {
 	const struct pool_settings *s = &pool->settings;
 	const struct pool_slot *slot = &db->slots[server->index];
-	if (s->reserve_pool_size == 0 || now_ns == 0 || slot->waiting_count == 0 ||
-	    slot->open_count + slot->opening_count < s->pool_size)
-		return s->pool_size; /* the reserve is not needed, or cannot be */
+	uint32_t size = pool_or(&db->pool_size, s->pool_size);
+	uint32_t reserve = pool_or(&db->reserve_pool_size, s->reserve_pool_size);
+	if (reserve == 0 || now_ns == 0 || slot->waiting_count == 0 || slot->open_count + slot->opening_count < size)
+		return size; /* the reserve is not needed, or cannot be */
 	const struct pool_request *oldest = pool_oldest_waiter(server, db);
 	bool has_waited = oldest && now_ns - oldest->parked_ns >= s->reserve_pool_timeout_ns;
-	return s->pool_size + (has_waited ? s->reserve_pool_size : 0);
+	return size + (has_waited ? reserve : 0);
 }
 
 /* The limits that key db has reached on server (`extra` 0), or passed (`extra` 1: what a connection
@@ -361,9 +377,11 @@ static uint32_t pool_limits(const struct pool *pool, struct pool_server *server,
 	uint32_t i = server->index, hit = 0;
 	if (slot->open_count + slot->opening_count >= pool_key_limit(pool, server, db, now_ns) + extra)
 		hit |= POOL_LIMIT_KEY;
-	if (s->max_db_connections && db->database_group->counts[i] >= s->max_db_connections + extra)
+	uint32_t db_max = pool_or(&db->database_group->limit, s->max_db_connections);
+	uint32_t user_max = pool_or(&db->user_group->limit, s->max_user_connections);
+	if (db_max && db->database_group->counts[i] >= db_max + extra)
 		hit |= POOL_LIMIT_DATABASE;
-	if (s->max_user_connections && db->user_group->counts[i] >= s->max_user_connections + extra)
+	if (user_max && db->user_group->counts[i] >= user_max + extra)
 		hit |= POOL_LIMIT_USER;
 	if (s->max_server_connections && server->open_count + server->opening_count >= s->max_server_connections + extra)
 		hit |= POOL_LIMIT_SERVER;
@@ -613,7 +631,7 @@ uint32_t pool_expire(struct pool *pool, uint64_t now_ns)
 			d.close[d.close_count++] = conn;
 		}
 		/* Requests that have waited reserve_pool_timeout may open their key's reserve now. */
-		if (pool->settings.reserve_pool_size)
+		if (!base_list_is_empty(&server->waiters))
 			pool_serve_waiters(pool, server, now_ns, &d);
 		pthread_mutex_unlock(&server->lock);
 		closed += d.close_count;

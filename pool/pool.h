@@ -68,6 +68,7 @@ struct pool_group {
 	struct base_list link;
 	char name[POOL_NAME_LEN_MAX];
 	uint32_t counts[POOL_SERVERS_MAX]; /* open + opening on each server, under that server's mutex */
+	uint32_t limit; /* atomic: this group's max_db_connections or max_user_connections; 0 = the setting's */
 };
 
 /* One per distinct match key, interned by pool_db_get; lives as long as the pool. */
@@ -76,6 +77,9 @@ struct pool_db {
 	struct pool_key key;
 	struct pool_group *database_group;
 	struct pool_group *user_group;
+	/* Atomic: this key's pool_size and reserve_pool_size ([databases]); 0 = the settings'. */
+	uint32_t pool_size;
+	uint32_t reserve_pool_size;
 	char user[POOL_NAME_LEN_MAX];
 	char database[POOL_NAME_LEN_MAX];
 	char *options;  /* the startup "options" parameter, "" when absent */
@@ -197,6 +201,12 @@ void pool_set_settings(struct pool *pool, const struct pool_settings *settings);
 /* Interns the key for (user, database, options); NULL on allocation failure. */
 struct pool_db *pool_db_get(struct pool *pool, const char *user, const char *database, const char *options,
 			    const char *password, uint64_t identity_hash);
+/* What [databases] and [users] say of a key, its database and its user; 0 = the pool's settings. */
+struct pool_overrides {
+	uint32_t pool_size, reserve_pool_size, max_db_connections, max_user_connections;
+};
+/* Sets db's overrides (the last login's word counts; any thread, no lock: each is one atomic store). */
+void pool_db_set_overrides(struct pool_db *db, const struct pool_overrides *overrides);
 /* Keeps `secret` (1..POOL_SECRET_MAX bytes) as db's answer to the server, replacing an older one, under
  * the pool's db lock: the latest authenticated client's secret is what the next login uses. */
 void pool_db_set_secret(struct pool *pool, struct pool_db *db, const void *secret, size_t len);

@@ -64,7 +64,7 @@ class Context:
         self.workdir = None
 
     def tern(self, pool_mode="transaction", pool_size=4, workers=2, extra="", auth="trust", users=None,
-             sections=None, files=None, auth_extra=""):
+             sections=None, files=None, auth_extra="", more=""):
         port = free_port()
         config = """[tern]
 listen = 127.0.0.1:%d
@@ -83,9 +83,10 @@ mode = %s
 [limits]
 %s
 %s
+%s
 """ % (port, workers, pool_mode, (sections or {}).get("tern", ""), self.pg.primary_port, pool_size, (sections or {}).get("pool", ""), auth,
             "auth_file = users.txt" if users is not None else "", auth_extra,
-            "" if "max_client_conn" in extra else "max_client_conn = 1000", extra)
+            "" if "max_client_conn" in extra else "max_client_conn = 1000", extra, more)
         files = dict(files or {})
         if users is not None:
             files["users.txt"] = users
@@ -679,6 +680,94 @@ def a_pool_size_lowered_by_reload_closes_connections_as_they_are_released_under_
     most_after = max(server_connections(ctx.pg) for _ in range(20))
     pgbench_finish(run, "pgbench across the reload")
     check(most_after <= 2, "stays at the new size: %d" % most_after)
+
+
+def backend_pid(w):
+    return w.query("select pg_backend_pid()")[0][0]
+
+
+@test
+def databases_section_maps_names_forces_users_and_sets_pool_mode_per_database_and_user(ctx):
+    auth_users(ctx)
+    t = ctx.tern(pool_size=1, more="""[databases]
+shop = dbname=postgres pool_size=1
+app = dbname=postgres user=alice pool_mode=session pool_size=2
+[users]
+bob = pool_mode=session
+""")
+    check(psql_ok(t.port, "select current_database()", dbname="shop") == "postgres", "shop is postgres")
+    check(psql_ok(t.port, "select current_user", dbname="app") == "alice", "app logs every client in as alice")
+    err = expect_login_refused(t.port, "postgres", "3D000", database="nosuch")
+    check("no such database" in err.fields["M"], "PgBouncer's words: %r" % err.fields)
+    expect_login_refused(t.port, "postgres", "3D000", database="postgres")  # not listed, no "*"
+    # Transaction pooling (shop): two idle clients share the one connection of pool_size 1.
+    with Wire(t.port) as a, Wire(t.port) as b:
+        a.login("postgres", database="shop")
+        b.login("postgres", database="shop")
+        check(backend_pid(a) == backend_pid(b), "transaction pooling shares a connection")
+    # Session pooling (app): a client keeps its connection while idle; the next gets another.
+    with Wire(t.port) as a, Wire(t.port) as b:
+        a.login("postgres", database="app")
+        b.login("postgres", database="app")
+        check(backend_pid(a) != backend_pid(b), "session pooling per database")
+    t2 = ctx.tern(pool_size=2, more="[databases]\n* = \n[users]\nbob = pool_mode=session\n")
+    check(psql_ok(t2.port, "select current_database()", dbname="postgres") == "postgres", "the \"*\" entry")
+    with Wire(t2.port) as a, Wire(t2.port) as b:
+        a.login("bob", database="postgres")
+        b.login("bob", database="postgres")
+        check(backend_pid(a) != backend_pid(b), "session pooling for user bob")
+    with Wire(t2.port) as c, Wire(t2.port) as d:
+        c.login("alice", database="postgres")
+        d.login("alice", database="postgres")
+        check(backend_pid(c) == backend_pid(d), "alice keeps [tern] pool_mode, transaction pooling")
+
+
+@test
+def a_pgbouncer_setup_with_scram_secrets_imports_and_serves_psql_pgbench_and_the_console(ctx):
+    secret = server_secret(ctx, "tern_scram", "scrampw", "scram-sha-256")
+    workdir = tempfile.mkdtemp(prefix="tern-import-")
+    try:
+        port = free_port()
+        with open(os.path.join(workdir, "userlist.txt"), "w") as f:
+            f.write('"tern_scram" "%s"\n' % secret)
+        # As Debian's pgbouncer.ini is laid out, with the userlist beside it and SCRAM secrets only.
+        with open(os.path.join(workdir, "pgbouncer.ini"), "w") as f:
+            f.write("""[databases]
+postgres = host=127.0.0.1 port=%d dbname=postgres
+appdb = host=127.0.0.1 port=%d dbname=postgres pool_size=3 connect_query='select 1'
+
+[pgbouncer]
+logfile = /var/log/postgresql/pgbouncer.log
+pidfile = /var/run/postgresql/pgbouncer.pid
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir = /var/run/postgresql
+auth_type = scram-sha-256
+auth_file = userlist.txt
+admin_users = tern_scram
+pool_mode = transaction
+default_pool_size = 4
+server_idle_timeout = 60
+""" % (ctx.pg.primary_port, ctx.pg.primary_port, port))
+        r = subprocess.run([TERN, "--import-pgbouncer", os.path.join(workdir, "pgbouncer.ini")],
+                           capture_output=True, text=True, timeout=30)
+        check(r.returncode == 0, "import: %s" % r.stderr)
+        for what in ("logfile", "pidfile", "unix_socket_dir", "connect_query"):
+            check(what in r.stderr, "the notes name %s: %s" % (what, r.stderr))
+        check("mode = scram" in r.stdout and "primary = host=127.0.0.1 port=%d" % ctx.pg.primary_port in r.stdout,
+              "carried over: %s" % r.stdout)
+        t = TernProcess(TERN, r.stdout)
+        ctx.terns.append(t)
+        t.start()
+        check(psql_ok(t.port, "select current_user", user="tern_scram", password="scrampw") == "tern_scram", "psql")
+        check(psql_ok(t.port, "select current_database()", user="tern_scram", password="scrampw",
+                      dbname="appdb") == "postgres", "a [databases] entry")
+        out = pgbench_as(t.port, "tern_scram", "scrampw", "select 1", extra=["-M", "extended"])
+        check("number of transactions actually processed: 200/200" in out, "pgbench: %s" % out)
+        pools = psql_ok(t.port, "show pools", user="tern_scram", password="scrampw", dbname="pgbouncer")
+        check("tern_scram" in pools, "the admin console as PgBouncer's: %r" % pools)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @test
