@@ -149,6 +149,10 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("pool", "server_connect_timeout", CONFIG_DURATION, "15s", 100, 3600 * CONFIG_SECOND_MS,
 		   CONFIG_RELOAD, server_connect_timeout_ms, NULL,
 		   "how long opening one server connection may take"),
+	CONFIG_KEY("pool", "server_login_retry", CONFIG_DURATION, "15s", 0, 3600 * CONFIG_SECOND_MS, CONFIG_RELOAD,
+		   server_login_retry_ms, NULL,
+		   "after a login the server did not answer (down, starting, full), requests wait (up to "
+		   "query_wait_timeout) and the login is tried again this much later; 0 = fail at once"),
 	CONFIG_KEY("pool", "server_idle_timeout", CONFIG_DURATION, "600s", 0, 86400 * CONFIG_SECOND_MS,
 		   CONFIG_RELOAD, server_idle_timeout_ms, NULL,
 		   "a server connection unused this long is closed; 0 = never"),

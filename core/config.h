@@ -47,6 +47,7 @@ struct tern_config {
 	uint32_t pool_size, min_pool_size; /* min_pool_size <= pool_size */
 	uint32_t reserve_pool_size, max_db_connections, max_user_connections, max_server_connections;
 	uint64_t reserve_pool_timeout_ms;
+	uint64_t server_login_retry_ms; /* 0: a failed login fails the waiting request at once */
 	uint64_t query_wait_timeout_ms, server_connect_timeout_ms, server_idle_timeout_ms, server_lifetime_ms;
 	char *track_extra_parameters;
 	uint32_t max_prepared_statements; /* 0 = named statements pass through untouched */

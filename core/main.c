@@ -85,6 +85,7 @@ static struct pool_settings main_pool_settings(const struct tern_config *cfg)
 		.max_user_connections = cfg->max_user_connections,
 		.max_server_connections = cfg->max_server_connections,
 		.min_pool_size = cfg->min_pool_size,
+		.login_retry_ns = cfg->server_login_retry_ms * BASE_NS_PER_MS,
 		.idle_timeout_ns = cfg->server_idle_timeout_ms * BASE_NS_PER_MS,
 		.lifetime_ns = cfg->server_lifetime_ms * BASE_NS_PER_MS,
 	};

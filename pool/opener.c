@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <libpq-fe.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -182,7 +183,8 @@ void pool_error_from_libpq(const char *message, struct pool_error *out)
 	/* libpq names the server's address ("connection to server at \"h\", port p failed: "); a client is
 	 * told what failed, never where the server is. */
 	const char *failed = strstr(text, " failed: ");
-	if (!fatal && strncmp(text, "connection to server ", 21) == 0 && failed)
+	bool is_connect_failure = !fatal && strncmp(text, "connection to server ", 21) == 0 && failed;
+	if (is_connect_failure)
 		text = failed + 9;
 	if (strncmp(text, "fe_sendauth: no password supplied", 33) == 0) {
 		base_strlcpy(out->sqlstate, "28P01", sizeof(out->sqlstate));
@@ -192,7 +194,8 @@ void pool_error_from_libpq(const char *message, struct pool_error *out)
 			     sizeof(out->message));
 		return;
 	}
-	base_strlcpy(out->message, text, sizeof(out->message));
+	snprintf(out->message, sizeof(out->message), "%s%s", is_connect_failure ? "could not connect to the server: " : "",
+		 text);
 	char *newline = strchr(out->message, '\n');
 	if (newline)
 		*newline = '\0';

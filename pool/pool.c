@@ -415,6 +415,8 @@ static bool pool_try_open(struct pool *pool, struct pool_server *server, struct 
 	if (slot->waiting_count <= slot->opening_count || d->open_count == POOL_DEFERRED_MAX ||
 	    d->close_count == POOL_DEFERRED_MAX)
 		return false; /* every waiter of this key has an open on its way, or this pass is full */
+	if (slot->retry_ns && (now_ns == 0 || now_ns < slot->retry_ns))
+		return false; /* server_login_retry: the pool thread's pass opens again when it is time */
 	uint32_t hit = pool_limits(pool, server, db, now_ns, 0);
 	if (hit) {
 		struct pool_conn *victim = pool_victim(server, db, hit);
@@ -555,6 +557,13 @@ bool pool_request_cancel(struct pool *pool, struct pool_request *req)
 	return removed;
 }
 
+/* A login that failed before the server could judge it: it may work when retried. */
+static bool pool_error_is_unreachable(const struct pool_error *err)
+{
+	return strncmp(err->sqlstate, "08", 2) == 0 || strcmp(err->sqlstate, "57P03") == 0 ||
+	       strcmp(err->sqlstate, "53300") == 0;
+}
+
 void pool_open_finished(struct pool *pool, struct pool_server *server, struct pool_db *db, struct pool_conn *conn,
 			const struct pool_error *err, uint64_t now_ns)
 {
@@ -566,6 +575,7 @@ void pool_open_finished(struct pool *pool, struct pool_server *server, struct po
 	server->opening_count--;
 	struct pool_request *req = pool_oldest_waiter(server, db);
 	if (conn) {
+		slot->retry_ns = 0;
 		conn->server = server;
 		conn->db = db;
 		conn->opened_ns = now_ns;
@@ -582,7 +592,10 @@ void pool_open_finished(struct pool *pool, struct pool_server *server, struct po
 	} else {
 		server->open_failed_total++;
 		pool_groups_add(server, db, -1);
-		if (req) {
+		if (req && pool->settings.login_retry_ns && pool_error_is_unreachable(err)) {
+			/* The server did not answer: its requests wait (up to query_wait_timeout) for a retry. */
+			slot->retry_ns = now_ns + pool->settings.login_retry_ns;
+		} else if (req) {
 			/* The oldest waiter for this key gets the server's own refusal (unknown database, bad
 			 * password); the others get an open of their own so each sees the current answer. */
 			req->error = *err;

@@ -60,6 +60,9 @@ struct pool_slot {
 	uint32_t open_count;          /* FREE + USED of this key on this server */
 	uint32_t opening_count;
 	uint32_t waiting_count; /* parked requests of this key on this server */
+	/* A login failed because the server could not be reached (or was starting, or full): no open for
+	 * this key before this time; its requests wait (0: none pending). */
+	uint64_t retry_ns;
 };
 
 /* The keys of one database name, or of one user name: what max_db_connections and max_user_connections
@@ -177,6 +180,9 @@ struct pool_settings {
 	uint32_t max_user_connections;   /* per user name; 0 = no limit */
 	uint32_t max_server_connections; /* per server across keys; 0 = no limit */
 	uint32_t min_pool_size;
+	/* After a login the server did not answer (08xxx, 57P03, 53300), the next open of that key waits
+	 * this long while its requests stay parked; 0: the oldest request fails at once. */
+	uint64_t login_retry_ns;
 	uint64_t idle_timeout_ns; /* FREE this long: closed (0 = never) */
 	uint64_t lifetime_ns;     /* open this long: closed when next free (0 = never) */
 };

@@ -770,6 +770,107 @@ server_idle_timeout = 60
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+class Forwarder:
+    """A TCP listener on `port` that relays each connection to 127.0.0.1:`target` once started: before
+    that, nothing listens there (a server that is down)."""
+
+    def __init__(self, port, target):
+        self.port, self.target = port, target
+        self.listener = None
+        self.threads = []
+
+    def start(self):
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", self.port))
+        self.listener.listen(16)
+        t = threading.Thread(target=self._accept, daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            for a, b in ((client, server), (server, client)):
+                t = threading.Thread(target=self._pump, args=(a, b), daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self):
+        if self.listener:
+            try:  # wakes the accept() under way, which would keep the port listening after a close
+                self.listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self.listener.close()
+            self.listener = None
+
+
+@test
+def a_server_that_is_down_holds_requests_while_tern_retries_the_login(ctx):
+    down_port = free_port()
+    forwarder = Forwarder(down_port, ctx.pg.primary_port)
+    try:
+        def tern_on(extra_pool):
+            config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = session\n[servers]\n"
+                      "primary = host=127.0.0.1 port=%d\n[pool]\n%s\n" % (free_port(), down_port, extra_pool))
+            t = TernProcess(TERN, config)
+            ctx.terns.append(t)
+            t.start()
+            return t
+        fast = tern_on("server_login_retry = 0")
+        started = time.monotonic()
+        expect_login_refused(fast.port, "postgres", "08006")
+        check(time.monotonic() - started < 5, "server_login_retry = 0: refused at once, as before")
+        t = tern_on("server_login_retry = 1s\nquery_wait_timeout = 30s")
+        result = {}
+
+        def login():
+            started = time.monotonic()
+            with Wire(t.port) as w:
+                w.login("postgres")
+                result["rows"] = w.query("select 7")
+            result["seconds"] = time.monotonic() - started
+
+        client = threading.Thread(target=login)
+        client.start()
+        time.sleep(0.5)  # the client is waiting; no server yet (the harness starts it now, not to pass)
+        check(client.is_alive(), "the client waits while the server is down")
+        forwarder.start()
+        client.join(timeout=20)
+        check(result.get("rows") == [["7"]], "served once the server answers: %r" % result)
+        check(result["seconds"] < 10, "within a retry or two: %.1fs" % result["seconds"])
+        # While it is down for longer than query_wait_timeout, the request ends with PgBouncer's error.
+        forwarder.stop()
+        short = tern_on("server_login_retry = 1s\nquery_wait_timeout = 2s")
+        started = time.monotonic()
+        expect_login_refused(short.port, "postgres", "08P01")
+        check(1.5 < time.monotonic() - started < 10, "after query_wait_timeout")
+    finally:
+        forwarder.stop()
+
+
 @test
 def unknown_database_and_role_are_reported_as_the_server_reports_them(ctx):
     t = ctx.tern(pool_mode="transaction")

@@ -1469,3 +1469,63 @@ Test(pool, a_lowered_pool_size_closes_connections_as_they_are_released_and_idle_
 	check_invariants(&e, "expired above the limit");
 	env_deinit(&e);
 }
+
+/* ---- server_login_retry ---- */
+
+Test(pool, a_server_that_did_not_answer_keeps_its_requests_parked_until_the_retry_succeeds)
+{
+	struct env e;
+	env_init(&e, 2, 0);
+	env_settings(&e, (struct pool_settings){.pool_size = 2, .login_retry_ns = 10000});
+	struct pool_db *a = env_db(&e, "alice");
+	struct waiter w[2];
+	for (int i = 0; i < 2; i++) {
+		waiter_init(&w[i], &e, a);
+		cr_assert_eq(env_checkout(&e, &w[i]), POOL_CHECKOUT_PARKED);
+	}
+	cr_assert_eq(e.open_calls, 2);
+	env_open_fails(&e, 0, "08006", "could not connect to the server: Connection refused");
+	env_open_fails(&e, 1, "57P03", "the database system is starting up");
+	uint64_t failed = e.now_ns;
+	cr_assert_eq(w[0].done_calls + w[1].done_calls, 0, "nobody is failed: the server may come back");
+	cr_assert_eq(e.open_calls, 2, "and nothing is opened before server_login_retry");
+	check_invariants(&e, "waiting for the retry");
+	struct waiter late;
+	waiter_init(&late, &e, a);
+	cr_assert_eq(env_checkout(&e, &late), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 2, "a new request waits for the retry too");
+	(void)pool_expire(&e.pool, failed + 9999);
+	cr_assert_eq(e.open_calls, 2);
+	(void)pool_expire(&e.pool, failed + 10000);
+	cr_assert_eq(e.open_calls, 2 + 2, "the pass retries for the waiting requests, within pool_size");
+	e.now_ns = failed + 10000;
+	(void)env_open_succeeds(&e, 2);
+	(void)env_open_succeeds(&e, 3);
+	cr_assert_eq(w[0].done_calls + w[1].done_calls, 2);
+	cr_assert(w[0].req.conn && w[0].req.error.sqlstate[0] == '\0', "granted, not failed");
+	cr_assert(pool_request_cancel(&e.pool, &late.req));
+	check_invariants(&e, "served after the retry");
+	env_deinit(&e);
+}
+
+Test(pool, a_server_that_refused_the_login_fails_the_request_at_once_and_retry_0_fails_every_error_at_once)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	env_settings(&e, (struct pool_settings){.pool_size = 1, .login_retry_ns = 10000});
+	struct pool_db *a = env_db(&e, "alice");
+	struct waiter w;
+	waiter_init(&w, &e, a);
+	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
+	env_open_fails(&e, 0, "28P01", "password authentication failed");
+	cr_assert_eq(w.done_calls, 1, "the server's own verdict goes to the client");
+	cr_assert_str_eq(w.req.error.sqlstate, "28P01");
+	env_settings(&e, (struct pool_settings){.pool_size = 1, .login_retry_ns = 0});
+	waiter_init(&w, &e, a);
+	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
+	env_open_fails(&e, 1, "08006", "could not connect to the server: Connection refused");
+	cr_assert_eq(w.done_calls, 1, "server_login_retry 0: fail fast");
+	cr_assert_str_eq(w.req.error.sqlstate, "08006");
+	check_invariants(&e, "failed fast");
+	env_deinit(&e);
+}
