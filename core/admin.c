@@ -181,7 +181,7 @@ static void admin_show_pools(struct admin_reply *r, struct tern_runtime *rt)
 		if (row->server_index != rt->primary->index)
 			continue;
 		uint64_t oldest_ns = row->waiting_count ? TERN_MIN(row->oldest_parked_ns, now) : now;
-		uint32_t clients = __atomic_load_n(&row->db->client_count, __ATOMIC_RELAXED);
+		uint32_t clients = row->client_count;
 		char f[7][24];
 		snprintf(f[0], sizeof(f[0]), "%u", clients > row->waiting_count ? clients - row->waiting_count : 0);
 		snprintf(f[1], sizeof(f[1]), "%u", row->waiting_count);
@@ -191,7 +191,7 @@ static void admin_show_pools(struct admin_reply *r, struct tern_runtime *rt)
 		snprintf(f[5], sizeof(f[5]), "%llu", (unsigned long long)((now - oldest_ns) / BASE_NS_PER_SEC));
 		snprintf(f[6], sizeof(f[6]), "%llu",
 			 (unsigned long long)((now - oldest_ns) % BASE_NS_PER_SEC / 1000));
-		const char *values[] = {row->db->database, row->db->user, f[0], f[1], f[2], f[3], f[4], f[5], f[6], mode};
+		const char *values[] = {row->database, row->user, f[0], f[1], f[2], f[3], f[4], f[5], f[6], mode};
 		admin_row(r, values, 10);
 	}
 	free(rows);
@@ -214,7 +214,7 @@ static void admin_show_servers(struct admin_reply *r, struct tern_runtime *rt)
 		/* Seconds open, not a wall-clock time: tern keeps monotonic clocks only. */
 		snprintf(age, sizeof(age), "%llu", (unsigned long long)((now - TERN_MIN(row->opened_ns, now)) / BASE_NS_PER_SEC));
 		snprintf(pid, sizeof(pid), "%u", row->backend_pid);
-		const char *values[] = {"S", row->db->user, row->db->database,
+		const char *values[] = {"S", row->user, row->database,
 					row->state == POOL_CONN_USED ? "active" : "idle", age, pid};
 		admin_row(r, values, 6);
 	}

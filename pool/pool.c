@@ -4,6 +4,15 @@
 #include <string.h>
 #include <xxhash.h>
 
+/* Keys a hash bucket holds on average before the table doubles. */
+#define POOL_BUCKET_LOAD_MAX 2u
+#define POOL_BUCKETS_INITIAL 64u
+
+/* Rounds of closes one pool_expire pass makes per server: 512 connections a second at most. */
+#define POOL_EXPIRE_ROUNDS_MAX 64u
+
+static void pool_db_free(struct pool_db *db);
+
 /* Hooks collected under the mutex and run after it is released. */
 #define POOL_DEFERRED_MAX 8u
 struct pool_deferred {
@@ -34,6 +43,12 @@ int pool_init(struct pool *pool, const struct pool_settings *settings, const str
 	base_list_init(&pool->dbs);
 	base_list_init(&pool->database_groups);
 	base_list_init(&pool->user_groups);
+	pool->buckets = malloc(POOL_BUCKETS_INITIAL * sizeof(*pool->buckets));
+	if (!pool->buckets)
+		return -ENOMEM;
+	pool->bucket_count = POOL_BUCKETS_INITIAL;
+	for (uint32_t i = 0; i < pool->bucket_count; i++)
+		base_list_init(&pool->buckets[i]);
 	return -pthread_mutex_init(&pool->dbs_lock, NULL);
 }
 
@@ -59,15 +74,12 @@ void pool_deinit(struct pool *pool)
 	struct base_list *node;
 	while ((node = base_list_pop_head(&pool->dbs)) != NULL) {
 		struct pool_db *db = TERN_CONTAINER_OF(node, struct pool_db, link);
-		free(db->options);
-		free(db->password);
-		explicit_bzero(db->secret, sizeof(db->secret));
-		free(db);
+		memset(db->database_group->counts, 0, sizeof(db->database_group->counts));
+		memset(db->user_group->counts, 0, sizeof(db->user_group->counts));
+		pool_db_free(db);
 	}
-	struct base_list *groups[] = {&pool->database_groups, &pool->user_groups};
-	for (size_t g = 0; g < TERN_ARRAY_LEN(groups); g++)
-		while ((node = base_list_pop_head(groups[g])) != NULL)
-			free(TERN_CONTAINER_OF(node, struct pool_group, link));
+	TERN_ASSERT(base_list_is_empty(&pool->database_groups) && base_list_is_empty(&pool->user_groups));
+	free(pool->buckets);
 	pthread_mutex_destroy(&pool->dbs_lock);
 }
 
@@ -127,22 +139,107 @@ static bool pool_key_equal(const struct pool_key *a, const struct pool_key *b)
 	return memcmp(a, b, sizeof(*a)) == 0;
 }
 
-/* The group named `name` in `groups`, made when absent; NULL when out of memory. Under dbs_lock. */
+/* The group named `name` in `groups`, made when absent, with a reference taken; NULL when out of memory.
+ * Under dbs_lock. Groups are few (one per database name, one per user name): a list is enough. */
 static struct pool_group *pool_group_get(struct base_list *groups, const char *name)
 {
 	struct base_list *node, *tmp;
 	base_list_for_each_safe(node, tmp, groups)
 	{
 		struct pool_group *group = TERN_CONTAINER_OF(node, struct pool_group, link);
-		if (strcmp(group->name, name) == 0)
+		if (strcmp(group->name, name) == 0) {
+			group->refs++;
 			return group;
+		}
 	}
 	struct pool_group *group = calloc(1, sizeof(*group));
 	if (group) {
 		base_strlcpy(group->name, name, sizeof(group->name));
+		group->refs = 1;
 		base_list_insert_tail(groups, &group->link);
 	}
 	return group;
+}
+
+static void pool_group_put(struct pool_group *group)
+{
+	if (!group)
+		return;
+	TERN_ASSERT(group->refs > 0);
+	if (--group->refs > 0)
+		return;
+	for (uint32_t s = 0; s < POOL_SERVERS_MAX; s++)
+		TERN_ASSERT(group->counts[s] == 0);
+	base_list_remove(&group->link);
+	free(group);
+}
+
+static struct base_list *pool_bucket(const struct pool *pool, const struct pool_key *key)
+{
+	return &pool->buckets[XXH3_64bits(key, sizeof(*key)) & (pool->bucket_count - 1)];
+}
+
+/* Doubles the table when it holds POOL_BUCKET_LOAD_MAX keys a bucket; a failed allocation keeps the old
+ * one (longer chains, still correct). Under dbs_lock. */
+static void pool_buckets_grow(struct pool *pool)
+{
+	if (pool->db_count <= pool->bucket_count * POOL_BUCKET_LOAD_MAX || pool->bucket_count > UINT32_MAX / 4)
+		return;
+	uint32_t old_count = pool->bucket_count;
+	struct base_list *old = pool->buckets;
+	struct base_list *grown = malloc((size_t)old_count * 2 * sizeof(*grown));
+	if (!grown)
+		return;
+	pool->buckets = grown;
+	pool->bucket_count = old_count * 2;
+	for (uint32_t i = 0; i < pool->bucket_count; i++)
+		base_list_init(&grown[i]);
+	for (uint32_t i = 0; i < old_count; i++) {
+		struct base_list *node;
+		while ((node = base_list_pop_head(&old[i])) != NULL) {
+			struct pool_db *db = TERN_CONTAINER_OF(node, struct pool_db, hash_link);
+			base_list_insert_tail(pool_bucket(pool, &db->key), &db->hash_link);
+		}
+	}
+	free(old);
+}
+
+static void pool_db_free(struct pool_db *db)
+{
+	pool_group_put(db->database_group);
+	pool_group_put(db->user_group);
+	free(db->options);
+	free(db->password);
+	explicit_bzero(db->secret, sizeof(db->secret));
+	free(db);
+}
+
+static struct pool_db *pool_db_create(struct pool *pool, const struct pool_key *key, const char *user,
+				      const char *database, const char *options, const char *password)
+{
+	if (strlen(user) >= POOL_NAME_LEN_MAX || strlen(database) >= POOL_NAME_LEN_MAX)
+		return NULL;
+	struct pool_db *db = calloc(1, sizeof(*db));
+	if (!db)
+		return NULL;
+	db->key = *key;
+	base_strlcpy(db->user, user, sizeof(db->user));
+	base_strlcpy(db->database, database, sizeof(db->database));
+	db->options = strdup(options);
+	db->password = password ? strdup(password) : NULL;
+	db->database_group = pool_group_get(&pool->database_groups, database);
+	db->user_group = pool_group_get(&pool->user_groups, user);
+	for (uint32_t s = 0; s < POOL_SERVERS_MAX; s++)
+		base_list_init(&db->slots[s].free_conns);
+	if (!db->options || (password && !db->password) || !db->database_group || !db->user_group) {
+		pool_db_free(db);
+		return NULL;
+	}
+	base_list_insert_tail(&pool->dbs, &db->link);
+	base_list_insert_tail(pool_bucket(pool, key), &db->hash_link);
+	pool->db_count++;
+	pool_buckets_grow(pool);
+	return db;
 }
 
 struct pool_db *pool_db_get(struct pool *pool, const char *user, const char *database, const char *options,
@@ -159,9 +256,9 @@ struct pool_db *pool_db_get(struct pool *pool, const char *user, const char *dat
 	pthread_mutex_lock(&pool->dbs_lock);
 	struct base_list *node, *tmp;
 	struct pool_db *found = NULL;
-	base_list_for_each_safe(node, tmp, &pool->dbs)
+	base_list_for_each_safe(node, tmp, pool_bucket(pool, &key))
 	{
-		struct pool_db *db = TERN_CONTAINER_OF(node, struct pool_db, link);
+		struct pool_db *db = TERN_CONTAINER_OF(node, struct pool_db, hash_link);
 		/* Compare the strings too: a hash collision must never share a connection. */
 		if (pool_key_equal(&db->key, &key) && strcmp(db->user, user) == 0 &&
 		    strcmp(db->database, database) == 0 && strcmp(db->options, options) == 0) {
@@ -169,31 +266,54 @@ struct pool_db *pool_db_get(struct pool *pool, const char *user, const char *dat
 			break;
 		}
 	}
-	if (!found && strlen(user) < POOL_NAME_LEN_MAX && strlen(database) < POOL_NAME_LEN_MAX) {
-		found = calloc(1, sizeof(*found));
-		if (found) {
-			found->key = key;
-			base_strlcpy(found->user, user, sizeof(found->user));
-			base_strlcpy(found->database, database, sizeof(found->database));
-			found->options = strdup(options);
-			found->password = password ? strdup(password) : NULL;
-			found->database_group = pool_group_get(&pool->database_groups, database);
-			found->user_group = pool_group_get(&pool->user_groups, user);
-			for (uint32_t s = 0; s < POOL_SERVERS_MAX; s++)
-				base_list_init(&found->slots[s].free_conns);
-			if (!found->options || (password && !found->password) || !found->database_group ||
-			    !found->user_group) {
-				free(found->options);
-				free(found->password);
-				free(found);
-				found = NULL;
-			} else {
-				base_list_insert_tail(&pool->dbs, &found->link);
-			}
-		}
-	}
+	if (!found)
+		found = pool_db_create(pool, &key, user, database, options, password);
+	if (found)
+		found->refs++;
 	pthread_mutex_unlock(&pool->dbs_lock);
 	return found;
+}
+
+void pool_db_put(struct pool *pool, struct pool_db *db)
+{
+	pthread_mutex_lock(&pool->dbs_lock);
+	TERN_ASSERT(db->refs > 0);
+	db->refs--;
+	pthread_mutex_unlock(&pool->dbs_lock);
+}
+
+/* Frees the keys nobody holds that have no connection open, opening or waited for on any server; returns
+ * how many. The same lock order as pool_warm: dbs_lock, then each server's. */
+static uint32_t pool_free_unused(struct pool *pool)
+{
+	uint32_t freed = 0;
+	pthread_mutex_lock(&pool->dbs_lock);
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &pool->dbs)
+	{
+		struct pool_db *db = TERN_CONTAINER_OF(node, struct pool_db, link);
+		if (db->refs > 0)
+			continue;
+		bool is_unused = true;
+		for (uint32_t s = 0; s < pool->server_count && is_unused; s++) {
+			struct pool_server *server = &pool->servers[s];
+			pthread_mutex_lock(&server->lock);
+			const struct pool_slot *slot = &db->slots[s];
+			is_unused = slot->open_count == 0 && slot->opening_count == 0 && slot->waiting_count == 0;
+			pthread_mutex_unlock(&server->lock);
+		}
+		if (!is_unused)
+			continue;
+		/* Nothing can reach it now: a new holder would need dbs_lock, and no connection or request
+		 * names it. */
+		base_list_remove(&db->link);
+		base_list_remove(&db->hash_link);
+		pool->db_count--;
+		pool_db_free(db);
+		freed++;
+	}
+	pthread_mutex_unlock(&pool->dbs_lock);
+	return freed;
 }
 
 void pool_db_set_params(struct pool *pool, struct pool_db *db, const struct pool_param *params, uint32_t count)
@@ -622,34 +742,45 @@ bool pool_conn_remove_if_free(struct pool *pool, struct pool_conn *conn)
 	return removed;
 }
 
+/* Closes up to POOL_DEFERRED_MAX of server's expired connections (one mutex hold); returns how many. */
+static uint32_t pool_expire_some(struct pool *pool, struct pool_server *server, uint64_t now_ns)
+{
+	struct pool_deferred d = {0};
+	pthread_mutex_lock(&server->lock);
+	uint64_t idle_ns = pool->settings.idle_timeout_ns; /* pool_set_settings writes it under the locks */
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &server->free_conns)
+	{
+		if (d.close_count == POOL_DEFERRED_MAX)
+			break; /* the rest wait for the next round */
+		struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
+		bool idle_expired = idle_ns && now_ns - conn->released_ns >= idle_ns;
+		if (!idle_expired && !pool_conn_is_past_lifetime(pool, conn, now_ns) &&
+		    !pool_limits(pool, server, conn->db, now_ns, 1))
+			continue;
+		pool_conn_forget(server, conn);
+		d.close[d.close_count++] = conn;
+	}
+	/* Requests that have waited reserve_pool_timeout (or server_login_retry) may open now. */
+	if (!base_list_is_empty(&server->waiters))
+		pool_serve_waiters(pool, server, now_ns, &d);
+	pthread_mutex_unlock(&server->lock);
+	pool_deferred_run(pool, server, &d);
+	return d.close_count;
+}
+
 uint32_t pool_expire(struct pool *pool, uint64_t now_ns)
 {
 	uint32_t closed = 0;
 	for (uint32_t s = 0; s < pool->server_count; s++) {
-		struct pool_server *server = &pool->servers[s];
-		struct pool_deferred d = {0};
-		pthread_mutex_lock(&server->lock);
-		uint64_t idle_ns = pool->settings.idle_timeout_ns; /* pool_set_settings writes it under the locks */
-		struct base_list *node, *tmp;
-		base_list_for_each_safe(node, tmp, &server->free_conns)
-		{
-			if (d.close_count == POOL_DEFERRED_MAX)
-				break; /* the rest wait for the next pass */
-			struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
-			bool idle_expired = idle_ns && now_ns - conn->released_ns >= idle_ns;
-			if (!idle_expired && !pool_conn_is_past_lifetime(pool, conn, now_ns) &&
-			    !pool_limits(pool, server, conn->db, now_ns, 1))
-				continue;
-			pool_conn_forget(server, conn);
-			d.close[d.close_count++] = conn;
+		/* Rounds of a few closes each keep every mutex hold short; a pass ends within a bound. */
+		for (uint32_t round = 0, n = POOL_DEFERRED_MAX; round < POOL_EXPIRE_ROUNDS_MAX && n == POOL_DEFERRED_MAX;
+		     round++) {
+			n = pool_expire_some(pool, &pool->servers[s], now_ns);
+			closed += n;
 		}
-		/* Requests that have waited reserve_pool_timeout may open their key's reserve now. */
-		if (!base_list_is_empty(&server->waiters))
-			pool_serve_waiters(pool, server, now_ns, &d);
-		pthread_mutex_unlock(&server->lock);
-		closed += d.close_count;
-		pool_deferred_run(pool, server, &d);
 	}
+	(void)pool_free_unused(pool);
 	return closed;
 }
 
@@ -707,7 +838,7 @@ static void pool_db_row_fill(const struct pool_server *server, const struct pool
 	}
 	TERN_ASSERT(seen == slot->waiting_count);
 	*row = (struct pool_db_row){
-		.db = db,
+		.client_count = __atomic_load_n(&db->client_count, __ATOMIC_RELAXED),
 		.server_index = server->index,
 		.free_count = free_count,
 		.used_count = slot->open_count - free_count,
@@ -715,6 +846,8 @@ static void pool_db_row_fill(const struct pool_server *server, const struct pool
 		.waiting_count = slot->waiting_count,
 		.oldest_parked_ns = oldest_ns,
 	};
+	base_strlcpy(row->user, db->user, sizeof(row->user));
+	base_strlcpy(row->database, db->database, sizeof(row->database));
 }
 
 int pool_snapshot_dbs(struct pool *pool, struct pool_db_row **rows, uint32_t *count)
@@ -723,8 +856,8 @@ int pool_snapshot_dbs(struct pool *pool, struct pool_db_row **rows, uint32_t *co
 	*rows = NULL;
 	*count = 0;
 	uint32_t server_count = pool->server_count;
-	/* Dbs are only appended (and freed by pool_deinit alone), so the first db_count of the list after the
-	 * allocation are the ones counted: one that arrives meanwhile is left to the next snapshot. */
+	/* Keys come and go between the count and the copy: what fits is copied, the rest waits for the next
+	 * snapshot. */
 	uint32_t db_count = 0;
 	struct base_list *node, *tmp;
 	pthread_mutex_lock(&pool->dbs_lock);
@@ -754,7 +887,7 @@ int pool_snapshot_dbs(struct pool *pool, struct pool_db_row **rows, uint32_t *co
 		}
 	}
 	pthread_mutex_unlock(&pool->dbs_lock);
-	TERN_ASSERT(filled == total);
+	TERN_ASSERT(filled <= total);
 	*rows = out;
 	*count = filled;
 	return 0;
@@ -770,16 +903,18 @@ static uint32_t pool_conn_rows_fill(struct pool_server *server, struct pool_conn
 		const struct base_list *node;
 		for (node = lists[l]->next; node != lists[l]; node = node->next) {
 			const struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
-			if (have < capacity)
+			if (have < capacity) {
 				rows[have] = (struct pool_conn_row){
 					.id = (uintptr_t)conn,
-					.db = conn->db,
 					.server_index = server->index,
 					.state = conn->state,
 					.backend_pid = conn->backend_pid,
 					.opened_ns = conn->opened_ns,
 					.released_ns = conn->released_ns,
 				};
+				base_strlcpy(rows[have].user, conn->db->user, sizeof(rows[have].user));
+				base_strlcpy(rows[have].database, conn->db->database, sizeof(rows[have].database));
+			}
 			have++;
 		}
 	}

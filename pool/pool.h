@@ -72,11 +72,16 @@ struct pool_group {
 	char name[POOL_NAME_LEN_MAX];
 	uint32_t counts[POOL_SERVERS_MAX]; /* open + opening on each server, under that server's mutex */
 	uint32_t limit; /* atomic: this group's max_db_connections or max_user_connections; 0 = the setting's */
+	uint32_t refs;  /* keys in it (dbs_lock): freed with the last */
 };
 
-/* One per distinct match key, interned by pool_db_get; lives as long as the pool. */
+/* One per distinct match key, interned by pool_db_get. Each pool_db_get takes a reference that
+ * pool_db_put gives back; a key nobody holds, with no connection open, opening or waited for, is freed
+ * by the pool thread's pass (pool_expire), so keys never grow without clients. */
 struct pool_db {
 	struct base_list link;
+	struct base_list hash_link; /* pool->buckets */
+	uint32_t refs;              /* dbs_lock */
 	struct pool_key key;
 	struct pool_group *database_group;
 	struct pool_group *user_group;
@@ -191,7 +196,11 @@ struct pool {
 	struct pool_server servers[POOL_SERVERS_MAX];
 	uint32_t server_count;
 	pthread_mutex_t dbs_lock;
-	struct base_list dbs;
+	struct base_list dbs; /* in creation order */
+	/* The keys by hash, chained; grown to keep about one key a bucket. dbs_lock. */
+	struct base_list *buckets;
+	uint32_t bucket_count; /* a power of two */
+	uint32_t db_count;
 	struct base_list database_groups, user_groups; /* dbs_lock */
 	struct pool_hooks hooks;
 	struct pool_settings settings; /* read under a server mutex; changed by pool_set_settings */
@@ -204,9 +213,12 @@ TERN_MUST_USE int pool_server_add(struct pool *pool, const char *name, const cha
 				  struct pool_server **out);
 void pool_set_settings(struct pool *pool, const struct pool_settings *settings);
 
-/* Interns the key for (user, database, options); NULL on allocation failure. */
+/* Interns the key for (user, database, options) and takes a reference to it (pool_db_put gives it back);
+ * NULL on allocation failure. O(1): a hash lookup under the db lock. */
 struct pool_db *pool_db_get(struct pool *pool, const char *user, const char *database, const char *options,
 			    const char *password, uint64_t identity_hash);
+/* Gives back the reference pool_db_get took; db may be freed by a later pass once nothing uses it. */
+void pool_db_put(struct pool *pool, struct pool_db *db);
 /* What [databases] and [users] say of a key, its database and its user; 0 = the pool's settings. */
 struct pool_overrides {
 	uint32_t pool_size, reserve_pool_size, max_db_connections, max_user_connections;
@@ -261,7 +273,9 @@ uint32_t pool_warm(struct pool *pool);
 
 /* One (key, server) pair of SHOW POOLS, copied under the server's mutex. */
 struct pool_db_row {
-	const struct pool_db *db; /* lives as long as the pool: its user, database and client_count may be read */
+	char user[POOL_NAME_LEN_MAX];
+	char database[POOL_NAME_LEN_MAX];
+	uint32_t client_count;
 	uint32_t server_index;
 	uint32_t free_count; /* idle connections of this key on this server */
 	uint32_t used_count; /* open and not free */
@@ -276,7 +290,8 @@ TERN_MUST_USE int pool_snapshot_dbs(struct pool *pool, struct pool_db_row **rows
 /* One server connection of SHOW SERVERS, copied under its server's mutex. */
 struct pool_conn_row {
 	uintptr_t id; /* the connection's address, as an identifier only (it may be freed after the snapshot) */
-	const struct pool_db *db;
+	char user[POOL_NAME_LEN_MAX];
+	char database[POOL_NAME_LEN_MAX];
 	uint32_t server_index;
 	enum pool_conn_state state; /* POOL_CONN_USED or POOL_CONN_FREE */
 	uint32_t backend_pid;

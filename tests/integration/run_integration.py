@@ -2807,6 +2807,26 @@ def five_thousand_startup_packets_without_a_password_grow_nothing(ctx):
     check(any(r.startswith("postgres|carol|") for r in pools()), "gets its pool row: %r" % pools())
 
 
+@test
+def pool_entries_with_no_clients_and_no_connections_are_freed(ctx):
+    """Authenticated clients with 150 distinct keys (their startup options differ) each leave a pool
+    entry and a server connection; once they are gone and server_idle_timeout closes the connections,
+    the entries go too (SHOW POOLS back to where it was)."""
+    t = ctx.tern(pool_mode="transaction", extra="[admin]\nadmin_users = postgres\n",
+                 sections={"pool": "server_idle_timeout = 1s"})
+    pools = lambda: psql_ok(t.port, "show pools", dbname="pgbouncer").splitlines()
+    check(psql_ok(t.port, "select 1") == "1", "warm")
+    rows_before = len(pools())
+    for i in range(150):
+        with Wire(t.port) as w:
+            w.login("postgres", params={"options": "-c work_mem=%dkB" % (64 + i)})
+            check(w.query("show work_mem") == [["%dkB" % (64 + i)]], "its own key")
+    check(len(pools()) >= rows_before + 150, "an entry per key while used: %d" % len(pools()))
+    wait_for(lambda: len(pools()) <= rows_before, "the unused entries are freed (%d rows)" % len(pools()),
+             timeout=15)
+    check(psql_ok(t.port, "select 2") == "2", "tern serves on")
+
+
 # ---------------------------------------------------------------- runner
 
 

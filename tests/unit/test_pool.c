@@ -1005,7 +1005,8 @@ static void check_db_row(const struct pool_db_row *row, const struct pool_db *db
 			 uint32_t free_count, uint32_t used_count, uint32_t opening_count, uint32_t waiting_count,
 			 uint64_t oldest_parked_ns)
 {
-	cr_assert_eq(row->db, db, "row of %s/%u: another db", db->user, server_index);
+	cr_assert(strcmp(row->user, db->user) == 0 && strcmp(row->database, db->database) == 0,
+		  "row of %s/%u: another db (%s/%s)", db->user, server_index, row->user, row->database);
 	cr_assert_eq(row->server_index, server_index, "row of %s: server %u", db->user, row->server_index);
 	cr_assert_eq(row->free_count, free_count, "%s/%u: free %u", db->user, server_index, row->free_count);
 	cr_assert_eq(row->used_count, used_count, "%s/%u: used %u", db->user, server_index, row->used_count);
@@ -1153,8 +1154,8 @@ Test(pool, snapshot_conns_lists_used_then_free_per_server)
 	for (uint32_t i = 0; i < 5; i++) {
 		const struct pool_conn *conn = c[order[i]];
 		cr_assert_eq(rows[i].id, (uintptr_t)conn, "row %u is not conn %u", i, order[i]);
-		cr_assert_eq(rows[i].db, conn->db, "row %u", i);
-		cr_assert_eq(rows[i].db, dbs[order[i]], "row %u", i);
+		cr_assert_str_eq(rows[i].user, conn->db->user, "row %u", i);
+		cr_assert_str_eq(rows[i].user, dbs[order[i]]->user, "row %u", i);
 		cr_assert_eq(rows[i].server_index, servers[i], "row %u", i);
 		cr_assert_eq(rows[i].state, states[i], "row %u: state %d", i, rows[i].state);
 		cr_assert_eq(rows[i].backend_pid, conn->backend_pid, "row %u", i);
@@ -1527,5 +1528,70 @@ Test(pool, a_server_that_refused_the_login_fails_the_request_at_once_and_retry_0
 	cr_assert_eq(w.done_calls, 1, "server_login_retry 0: fail fast");
 	cr_assert_str_eq(w.req.error.sqlstate, "08006");
 	check_invariants(&e, "failed fast");
+	env_deinit(&e);
+}
+
+/* ---- keys come and go ---- */
+
+static uint32_t env_db_count(struct env *e)
+{
+	uint32_t n = 0;
+	for (struct base_list *node = e->pool.dbs.next; node != &e->pool.dbs; node = node->next)
+		n++;
+	cr_assert_eq(n, e->pool.db_count);
+	return n;
+}
+
+Test(pool, a_key_nobody_holds_with_nothing_open_is_freed_by_the_pass_and_others_stay)
+{
+	struct env e;
+	env_init(&e, 2, 0);
+	struct pool_db *idle = env_db(&e, "idle");
+	struct pool_db *busy = env_db(&e, "busy");
+	struct pool_db *held = env_db(&e, "held");
+	cr_assert_eq(env_db(&e, "held"), held, "the same key again");
+	struct waiter w;
+	waiter_init(&w, &e, busy);
+	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
+	struct pool_conn *conn = env_open_succeeds(&e, 0);
+	pool_db_put(&e.pool, idle);
+	pool_db_put(&e.pool, busy);
+	pool_db_put(&e.pool, held); /* one of its two references */
+	(void)pool_expire(&e.pool, e.now_ns);
+	cr_assert_eq(env_db_count(&e), 2, "only the idle key goes");
+	env_checkin(&e, conn);
+	(void)pool_expire(&e.pool, e.now_ns);
+	cr_assert_eq(env_db_count(&e), 2, "an idle connection keeps its key");
+	env_settings(&e, (struct pool_settings){.pool_size = 2, .idle_timeout_ns = 1});
+	(void)pool_expire(&e.pool, e.now_ns + 10);
+	cr_assert_eq(env_db_count(&e), 1, "the connection closed: its key goes at the same pass");
+	cr_assert_eq(TERN_CONTAINER_OF(e.pool.dbs.next, struct pool_db, link), held);
+	struct pool_db *again = env_db(&e, "idle");
+	cr_assert_str_eq(again->user, "idle", "a freed key is made anew when asked for");
+	check_invariants(&e, "keys freed");
+	env_deinit(&e);
+}
+
+Test(pool, thousands_of_keys_are_found_again_across_table_growth)
+{
+	struct env e;
+	env_init(&e, 2, 0);
+	static struct pool_db *dbs[3000];
+	char name[32];
+	for (uint32_t i = 0; i < 3000; i++) {
+		snprintf(name, sizeof(name), "u%u", i);
+		dbs[i] = env_db(&e, name);
+	}
+	cr_assert_gt(e.pool.bucket_count, 64u, "the table grew");
+	for (uint32_t i = 0; i < 3000; i++) {
+		snprintf(name, sizeof(name), "u%u", i);
+		cr_assert_eq(env_db(&e, name), dbs[i], "key %u found again", i);
+		pool_db_put(&e.pool, dbs[i]);
+		pool_db_put(&e.pool, dbs[i]);
+	}
+	(void)pool_expire(&e.pool, e.now_ns);
+	cr_assert_eq(env_db_count(&e), 0);
+	cr_assert(base_list_is_empty(&e.pool.database_groups) && base_list_is_empty(&e.pool.user_groups),
+		  "groups go with their last key");
 	env_deinit(&e);
 }
