@@ -1,8 +1,8 @@
 /*
  * admin.h — the admin console: the virtual database "tern" (or "pgbouncer", as PgBouncer's is named), open
  * to the users in [admin] admin_users,
- * answering PgBouncer's SHOW commands with PgBouncer's column names where the meaning is the same, and
- * RELOAD, PAUSE, RESUME and SHUTDOWN.
+ * answering PgBouncer's SHOW commands with its column names, order and types (admin_show.c), and
+ * RELOAD, PAUSE/RESUME [db], SUSPEND, KILL, DISABLE/ENABLE, RECONNECT, WAIT_CLOSE and SHUTDOWN.
  *
  * Threads: runs on the session's worker; reads the pool through its snapshots (never its locks) and
  * the config, which is read-only. What lives in other workers' sessions (SHOW CLIENTS, SHOW STATS) is

@@ -58,6 +58,7 @@ void leg_attach(struct leg *leg, struct pool_conn *conn)
 	TERN_ASSERT(!leg->is_request_pending && !leg->recv.is_armed && !leg->to_server.op.is_armed);
 	TERN_ASSERT(proto_stream_is_at_boundary(&leg->stream));
 	leg->conn = conn;
+	__atomic_store_n(&conn->holder, leg->session, __ATOMIC_RELAXED); /* SHOW SERVERS' link */
 	leg->to_server.fd = conn->fd;
 	leg->is_failed = false;
 	leg->is_dropping = false;
@@ -89,6 +90,7 @@ bool leg_is_idle(const struct leg *leg)
 static struct pool_conn *leg_detach(struct leg *leg)
 {
 	struct pool_conn *conn = leg->conn;
+	__atomic_store_n(&conn->holder, NULL, __ATOMIC_RELAXED);
 	leg->conn = NULL;
 	leg->to_server.fd = -1;
 	leg->is_release_after_recv = false;

@@ -267,6 +267,7 @@ int main(int argc, char **argv)
 	}
 	base_log_level_current = cfg.log_level;
 	static struct tern_runtime rt;
+	gates_init(&rt.gates);
 	rt.config = &cfg;
 	rt.console = &admin_console;
 	rt.parts = &session_relay_parts;
@@ -428,6 +429,7 @@ int main(int argc, char **argv)
 	for (uint32_t i = 0; i < retired.tls_context_count; i++)
 		tls_context_destroy(retired.tls_contexts[i]);
 	params_tracked_deinit(&rt.tracked);
+	gates_deinit(&rt.gates);
 	config_deinit((struct tern_config *)rt.config);
 	if (rt.config != &cfg)
 		free((struct tern_config *)rt.config);

@@ -21,6 +21,8 @@ enum session_end_reason {
 	SESSION_END_UNSUPPORTED_REQUEST, /* e.g. a CancelRequest before cancels are routed */
 	SESSION_END_SERVER_REFUSED,    /* the server refused the login; its SQLSTATE is relayed */
 	SESSION_END_UNKNOWN_DATABASE,  /* [databases] lists entries, none for this name and no "*" */
+	SESSION_END_DATABASE_DISABLED, /* the admin console's DISABLE <db> */
+	SESSION_END_ADMIN_KILLED,      /* the admin console's KILL <db> */
 	SESSION_END_WAIT_TIMEOUT,      /* query_wait_timeout */
 	SESSION_END_CLIENT_IDLE_TIMEOUT,      /* client_idle_timeout */
 	SESSION_END_CLIENT_LOGIN_TIMEOUT,     /* client_login_timeout */

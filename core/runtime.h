@@ -11,6 +11,7 @@
 #define TERN_RUNTIME_H
 
 #include "config.h"
+#include "gates.h"
 #include "params.h"
 
 struct auth_file;
@@ -47,6 +48,7 @@ struct tern_runtime {
 	 * PAUSE or RESUME bumps pause_generation; a worker acknowledges a generation at the end of a pass,
 	 * after which every transaction it starts sees the gate (see worker_pause_is_acknowledged). */
 	bool is_paused;            /* atomic */
+	struct gates gates;        /* DISABLE <db>, PAUSE <db> */
 	uint32_t pause_generation; /* atomic */
 	/* SIGHUP reloads, for the admin RELOAD: odd while main reloads, even when done; reload_result is
 	 * the last one's (0 or <0, nothing changed). */

@@ -412,9 +412,15 @@ static void session_request_done_hook(struct pool_request *req)
 	host->ops->request_done(host, req);
 }
 
+bool session_is_gated(struct session *s)
+{
+	struct tern_runtime *rt = s->host->runtime;
+	return __atomic_load_n(&rt->is_paused, __ATOMIC_ACQUIRE) || gates_is_paused(&rt->gates, s->database);
+}
+
 bool session_pause_gate(struct session *s)
 {
-	if (__atomic_load_n(&s->host->runtime->is_paused, __ATOMIC_ACQUIRE)) {
+	if (session_is_gated(s)) {
 		if (!s->is_pause_waiting) {
 			s->is_pause_waiting = true;
 			s->pause_wait_ns = base_now_ns();

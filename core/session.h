@@ -255,6 +255,8 @@ struct leg *session_replace_leg(struct session *s, enum leg_role role);
 /* PAUSE's gate, where a session asks for a server: true when it must wait (it is held, its bytes
  * copied out of receive buffers, and let go at RESUME); false when it may go on. */
 bool session_pause_gate(struct session *s);
+/* True while the admin console's PAUSE (all, or of this client's database) holds new transactions. */
+bool session_is_gated(struct session *s);
 /* While parked: the bytes queued for the server are to leave the receive buffers (by the end of the
  * pass: session_hold_now). */
 void session_hold_parked_bytes(struct session *s);

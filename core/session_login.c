@@ -390,6 +390,10 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 	bool is_console = console && (strcmp(s->database, console->database) == 0 ||
 				      (console->alias && strcmp(s->database, console->alias) == 0));
 	const struct tern_config *config = runtime_config(rt);
+	if (!is_console && gates_is_disabled(&rt->gates, s->database)) {
+		session_end(s, SESSION_END_DATABASE_DISABLED);
+		return;
+	}
 	if (!is_console && databases_is_routing(config->databases)) {
 		s->route = databases_find(config->databases, s->database);
 		if (!s->route) {

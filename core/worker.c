@@ -303,7 +303,6 @@ bool worker_pause_is_acknowledged(struct tern_runtime *runtime, uint32_t generat
  * held past query_wait_timeout end as a pool wait would. Recounts the ones still held. */
 static void worker_pause_scan(struct worker *worker, uint64_t now_ns)
 {
-	bool is_paused = __atomic_load_n(&worker->host.runtime->is_paused, __ATOMIC_ACQUIRE);
 	const struct tern_config *config = runtime_config(worker->host.runtime); /* SIGHUP */
 	uint64_t wait_ns = config->query_wait_timeout_ms * BASE_NS_PER_MS;
 	uint32_t held = 0;
@@ -313,7 +312,7 @@ static void worker_pause_scan(struct worker *worker, uint64_t now_ns)
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 		if (!s->is_pause_waiting)
 			continue;
-		if (!is_paused) {
+		if (!session_is_gated(s)) {
 			struct leg *leg = session_primary(s);
 			bool wants_server = !leg->conn && !leg->is_request_pending &&
 					    (s->phase == SESSION_LOGIN_WAIT ||

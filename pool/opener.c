@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* Connections being opened at once; more wait in the job queue. Bounds the poll set. */
@@ -319,6 +320,17 @@ static void opener_start_connect(struct pool_opener *opener, struct opener_job *
 
 /* The pool_conn of a finished login: libpq's handle, or the socket of tern's own login. NULL when out of
  * memory (the login is then closed by the caller). */
+/* Where the connection goes, for SHOW SERVERS; zeroed when the socket cannot say. */
+static void opener_note_addresses(struct pool_conn *conn)
+{
+	socklen_t len = sizeof(conn->peer_addr);
+	if (getpeername(conn->fd, (struct sockaddr *)&conn->peer_addr, &len) < 0)
+		memset(&conn->peer_addr, 0, sizeof(conn->peer_addr));
+	len = sizeof(conn->local_addr);
+	if (getsockname(conn->fd, (struct sockaddr *)&conn->local_addr, &len) < 0)
+		memset(&conn->local_addr, 0, sizeof(conn->local_addr));
+}
+
 static struct pool_conn *opener_conn_from(const struct opener_connecting *c)
 {
 	struct pool_conn *conn = calloc(1, sizeof(*conn));
@@ -335,6 +347,7 @@ static struct pool_conn *opener_conn_from(const struct opener_connecting *c)
 		conn->backend_pid = c->login->target.backend_pid;
 		conn->param_count = c->login->param_count;
 		memcpy(conn->params, c->login->params, conn->param_count * sizeof(conn->params[0]));
+		opener_note_addresses(conn);
 		return conn;
 	}
 	conn->fd = PQsocket(c->pgconn);
@@ -349,6 +362,7 @@ static struct pool_conn *opener_conn_from(const struct opener_connecting *c)
 		base_strlcpy(param->name, opener_param_names[p], sizeof(param->name));
 		base_strlcpy(param->value, value, sizeof(param->value));
 	}
+	opener_note_addresses(conn);
 	return conn;
 }
 

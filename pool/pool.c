@@ -612,7 +612,8 @@ void pool_checkin(struct pool *pool, struct pool_conn *conn, uint64_t now_ns)
 	pthread_mutex_lock(&server->lock);
 	TERN_ASSERT(conn->state == POOL_CONN_USED);
 	struct pool_request *req = pool_oldest_waiter(server, conn->db);
-	if (pool_conn_is_past_lifetime(pool, conn, now_ns) || pool_limits(pool, server, conn->db, now_ns, 1)) {
+	if (pool_conn_is_past_lifetime(pool, conn, now_ns) || conn->is_close_needed ||
+	    pool_limits(pool, server, conn->db, now_ns, 1)) {
 		/* server_lifetime, or a limit lowered by a reload: closed, not reused; a waiter gets a fresh
 		 * connection instead when the limits allow one. */
 		pool_conn_forget(server, conn);
@@ -635,7 +636,8 @@ bool pool_checkin_to(struct pool *pool, struct pool_conn *conn, struct pool_requ
 	TERN_ASSERT(conn->state == POOL_CONN_USED);
 	const struct pool_request *oldest = pool_oldest_waiter(server, conn->db);
 	bool is_taken = req->state == POOL_REQUEST_PARKED && req->server == server && req->db == conn->db &&
-			!pool_conn_is_past_lifetime(pool, conn, now_ns) && !pool_limits(pool, server, conn->db, now_ns, 1) &&
+			!pool_conn_is_past_lifetime(pool, conn, now_ns) && !conn->is_close_needed &&
+			!pool_limits(pool, server, conn->db, now_ns, 1) &&
 			(oldest == req || req->parked_ns - oldest->parked_ns <= POOL_LOCAL_BYPASS_NS);
 	if (is_taken) {
 		pool_waiter_unlink(server, req); /* as pool_grant, but the caller hands it over: no on_done */
@@ -755,7 +757,7 @@ static uint32_t pool_expire_some(struct pool *pool, struct pool_server *server, 
 			break; /* the rest wait for the next round */
 		struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
 		bool idle_expired = idle_ns && now_ns - conn->released_ns >= idle_ns;
-		if (!idle_expired && !pool_conn_is_past_lifetime(pool, conn, now_ns) &&
+		if (!idle_expired && !conn->is_close_needed && !pool_conn_is_past_lifetime(pool, conn, now_ns) &&
 		    !pool_limits(pool, server, conn->db, now_ns, 1))
 			continue;
 		pool_conn_forget(server, conn);
@@ -782,6 +784,68 @@ uint32_t pool_expire(struct pool *pool, uint64_t now_ns)
 	}
 	(void)pool_free_unused(pool);
 	return closed;
+}
+
+uint32_t pool_reconnect(struct pool *pool, const char *database)
+{
+	uint32_t marked = 0;
+	for (uint32_t s = 0; s < pool->server_count; s++) {
+		struct pool_server *server = &pool->servers[s];
+		pthread_mutex_lock(&server->lock);
+		const struct base_list *lists[] = {&server->used_conns, &server->free_conns};
+		for (size_t l = 0; l < TERN_ARRAY_LEN(lists); l++) {
+			for (struct base_list *node = lists[l]->next; node != lists[l]; node = node->next) {
+				struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
+				if (!database || strcmp(conn->db->database, database) == 0) {
+					conn->is_close_needed = true;
+					marked++;
+				}
+			}
+		}
+		pthread_mutex_unlock(&server->lock);
+	}
+	/* The idle ones go now, a few per mutex hold. */
+	for (uint32_t s = 0; s < pool->server_count; s++) {
+		struct pool_server *server = &pool->servers[s];
+		uint32_t closed;
+		do {
+			struct pool_deferred d = {0};
+			pthread_mutex_lock(&server->lock);
+			struct base_list *node, *tmp;
+			base_list_for_each_safe(node, tmp, &server->free_conns)
+			{
+				struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
+				if (d.close_count == POOL_DEFERRED_MAX)
+					break;
+				if (conn->is_close_needed) {
+					pool_conn_forget(server, conn);
+					d.close[d.close_count++] = conn;
+				}
+			}
+			pool_serve_waiters(pool, server, 0, &d);
+			pthread_mutex_unlock(&server->lock);
+			closed = d.close_count;
+			pool_deferred_run(pool, server, &d);
+		} while (closed == POOL_DEFERRED_MAX);
+	}
+	return marked;
+}
+
+uint32_t pool_close_pending(struct pool *pool, const char *database)
+{
+	uint32_t pending = 0;
+	for (uint32_t s = 0; s < pool->server_count; s++) {
+		struct pool_server *server = &pool->servers[s];
+		pthread_mutex_lock(&server->lock);
+		const struct base_list *lists[] = {&server->used_conns, &server->free_conns};
+		for (size_t l = 0; l < TERN_ARRAY_LEN(lists); l++)
+			for (struct base_list *node = lists[l]->next; node != lists[l]; node = node->next) {
+				const struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
+				pending += conn->is_close_needed && (!database || strcmp(conn->db->database, database) == 0);
+			}
+		pthread_mutex_unlock(&server->lock);
+	}
+	return pending;
 }
 
 uint32_t pool_warm(struct pool *pool)
@@ -911,6 +975,10 @@ static uint32_t pool_conn_rows_fill(struct pool_server *server, struct pool_conn
 					.backend_pid = conn->backend_pid,
 					.opened_ns = conn->opened_ns,
 					.released_ns = conn->released_ns,
+					.peer_addr = conn->peer_addr,
+					.local_addr = conn->local_addr,
+					.holder = (uintptr_t)__atomic_load_n(&conn->holder, __ATOMIC_RELAXED),
+					.is_close_needed = conn->is_close_needed,
 				};
 				base_strlcpy(rows[have].user, conn->db->user, sizeof(rows[have].user));
 				base_strlcpy(rows[have].database, conn->db->database, sizeof(rows[have].database));
@@ -971,6 +1039,24 @@ bool pool_is_idle(struct pool *pool)
 		struct pool_server *server = &pool->servers[s];
 		pthread_mutex_lock(&server->lock);
 		idle = server->open_count == server->free_count && server->waiter_count == 0;
+		pthread_mutex_unlock(&server->lock);
+	}
+	return idle;
+}
+
+bool pool_is_idle_for(struct pool *pool, const char *database)
+{
+	if (!database)
+		return pool_is_idle(pool);
+	bool idle = true;
+	for (uint32_t s = 0; s < pool->server_count && idle; s++) {
+		struct pool_server *server = &pool->servers[s];
+		pthread_mutex_lock(&server->lock);
+		struct base_list *node;
+		for (node = server->used_conns.next; node != &server->used_conns && idle; node = node->next)
+			idle = strcmp(TERN_CONTAINER_OF(node, struct pool_conn, link)->db->database, database) != 0;
+		for (node = server->waiters.next; node != &server->waiters && idle; node = node->next)
+			idle = strcmp(TERN_CONTAINER_OF(node, struct pool_request, link)->db->database, database) != 0;
 		pthread_mutex_unlock(&server->lock);
 	}
 	return idle;

@@ -20,6 +20,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 /* Servers one pool can front (primary + replicas); a fixed array keeps per-key slots O(1). */
 #define POOL_SERVERS_MAX 16u
@@ -122,6 +123,12 @@ struct pool_conn {
 	uint32_t backend_pid;
 	uint64_t opened_ns;
 	uint64_t released_ns;
+	/* The server's address and tern's end, as connected (SHOW SERVERS). */
+	struct sockaddr_storage peer_addr, local_addr;
+	/* Atomic: the session that holds it (core's, for SHOW SERVERS' link), NULL while FREE. */
+	void *holder;
+	/* RECONNECT: closed when next released instead of kept (server mutex). */
+	bool is_close_needed;
 	struct pool_param params[POOL_PARAMS_MAX];
 	uint32_t param_count;
 	/* The fingerprint of the client state core last restored on it (tracked parameters, search_path);
@@ -269,6 +276,12 @@ uint32_t pool_expire(struct pool *pool, uint64_t now_ns);
 /* Opens connections so every used key has min_pool_size open on each server; returns how many. */
 uint32_t pool_warm(struct pool *pool);
 
+/* RECONNECT: every open connection to `database` (NULL: every one) is closed instead of kept when it is
+ * next released, idle ones at once. Returns how many were marked. */
+uint32_t pool_reconnect(struct pool *pool, const char *database);
+/* WAIT_CLOSE: connections to `database` (NULL: all) marked by pool_reconnect and not closed yet. */
+uint32_t pool_close_pending(struct pool *pool, const char *database);
+
 /* ---- snapshots for the admin console: nothing outside pool/ takes a pool mutex ---- */
 
 /* One (key, server) pair of SHOW POOLS, copied under the server's mutex. */
@@ -297,6 +310,9 @@ struct pool_conn_row {
 	uint32_t backend_pid;
 	uint64_t opened_ns;
 	uint64_t released_ns;
+	struct sockaddr_storage peer_addr, local_addr;
+	uintptr_t holder; /* as an identifier only */
+	bool is_close_needed;
 };
 /* Every open connection of every server: USED ones first, then FREE, per server. malloc'd as above. 0 or -ENOMEM. */
 TERN_MUST_USE int pool_snapshot_conns(struct pool *pool, struct pool_conn_row **rows, uint32_t *count);
@@ -304,5 +320,7 @@ TERN_MUST_USE int pool_snapshot_conns(struct pool *pool, struct pool_conn_row **
 /* True when no server has a connection USED or a request parked (PAUSE is complete); opens under way do
  * not count. Each server is read under its own mutex, one after another. */
 bool pool_is_idle(struct pool *pool);
+/* As pool_is_idle, for the connections and requests of one database only (NULL: pool_is_idle). */
+bool pool_is_idle_for(struct pool *pool, const char *database);
 
 #endif

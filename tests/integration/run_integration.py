@@ -24,7 +24,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from pgcluster import PgCluster, clean_env, find_pg_bindir, free_port  # noqa: E402
-from procs import TernProcess  # noqa: E402
+from procs import PgBouncerProcess, TernProcess  # noqa: E402
 from wire import (FLUSH, SYNC, Wire, WireError, bind, close, data_row, describe, error_fields, execute,  # noqa: E402
                   message, parse, scram_secret, startup_packet)
 
@@ -1741,10 +1741,16 @@ def the_admin_console_shows_pools_servers_config_and_shuts_down(ctx):
               "SHOW CONFIG: %r" % config_rows)
         pools = [line.split("|") for line in admin("SHOW POOLS;").splitlines()]
         row = [p for p in pools if p[0] == "postgres" and p[1] == "postgres"]
-        check(len(row) == 1 and row[0][4] == "1" and row[0][9] == "transaction",
+        check(len(row) == 1 and row[0][6] == "1" and row[0][15] == "transaction",
               "SHOW POOLS: one active server for postgres/postgres: %r" % pools)
         servers = [line.split("|") for line in admin("show servers").splitlines()]
         check(any(r[3] == "active" and r[2] == "postgres" for r in servers), "SHOW SERVERS: %r" % servers)
+        # SHOW CLIENTS's link is the ptr of the server row its client holds, and the other way round.
+        clients = [line.split("|") for line in admin("show clients").splitlines()]
+        holder_row = [c for c in clients if c[3] == "active" and c[2] == "postgres" and c[14]]
+        check(len(holder_row) == 1, "the holder's client row: %r" % clients)
+        server_row = [r for r in servers if r[13] == holder_row[0][14]]
+        check(len(server_row) == 1 and server_row[0][14] == holder_row[0][13], "link <-> ptr: %r %r" % (holder_row, servers))
         r = psql(t.port, "show nonsense", dbname="tern")
         check(r.returncode != 0 and "unknown admin command" in r.stderr, "unknown command: %r" % r.stderr)
         expect_login_refused(t.port, "alice", "28000", database="tern")
@@ -1934,6 +1940,99 @@ def admin_show_stats_counts_transactions_bytes_and_waits_per_database(ctx):
     finally:
         for w in (holder, waiter, console):
             w.close()
+
+
+def row_description(port, sql, database):
+    """(column name, type OID) of each column of `sql`'s answer on an admin console, and its tag."""
+    with Wire(port) as w:
+        w.login("postgres", database=database)
+        w.send(message(b"Q", sql.encode() + b"\0"))
+        columns, tag = [], None
+        for kind, body in w.read_until_ready():
+            if kind == b"T":
+                (n,) = struct.unpack("!H", body[:2])
+                at = 2
+                for _ in range(n):
+                    end = body.index(b"\0", at)
+                    name = body[at:end].decode()
+                    at = end + 1
+                    (type_oid,) = struct.unpack("!I", body[at + 6:at + 10])
+                    at += 18
+                    columns.append((name, type_oid))
+            elif kind == b"C":
+                tag = body[:-1].decode()
+        return columns, tag
+
+
+@test
+def the_admin_console_answers_pgbouncers_show_commands_with_its_columns_order_and_types(ctx):
+    """Debian's PgBouncer beside tern: command by command, the same column names, order and types, so
+    exporters and scripts written for PgBouncer read tern unchanged."""
+    bouncer = PgBouncerProcess(ctx.pg.primary_port, 2, extra_settings=["admin_users = postgres"])
+    bouncer.start()
+    try:
+        t = ctx.tern(extra="[admin]\nadmin_users = postgres\n")
+        with Wire(t.port) as w, Wire(bouncer.port) as b:  # a client each, so every table has a row
+            w.login("postgres")
+            b.login("postgres")
+            w.query("select 1")
+            b.query("select 1")
+            for command in ("SHOW POOLS", "SHOW SERVERS", "SHOW CLIENTS", "SHOW DATABASES", "SHOW LISTS",
+                            "SHOW USERS", "SHOW STATS", "SHOW CONFIG", "SHOW VERSION", "SHOW HELP"):
+                ours = row_description(t.port, command, "pgbouncer")
+                theirs = row_description(bouncer.port, command, "pgbouncer")
+                check(ours == theirs, "%s: tern %r, PgBouncer %r" % (command, ours, theirs))
+    finally:
+        bouncer.stop()
+
+
+@test
+def admin_kill_disable_reconnect_wait_close_and_pause_of_one_database(ctx):
+    auth_users(ctx)
+    ctx.pg.psql("drop database if exists other")
+    ctx.pg.psql("create database other")
+    t = ctx.tern(extra="[admin]\nadmin_users = postgres\n", pool_size=2)
+    admin = lambda sql: psql_ok(t.port, sql, dbname="pgbouncer")
+    with Wire(t.port) as victim, Wire(t.port) as bystander:
+        victim.login("postgres", database="other")
+        bystander.login("postgres")
+        before = backend_pid(bystander)
+        # RECONNECT: the connections to postgres close as they are released; WAIT_CLOSE waits for that.
+        check(admin("reconnect postgres") == "RECONNECT", "RECONNECT")
+        check(admin("wait_close postgres") == "WAIT_CLOSE", "WAIT_CLOSE")
+        check(backend_pid(bystander) != before, "a new server connection after RECONNECT")
+        # PAUSE of one database holds its new transactions only.
+        with Wire(t.port) as console:
+            console.login("postgres", database="pgbouncer")
+            console.query("pause other")
+            victim.send(message(b"Q", b"select 5\0"))
+            check(backend_pid(bystander), "another database is not paused")
+            check(not select.select([victim.sock], [], [], 0.3)[0], "the paused database's query waits")
+            console.query("resume other")
+            check([m for m in victim.read_until_ready() if m[0] == b"D"], "RESUME lets it go")
+        # KILL ends the database's clients now; its new clients wait until RESUME, as PgBouncer's.
+        check(admin("kill other") == "KILL", "KILL")
+        fields = victim.expect_error_and_close()
+        check(fields and fields["C"] == "57P01", "KILL ends its clients: %r" % fields)
+        check(backend_pid(bystander), "the other database's client goes on")
+        check(psql_ok(t.port, "show databases", dbname="pgbouncer"), "SHOW DATABASES after KILL")
+        check(admin("resume other") == "RESUME", "RESUME after KILL")
+        check(psql_ok(t.port, "select 6", dbname="other") == "6", "served again after RESUME")
+    # DISABLE refuses new clients of the database; ENABLE lets them in again.
+    check(admin("disable other") == "DISABLE", "DISABLE")
+    err = expect_login_refused(t.port, "postgres", "57P03", database="other")
+    check("does not allow connections" in err.fields["M"], "PgBouncer's words: %r" % err.fields)
+    dbs = {line.split("|")[0]: line.split("|") for line in admin("show databases").splitlines()}
+    check(dbs.get("other", [""] * 13)[12] == "1", "SHOW DATABASES says disabled: %r" % dbs)
+    check(admin("enable other") == "ENABLE", "ENABLE")
+    check(psql_ok(t.port, "select 7", dbname="other") == "7", "enabled again")
+    # SUSPEND holds every database like PAUSE; RESUME ends it. Lists count what tern has.
+    check(admin("suspend") == "SUSPEND", "SUSPEND")
+    check(admin("resume") == "RESUME", "RESUME after SUSPEND")
+    lists = dict(line.split("|") for line in admin("show lists").splitlines())
+    check(int(lists["used_clients"]) >= 1 and int(lists["databases"]) >= 2, "SHOW LISTS: %r" % lists)
+    users = [line.split("|")[0] for line in admin("show users").splitlines()]
+    check("postgres" in users, "SHOW USERS: %r" % users)
 
 
 @test

@@ -47,10 +47,10 @@ static const char *const module_names[] = {"other", "core/base", "core", "pool",
  * its sessions, the session and its parts, then the worker, the admin console and main. */
 static const char *const core_order[] = {
 	"proto", "sendq", "reasons", "sql", "params", "stmts", "databases", "config", "import", "scram", "auth", "server_auth", "auth_query", "tls",
-	"runtime", "host", "leg",
+	"gates", "runtime", "host", "leg",
 	"session", "session_tls", "observer", "observer_copy", "observer_stmts", "observer_params", "observer_pins",
 	"observer_stats", "dispatch", "session_login", "session_relay",
-	"worker", "admin", "main",
+	"worker", "admin_reply", "admin_show", "admin", "main",
 };
 
 /* The rank of a core file's unit in core_order, or -1. `rel` is relative to the root. */
