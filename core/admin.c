@@ -660,7 +660,7 @@ static void admin_welcome(struct session *s)
 		size_t n = proto_build_parameter_status(msg, sizeof(msg), params[i][0], value);
 		session_send_to_client(s, msg, (uint32_t)n);
 	}
-	size_t n = proto_build_key_data(msg, sizeof(msg), s->key_pid, s->key_secret);
+	size_t n = proto_build_key_data(msg, sizeof(msg), s->key_pid, s->key_secret, s->key_len);
 	session_send_to_client(s, msg, (uint32_t)n);
 	n = proto_build_ready(msg, sizeof(msg), 'I');
 	session_send_to_client(s, msg, (uint32_t)n);

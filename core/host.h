@@ -45,7 +45,7 @@ struct host_ops {
 	 * hands it back to the session on its own thread. */
 	void (*request_done)(struct host *host, struct pool_request *req);
 	/* A CancelRequest arrived here: to the worker its key names. */
-	void (*route_cancel)(struct tern_runtime *runtime, uint32_t pid, uint32_t secret);
+	void (*route_cancel)(struct tern_runtime *runtime, uint32_t pid, const uint8_t *key, uint32_t key_len);
 	/* The auth_query thread answered a lookup whose done_ctx is this host: to the worker's mailbox. */
 	void (*lookup_done)(struct auth_lookup *lookup);
 };

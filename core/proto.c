@@ -154,10 +154,12 @@ int proto_startup_parse(const uint8_t *body, uint32_t len, struct proto_startup 
 		return -EPROTO;
 	out->code = proto_read_u32(body);
 	if (out->code == PROTO_CODE_CANCEL) {
-		if (len != 12)
+		/* A 4-byte key (protocol 3.0) or a longer one (3.2), never more than PostgreSQL's 256. */
+		if (len < 12 || len - 8 > PROTO_CANCEL_KEY_MAX)
 			return -EPROTO;
 		out->cancel_pid = proto_read_u32(body + 4);
-		out->cancel_key = proto_read_u32(body + 8);
+		out->cancel_key_len = len - 8;
+		memcpy(out->cancel_key, body + 8, out->cancel_key_len);
 		return 0;
 	}
 	if (out->code == PROTO_CODE_SSL || out->code == PROTO_CODE_GSSENC)
@@ -304,12 +306,13 @@ size_t proto_build_parameter_status(uint8_t *out, size_t cap, const char *name, 
 	return proto_end(&w);
 }
 
-size_t proto_build_key_data(uint8_t *out, size_t cap, uint32_t pid, uint32_t key)
+size_t proto_build_key_data(uint8_t *out, size_t cap, uint32_t pid, const uint8_t *key, uint32_t key_len)
 {
+	TERN_ASSERT(key_len >= 4 && key_len <= PROTO_CANCEL_KEY_MAX);
 	struct proto_writer w;
 	proto_begin(&w, out, cap, PROTO_BE_KEY_DATA);
 	proto_put_u32(&w, pid);
-	proto_put_u32(&w, key);
+	proto_put(&w, key, key_len);
 	return proto_end(&w);
 }
 

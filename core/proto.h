@@ -16,6 +16,9 @@
 
 #define PROTO_HEADER_LEN 5u /* type byte + int32 length (the length counts itself, not the type) */
 #define PROTO_VERSION_3_0 196608u
+/* PostgreSQL 18's: BackendKeyData and CancelRequest carry keys of up to PROTO_CANCEL_KEY_MAX bytes. */
+#define PROTO_VERSION_3_2 196610u
+#define PROTO_CANCEL_KEY_MAX 256u
 #define PROTO_CODE_CANCEL 80877102u
 #define PROTO_CODE_SSL 80877103u
 #define PROTO_CODE_GSSENC 80877104u
@@ -130,7 +133,9 @@ TERN_MUST_USE int proto_stream_feed(struct proto_stream *stream, const uint8_t *
 
 struct proto_startup {
 	uint32_t code; /* PROTO_VERSION_3_0 or one of the PROTO_CODE_* requests */
-	uint32_t cancel_pid, cancel_key;
+	uint32_t cancel_pid;
+	uint8_t cancel_key[PROTO_CANCEL_KEY_MAX]; /* 4 bytes under protocol 3.0, up to 256 under 3.2 */
+	uint32_t cancel_key_len;
 	uint32_t param_count;
 	const char *names[PROTO_STARTUP_PARAMS_MAX];
 	const char *values[PROTO_STARTUP_PARAMS_MAX];
@@ -156,7 +161,8 @@ size_t proto_build_error(uint8_t *out, size_t cap, const char *severity, const c
 			 const char *hint);
 size_t proto_build_auth(uint8_t *out, size_t cap, uint32_t code, const void *data, size_t data_len);
 size_t proto_build_parameter_status(uint8_t *out, size_t cap, const char *name, const char *value);
-size_t proto_build_key_data(uint8_t *out, size_t cap, uint32_t pid, uint32_t key);
+/* BackendKeyData with a key of key_len bytes (4 for protocol 3.0; up to PROTO_CANCEL_KEY_MAX for 3.2). */
+size_t proto_build_key_data(uint8_t *out, size_t cap, uint32_t pid, const uint8_t *key, uint32_t key_len);
 size_t proto_build_ready(uint8_t *out, size_t cap, char status);
 size_t proto_build_query(uint8_t *out, size_t cap, const char *sql);
 

@@ -56,8 +56,11 @@ struct session *session_create(struct host *host, int client_fd)
 	s->client_active_ns = s->legs[LEG_PRIMARY]->ready_ns = s->started_ns;
 	host->session_serial = (host->session_serial + 1) & 0xffffffu;
 	s->key_pid = (host->index << 24) | host->session_serial;
-	if (getrandom(&s->key_secret, sizeof(s->key_secret), 0) != sizeof(s->key_secret))
-		s->key_secret = (uint32_t)base_now_ns();
+	if (getrandom(s->key_secret, sizeof(s->key_secret), 0) != sizeof(s->key_secret)) {
+		uint64_t now = base_now_ns(); /* no entropy yet: a guessable key is better than no session */
+		memcpy(s->key_secret, &now, sizeof(now));
+	}
+	s->key_len = SESSION_CANCEL_KEY_LEN_3_0; /* a client that negotiates 3.2 gets the whole key */
 	uint32_t clients = __atomic_add_fetch(&rt->client_count, 1, __ATOMIC_RELAXED);
 	s->is_over_client_limit = clients > runtime_config(rt)->max_client_conn;
 	base_list_insert_tail(&host->sessions, &s->link);

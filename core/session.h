@@ -98,6 +98,11 @@ struct session_parts {
 };
 extern const struct session_parts session_relay_parts;
 
+/* A protocol 3.2 client's cancel key: 32 random bytes, as PostgreSQL 18 gives (the pid names the worker). */
+#define SESSION_CANCEL_KEY_LEN 32u
+/* Protocol 3.0's key is 4 bytes. */
+#define SESSION_CANCEL_KEY_LEN_3_0 4u
+
 struct session {
 	struct base_list link; /* host->sessions, or host->reaping once ended */
 	struct host *host;
@@ -138,7 +143,9 @@ struct session {
 	bool is_lookup_done;
 	struct pool_db *db;
 	uint32_t key_pid; /* BackendKeyData tern gave the client; the worker index is the top byte */
-	uint32_t key_secret;
+	/* Its secret: the first 4 bytes under protocol 3.0, all SESSION_CANCEL_KEY_LEN under 3.2. */
+	uint8_t key_secret[SESSION_CANCEL_KEY_LEN];
+	uint8_t key_len;
 
 	/* The server side: a leg per role (the primary's exists from the start), and legs set aside while
 	 * their dropped connection drains (leg.link). */

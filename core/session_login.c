@@ -131,7 +131,7 @@ static void login_send_welcome(struct session *s, const struct pool_param *param
 		if (n > 0)
 			session_send_to_client(s, msg, (uint32_t)n);
 	}
-	size_t n = proto_build_key_data(msg, sizeof(msg), s->key_pid, s->key_secret);
+	size_t n = proto_build_key_data(msg, sizeof(msg), s->key_pid, s->key_secret, s->key_len);
 	session_send_to_client(s, msg, (uint32_t)n);
 	n = proto_build_ready(msg, sizeof(msg), 'I');
 	session_send_to_client(s, msg, (uint32_t)n);
@@ -322,9 +322,16 @@ static void login_begin_auth(struct session *s)
 	}
 }
 
-/* NegotiateProtocolVersion, as PostgreSQL words it: tern speaks 3.0 (sent as the full code, 196608: libpq
- * 18 and later read a bare minor number as a downgrade to before 3.0) and knows no protocol extensions,
- * so every _pq_.* option is named back. */
+/* The protocol version tern speaks with a client that asked for `code`: 3.2 (PostgreSQL 18's, with long
+ * cancel keys) to one that asked for 3.2 or newer, else 3.0 (3.1 was never a version). */
+static uint32_t login_protocol_version(uint32_t code)
+{
+	return (code & 0xffff) >= 2 ? PROTO_VERSION_3_2 : PROTO_VERSION_3_0;
+}
+
+/* NegotiateProtocolVersion, as PostgreSQL words it: the newest version tern speaks that is not newer
+ * than the one asked for, as its full code (libpq 18 and later read a bare minor number as a downgrade
+ * to before 3.0), and every _pq_.* option named back, since tern knows no protocol extensions. */
 static void login_negotiate_version(struct session *s, const struct proto_startup *st)
 {
 	uint8_t msg[1024];
@@ -340,14 +347,15 @@ static void login_negotiate_version(struct session *s, const struct proto_startu
 	}
 	msg[0] = PROTO_BE_NEGOTIATE_VERSION;
 	proto_write_u32(msg + 1, (uint32_t)len - 1);
-	proto_write_u32(msg + 5, PROTO_VERSION_3_0); /* the newest version supported, as its full code */
+	proto_write_u32(msg + 5, login_protocol_version(st->code));
 	proto_write_u32(msg + 9, unknown);
 	session_send_to_client(s, msg, (uint32_t)len);
 }
 
+/* A version tern does not speak as asked, or options it does not know: the client must be told. */
 static bool login_needs_negotiation(const struct proto_startup *st)
 {
-	if ((st->code & 0xffff) != 0)
+	if (st->code != login_protocol_version(st->code))
 		return true;
 	for (uint32_t i = 0; i < st->param_count; i++)
 		if (strncmp(st->names[i], "_pq_.", 5) == 0)
@@ -386,6 +394,8 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 	base_strlcpy(s->application_name, application_name ? application_name : "", sizeof(s->application_name));
 	if (login_needs_negotiation(st))
 		login_negotiate_version(s, st);
+	if (login_protocol_version(st->code) == PROTO_VERSION_3_2)
+		s->key_len = SESSION_CANCEL_KEY_LEN; /* 3.2's long key */
 	const struct session_console *console = rt->console;
 	bool is_console = console && (strcmp(s->database, console->database) == 0 ||
 				      (console->alias && strcmp(s->database, console->alias) == 0));
@@ -483,7 +493,7 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 	}
 	if (st.code == PROTO_CODE_CANCEL) {
 		/* A cancel connection gets no answer, whatever happens to the cancel (as in PostgreSQL). */
-		s->host->ops->route_cancel(s->host->runtime, st.cancel_pid, st.cancel_key);
+		s->host->ops->route_cancel(s->host->runtime, st.cancel_pid, st.cancel_key, st.cancel_key_len);
 		session_end(s, SESSION_END_CLIENT_CLOSED);
 		return -1;
 	}

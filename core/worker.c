@@ -38,11 +38,13 @@ static void worker_on_accept(struct ring_op *op, int res, uint32_t flags)
 struct worker_cancel {
 	struct base_list link;
 	uint32_t pid;
-	uint32_t secret;
+	uint8_t key[PROTO_CANCEL_KEY_MAX];
+	uint32_t key_len;
 };
 
-void worker_route_cancel(struct tern_runtime *runtime, uint32_t pid, uint32_t secret)
+void worker_route_cancel(struct tern_runtime *runtime, uint32_t pid, const uint8_t *key, uint32_t key_len)
 {
+	TERN_ASSERT(key_len <= PROTO_CANCEL_KEY_MAX);
 	uint32_t index = pid >> 24;
 	if (index >= worker_started_count(runtime))
 		return; /* not a key tern gave out */
@@ -51,7 +53,8 @@ void worker_route_cancel(struct tern_runtime *runtime, uint32_t pid, uint32_t se
 	if (!cancel)
 		return; /* a cancel is best effort, as in PostgreSQL */
 	cancel->pid = pid;
-	cancel->secret = secret;
+	memcpy(cancel->key, key, key_len);
+	cancel->key_len = key_len;
 	worker_mail(target, &target->cancels, &cancel->link);
 }
 
@@ -65,9 +68,13 @@ static void worker_apply_cancel(struct worker *worker, const struct worker_cance
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 		if (s->key_pid != cancel->pid)
 			continue;
-		/* Compared without an early exit, so timing does not reveal how much of a guess was right. */
+		/* Compared without an early exit, so timing does not reveal how much of a guess was right; a
+		 * key of another length than the one given (3.0's 4 bytes, 3.2's 32) is no match. */
 		const struct leg *leg = session_primary(s);
-		if ((s->key_secret ^ cancel->secret) != 0 || !leg->conn || leg->pending_ready == 0)
+		uint8_t diff = cancel->key_len != s->key_len;
+		for (uint32_t i = 0; i < s->key_len; i++)
+			diff |= (uint8_t)(s->key_secret[i] ^ (i < cancel->key_len ? cancel->key[i] : 0));
+		if (diff != 0 || !leg->conn || leg->pending_ready == 0)
 			return;
 		TERN_DEBUG("cancel for client %#x: server pid %u, %u queries pending", cancel->pid,
 			   leg->conn->backend_pid, leg->pending_ready);

@@ -125,7 +125,7 @@ bool worker_is_drained(struct worker *worker);
 void worker_join(struct worker *worker);
 
 /* A CancelRequest arrived on any worker: hands it to the worker named in the key's top byte. */
-void worker_route_cancel(struct tern_runtime *runtime, uint32_t pid, uint32_t secret);
+void worker_route_cancel(struct tern_runtime *runtime, uint32_t pid, const uint8_t *key, uint32_t key_len);
 
 /* Asks every worker to fill its part of `job` (fill, done and origin set by the caller); done runs on
  * the origin's thread. 0 or -ENOMEM (nothing was sent). */

@@ -981,9 +981,11 @@ def start_sleep_absorbing_stray_cancels(ctx, w, attempt):
 
 
 def send_cancel(port, pid, secret):
-    """A CancelRequest on its own connection; the server side closes it without an answer."""
+    """A CancelRequest on its own connection (`secret` an int: protocol 3.0's 4 bytes; bytes: 3.2's
+    longer key); the server side closes it without an answer."""
+    key = struct.pack("!I", secret) if isinstance(secret, int) else secret
     with Wire(port) as c:
-        c.send(struct.pack("!IIII", 16, 80877102, pid, secret))
+        c.send(struct.pack("!III", 12 + len(key), 80877102, pid) + key)
         check(c.read_message() is None, "a cancel connection gets no answer")
 
 
@@ -2792,14 +2794,17 @@ def admin_show_workers_and_show_ends_count_what_each_worker_did(ctx):
 @test
 def negotiate_protocol_version_is_answered_as_postgresql_answers_it(ctx):
     """For startup packets asking for a newer minor version or naming protocol options, tern's
-    NegotiateProtocolVersion is byte for byte PostgreSQL 15's: the full version code of 3.0 (libpq 18
-    rejects a bare 0 as a downgrade) and every unknown _pq_. option named back."""
+    NegotiateProtocolVersion is PostgreSQL 15's byte for byte but for the newest version offered, which
+    is 3.2 (PostgreSQL 18's) where PostgreSQL 15 offers 3.0: the full version code (libpq 18 rejects a
+    bare 0 as a downgrade), and every unknown _pq_. option named back. A client asking for 3.2 itself
+    gets no NegotiateProtocolVersion and a 32-byte cancel key."""
     t = ctx.tern(pool_size=2)
     cases = [
-        ("3.2", 196610, {}),
-        ("3.9999 (libpq 19's default)", 196608 + 9999, {}),
-        ("3.0 with an option", 196608, {"_pq_.compression": "on"}),
-        ("3.5 with two options", 196613, {"_pq_.a": "1", "_pq_.b": "2"}),
+        ("3.1 (never a version)", 196609, {}, 196608),
+        ("3.9999 (libpq 19's default)", 196608 + 9999, {}, 196610),
+        ("3.0 with an option", 196608, {"_pq_.compression": "on"}, 196608),
+        ("3.5 with two options", 196613, {"_pq_.a": "1", "_pq_.b": "2"}, 196610),
+        ("3.2 with an option", 196610, {"_pq_.x": "1"}, 196610),
     ]
 
     def first_message(port, packet):
@@ -2807,17 +2812,48 @@ def negotiate_protocol_version_is_answered_as_postgresql_answers_it(ctx):
             w.send(packet)
             return w.read_message()
 
-    for name, version, params in cases:
+    for name, version, params, offered in cases:
         packet = startup_packet("postgres", version=version, params=params)
         theirs = first_message(ctx.pg.primary_port, packet)
         ours = first_message(t.port, packet)
         check(theirs is not None and theirs[0] == b"v", "%s: PostgreSQL negotiates: %r" % (name, theirs))
-        check(ours == theirs, "%s: tern %r, PostgreSQL %r" % (name, ours, theirs))
+        expected = (theirs[0], struct.pack("!I", offered) + theirs[1][4:])
+        check(ours == expected, "%s: tern %r, PostgreSQL (newest version aside) %r" % (name, ours, theirs))
     with Wire(t.port) as w:
-        w.send(startup_packet("postgres", version=196610))
+        w.send(startup_packet("postgres", version=196613))
         check(w.read_message()[0] == b"v", "negotiated")
         msgs = w.read_until_ready()
-        check(msgs[-1][0] == b"Z", "then the login goes on at 3.0: %r" % msgs[-1:])
+        check(msgs[-1][0] == b"Z", "then the login goes on at 3.2: %r" % msgs[-1:])
+        keys = [body for kind, body in msgs if kind == b"K"]
+        check(len(keys) == 1 and len(keys[0]) == 4 + 32, "a 32-byte cancel key: %r" % keys)
+
+
+@test
+def protocol_3_2_clients_get_long_cancel_keys_routed_like_short_ones(ctx):
+    t = ctx.tern(pool_mode="transaction", pool_size=2, workers=2)
+    with Wire(t.port) as w:
+        w.send(startup_packet("postgres", version=196610))
+        msgs = w.read_until_ready()
+        check(not any(kind == b"v" for kind, _ in msgs), "3.2 as asked: no NegotiateProtocolVersion")
+        body = [body for kind, body in msgs if kind == b"K"][0]
+        pid, key = struct.unpack("!I", body[:4])[0], body[4:]
+        check(isinstance(key, bytes) and len(key) == 32, "a 32-byte key: %r" % (w.key,))
+        check(w.query("select 1") == [["1"]], "served at 3.2")
+        start_sleep_absorbing_stray_cancels(ctx, w, 0)
+        for wrong in (key[:4], key[:31] + bytes([key[31] ^ 1]), key + b"x"):
+            send_cancel(t.port, pid, wrong)  # a wrong, short or long key is ignored
+        # Half a second for a wrongly accepted cancel to show; the query runs 30 s.
+        check(not select.select([w.sock], [], [], 0.5)[0], "no wrong key cancelled the query")
+        started = time.monotonic()
+        send_cancel(t.port, pid, key)
+        try:
+            w.read_until_ready()
+            raise AssertionError("pg_sleep(30) was not cancelled")
+        except WireError as err:
+            check(err.sqlstate == "57014", "57014 query_canceled, got %r" % err.fields)
+        check(time.monotonic() - started < 10, "cancelled, not finished")
+    # psql (libpq 15) asks for 3.0 and gets 3.0's 4-byte key, as before.
+    check(psql_ok(t.port, "select 2") == "2", "a 3.0 client")
 
 
 @test

@@ -191,7 +191,9 @@ class Wire:
                 value = value.rstrip(b"\0")
                 self.params[name.decode()] = value.decode()
             elif kind == b"K":
-                self.key = struct.unpack("!II", body)
+                # (pid, secret): the secret an int for protocol 3.0's 4 bytes, bytes for 3.2's longer key
+                pid = struct.unpack("!I", body[:4])[0]
+                self.key = (pid, struct.unpack("!I", body[4:])[0] if len(body) == 8 else body[4:])
             elif kind == b"Z":
                 return
 

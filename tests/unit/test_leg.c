@@ -51,9 +51,9 @@ static void ops_request_done(struct host *host, struct pool_request *req)
 	fx.granted = req;
 }
 
-static void ops_route_cancel(struct tern_runtime *runtime, uint32_t pid, uint32_t secret)
+static void ops_route_cancel(struct tern_runtime *runtime, uint32_t pid, const uint8_t *key, uint32_t key_len)
 {
-	(void)runtime, (void)pid, (void)secret;
+	(void)runtime, (void)pid, (void)key, (void)key_len;
 }
 
 static void ops_lookup_done(struct auth_lookup *lookup)

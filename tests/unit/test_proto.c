@@ -802,10 +802,30 @@ Test(proto, cancel_request_carries_pid_and_key)
 	cr_assert_eq(proto_startup_parse(pk.p, pk.len, &s), 0);
 	cr_assert_eq(s.code, PROTO_CODE_CANCEL);
 	cr_assert_eq(s.cancel_pid, 4242);
-	cr_assert_eq(s.cancel_key, 0xdeadbeefu);
+	static const uint8_t key[] = {0xde, 0xad, 0xbe, 0xef};
+	cr_assert_eq(s.cancel_key_len, 4);
+	cr_assert_eq(memcmp(s.cancel_key, key, 4), 0);
 	cr_assert_eq(proto_startup_parse(pk.p, 11, &s), -EPROTO);
+}
+
+Test(proto, cancel_request_of_protocol_3_2_carries_a_key_of_up_to_256_bytes)
+{
+	struct packet pk = {0};
+	packet_u32(&pk, PROTO_CODE_CANCEL);
+	packet_u32(&pk, 4242);
+	uint8_t key[PROTO_CANCEL_KEY_MAX + 1];
+	for (size_t i = 0; i < sizeof(key); i++)
+		key[i] = (uint8_t)i;
+	packet_raw(&pk, (const char *)key, 32);
+	struct proto_startup s;
+	cr_assert_eq(proto_startup_parse(pk.p, pk.len, &s), 0);
+	cr_assert_eq(s.cancel_key_len, 32);
+	cr_assert_eq(memcmp(s.cancel_key, key, 32), 0);
+	packet_raw(&pk, (const char *)key + 32, PROTO_CANCEL_KEY_MAX - 32);
+	cr_assert_eq(proto_startup_parse(pk.p, pk.len, &s), 0, "256 bytes, PostgreSQL's most");
+	cr_assert_eq(s.cancel_key_len, PROTO_CANCEL_KEY_MAX);
 	packet_raw(&pk, "x", 1);
-	cr_assert_eq(proto_startup_parse(pk.p, pk.len, &s), -EPROTO);
+	cr_assert_eq(proto_startup_parse(pk.p, pk.len, &s), -EPROTO, "a longer key is malformed");
 }
 
 Test(proto, startup_shorter_than_its_code_is_malformed)
@@ -1011,9 +1031,15 @@ Test(proto, built_parameter_status_has_exact_bytes)
 Test(proto, built_key_data_has_exact_bytes)
 {
 	static const uint8_t want[] = {'K', 0, 0, 0, 12, 0, 0, 0x30, 0x39, 0xca, 0xfe, 0xba, 0xbe};
-	uint8_t out[32];
-	size_t len = proto_build_key_data(out, sizeof(out), 12345, 0xcafebabeu);
+	static const uint8_t key[] = {0xca, 0xfe, 0xba, 0xbe};
+	uint8_t out[64];
+	size_t len = proto_build_key_data(out, sizeof(out), 12345, key, sizeof(key));
 	assert_bytes(out, (uint32_t)len, want, sizeof(want), "BackendKeyData");
+	uint8_t long_key[32];
+	memset(long_key, 0x5a, sizeof(long_key));
+	len = proto_build_key_data(out, sizeof(out), 7, long_key, sizeof(long_key));
+	cr_assert_eq(len, 1 + 4 + 4 + 32, "protocol 3.2's key: %zu", len);
+	cr_assert_eq(memcmp(out + 9, long_key, 32), 0);
 }
 
 Test(proto, built_query_has_exact_bytes)
@@ -1035,7 +1061,7 @@ static size_t build_with_cap(int which, uint8_t *out, size_t cap)
 	case 2:
 		return proto_build_parameter_status(out, cap, "server_version", "17.2");
 	case 3:
-		return proto_build_key_data(out, cap, 1, 2);
+		return proto_build_key_data(out, cap, 1, (const uint8_t *)"\0\0\0\2", 4);
 	case 4:
 		return proto_build_ready(out, cap, 'I');
 	default:
