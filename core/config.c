@@ -100,7 +100,17 @@ static const char *const config_sections[] = {"tern",   "servers", "routing", "p
 
 static const struct config_key config_keys[] = {
 	CONFIG_KEY("tern", "listen", CONFIG_LISTEN, "127.0.0.1:6432", 0, 0, CONFIG_RESTART, listen_host, NULL,
-		   "address:port clients connect to (\"*:6432\" for all IPv4, \"[::1]:6432\" for IPv6)"),
+		   "comma-separated address:port pairs clients connect to (\"*:6432\" for all IPv4, \"[::1]:6432\" "
+		   "for IPv6), at most 8; another process listening on one stops startup, naming its pid"),
+	CONFIG_KEY("tern", "unix_socket_dir", CONFIG_STRING, "", 0, 0, CONFIG_RESTART | CONFIG_PATH, unix_socket_dir,
+		   NULL, "folder of a Unix socket for clients, .s.PGSQL.<port of the first listen address>, as "
+			 "PostgreSQL names it; empty = none"),
+	CONFIG_KEY("tern", "pidfile", CONFIG_STRING, "", 0, 0, CONFIG_RESTART | CONFIG_PATH, pidfile, NULL,
+		   "file tern writes its pid to at startup and removes at exit; a live pid in it stops a second "
+		   "start; empty = none"),
+	CONFIG_KEY("tern", "logfile", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD | CONFIG_PATH, logfile, NULL,
+		   "file the log is appended to instead of stderr, reopened on SIGHUP (for logrotate); empty = "
+		   "stderr"),
 	CONFIG_KEY("tern", "workers", CONFIG_INT, "0", 0, 1024, CONFIG_RESTART, workers, NULL,
 		   "worker threads, each with its own io_uring and listener; 0 = one per CPU"),
 	CONFIG_KEY("tern", "pin_workers", CONFIG_BOOL, "false", 0, 0, CONFIG_RESTART, pin_workers, NULL,
@@ -538,11 +548,38 @@ static int config_set(struct tern_config *cfg, const struct config_key *key, con
 		*(char **)field = value;
 		return 0;
 	}
-	case CONFIG_LISTEN:
+	case CONFIG_LISTEN: {
 		TERN_ASSERT(key->offset == offsetof(struct tern_config, listen_host));
-		if (!config_parse_listen(text, cfg->listen_host, &cfg->listen_port))
+		/* "a:1, b:2": each address is checked; the first is also listen_host/listen_port. */
+		struct config_listen listens[CONFIG_LISTEN_MAX];
+		uint32_t count = 0;
+		bool is_valid = true;
+		for (const char *item = text; is_valid && *item;) {
+			while (*item == ' ' || *item == '\t')
+				item++;
+			size_t len = strcspn(item, ",");
+			while (len > 0 && (item[len - 1] == ' ' || item[len - 1] == '\t'))
+				len--;
+			char one[CONFIG_LISTEN_HOST_SIZE + 16];
+			is_valid = count < CONFIG_LISTEN_MAX && len > 0 && len < sizeof(one);
+			if (is_valid) {
+				memcpy(one, item, len);
+				one[len] = '\0';
+				is_valid = config_parse_listen(one, listens[count].host, &listens[count].port);
+				count++;
+			}
+			item += strcspn(item, ",");
+			if (*item == ',' && *++item == '\0')
+				is_valid = false; /* a comma promises another address */
+		}
+		if (!is_valid || count == 0)
 			break;
+		memcpy(cfg->listens, listens, sizeof(listens));
+		cfg->listen_count = count;
+		memcpy(cfg->listen_host, listens[0].host, sizeof(cfg->listen_host));
+		cfg->listen_port = listens[0].port;
 		return 0;
+	}
 	}
 	char allowed[CONFIG_REASON_MAX / 4];
 	config_format_allowed(key, "|", " and ", allowed, sizeof(allowed));
@@ -575,9 +612,15 @@ static int config_format_value(const struct tern_config *cfg, const struct confi
 		return snprintf(out, out_size, "%s",
 				*(char *const *)field != NULL ? *(char *const *)field : "");
 	case CONFIG_LISTEN: {
-		bool is_ipv6 = strchr(cfg->listen_host, ':') != NULL;
-		return snprintf(out, out_size, "%s%s%s:%" PRIu16, is_ipv6 ? "[" : "", cfg->listen_host,
-				is_ipv6 ? "]" : "", cfg->listen_port);
+		int used = 0;
+		for (uint32_t i = 0; i < cfg->listen_count && used >= 0 && (size_t)used < out_size; i++) {
+			const struct config_listen *l = &cfg->listens[i];
+			bool is_ipv6 = strchr(l->host, ':') != NULL;
+			int n = snprintf(out + used, out_size - (size_t)used, "%s%s%s%s:%" PRIu16, i ? ", " : "",
+					 is_ipv6 ? "[" : "", l->host, is_ipv6 ? "]" : "", l->port);
+			used = n < 0 ? -1 : used + n;
+		}
+		return used;
 	}
 	}
 	TERN_ASSERT(!"unknown config type");

@@ -29,10 +29,21 @@ enum config_tls_mode { CONFIG_TLS_DISABLE = 0, CONFIG_TLS_ALLOW = 1, CONFIG_TLS_
 
 struct databases;
 
+/* Addresses one `listen` may name; far beyond hosts with a few interfaces. */
+#define CONFIG_LISTEN_MAX 8u
+
+struct config_listen {
+	char host[CONFIG_LISTEN_HOST_SIZE]; /* "0.0.0.0" for "*"; an IPv6 address without brackets */
+	uint16_t port;
+};
+
 struct tern_config {
 	/* [tern] */
-	char listen_host[CONFIG_LISTEN_HOST_SIZE]; /* "0.0.0.0" for "*"; an IPv6 address without brackets */
+	char listen_host[CONFIG_LISTEN_HOST_SIZE]; /* the first of listens[], for messages and the pool key */
 	uint16_t listen_port;
+	struct config_listen listens[CONFIG_LISTEN_MAX]; /* every address of `listen`, in order */
+	uint32_t listen_count;
+	char *unix_socket_dir, *pidfile, *logfile; /* "" = none (logfile: stderr) */
 	uint32_t workers; /* 0 = one per CPU */
 	bool pin_workers;
 	int pool_mode; /* enum config_pool_mode */

@@ -4,6 +4,7 @@
 #include "auth_query.h"
 #include "config.h"
 #include "import.h"
+#include "listen.h"
 #include "dispatch.h"
 #include "pool/opener.h"
 #include "pool/pool.h"
@@ -24,11 +25,13 @@
 #define TERN_VERSION "0.0.0"
 #endif
 /* Pending connections per listener: bursts of pgbench -C or a fleet's reconnect storm. */
-#define MAIN_LISTEN_BACKLOG 4096
 
 static void main_usage(FILE *out)
 {
 	fprintf(out, "usage: tern -c FILE          run with the config in FILE\n"
+		     "       tern -c FILE --takeover\n"
+		     "                             a rolling restart: listen beside the tern already running\n"
+		     "                             (send that one SIGTERM to let it drain)\n"
 		     "       tern --import-pgbouncer FILE\n"
 		     "                             print the tern.ini that does what pgbouncer.ini FILE does,\n"
 		     "                             naming on stderr every setting it cannot carry over\n"
@@ -157,6 +160,8 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 	/* Keys that only a restart can change keep their running values. */
 	memcpy(next->listen_host, old->listen_host, sizeof(next->listen_host));
 	next->listen_port = old->listen_port;
+	memcpy(next->listens, old->listens, sizeof(next->listens));
+	next->listen_count = old->listen_count;
 	next->workers = old->workers;
 	next->pin_workers = old->pin_workers;
 	next->pool_mode = old->pool_mode;
@@ -166,12 +171,18 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 	next->max_client_frame_bytes = old->max_client_frame_bytes;
 	next->max_backend_frame_bytes = old->max_backend_frame_bytes;
 	if (!main_keep_string(&next->primary_conninfo, old->primary_conninfo) ||
-	    !main_keep_string(&next->track_extra_parameters, old->track_extra_parameters)) {
+	    !main_keep_string(&next->track_extra_parameters, old->track_extra_parameters) ||
+	    !main_keep_string(&next->unix_socket_dir, old->unix_socket_dir) ||
+	    !main_keep_string(&next->pidfile, old->pidfile)) {
 		TERN_ERROR("SIGHUP: out of memory; nothing changed");
 		goto fail;
 	}
 
 	__atomic_store_n(&base_log_level_current, next->log_level, __ATOMIC_RELAXED);
+	/* Reopened every time: logrotate has moved the old file away. */
+	if (listen_open_logfile(next->logfile) < 0)
+		TERN_ERROR("SIGHUP: [tern] logfile = %s: %s; the log goes on where it went", next->logfile,
+			   strerror(errno));
 	struct pool_settings settings = main_pool_settings(next);
 	pool_set_settings(rt->pool, &settings);
 	pool_opener_set_connect_timeout(opener, next->server_connect_timeout_ms);
@@ -199,40 +210,14 @@ fail:
 	return -EINVAL;
 }
 
-static int main_listen(const struct tern_config *cfg, char *err, size_t err_size)
-{
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-	struct addrinfo *res = NULL;
-	char port[8];
-	snprintf(port, sizeof(port), "%u", cfg->listen_port);
-	int rc = getaddrinfo(cfg->listen_host, port, &hints, &res);
-	if (rc != 0) {
-		snprintf(err, err_size, "[tern] listen = %s:%u: %s", cfg->listen_host, cfg->listen_port,
-			 gai_strerror(rc));
-		return -EINVAL;
-	}
-	int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int one = 1;
-	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
-	    bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, MAIN_LISTEN_BACKLOG) < 0) {
-		rc = -errno;
-		snprintf(err, err_size, "[tern] listen = %s:%u: %s", cfg->listen_host, cfg->listen_port,
-			 strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		freeaddrinfo(res);
-		return rc;
-	}
-	freeaddrinfo(res);
-	return fd;
-}
-
 int main(int argc, char **argv)
 {
 	const char *config_path = NULL;
+	bool is_takeover = false;
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) {
+		if (strcmp(argv[i], "--takeover") == 0) {
+			is_takeover = true;
+		} else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) {
 			config_path = argv[++i];
 		} else if (strcmp(argv[i], "--import-pgbouncer") == 0 && i + 1 < argc) {
 			return import_pgbouncer(argv[i + 1], stdout, stderr) == 0 ? 0 : 2;
@@ -263,6 +248,10 @@ int main(int argc, char **argv)
 	if (config_load(&cfg, config_path, err, sizeof(err)) < 0) {
 		fprintf(stderr, "tern: %s\n", err);
 		config_deinit(&cfg);
+		return 2;
+	}
+	if (listen_open_logfile(cfg.logfile) < 0) {
+		fprintf(stderr, "tern: %s: [tern] logfile = %s: %s\n", config_path, cfg.logfile, strerror(errno));
 		return 2;
 	}
 	base_log_level_current = cfg.log_level;
@@ -339,24 +328,42 @@ int main(int argc, char **argv)
 			config_path, WORKER_COUNT_MAX);
 		return 2;
 	}
+	/* Another process on one of the addresses stops startup (a stale tern must not silently take half
+	 * the clients), unless this is a deliberate rolling restart. */
+	int unix_fd = -1;
+	if ((!is_takeover && listen_check_free(&cfg, err, sizeof(err)) < 0) ||
+	    listen_open_unix(&cfg, &unix_fd, err, sizeof(err)) < 0 ||
+	    listen_write_pidfile(cfg.pidfile, is_takeover, err, sizeof(err)) < 0) {
+		fprintf(stderr, "tern: %s: %s\n", config_path, err);
+		return 1;
+	}
 	rt.workers = calloc(count, sizeof(*rt.workers));
 	for (uint32_t i = 0; i < count; i++) {
-		int fd = main_listen(&cfg, err, sizeof(err));
-		if (fd < 0) {
+		int fds[LISTEN_SOCKETS_MAX];
+		int fd_count = listen_open_worker(&cfg, unix_fd, fds, err, sizeof(err));
+		if (fd_count < 0) {
 			fprintf(stderr, "tern: %s: %s\n", config_path, err);
 			return 1;
 		}
 		rt.workers[i] = calloc(1, sizeof(struct worker));
-		if (worker_start(rt.workers[i], &rt, i, fd, err, sizeof(err)) < 0) {
+		if (worker_start(rt.workers[i], &rt, i, fds, (uint32_t)fd_count, err, sizeof(err)) < 0) {
 			fprintf(stderr, "tern: %s\n", err);
 			return 1;
 		}
 		/* Release: workers already running read workers[i] once they see the count (main alone writes it). */
 		__atomic_store_n(&rt.worker_count, rt.worker_count + 1, __ATOMIC_RELEASE);
 	}
-	TERN_INFO("tern %s listening on %s:%u with %u workers, %s pooling, primary \"%s\"", TERN_VERSION,
-		  cfg.listen_host, cfg.listen_port, count,
-		  cfg.pool_mode == CONFIG_POOL_TRANSACTION ? "transaction" : "session", cfg.primary_conninfo);
+	if (unix_fd >= 0)
+		close(unix_fd); /* each worker accepts on its own dup */
+	char listening[CONFIG_LISTEN_MAX * (CONFIG_LISTEN_HOST_SIZE + 16)];
+	size_t used = 0;
+	for (uint32_t i = 0; i < cfg.listen_count && used < sizeof(listening); i++)
+		used += (size_t)snprintf(listening + used, sizeof(listening) - used, "%s%s:%u", i ? ", " : "",
+					 cfg.listens[i].host, cfg.listens[i].port);
+	TERN_INFO("tern %s listening on %s%s%s with %u workers, %s pooling, primary \"%s\"%s", TERN_VERSION, listening,
+		  cfg.unix_socket_dir[0] ? " and in " : "", cfg.unix_socket_dir, count,
+		  cfg.pool_mode == CONFIG_POOL_TRANSACTION ? "transaction" : "session", cfg.primary_conninfo,
+		  is_takeover ? " (a takeover: beside the tern already there)" : "");
 
 	/* SIGINT ends every session at once. SIGTERM drains: tern accepts no one and ends each session
 	 * as soon as it holds no transaction open, then exits, or at shutdown_timeout, whatever is left. */
@@ -383,6 +390,12 @@ int main(int argc, char **argv)
 				  "(shutdown_timeout %.1fs, SIGINT to stop at once)",
 				  rt.config->shutdown_timeout_ms / 1000.0);
 			drain_deadline_ns = base_now_ns() + rt.config->shutdown_timeout_ms * BASE_NS_PER_MS;
+			/* A rolling restart: new connections go to the tern started with --takeover from now on. */
+			int first_worker_fds[LISTEN_SOCKETS_MAX];
+			for (uint32_t l = 0; l < rt.workers[0]->listener_count; l++)
+				first_worker_fds[l] = rt.workers[0]->listeners[l].fd;
+			if (listen_steer_away(&cfg, first_worker_fds, rt.worker_count) > 0)
+				TERN_INFO("SIGTERM: another tern listens beside this one: new clients go to it");
 			__atomic_store_n(&rt.draining, true, __ATOMIC_RELEASE);
 			for (uint32_t i = 0; i < rt.worker_count; i++)
 				worker_stop(rt.workers[i]);
@@ -416,10 +429,13 @@ int main(int argc, char **argv)
 	pool_deinit(&pool);
 	pool_opener_destroy(opener);
 	for (uint32_t i = 0; i < rt.worker_count; i++) {
-		if (rt.workers[i]->listen_fd >= 0)
-			close(rt.workers[i]->listen_fd);
+		for (uint32_t l = 0; l < rt.workers[i]->listener_count; l++)
+			if (rt.workers[i]->listeners[l].fd >= 0)
+				close(rt.workers[i]->listeners[l].fd);
 		free(rt.workers[i]);
 	}
+	listen_close_unix(&cfg);
+	listen_remove_pidfile(cfg.pidfile);
 	free(rt.workers);
 	if (rt.auth_file)
 		auth_file_destroy((struct auth_file *)rt.auth_file);

@@ -61,6 +61,7 @@ struct session *session_create(struct host *host, int client_fd)
 		memcpy(s->key_secret, &now, sizeof(now));
 	}
 	s->key_len = SESSION_CANCEL_KEY_LEN_3_0; /* a client that negotiates 3.2 gets the whole key */
+	s->is_drain_spared = __atomic_load_n(&rt->draining, __ATOMIC_RELAXED); /* accepted while draining */
 	uint32_t clients = __atomic_add_fetch(&rt->client_count, 1, __ATOMIC_RELAXED);
 	s->is_over_client_limit = clients > runtime_config(rt)->max_client_conn;
 	base_list_insert_tail(&host->sessions, &s->link);
@@ -364,7 +365,7 @@ static void session_leg_on_progress(struct leg *leg)
 	/* SIGTERM: a client goes at the ReadyForQuery that leaves it idle, so one that starts its next
 	 * transaction right after each COMMIT is let go between two, not cut at shutdown_timeout. */
 	if (s->phase == SESSION_READY && __atomic_load_n(&s->host->runtime->draining, __ATOMIC_RELAXED) &&
-	    !session_is_in_transaction(s))
+	    !session_is_in_transaction(s) && (!s->is_drain_spared || s->stats.query_count > 0))
 		session_end_later(s, SESSION_END_SHUTDOWN);
 	session_assert_invariants(s);
 }

@@ -188,6 +188,9 @@ struct session {
 	/* PAUSE: the session's next transaction waits at the gate since pause_wait_ns (worker.c lets it go
 	 * at RESUME, or ends it at query_wait_timeout). */
 	bool is_pause_waiting;
+	/* SIGTERM came before this client finished a transaction of its own: it is let go at the end of
+	 * its first one, not at once (a rolling restart's late arrivals are served). */
+	bool is_drain_spared;
 	uint64_t pause_wait_ns;
 	/* The admin console's own state for this session (session_console.destroy frees it). */
 	void *console;

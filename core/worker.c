@@ -12,27 +12,31 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* SIGTERM: how long the listeners keep accepting after the drain began (see worker_drain). */
+#define WORKER_DRAIN_ACCEPT_NS (200 * BASE_NS_PER_MS)
 /* How long an ended session may take to get its goodbye to the client before the socket is cut. */
 #define WORKER_LINGER_NS (2 * BASE_NS_PER_SEC)
 
 static void worker_on_accept(struct ring_op *op, int res, uint32_t flags)
 {
 	(void)flags;
-	struct worker *worker = TERN_CONTAINER_OF(op, struct worker, accept_op);
+	struct worker_listener *listener = TERN_CONTAINER_OF(op, struct worker_listener, accept_op);
+	struct worker *worker = listener->worker;
 	if (res >= 0) {
 		int one = 1;
 		setsockopt(res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		worker->host.stats.accepted++;
-		if (__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED) ||
-		    __atomic_load_n(&worker->host.runtime->draining, __ATOMIC_RELAXED) || !session_create(&worker->host, res))
+		/* While draining, what the listeners still hand over is served (its first transaction at
+		 * least): a rolling restart's clients queued here before the steering are not turned away. */
+		if (__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED) || !session_create(&worker->host, res))
 			close(res);
 	} else if (res != -ECANCELED) {
 		/* Out of descriptors or memory: retrying at once would spin; the tick re-arms. */
 		TERN_WARN("worker %u: accept failed: %s", worker->host.index, strerror(-res));
 		return;
 	}
-	if (!op->is_armed && worker->listen_fd >= 0 && !__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED))
-		ring_accept_multishot(&worker->host.ring, op, worker->listen_fd);
+	if (!op->is_armed && listener->fd >= 0 && !__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED))
+		ring_accept_multishot(&worker->host.ring, op, listener->fd);
 }
 
 struct worker_cancel {
@@ -428,22 +432,39 @@ static void worker_on_wake(struct ring *ring)
 	}
 }
 
-/* SIGTERM: no new clients; a session ends (57P01) as soon as it holds no transaction open. */
-static void worker_drain(struct worker *worker)
+/* SIGTERM: no new clients; a session ends (57P01) as soon as it holds no transaction open. The
+ * listeners close WORKER_DRAIN_ACCEPT_NS after the drain began: what the kernel queued for them before
+ * a rolling restart's steering (listen_steer_away) is accepted, not reset. A session that has not yet
+ * finished a transaction of its own (still logging in, or welcomed after the drain began) is let go at
+ * the end of its first one instead. */
+static void worker_drain(struct worker *worker, uint64_t now_ns)
 {
-	if (worker->listen_fd >= 0) {
-		ring_cancel(&worker->host.ring, &worker->accept_op);
-		close(worker->listen_fd);
-		worker->listen_fd = -1;
+	if (!worker->drain_started_ns) {
+		worker->drain_started_ns = now_ns;
+		struct base_list *node, *tmp;
+		base_list_for_each_safe(node, tmp, &worker->host.sessions)
+		{
+			struct session *s = TERN_CONTAINER_OF(node, struct session, link);
+			s->is_drain_spared = s->phase != SESSION_READY && s->phase != SESSION_ADMIN;
+		}
+	}
+	bool is_closing = now_ns - worker->drain_started_ns >= WORKER_DRAIN_ACCEPT_NS;
+	for (uint32_t i = 0; i < worker->listener_count && is_closing; i++) {
+		struct worker_listener *listener = &worker->listeners[i];
+		if (listener->fd < 0)
+			continue;
+		ring_cancel(&worker->host.ring, &listener->accept_op);
+		close(listener->fd);
+		listener->fd = -1;
 	}
 	struct base_list *node, *tmp;
 	base_list_for_each_safe(node, tmp, &worker->host.sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-		if (!session_is_in_transaction(s))
+		if (!session_is_in_transaction(s) && !s->is_drain_spared)
 			session_end(s, SESSION_END_SHUTDOWN);
 	}
-	if (base_list_is_empty(&worker->host.sessions) && base_list_is_empty(&worker->host.reaping))
+	if (is_closing && base_list_is_empty(&worker->host.sessions) && base_list_is_empty(&worker->host.reaping))
 		__atomic_store_n(&worker->is_drained, true, __ATOMIC_RELEASE);
 }
 
@@ -453,7 +474,7 @@ static void worker_on_tick(struct ring *ring)
 	uint64_t now = base_now_ns();
 	struct base_list *node, *tmp;
 	if (__atomic_load_n(&worker->host.runtime->draining, __ATOMIC_ACQUIRE))
-		worker_drain(worker);
+		worker_drain(worker, now);
 	if (now >= worker->next_timeout_scan_ns) {
 		/* Client timeouts are in whole seconds at best: one scan a second is precise enough. */
 		worker->next_timeout_scan_ns = now + BASE_NS_PER_SEC;
@@ -485,9 +506,12 @@ static void worker_on_tick(struct ring *ring)
 		worker->host.runtime->console->on_tick(&worker->host);
 	if (now >= worker->next_stats_period_ns)
 		worker_stats_period(worker, now);
-	if (!worker->accept_op.is_armed && worker->listen_fd >= 0 &&
-	    !__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED))
-		ring_accept_multishot(&worker->host.ring, &worker->accept_op, worker->listen_fd);
+	for (uint32_t i = 0; i < worker->listener_count; i++) {
+		struct worker_listener *listener = &worker->listeners[i];
+		if (!listener->accept_op.is_armed && listener->fd >= 0 &&
+		    !__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED))
+			ring_accept_multishot(&worker->host.ring, &listener->accept_op, listener->fd);
+	}
 }
 
 /* The end of a loop pass: what the pass queued goes out in one sendmsg per queue, connections
@@ -618,8 +642,10 @@ static void *worker_main(void *arg)
 	worker->host.ring.on_tick = worker_on_tick;
 	ring_tick_start(&worker->host.ring, (uint64_t)WORKER_TICK_MS * BASE_NS_PER_MS);
 	worker->next_stats_period_ns = base_now_ns() + WORKER_STATS_PERIOD_S * BASE_NS_PER_SEC;
-	worker->accept_op.handler = worker_on_accept;
-	ring_accept_multishot(&worker->host.ring, &worker->accept_op, worker->listen_fd);
+	for (uint32_t i = 0; i < worker->listener_count; i++) {
+		worker->listeners[i].accept_op.handler = worker_on_accept;
+		ring_accept_multishot(&worker->host.ring, &worker->listeners[i].accept_op, worker->listeners[i].fd);
+	}
 	TERN_INFO("worker %u: io_uring %s%s, %u buffers of %u bytes", worker->host.index, worker->host.ring.setup_mode,
 		  worker->host.ring.is_fd_registered ? ", registered ring fd" : "",
 		  params.buffer_count, params.buffer_size);
@@ -632,7 +658,8 @@ static void *worker_main(void *arg)
 		}
 		worker_end_pass(worker);
 	}
-	ring_cancel(&worker->host.ring, &worker->accept_op);
+	for (uint32_t i = 0; i < worker->listener_count; i++)
+		ring_cancel(&worker->host.ring, &worker->listeners[i].accept_op);
 	worker_shutdown_sessions(worker);
 	host_local_flush(&worker->host); /* nobody waits any more: straight back to the pool */
 	ring_deinit(&worker->host.ring);
@@ -658,12 +685,15 @@ static const struct host_ops worker_host_ops = {
 	.lookup_done = worker_lookup_done,
 };
 
-int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t index, int listen_fd, char *err,
-		 size_t err_size)
+int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t index, const int *listen_fds,
+		 uint32_t listen_count, char *err, size_t err_size)
 {
+	TERN_ASSERT(listen_count > 0 && listen_count <= LISTEN_SOCKETS_MAX);
 	memset(worker, 0, sizeof(*worker));
 	host_init(&worker->host, index, runtime, &worker_host_ops);
-	worker->listen_fd = listen_fd;
+	for (uint32_t i = 0; i < listen_count; i++)
+		worker->listeners[i] = (struct worker_listener){.fd = listen_fds[i], .worker = worker};
+	worker->listener_count = listen_count;
 	worker->wake_fd = -1;
 	base_list_init(&worker->mailbox);
 	base_list_init(&worker->cancels);

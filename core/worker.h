@@ -11,6 +11,7 @@
 #define TERN_WORKER_H
 
 #include "host.h"
+#include "listen.h"
 
 #include <pthread.h>
 
@@ -76,11 +77,18 @@ struct worker_job {
 	struct worker_job_part *parts; /* by worker index */
 };
 
+/* A socket the worker accepts clients on (listen.h); its multishot accept is embedded. */
+struct worker_listener {
+	struct ring_op accept_op;
+	int fd; /* -1 once closed (SIGTERM) */
+	struct worker *worker;
+};
+
 struct worker {
 	struct host host; /* what its sessions see: ring, session lists, local cache, counters */
 	pthread_t thread;
-	int listen_fd;
-	struct ring_op accept_op;
+	struct worker_listener listeners[LISTEN_SOCKETS_MAX];
+	uint32_t listener_count;
 	pthread_mutex_t mailbox_lock;
 	struct base_list mailbox; /* granted or failed pool requests */
 	struct base_list cancels; /* CancelRequests for this worker's sessions, from any worker */
@@ -100,6 +108,7 @@ struct worker {
 	pthread_cond_t init_cond;
 	bool init_done;
 	bool is_drained; /* atomic: draining, and no session is left */
+	uint64_t drain_started_ns; /* the worker's first drain tick; 0 before SIGTERM */
 	int wake_fd;     /* the ring's eventfd, dup'ed: other threads wake the worker here (worker_wake) */
 };
 
@@ -112,7 +121,8 @@ static inline uint32_t worker_started_count(const struct tern_runtime *runtime)
 }
 
 /* Creates the worker and its thread; returns after the thread has set up its ring, with the result. */
-TERN_MUST_USE int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t index, int listen_fd,
+TERN_MUST_USE int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t index,
+			      const int *listen_fds, uint32_t listen_count,
 			       char *err, size_t err_size);
 void worker_stop(struct worker *worker); /* asks the thread to end; join with worker_join */
 /* Any thread: the worker runs its on_wake (mailbox, cancels, jobs) soon. Safe until worker_join. */

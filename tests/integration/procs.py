@@ -222,9 +222,9 @@ def _parse_listen(config_text):
     """(host, port) from the 'listen = host:port' line of a tern.ini."""
     for line in config_text.splitlines():
         line = re.split(r"\s[;#]", line, 1)[0].strip()
-        m = re.match(r"listen\s*=\s*(\S+)$", line)
+        m = re.match(r"listen\s*=\s*(.+)$", line)
         if m:
-            value = m.group(1)
+            value = m.group(1).split(",")[0].strip()  # the first of several addresses
             host, sep, port = value.rpartition(":")
             if not sep or not port.isdigit():
                 break

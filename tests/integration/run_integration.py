@@ -616,13 +616,13 @@ def connections_by_user(pg):
     return {u: int(n) for u, n in (line.split("|") for line in rows.splitlines() if line)}
 
 
-def pgbench_in_background(port, user, seconds, clients, sql):
+def pgbench_in_background(port, user, seconds, clients, sql, extra=()):
     """pgbench -n -T seconds as `user`, started now; returns (Popen, script file) for the caller to wait on."""
     script = tempfile.NamedTemporaryFile("w", suffix=".sql")
     script.write(sql + "\n")
     script.flush()
     argv = ["pgbench", "-n", "-h", "127.0.0.1", "-p", str(port), "-U", user, "-c", str(clients), "-T", str(seconds),
-            "-f", script.name, "postgres"]
+            "-f", script.name] + list(extra) + ["postgres"]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()), script
 
 
@@ -2157,7 +2157,7 @@ def a_half_sent_client_message_keeps_its_connection_and_never_reaches_another_cl
                     "[admin]\nadmin_users = postgres\n" % (port, ctx.pg.primary_port))
     ctx.terns.append(t)
     t.start()
-    active = lambda: [line.split("|")[4] for line in psql_ok(t.port, "show pools", dbname="tern").splitlines()
+    active = lambda: [line.split("|")[6] for line in psql_ok(t.port, "show pools", dbname="tern").splitlines()
                       if line.startswith("postgres|postgres|")]
     with Wire(t.port) as a, Wire(t.port) as b:
         a.login("postgres")
@@ -2960,6 +2960,133 @@ def pool_entries_with_no_clients_and_no_connections_are_freed(ctx):
     wait_for(lambda: len(pools()) <= rows_before, "the unused entries are freed (%d rows)" % len(pools()),
              timeout=15)
     check(psql_ok(t.port, "select 2") == "2", "tern serves on")
+
+
+def tern_config_text(ctx, listen, more_tern="", pool_mode="transaction"):
+    return ("[tern]\nlisten = %s\nworkers = 2\npool_mode = %s\n%s\n[servers]\nprimary = host=127.0.0.1 port=%d\n"
+            "[pool]\npool_size = 4\n" % (listen, pool_mode, more_tern, ctx.pg.primary_port))
+
+
+@test
+def several_listen_addresses_a_unix_socket_a_pidfile_and_a_logfile(ctx):
+    ports = [free_port(), free_port()]
+    sockdir = tempfile.mkdtemp(prefix="tern-sock-")
+    os.chmod(sockdir, 0o755)
+    try:
+        t = TernProcess(TERN, tern_config_text(
+            ctx, "127.0.0.1:%d, 127.0.0.1:%d" % tuple(ports),
+            "unix_socket_dir = %s\npidfile = tern.pid\nlogfile = tern-file.log" % sockdir))
+        ctx.terns.append(t)
+        t.start()
+        for port in ports:
+            check(psql_ok(port, "select 1") == "1", "served on %d" % port)
+        r = subprocess.run(["psql", "-X", "-A", "-t", "-h", sockdir, "-p", str(ports[0]), "-U", "postgres", "-d",
+                            "postgres", "-c", "select 2"], capture_output=True, text=True, timeout=30, env=env())
+        check(r.returncode == 0 and r.stdout.strip() == "2", "served on the Unix socket: %r" % r.stderr)
+        pidfile = os.path.join(t.workdir, "tern.pid")
+        check(open(pidfile).read().strip() == str(t.pid), "the pidfile names tern")
+        logfile = os.path.join(t.workdir, "tern-file.log")
+        wait_for(lambda: "listening on" in open(logfile).read(), "the log goes to the logfile", timeout=10)
+        # logrotate's way: move the file, SIGHUP, and the log starts a new one.
+        os.rename(logfile, logfile + ".1")
+        t.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: os.path.exists(logfile) and "reloaded" in open(logfile).read(), "a new logfile after SIGHUP",
+                 timeout=10)
+        # A second tern on any of the same addresses, or with the same pidfile, refuses to start and
+        # names the first.
+        # (The Unix socket is named by the port: the second listens on the same port elsewhere on loopback.)
+        for listen, more in (("127.0.0.1:%d" % ports[1], ""), ("127.0.0.2:%d" % ports[0],
+                                                                  "unix_socket_dir = %s" % sockdir),
+                             ("127.0.0.1:%d" % free_port(), "pidfile = %s" % pidfile)):
+            workdir = tempfile.mkdtemp(prefix="tern-second-")
+            try:
+                with open(os.path.join(workdir, "tern.ini"), "w") as f:
+                    f.write(tern_config_text(ctx, listen, more))
+                try:
+                    r = subprocess.run([TERN, "-c", "tern.ini"], cwd=workdir, capture_output=True, text=True,
+                                       timeout=10)
+                except subprocess.TimeoutExpired:
+                    raise AssertionError("a second tern started beside the first (%s %s)" % (listen, more))
+                check(r.returncode != 0 and ("pid %d" % t.pid) in r.stderr and "--takeover" in r.stderr,
+                      "a second tern refuses (%s): %r" % (listen + " " + more, r.stderr))
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+        t.stop()
+        check(not os.path.exists(pidfile), "the pidfile goes at exit")
+        check(not os.path.exists(os.path.join(sockdir, ".s.PGSQL.%d" % ports[0])), "so does the socket")
+    finally:
+        shutil.rmtree(sockdir, ignore_errors=True)
+
+
+@test
+def a_rolling_restart_with_takeover_loses_no_transaction(ctx):
+    """The new tern starts with --takeover beside the old one; the old one, sent SIGTERM, lets each
+    client go between two transactions. Clients that reconnect when told 57P01 (or refused while a
+    listener closes) commit every transaction they start, and every one they saw committed is there."""
+    psql_ok(ctx.pg.primary_port, "drop table if exists rolling_t; create table rolling_t(id int primary key)")
+    port = free_port()
+    config = tern_config_text(ctx, "127.0.0.1:%d" % port, "shutdown_timeout = 20s")
+    old = TernProcess(TERN, config)
+    ctx.terns.append(old)
+    old.start()
+    committed, errors, stop = [], [], threading.Event()
+    counter = iter(range(1, 1000000))
+    lock = threading.Lock()
+
+    def client():
+        w = None
+        while not stop.is_set():
+            try:
+                if w is None:
+                    w = Wire(port)
+                    w.login("postgres")
+                with lock:
+                    n = next(counter)
+                w.query("begin")
+                w.query("insert into rolling_t values (%d)" % n)
+                w.query("commit")
+                with lock:
+                    committed.append(n)
+            except (WireError, OSError, EOFError) as exc:
+                fields = getattr(exc, "fields", {})
+                # Told to go between transactions, or a connection refused or reset while a listener
+                # closed: reconnect. Anything else (an error inside a transaction) is a lost one.
+                if fields and fields.get("C") != "57P01":
+                    errors.append(fields)
+                if w is not None:
+                    w.close()
+                w = None
+        if w is not None:
+            w.close()
+
+    threads = [threading.Thread(target=client) for _ in range(6)]
+    for th in threads:
+        th.start()
+    # pgbench beside them, a connection per transaction (-C), as a pooler's clients often are.
+    bench = pgbench_in_background(port, "postgres", 8, 2, "insert into rolling_t values (-(random() * 1e9)::int) "
+                                  "on conflict do nothing", extra=["-C"])
+    try:
+        wait_for(lambda: len(committed) > 200, "traffic through the old tern", timeout=20)
+        new = TernProcess(TERN, config)
+        new._argv.append("--takeover")
+        ctx.terns.append(new)
+        new.start()
+        wait_for(lambda: "takeover" in new.log_tail(20), "the new tern listens beside the old one", timeout=10)
+        before = len(committed)
+        old.proc.send_signal(signal.SIGTERM)
+        old.proc.wait(timeout=30)
+        check(old.proc.returncode == 0, "the old tern drained and exited 0")
+        wait_for(lambda: len(committed) > before + 300, "traffic goes on through the new tern", timeout=20)
+    finally:
+        stop.set()
+        for th in threads:
+            th.join(timeout=30)
+    processed = pgbench_finish(bench, "pgbench -C across the restart")
+    check(processed > 0, "pgbench ran: %d" % processed)
+    check(not errors, "no transaction failed: %r" % errors[:5])
+    in_table = set(int(x) for x in psql_ok(ctx.pg.primary_port, "select id from rolling_t").split())
+    missing = [n for n in committed if n not in in_table]
+    check(not missing, "every acknowledged commit is in the table: %d missing" % len(missing))
 
 
 # ---------------------------------------------------------------- runner

@@ -344,6 +344,22 @@ Test(config, listen_accepts_ipv4_any_ipv4_ipv6_and_names)
 	expect_value("tern.listen", "*:1", "0.0.0.0:1");
 }
 
+Test(config, listen_takes_several_addresses_up_to_eight)
+{
+	struct tern_config cfg = load_ok("[tern]\nlisten = 127.0.0.1:6432, [::1]:6433 ,*:7000\n");
+	cr_assert_eq(cfg.listen_count, 3);
+	cr_assert_str_eq(cfg.listens[0].host, "127.0.0.1");
+	cr_assert_eq(cfg.listens[1].port, 6433);
+	cr_assert_str_eq(cfg.listens[1].host, "::1");
+	cr_assert_str_eq(cfg.listens[2].host, "0.0.0.0");
+	cr_assert_str_eq(cfg.listen_host, "127.0.0.1", "the first is also listen_host");
+	config_deinit(&cfg);
+	expect_value("tern.listen", "127.0.0.1:1,127.0.0.1:2", "127.0.0.1:1, 127.0.0.1:2");
+	expect_error_at("[tern]\nlisten = 127.0.0.1:1,\n", 2, "listen");
+	expect_error_at("[tern]\nlisten = 127.0.0.1:1, nonsense\n", 2, "listen");
+	expect_error_at("[tern]\nlisten = a:1,a:2,a:3,a:4,a:5,a:6,a:7,a:8,a:9\n", 2, "listen");
+}
+
 Test(config, listen_refuses_missing_or_bad_ports_and_hosts)
 {
 	static const char *const bad[] = {"127.0.0.1",	     "127.0.0.1:",     "127.0.0.1:0",
