@@ -525,10 +525,31 @@ static const char admin_commands_hint[] =
 	"SHOW HELP lists the commands: SHOW VERSION, CONFIG, POOLS, SERVERS, CLIENTS, DATABASES, USERS, LISTS, "
 	"STATS, WORKERS, ENDS; RELOAD, PAUSE, RESUME, SUSPEND, KILL, RECONNECT, DISABLE, ENABLE, WAIT_CLOSE, SHUTDOWN.";
 
+/* The SHOW commands answered at once, from what this worker can read (admin_show.c). */
+static const struct {
+	const char *command;
+	void (*show)(struct admin_reply *r, struct tern_runtime *rt);
+} admin_shows[] = {
+	{"show version", admin_show_version}, {"show config", admin_show_config},
+	{"show pools", admin_show_pools},     {"show servers", admin_show_servers},
+	{"show databases", admin_show_databases}, {"show users", admin_show_users},
+	{"show lists", admin_show_lists},     {"show help", admin_show_help},
+	{"show", admin_show_help},
+};
+
+static void (*admin_find_show(const char *command))(struct admin_reply *, struct tern_runtime *)
+{
+	for (size_t i = 0; i < TERN_ARRAY_LEN(admin_shows); i++)
+		if (strcmp(admin_shows[i].command, command) == 0)
+			return admin_shows[i].show;
+	return NULL;
+}
+
 static void admin_on_query(struct session *s, const char *sql)
 {
 	struct tern_runtime *rt = s->host->runtime;
 	struct admin_reply r = {0};
+	void (*show)(struct admin_reply *, struct tern_runtime *);
 	char command[64], arg[POOL_NAME_LEN_MAX + 8];
 	admin_parse(sql, command, sizeof(command), arg, sizeof(arg));
 	bool has_arg = arg[0] != '\0';
@@ -536,29 +557,8 @@ static void admin_on_query(struct session *s, const char *sql)
 		admin_reply_error(&r, "42602", "the database name is too long", NULL);
 	} else if (strncmp(command, "show ", 5) == 0 && has_arg) {
 		admin_reply_error(&r, "42601", "SHOW takes no argument here", admin_commands_hint);
-	} else if (strcmp(command, "show version") == 0) {
-		admin_show_version(&r);
-		admin_reply_complete(&r, "SHOW");
-	} else if (strcmp(command, "show config") == 0) {
-		admin_show_config(&r, runtime_config(rt)); /* SIGHUP swaps it */
-		admin_reply_complete(&r, "SHOW");
-	} else if (strcmp(command, "show pools") == 0) {
-		admin_show_pools(&r, rt);
-		admin_reply_complete(&r, "SHOW");
-	} else if (strcmp(command, "show servers") == 0) {
-		admin_show_servers(&r, rt);
-		admin_reply_complete(&r, "SHOW");
-	} else if (strcmp(command, "show databases") == 0) {
-		admin_show_databases(&r, rt);
-		admin_reply_complete(&r, "SHOW");
-	} else if (strcmp(command, "show users") == 0) {
-		admin_show_users(&r, rt);
-		admin_reply_complete(&r, "SHOW");
-	} else if (strcmp(command, "show lists") == 0) {
-		admin_show_lists(&r, rt);
-		admin_reply_complete(&r, "SHOW");
-	} else if (strcmp(command, "show help") == 0 || strcmp(command, "show") == 0) {
-		admin_show_help(&r);
+	} else if ((show = admin_find_show(command)) != NULL) {
+		show(&r, rt);
 		admin_reply_complete(&r, "SHOW");
 	} else if (strcmp(command, "show clients") == 0 || strcmp(command, "show stats") == 0 ||
 		   strcmp(command, "show workers") == 0 || strcmp(command, "show ends") == 0) {

@@ -82,16 +82,18 @@ static void admin_format_time(char *out, size_t size, const struct timespec *wal
 		out[0] = '\0';
 }
 
-void admin_show_version(struct admin_reply *r)
+void admin_show_version(struct admin_reply *r, struct tern_runtime *rt)
 {
+	(void)rt;
 	static const struct admin_column columns[] = {{"version", ADMIN_TEXT}};
 	const char *values[] = {"tern " TERN_VERSION};
 	admin_reply_columns(r, ADMIN_COLUMNS(columns));
 	admin_reply_row(r, values, 1);
 }
 
-void admin_show_config(struct admin_reply *r, const struct tern_config *cfg)
+void admin_show_config(struct admin_reply *r, struct tern_runtime *rt)
 {
+	const struct tern_config *cfg = runtime_config(rt); /* SIGHUP swaps it */
 	static const struct admin_column columns[] = {
 		{"key", ADMIN_TEXT}, {"value", ADMIN_TEXT}, {"default", ADMIN_TEXT}, {"changeable", ADMIN_TEXT}};
 	admin_reply_columns(r, ADMIN_COLUMNS(columns));
@@ -419,8 +421,9 @@ void admin_show_lists(struct admin_reply *r, struct tern_runtime *rt)
 	free(conns);
 }
 
-void admin_show_help(struct admin_reply *r)
+void admin_show_help(struct admin_reply *r, struct tern_runtime *rt)
 {
+	(void)rt;
 	static const char *const lines[] = {
 		"Console usage",
 		"\tSHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION",

@@ -15,15 +15,15 @@
 
 #include <time.h>
 
-void admin_show_version(struct admin_reply *r);
-void admin_show_config(struct admin_reply *r, const struct tern_config *cfg);
+/* The tables the console answers at once, each (reply, runtime), for admin.c's command table. */
+void admin_show_version(struct admin_reply *r, struct tern_runtime *rt);
+void admin_show_config(struct admin_reply *r, struct tern_runtime *rt);
 void admin_show_pools(struct admin_reply *r, struct tern_runtime *rt);
 void admin_show_servers(struct admin_reply *r, struct tern_runtime *rt);
 void admin_show_databases(struct admin_reply *r, struct tern_runtime *rt);
 void admin_show_users(struct admin_reply *r, struct tern_runtime *rt);
-/* `clients`: every worker's sessions, counted by the caller (SHOW LISTS's used_clients). */
 void admin_show_lists(struct admin_reply *r, struct tern_runtime *rt);
-void admin_show_help(struct admin_reply *r);
+void admin_show_help(struct admin_reply *r, struct tern_runtime *rt);
 
 /* SHOW CLIENTS: the columns, and one session's row (on its own worker). */
 void admin_show_client_columns(struct admin_reply *r);

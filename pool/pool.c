@@ -786,24 +786,32 @@ uint32_t pool_expire(struct pool *pool, uint64_t now_ns)
 	return closed;
 }
 
-uint32_t pool_reconnect(struct pool *pool, const char *database)
+/* Every open connection to `database` (NULL: all): marked to close (`is_marking`), returning how many;
+ * or counted when already marked. Each server's lists are walked under its mutex. */
+static uint32_t pool_conns_to(struct pool *pool, const char *database, bool is_marking)
 {
-	uint32_t marked = 0;
+	uint32_t n = 0;
 	for (uint32_t s = 0; s < pool->server_count; s++) {
 		struct pool_server *server = &pool->servers[s];
 		pthread_mutex_lock(&server->lock);
-		const struct base_list *lists[] = {&server->used_conns, &server->free_conns};
+		struct base_list *lists[] = {&server->used_conns, &server->free_conns};
 		for (size_t l = 0; l < TERN_ARRAY_LEN(lists); l++) {
 			for (struct base_list *node = lists[l]->next; node != lists[l]; node = node->next) {
 				struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
-				if (!database || strcmp(conn->db->database, database) == 0) {
-					conn->is_close_needed = true;
-					marked++;
-				}
+				if (database && strcmp(conn->db->database, database) != 0)
+					continue;
+				n += is_marking || conn->is_close_needed;
+				conn->is_close_needed |= is_marking;
 			}
 		}
 		pthread_mutex_unlock(&server->lock);
 	}
+	return n;
+}
+
+uint32_t pool_reconnect(struct pool *pool, const char *database)
+{
+	uint32_t marked = pool_conns_to(pool, database, true);
 	/* The idle ones go now, a few per mutex hold. */
 	for (uint32_t s = 0; s < pool->server_count; s++) {
 		struct pool_server *server = &pool->servers[s];
@@ -833,19 +841,7 @@ uint32_t pool_reconnect(struct pool *pool, const char *database)
 
 uint32_t pool_close_pending(struct pool *pool, const char *database)
 {
-	uint32_t pending = 0;
-	for (uint32_t s = 0; s < pool->server_count; s++) {
-		struct pool_server *server = &pool->servers[s];
-		pthread_mutex_lock(&server->lock);
-		const struct base_list *lists[] = {&server->used_conns, &server->free_conns};
-		for (size_t l = 0; l < TERN_ARRAY_LEN(lists); l++)
-			for (struct base_list *node = lists[l]->next; node != lists[l]; node = node->next) {
-				const struct pool_conn *conn = TERN_CONTAINER_OF(node, struct pool_conn, link);
-				pending += conn->is_close_needed && (!database || strcmp(conn->db->database, database) == 0);
-			}
-		pthread_mutex_unlock(&server->lock);
-	}
-	return pending;
+	return pool_conns_to(pool, database, false);
 }
 
 uint32_t pool_warm(struct pool *pool)

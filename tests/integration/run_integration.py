@@ -522,14 +522,7 @@ def a_userlist_of_scram_secrets_logs_in_to_a_scram_server_with_the_clients_own_p
         w.login("tern_scram", password="scrampw")
         pid, key = w.key
         start_sleep_absorbing_stray_cancels(ctx, w, 0)
-        started = time.monotonic()
-        send_cancel(t.port, pid, key)
-        try:
-            w.read_until_ready()
-            raise AssertionError("pg_sleep(30) was not cancelled")
-        except WireError as err:
-            check(err.sqlstate == "57014", "57014 query_canceled, got %r" % err.fields)
-        check(time.monotonic() - started < 10, "cancelled, not finished")
+        expect_cancelled(t.port, w, pid, key)
 
 
 @test
@@ -989,6 +982,18 @@ def send_cancel(port, pid, secret):
         check(c.read_message() is None, "a cancel connection gets no answer")
 
 
+def expect_cancelled(port, w, pid, key, what="cancelled"):
+    """Sends the cancel for w's running pg_sleep(30) and expects 57014 well before it would finish."""
+    started = time.monotonic()
+    send_cancel(port, pid, key)
+    try:
+        w.read_until_ready()
+        raise AssertionError("pg_sleep(30) was not cancelled (%s)" % what)
+    except WireError as err:
+        check(err.sqlstate == "57014", "57014 query_canceled, got %r (%s)" % (err.fields, what))
+    check(time.monotonic() - started < 10, "cancelled, not finished (%s)" % what)
+
+
 @test
 def cancel_requests_reach_the_owning_worker_and_stop_only_a_running_query(ctx):
     t = ctx.tern(pool_mode="transaction", pool_size=2, workers=2)
@@ -1001,14 +1006,7 @@ def cancel_requests_reach_the_owning_worker_and_stop_only_a_running_query(ctx):
         check(w.query("select 1") == [["1"]], "a cancel with no query running does nothing")
         for attempt in range(4):
             start_sleep_absorbing_stray_cancels(ctx, w, attempt)
-            started = time.monotonic()
-            send_cancel(t.port, pid, secret)
-            try:
-                w.read_until_ready()
-                raise AssertionError("pg_sleep(30) was not cancelled")
-            except WireError as err:
-                check(err.sqlstate == "57014", "57014 query_canceled, got %r" % err.fields)
-            check(time.monotonic() - started < 10, "cancelled, not finished (attempt %d)" % attempt)
+            expect_cancelled(t.port, w, pid, secret, "attempt %d" % attempt)
             absorb_stray_cancel(w)
         check(w.query("select 2") == [["2"]], "the session goes on after its cancels")
         w.send(message(b"Q", b"select pg_sleep(0.5), 3\0"))
@@ -2844,14 +2842,7 @@ def protocol_3_2_clients_get_long_cancel_keys_routed_like_short_ones(ctx):
             send_cancel(t.port, pid, wrong)  # a wrong, short or long key is ignored
         # Half a second for a wrongly accepted cancel to show; the query runs 30 s.
         check(not select.select([w.sock], [], [], 0.5)[0], "no wrong key cancelled the query")
-        started = time.monotonic()
-        send_cancel(t.port, pid, key)
-        try:
-            w.read_until_ready()
-            raise AssertionError("pg_sleep(30) was not cancelled")
-        except WireError as err:
-            check(err.sqlstate == "57014", "57014 query_canceled, got %r" % err.fields)
-        check(time.monotonic() - started < 10, "cancelled, not finished")
+        expect_cancelled(t.port, w, pid, key)
     # psql (libpq 15) asks for 3.0 and gets 3.0's 4-byte key, as before.
     check(psql_ok(t.port, "select 2") == "2", "a 3.0 client")
 
