@@ -1009,9 +1009,9 @@ def cancel_requests_reach_the_owning_worker_and_stop_only_a_running_query(ctx):
             expect_cancelled(t.port, w, pid, secret, "attempt %d" % attempt)
             absorb_stray_cancel(w)
         check(w.query("select 2") == [["2"]], "the session goes on after its cancels")
-        w.send(message(b"Q", b"select pg_sleep(0.5), 3\0"))
+        w.send(message(b"Q", b"select pg_sleep(2), 3\0"))
         wait_for(lambda: ctx.pg.psql("select count(*) from pg_stat_activity where "
-                                     "query like 'select pg_sleep(0.5)%' and state = 'active'") == "1",
+                                     "query like 'select pg_sleep(2)%' and state = 'active'") == "1",
                  "the query runs on the server", timeout=5, interval=0.02)
         for _ in range(4):
             send_cancel(t.port, pid, secret ^ 1)
