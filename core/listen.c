@@ -117,7 +117,10 @@ static void listen_unix_path(const struct tern_config *cfg, struct sockaddr_un *
 	snprintf(un->sun_path, sizeof(un->sun_path), "%s/.s.PGSQL.%u", cfg->unix_socket_dir, cfg->listen_port);
 }
 
-/* The inode of the Unix socket bound at `path` (from /proc/net/unix), or 0. */
+/* __SO_ACCEPTCON in /proc/net/unix's Flags: the socket listens (accepted ones show the path too). */
+#define LISTEN_UNIX_ACCEPTCON 0x10000ul
+
+/* The inode of the Unix socket listening at `path` (from /proc/net/unix), or 0. */
 static unsigned long listen_unix_inode_of(const char *path)
 {
 	FILE *f = fopen("/proc/net/unix", "re");
@@ -126,10 +129,11 @@ static unsigned long listen_unix_inode_of(const char *path)
 	char line[PATH_MAX + 128];
 	unsigned long inode = 0;
 	while (!inode && fgets(line, sizeof(line), f)) {
-		unsigned long node;
+		unsigned long flags, node;
 		char bound[PATH_MAX];
 		/* Num RefCount Protocol Flags Type St Inode Path */
-		if (sscanf(line, "%*s %*s %*s %*s %*s %*s %lu %4095s", &node, bound) == 2 && strcmp(bound, path) == 0)
+		if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %4095s", &flags, &node, bound) == 3 &&
+		    (flags & LISTEN_UNIX_ACCEPTCON) && strcmp(bound, path) == 0)
 			inode = node;
 	}
 	fclose(f);

@@ -2943,11 +2943,17 @@ def pool_entries_with_no_clients_and_no_connections_are_freed(ctx):
     pools = lambda: psql_ok(t.port, "show pools", dbname="pgbouncer").splitlines()
     check(psql_ok(t.port, "select 1") == "1", "warm")
     rows_before = len(pools())
-    for i in range(150):
-        with Wire(t.port) as w:
+    clients = []
+    try:
+        for i in range(150):
+            w = Wire(t.port)
+            clients.append(w)
             w.login("postgres", params={"options": "-c work_mem=%dkB" % (64 + i)})
             check(w.query("show work_mem") == [["%dkB" % (64 + i)]], "its own key")
-    check(len(pools()) >= rows_before + 150, "an entry per key while used: %d" % len(pools()))
+        check(len(pools()) >= rows_before + 150, "an entry per key while its client is there: %d" % len(pools()))
+    finally:
+        for w in clients:
+            w.close()
     wait_for(lambda: len(pools()) <= rows_before, "the unused entries are freed (%d rows)" % len(pools()),
              timeout=15)
     check(psql_ok(t.port, "select 2") == "2", "tern serves on")
@@ -2994,7 +3000,7 @@ def several_listen_addresses_a_unix_socket_a_pidfile_and_a_logfile(ctx):
                 with open(os.path.join(workdir, "tern.ini"), "w") as f:
                     f.write(tern_config_text(ctx, listen, more))
                 try:
-                    r = subprocess.run([TERN, "-c", "tern.ini"], cwd=workdir, capture_output=True, text=True,
+                    r = subprocess.run([os.path.abspath(TERN), "-c", "tern.ini"], cwd=workdir, capture_output=True, text=True,
                                        timeout=10)
                 except subprocess.TimeoutExpired:
                     raise AssertionError("a second tern started beside the first (%s %s)" % (listen, more))
