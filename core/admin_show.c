@@ -129,7 +129,7 @@ void admin_show_pools(struct admin_reply *r, struct tern_runtime *rt)
 	uint64_t now = base_now_ns();
 	for (uint32_t i = 0; i < count; i++) {
 		const struct pool_db_row *row = &rows[i];
-		if (row->server_index != rt->primary->index)
+		if (row->server_index != runtime_primary(rt)->index)
 			continue;
 		uint64_t oldest_ns = row->waiting_count ? TERN_MIN(row->oldest_parked_ns, now) : now;
 		uint32_t clients = row->client_count;
@@ -251,12 +251,12 @@ void admin_show_client_row(struct admin_reply *r, struct session *s, uint64_t no
 }
 
 /* The primary's host and port, from its conninfo, for SHOW DATABASES. */
-static void admin_primary_address(const struct tern_config *cfg, char *host, size_t host_size, char *port,
+static void admin_primary_address(const struct tern_runtime *rt, char *host, size_t host_size, char *port,
 				  size_t port_size)
 {
 	snprintf(host, host_size, "%s", "");
 	snprintf(port, port_size, "5432");
-	PQconninfoOption *options = PQconninfoParse(cfg->primary_conninfo, NULL);
+	PQconninfoOption *options = PQconninfoParse(runtime_primary(rt)->conninfo, NULL);
 	for (PQconninfoOption *o = options; o && o->keyword; o++) {
 		if (o->val && strcmp(o->keyword, "host") == 0)
 			snprintf(host, host_size, "%s", o->val);
@@ -290,7 +290,7 @@ static void admin_database_row(struct admin_reply *r, struct tern_runtime *rt, c
 {
 	const struct tern_config *cfg = runtime_config(rt);
 	char host[256], port[16], f[6][24];
-	admin_primary_address(cfg, host, sizeof(host), port, sizeof(port));
+	admin_primary_address(rt, host, sizeof(host), port, sizeof(port));
 	const char *database = e && e->dbname[0] ? e->dbname : name;
 	const char *values[] = {
 		name,
@@ -303,7 +303,7 @@ static void admin_database_row(struct admin_reply *r, struct tern_runtime *rt, c
 		ADMIN_UINT(f[2], e && e->reserve_pool_size ? e->reserve_pool_size : cfg->reserve_pool_size),
 		e && e->pool_mode >= 0 ? admin_mode_name(e->pool_mode) : admin_mode_name(cfg->pool_mode),
 		ADMIN_UINT(f[3], e && e->max_db_connections ? e->max_db_connections : cfg->max_db_connections),
-		ADMIN_UINT(f[4], admin_connections_to(rows, count, database, rt->primary->index)),
+		ADMIN_UINT(f[4], admin_connections_to(rows, count, database, runtime_primary(rt)->index)),
 		gates_is_paused(&rt->gates, name) || __atomic_load_n(&rt->is_paused, __ATOMIC_ACQUIRE) ? "1" : "0",
 		gates_is_disabled(&rt->gates, name) ? "1" : "0",
 	};
@@ -330,7 +330,7 @@ void admin_show_databases(struct admin_reply *r, struct tern_runtime *rt)
 			bool is_seen = false;
 			for (uint32_t j = 0; j < i && !is_seen; j++)
 				is_seen = strcmp(rows[j].database, rows[i].database) == 0;
-			if (!is_seen && rows[i].server_index == rt->primary->index)
+			if (!is_seen && rows[i].server_index == runtime_primary(rt)->index)
 				admin_database_row(r, rt, rows[i].database, NULL, rows, count);
 		}
 	}
@@ -385,7 +385,7 @@ void admin_show_lists(struct admin_reply *r, struct tern_runtime *rt)
 		}
 		databases += !is_database_seen;
 		users += !is_user_seen;
-		pools += rows[i].server_index == rt->primary->index;
+		pools += rows[i].server_index == runtime_primary(rt)->index;
 	}
 	for (uint32_t i = 0; i < conn_count; i++) {
 		free_servers += conns[i].state == POOL_CONN_FREE;

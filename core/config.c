@@ -134,8 +134,12 @@ static const struct config_key config_keys[] = {
 		   "on SIGTERM, how long running transactions may take to finish before tern exits anyway"),
 	CONFIG_KEY("servers", "primary", CONFIG_STRING, "host=127.0.0.1 port=5432", 0, 0, CONFIG_RESTART,
 		   primary_conninfo, NULL,
-		   "libpq conninfo of the primary; user, dbname and password come from the client "
-		   "and auth_file"),
+		   "libpq conninfo of a server (any other key in [servers] names one more, such as replica = "
+		   "...); which is the primary the servers say (pg_is_in_recovery), not their names; user, dbname "
+		   "and password come from the client and auth_file"),
+	CONFIG_KEY("routing", "monitor_interval_ms", CONFIG_INT, "1000", 50, 3600000, CONFIG_RELOAD, monitor_interval_ms,
+		   NULL, "how often the topology monitor asks every server for its role, WAL position and "
+			 "timeline"),
 	CONFIG_KEY("pool", "pool_size", CONFIG_INT, "20", 1, 10000, CONFIG_RELOAD, pool_size, NULL,
 		   "server connections per user/database pair on each server (PgBouncer's default_pool_size); "
 		   "lowered by a reload, connections above it close as they are released"),
@@ -661,6 +665,9 @@ void config_deinit(struct tern_config *cfg)
 	cfg->path = NULL;
 	databases_destroy(cfg->databases);
 	cfg->databases = NULL;
+	for (uint32_t i = 0; i < cfg->extra_server_count; i++)
+		free(cfg->extra_servers[i].conninfo);
+	cfg->extra_server_count = 0;
 }
 
 __attribute__((format(printf, 3, 4))) static void config_fail(struct config_parse *parse, int line,
@@ -744,6 +751,29 @@ static int config_on_value(void *user, const char *section, const char *name, co
 	if (!config_is_known_section(section, strlen(section))) {
 		config_fail(parse, line, "[%s] %s: unknown section", section, name);
 		return 0;
+	}
+	if (strcmp(section, "servers") == 0 && strcmp(name, "primary") != 0) {
+		struct tern_config *cfg = parse->cfg;
+		bool is_named = name[0] && strlen(name) < sizeof(cfg->extra_servers[0].name) && value[0];
+		for (uint32_t i = 0; i < cfg->extra_server_count && is_named; i++)
+			is_named = strcmp(cfg->extra_servers[i].name, name) != 0;
+		if (!is_named || cfg->extra_server_count == CONFIG_EXTRA_SERVERS_MAX) {
+			config_fail(parse, line, "[servers] %s: %s", name,
+				    cfg->extra_server_count == CONFIG_EXTRA_SERVERS_MAX ? "at most 16 servers"
+				    : value[0] ? "a name of 1 to 63 bytes, once"
+						: "must not be empty (a libpq conninfo such as \"host=10.0.0.2 port=5432\")");
+			return 0;
+		}
+		struct config_server *server = &cfg->extra_servers[cfg->extra_server_count];
+		server->conninfo = strdup(value);
+		if (!server->conninfo) {
+			parse->rc = -ENOMEM;
+			config_fail(parse, line, "[servers] %s: out of memory", name);
+			return 0;
+		}
+		base_strlcpy(server->name, name, sizeof(server->name));
+		cfg->extra_server_count++;
+		return 1;
 	}
 	if (strcmp(section, "databases") == 0 || strcmp(section, "users") == 0) {
 		char why[CONFIG_REASON_MAX];

@@ -29,6 +29,8 @@ enum config_tls_mode { CONFIG_TLS_DISABLE = 0, CONFIG_TLS_ALLOW = 1, CONFIG_TLS_
 
 struct databases;
 
+/* Servers besides `primary` (the pool fronts 16 in all). */
+#define CONFIG_EXTRA_SERVERS_MAX 15u
 /* Addresses one `listen` may name; far beyond hosts with a few interfaces. */
 #define CONFIG_LISTEN_MAX 8u
 
@@ -52,8 +54,14 @@ struct tern_config {
 	uint64_t buffer_size;
 	int log_level; /* enum base_log_level */
 	uint64_t shutdown_timeout_ms;
-	/* [servers] */
+	/* [servers]: `primary` and any other keys, each one server; its role comes from the server. */
 	char *primary_conninfo;
+	uint32_t monitor_interval_ms; /* [routing] */
+	struct config_server {
+		char name[64];
+		char *conninfo;
+	} extra_servers[CONFIG_EXTRA_SERVERS_MAX];
+	uint32_t extra_server_count;
 	/* [pool] */
 	uint32_t pool_size, min_pool_size; /* min_pool_size <= pool_size */
 	uint32_t reserve_pool_size, max_db_connections, max_user_connections, max_server_connections;

@@ -5,6 +5,7 @@
 #include "config.h"
 #include "import.h"
 #include "listen.h"
+#include "monitor.h"
 #include "dispatch.h"
 #include "pool/opener.h"
 #include "pool/pool.h"
@@ -299,9 +300,19 @@ int main(int argc, char **argv)
 	struct pool_settings settings = main_pool_settings(&cfg);
 	struct pool_hooks hooks = pool_opener_hooks(opener);
 	if (pool_init(&pool, &settings, &hooks) < 0 ||
-	    pool_server_add(&pool, "primary", cfg.primary_conninfo, &primary) < 0 ||
-	    pool_opener_start(opener, &pool) < 0) {
+	    pool_server_add(&pool, "primary", cfg.primary_conninfo, &primary) < 0) {
 		fprintf(stderr, "tern: could not start the pool\n");
+		return 1;
+	}
+	for (uint32_t i = 0; i < cfg.extra_server_count; i++) {
+		struct pool_server *server;
+		if (pool_server_add(&pool, cfg.extra_servers[i].name, cfg.extra_servers[i].conninfo, &server) < 0) {
+			fprintf(stderr, "tern: could not add server %s\n", cfg.extra_servers[i].name);
+			return 1;
+		}
+	}
+	if (pool_opener_start(opener, &pool) < 0) {
+		fprintf(stderr, "tern: could not start the pool thread\n");
 		return 1;
 	}
 	struct auth_query_settings lookups = main_auth_query_settings(&cfg, auth_file);
@@ -311,7 +322,11 @@ int main(int argc, char **argv)
 	}
 	rt.pool = &pool;
 	rt.opener = opener;
-	rt.primary = primary;
+	rt.primary = primary; /* until the monitor's first round says which server is the primary */
+	if (monitor_start(&rt.monitor, &rt) < 0) {
+		fprintf(stderr, "tern: could not start the topology monitor\n");
+		return 1;
+	}
 	char endpoint[300];
 	int endpoint_len = snprintf(endpoint, sizeof(endpoint), "%s:%u", cfg.listen_host, cfg.listen_port);
 	rt.identity_hash = XXH3_64bits(endpoint, (size_t)endpoint_len);
@@ -423,6 +438,7 @@ int main(int argc, char **argv)
 	for (uint32_t i = 0; i < rt.worker_count; i++)
 		worker_join(rt.workers[i]);
 	worker_finish_jobs(&rt);
+	monitor_stop(rt.monitor);
 	/* The pool thread stops before pool_deinit (it must not touch what that frees) and before the
 	 * workers are freed (a late answer to a parked request still lands in a worker's mailbox). */
 	pool_opener_stop(opener);

@@ -18,6 +18,7 @@ struct auth_file;
 struct auth_query;
 struct pool;
 struct pool_server;
+struct monitor;
 struct pool_opener;
 struct tls_context;
 struct worker;
@@ -28,7 +29,8 @@ struct tern_runtime {
 	const struct tern_config *config;
 	struct pool *pool;
 	struct pool_opener *opener;
-	struct pool_server *primary;
+	struct pool_server *primary; /* atomic: where writes go, as the topology monitor last saw (runtime_primary) */
+	struct monitor *monitor;
 	const struct auth_file *auth_file; /* NULL without [auth] auth_file */
 	struct auth_query *auth_query;     /* the lookup thread ([auth] auth_user turns lookups on) */
 	const struct tls_context *tls;     /* atomic (SIGHUP swaps it); NULL with client_tls_sslmode = disable */
@@ -55,6 +57,12 @@ struct tern_runtime {
 	uint32_t reload_generation; /* atomic */
 	int reload_result;          /* atomic */
 };
+
+/* The server that says it is the primary, as the topology monitor last saw; any thread. */
+static inline struct pool_server *runtime_primary(const struct tern_runtime *rt)
+{
+	return __atomic_load_n(&rt->primary, __ATOMIC_ACQUIRE);
+}
 
 /* The running configuration, from any thread: SIGHUP replaces it (main keeps the old one readable until
  * exit), so read it through here and, for consistent values, once per use. */

@@ -460,7 +460,7 @@ void session_acquire(struct session *s, struct leg *leg)
 	}
 	struct pool_request *req = &leg->request;
 	req->db = s->db;
-	req->server = host->runtime->primary;
+	req->server = runtime_primary(host->runtime);
 	req->on_done = session_request_done_hook;
 	req->owner = leg;
 	host->stats.pool_checkouts++;

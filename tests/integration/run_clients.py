@@ -241,7 +241,8 @@ class ServerConnectionSampler:
         while not self._stop.is_set():
             try:
                 n = int(self.pg.psql("select count(*) from pg_stat_activity where backend_type = 'client backend' "
-                                     "and pid <> pg_backend_pid()", timeout=10))
+                                     "and pid <> pg_backend_pid() and application_name <> 'tern monitor'",
+                                     timeout=10))
                 self.most = max(self.most, n)
                 self.samples += 1
             except Exception:

@@ -159,10 +159,15 @@ def expect_login_refused(port, user, sqlstate, **login_args):
     raise AssertionError("login as %s (%r) was accepted" % (user, login_args))
 
 
+# tern's pool connections among a server's client backends: not the one asking, nor tern's own
+# topology monitor and auth_query lookups (they log in as application "tern monitor", "tern auth_query").
+POOL_BACKENDS = ("backend_type = 'client backend' and pid <> pg_backend_pid() "
+                 "and application_name not in ('tern monitor', 'tern auth_query')")
+
+
 def server_connections(pg):
-    """Client backends other than the one asking: tern's (the harness makes no other connection)."""
-    return int(pg.psql("select count(*) from pg_stat_activity where backend_type = 'client backend' "
-                       "and pid <> pg_backend_pid()"))
+    """tern's pool connections on the server (the harness makes no other connection)."""
+    return int(pg.psql("select count(*) from pg_stat_activity where " + POOL_BACKENDS))
 
 
 # ---------------------------------------------------------------- tests
@@ -604,8 +609,7 @@ def an_md5_hash_in_the_userlist_logs_in_to_an_md5_server(ctx):
 
 
 def connections_by_user(pg):
-    rows = pg.psql("select usename, count(*) from pg_stat_activity where backend_type = 'client backend' "
-                   "and pid <> pg_backend_pid() group by usename")
+    rows = pg.psql("select usename, count(*) from pg_stat_activity where " + POOL_BACKENDS + " group by usename")
     return {u: int(n) for u, n in (line.split("|") for line in rows.splitlines() if line)}
 
 
@@ -3084,6 +3088,24 @@ def a_rolling_restart_with_takeover_loses_no_transaction(ctx):
     in_table = set(int(x) for x in psql_ok(ctx.pg.primary_port, "select id from rolling_t").split())
     missing = [n for n in committed if n not in in_table]
     check(not missing, "every acknowledged commit is in the table: %d missing" % len(missing))
+
+
+@test
+def writes_go_to_the_server_that_says_it_is_the_primary_whatever_its_name(ctx):
+    """[servers] names the streaming replica `primary` and the real primary `main`: the topology monitor
+    asks each (pg_is_in_recovery) and writes go to `main`; a third server that does not answer is down."""
+    ctx.pg.wait_replica_caught_up()
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n"
+              "primary = host=127.0.0.1 port=%d\nmain = host=127.0.0.1 port=%d\ngone = host=127.0.0.1 port=%d\n"
+              "[routing]\nmonitor_interval_ms = 100\n[pool]\npool_size = 2\n"
+              % (free_port(), ctx.pg.replica_port, ctx.pg.primary_port, free_port()))
+    t = TernProcess(TERN, config)
+    ctx.terns.append(t)
+    t.start()
+    check("writes go to server main" in t.log_tail(20), "the monitor found the primary: %s" % t.log_tail(20))
+    check(psql_ok(t.port, "select pg_is_in_recovery()") == "f", "served by the primary")
+    psql_ok(t.port, "drop table if exists role_t; create table role_t(a int); insert into role_t values (1)")
+    check(psql_ok(ctx.pg.primary_port, "select count(*) from role_t") == "1", "the write is on the primary")
 
 
 # ---------------------------------------------------------------- runner

@@ -1,0 +1,45 @@
+/*
+ * monitor.h — the topology monitor: a thread of its own that asks every server in [servers], once per
+ * monitor_interval_ms, whether it is in recovery, where its WAL is (the primary's current LSN, a
+ * standby's replay LSN) and on which timeline, and publishes the answers and the server writes go to.
+ * A server's role comes from the server, never from its name: a promoted standby becomes the primary
+ * with no config change. A server that does not answer is marked down, and up again when it answers.
+ *
+ * It logs in as the server conninfo's own user if it names one, else as [auth] auth_user, else as
+ * postgres, to database postgres, with that user's plaintext password from auth_file if it has one.
+ *
+ * Threads: the monitor's thread writes; any thread reads (each field one atomic load). The first round
+ * runs on the caller's thread in monitor_start, so the primary is known before clients are accepted.
+ * Never: touches sessions or the pool's lists.
+ */
+#ifndef TERN_MONITOR_H
+#define TERN_MONITOR_H
+
+#include "auth.h"
+#include "pool/pool.h"
+#include "runtime.h"
+
+enum monitor_role { MONITOR_UNKNOWN = 0, MONITOR_DOWN, MONITOR_PRIMARY, MONITOR_STANDBY };
+
+/* What the last round saw of one server; every field atomic. */
+struct monitor_server {
+	struct pool_server *server;
+	uint32_t role;     /* enum monitor_role */
+	uint32_t timeline; /* 0 when unknown */
+	uint64_t lsn;      /* the primary's pg_current_wal_lsn, a standby's pg_last_wal_replay_lsn */
+	uint64_t checked_ns;
+};
+
+struct monitor;
+
+/* Runs the first round, then starts the thread; the primary it found is stored in rt->primary (the
+ * first server when none answers as a primary). 0 or a negative errno. */
+TERN_MUST_USE int monitor_start(struct monitor **out, struct tern_runtime *rt);
+/* One server's state (index as in the pool); NULL past the count. */
+const struct monitor_server *monitor_server_at(const struct monitor *m, uint32_t index);
+/* Stops the thread and frees the monitor. */
+void monitor_stop(struct monitor *m);
+
+const char *monitor_role_name(enum monitor_role role);
+
+#endif
