@@ -250,13 +250,13 @@ void admin_show_client_row(struct admin_reply *r, struct session *s, uint64_t no
 	admin_reply_row(r, values, TERN_ARRAY_LEN(values));
 }
 
-/* The primary's host and port, from its conninfo, for SHOW DATABASES. */
-static void admin_primary_address(const struct tern_runtime *rt, char *host, size_t host_size, char *port,
-				  size_t port_size)
+/* A server's host and port, from its conninfo, for SHOW DATABASES. */
+static void admin_server_address(const struct pool_server *server, char *host, size_t host_size, char *port,
+				 size_t port_size)
 {
 	snprintf(host, host_size, "%s", "");
 	snprintf(port, port_size, "5432");
-	PQconninfoOption *options = PQconninfoParse(runtime_primary(rt)->conninfo, NULL);
+	PQconninfoOption *options = PQconninfoParse(server->conninfo, NULL);
 	for (PQconninfoOption *o = options; o && o->keyword; o++) {
 		if (o->val && strcmp(o->keyword, "host") == 0)
 			snprintf(host, host_size, "%s", o->val);
@@ -290,7 +290,11 @@ static void admin_database_row(struct admin_reply *r, struct tern_runtime *rt, c
 {
 	const struct tern_config *cfg = runtime_config(rt);
 	char host[256], port[16], f[6][24];
-	admin_primary_address(rt, host, sizeof(host), port, sizeof(port));
+	const struct pool_server *server = runtime_primary(rt);
+	for (uint32_t i = 0; e && e->server[0] && i < rt->pool->server_count; i++)
+		if (strcmp(rt->pool->servers[i].name, e->server) == 0)
+			server = &rt->pool->servers[i];
+	admin_server_address(server, host, sizeof(host), port, sizeof(port));
 	const char *database = e && e->dbname[0] ? e->dbname : name;
 	const char *values[] = {
 		name,

@@ -834,6 +834,14 @@ static void config_check_across_keys(struct config_parse *parse)
 			    min_line >= max_line ? "min_pool_size" : "pool_size", cfg->min_pool_size,
 			    cfg->pool_size);
 	}
+	for (size_t i = 0; i < databases_count(cfg->databases); i++) {
+		const struct database_entry *e = databases_at(cfg->databases, i);
+		bool is_known = !e->server[0] || strcmp(e->server, "primary") == 0;
+		for (uint32_t k = 0; k < cfg->extra_server_count && !is_known; k++)
+			is_known = strcmp(cfg->extra_servers[k].name, e->server) == 0;
+		if (!is_known)
+			config_fail(parse, 0, "[databases] %s: server = %s is not a key of [servers]", e->name, e->server);
+	}
 	/* "primary = ;x" reads as an empty value (inih takes " ;" as a comment): never silently no server. */
 	if (cfg->primary_conninfo == NULL || cfg->primary_conninfo[0] == '\0') {
 		config_fail(parse, config_key_line(parse, "servers", "primary"),

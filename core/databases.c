@@ -124,6 +124,8 @@ static int databases_entry_key(struct database_entry *e, const char *key, const 
 		return databases_copy_name(e->dbname, value, key, reason, reason_size) ? 0 : -EINVAL;
 	if (strcmp(key, "user") == 0)
 		return databases_copy_name(e->user, value, key, reason, reason_size) ? 0 : -EINVAL;
+	if (strcmp(key, "server") == 0)
+		return databases_copy_name(e->server, value, key, reason, reason_size) ? 0 : -EINVAL;
 	if (strcmp(key, "password") == 0) {
 		if (strlen(value) == 0 || strlen(value) > DATABASES_PASSWORD_MAX)
 			return databases_refuse(reason, reason_size, "password: expected 1 to %u bytes",
@@ -142,9 +144,10 @@ static int databases_entry_key(struct database_entry *e, const char *key, const 
 		return databases_count_value(key, value, 100000, &e->max_db_connections, reason, reason_size);
 	if (strcmp(key, "host") == 0 || strcmp(key, "port") == 0 || strcmp(key, "hostaddr") == 0)
 		return databases_refuse(reason, reason_size,
-					"%s: tern takes the server from [servers]; leave %s out of [databases]", key, key);
+					"%s: tern takes servers from [servers]: name one there and write server=<its key> "
+					"here", key);
 	return databases_refuse(reason, reason_size,
-				"%s: unknown key (known: dbname, user, password, pool_mode, pool_size, "
+				"%s: unknown key (known: dbname, user, password, server, pool_mode, pool_size, "
 				"reserve_pool_size, max_db_connections)",
 				key);
 }

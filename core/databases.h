@@ -27,6 +27,7 @@ struct database_entry {
 	char dbname[DATABASES_NAME_MAX + 1]; /* on the server; "" = the name asked for */
 	char user[DATABASES_NAME_MAX + 1];   /* server user for every client; "" = the client's own */
 	char *password;                      /* the forced user's; NULL = auth_file's */
+	char server[DATABASES_NAME_MAX + 1]; /* a [servers] key its clients go to; "" = the primary */
 	int pool_mode;
 	uint32_t pool_size;
 	uint32_t reserve_pool_size;

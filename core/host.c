@@ -15,11 +15,11 @@ void host_init(struct host *host, uint32_t index, struct tern_runtime *runtime, 
 	base_list_init(&host->holds);
 }
 
-struct pool_conn *host_local_take(struct host *host, const struct pool_db *db)
+struct pool_conn *host_local_take(struct host *host, const struct pool_db *db, const struct pool_server *server)
 {
 	for (uint32_t i = host->local_count; i-- > 0;) {
 		struct pool_conn *conn = host->local_cache[i];
-		if (conn->db == db) {
+		if (conn->db == db && conn->server == server) {
 			host->local_cache[i] = host->local_cache[--host->local_count];
 			return conn;
 		}

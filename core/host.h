@@ -82,8 +82,9 @@ static inline void host_mark_dirty(struct host *host, struct sendq *q)
 	q->is_dirty = true;
 	base_list_insert_tail(&host->flush, &q->flush_link);
 }
-/* Worker-local reuse: a connection of db released in this pass, or NULL. */
-struct pool_conn *host_local_take(struct host *host, const struct pool_db *db);
+/* Worker-local reuse: a connection of db to server released in this pass, or NULL (a connection to
+ * another server, one the primary was before a failover say, is never handed out for this one). */
+struct pool_conn *host_local_take(struct host *host, const struct pool_db *db, const struct pool_server *server);
 /* A released connection: kept for this pass (or back to the pool when the cache is full). */
 void host_local_put(struct host *host, struct pool_conn *conn);
 /* Every cached connection back to the pool (straight to a waiter if one parked). */

@@ -62,6 +62,9 @@ static const struct import_key {
 	{"client_tls_ciphers", "tls", "client_tls_ciphers", IMPORT_COPY},
 };
 
+/* Servers one tern fronts ([servers] keys). */
+#define IMPORT_SERVERS_MAX 16u
+
 /* The sections tern.ini is written in, in this order. */
 static const char *const import_sections[] = {"tern", "servers", "pool", "auth", "admin", "tls", "limits",
 					      "databases", "users"};
@@ -79,9 +82,12 @@ struct import {
 	uint32_t lines;
 	char listen_addr[256];
 	char listen_port[16];
-	char server_host[DATABASES_PASSWORD_MAX + 1];
-	char server_port[DATABASES_PASSWORD_MAX + 1];
-	bool has_server;
+	/* The servers [databases] names, in order: the first is `primary`, the others server2, server3, ... */
+	struct import_server {
+		char host[256];
+		char port[16];
+	} servers[IMPORT_SERVERS_MAX];
+	uint32_t server_count;
 	bool is_failed;
 };
 
@@ -227,7 +233,7 @@ static void import_put_word(FILE *out, const char *key, const char *value)
 static void import_database(struct import *im, const char *name, const char *value, int line)
 {
 	char key[32], text[DATABASES_PASSWORD_MAX + 1], reason[256];
-	char host[DATABASES_PASSWORD_MAX + 1] = "", port[DATABASES_PASSWORD_MAX + 1] = "5432";
+	char host[256] = "", port[16] = "5432";
 	char *carried = NULL;
 	size_t carried_size = 0;
 	FILE *out = open_memstream(&carried, &carried_size);
@@ -240,9 +246,9 @@ static void import_database(struct import *im, const char *name, const char *val
 	while ((rc = databases_scan_pair(value, &pos, key, sizeof(key), text, sizeof(text), reason, sizeof(reason))) >
 	       0) {
 		if (strcmp(key, "host") == 0 || strcmp(key, "hostaddr") == 0)
-			snprintf(host, sizeof(host), "%s", text);
+			snprintf(host, sizeof(host), "%.255s", text);
 		else if (strcmp(key, "port") == 0)
-			snprintf(port, sizeof(port), "%s", text);
+			snprintf(port, sizeof(port), "%.15s", text);
 		else if (strcmp(key, "pool_mode") == 0 && strcasecmp(text, "statement") == 0)
 			import_note(im, line, "[databases] %s: pool_mode = statement has no equivalent; left out", name);
 		else if (strcmp(key, "dbname") == 0 || strcmp(key, "user") == 0 || strcmp(key, "password") == 0 ||
@@ -253,22 +259,28 @@ static void import_database(struct import *im, const char *name, const char *val
 		else
 			import_note(im, line, "[databases] %s: %s = %s has no equivalent in tern; left out", name, key, text);
 	}
-	fclose(out);
+	fclose(out); /* carried holds the entry's keys from here */
+	/* Its server: the first one named is [servers] primary; another becomes serverN, pinned by server=. */
+	uint32_t index = 0;
+	while (index < im->server_count &&
+	       (strcmp(im->servers[index].host, host) != 0 || strcmp(im->servers[index].port, port) != 0))
+		index++;
+	if (rc == 0 && index == im->server_count && index == IMPORT_SERVERS_MAX) {
+		rc = -E2BIG;
+		snprintf(reason, sizeof(reason), "more than %u servers", IMPORT_SERVERS_MAX);
+	} else if (rc == 0 && index == im->server_count) {
+		im->servers[index] = (struct import_server){0};
+		snprintf(im->servers[index].host, sizeof(im->servers[index].host), "%s", host);
+		snprintf(im->servers[index].port, sizeof(im->servers[index].port), "%s", port);
+		im->server_count++;
+	}
 	if (rc < 0) {
 		import_note(im, line, "[databases] %s: %s; the entry is left out", name, reason);
-	} else if (im->has_server && (strcmp(host, im->server_host) != 0 || strcmp(port, im->server_port) != 0)) {
-		import_note(im, line,
-			    "[databases] %s is on another server (%s port %s) than [servers] primary: tern fronts "
-			    "one primary; the entry is left out",
-			    name, host[0] ? host : "(the default socket)", port);
-	} else {
-		if (!im->has_server) {
-			snprintf(im->server_host, sizeof(im->server_host), "%s", host);
-			snprintf(im->server_port, sizeof(im->server_port), "%s", port);
-			im->has_server = true;
-		}
-		if (im->lines++ < IMPORT_LINES_MAX)
-			fprintf(import_section(im, "databases"), "%s =%s\n", name, carried ? carried : "");
+	} else if (im->lines++ < IMPORT_LINES_MAX) {
+		fprintf(import_section(im, "databases"), "%s =%s", name, carried ? carried : "");
+		if (index > 0)
+			fprintf(import_section(im, "databases"), " server=server%u", index + 1);
+		fputc('\n', import_section(im, "databases"));
 	}
 	free(carried);
 }
@@ -347,10 +359,7 @@ int import_pgbouncer(const char *path, FILE *out, FILE *notes)
 	char listen[300];
 	const char *addr = strcmp(im.listen_addr, "*") == 0 ? "*" : im.listen_addr[0] ? im.listen_addr : "127.0.0.1";
 	snprintf(listen, sizeof(listen), "listen = %s:%s\n", addr, im.listen_port);
-	char server[2 * DATABASES_PASSWORD_MAX + 32];
-	snprintf(server, sizeof(server), "primary = %s%s%sport=%s\n", im.server_host[0] ? "host=" : "",
-		 im.server_host, im.server_host[0] ? " " : "", im.has_server ? im.server_port : "5432");
-	if (!im.has_server)
+	if (im.server_count == 0)
 		import_note(&im, 0, "no [databases] entry names a server: [servers] primary is libpq's default (the "
 				    "local socket, port 5432); edit it");
 	for (size_t i = 0; i < IMPORT_SECTION_COUNT; i++)
@@ -364,7 +373,14 @@ int import_pgbouncer(const char *path, FILE *out, FILE *notes)
 			continue;
 		}
 		if (i == 1) {
-			fprintf(out, "\n[servers]\n%s", server);
+			fputs("\n[servers]\n", out);
+			for (uint32_t s = 0; s < TERN_MAX(im.server_count, 1u); s++) {
+				const struct import_server *server = &im.servers[s]; /* zero: libpq's default */
+				char name[16];
+				snprintf(name, sizeof(name), s == 0 ? "primary" : "server%u", s + 1);
+				fprintf(out, "%s = %s%s%sport=%s\n", name, server->host[0] ? "host=" : "", server->host,
+					server->host[0] ? " " : "", server->port[0] ? server->port : "5432");
+			}
 			continue;
 		}
 		if (text[0])

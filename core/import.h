@@ -2,8 +2,8 @@
  * import.h — `tern --import-pgbouncer pgbouncer.ini`: reads a PgBouncer configuration and writes the
  * tern.ini that does the same, naming every setting it cannot carry over (on `notes`, one line each, and
  * as comments at the end of the output). [databases] entries keep their names, dbname, user, password
- * and pool settings; the server of the first entry that names one becomes [servers] primary, and an
- * entry on another server is left out with a note (tern fronts one primary with its replicas).
+ * and pool settings; the server of the first entry that names one becomes [servers] primary, and each
+ * other server another [servers] key (server2, server3, ...) that its entries name with server=.
  *
  * Threads: main's, before anything starts. Never: opens sockets or changes files.
  */

@@ -163,6 +163,18 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 	next->listen_port = old->listen_port;
 	memcpy(next->listens, old->listens, sizeof(next->listens));
 	next->listen_count = old->listen_count;
+	for (uint32_t i = 0; i < next->extra_server_count; i++)
+		free(next->extra_servers[i].conninfo);
+	next->extra_server_count = 0;
+	for (uint32_t i = 0; i < old->extra_server_count; i++) {
+		next->extra_servers[i] = old->extra_servers[i];
+		next->extra_servers[i].conninfo = NULL;
+		if (!main_keep_string(&next->extra_servers[i].conninfo, old->extra_servers[i].conninfo)) {
+			TERN_ERROR("SIGHUP: out of memory; nothing changed");
+			goto fail;
+		}
+		next->extra_server_count = i + 1;
+	}
 	next->workers = old->workers;
 	next->pin_workers = old->pin_workers;
 	next->pool_mode = old->pool_mode;
@@ -445,6 +457,7 @@ int main(int argc, char **argv)
 	pool_deinit(&pool);
 	pool_opener_destroy(opener);
 	for (uint32_t i = 0; i < rt.worker_count; i++) {
+		worker_deinit(rt.workers[i]); /* nothing mails a worker any more: the pool thread has stopped */
 		for (uint32_t l = 0; l < rt.workers[i]->listener_count; l++)
 			if (rt.workers[i]->listeners[l].fd >= 0)
 				close(rt.workers[i]->listeners[l].fd);

@@ -416,6 +416,11 @@ static void session_request_done_hook(struct pool_request *req)
 	host->ops->request_done(host, req);
 }
 
+struct pool_server *session_server(const struct session *s)
+{
+	return s->pinned_server ? s->pinned_server : runtime_primary(s->host->runtime);
+}
+
 bool session_is_gated(struct session *s)
 {
 	struct tern_runtime *rt = s->host->runtime;
@@ -450,7 +455,8 @@ void session_acquire(struct session *s, struct leg *leg)
 	if (session_pause_gate(s))
 		return; /* PAUSE: the worker asks again at RESUME */
 	session_stats_close_assignment(s);
-	struct pool_conn *conn = host_local_take(host, s->db);
+	struct pool_server *server = session_server(s);
+	struct pool_conn *conn = host_local_take(host, s->db, server);
 	if (conn) {
 		host->stats.local_reuse++;
 		/* The request arrived just now (no clock read here), or left the PAUSE gate just now. */
@@ -460,7 +466,7 @@ void session_acquire(struct session *s, struct leg *leg)
 	}
 	struct pool_request *req = &leg->request;
 	req->db = s->db;
-	req->server = runtime_primary(host->runtime);
+	req->server = server;
 	req->on_done = session_request_done_hook;
 	req->owner = leg;
 	host->stats.pool_checkouts++;

@@ -133,6 +133,7 @@ struct session {
 	/* Its [databases] entry (NULL: none, the name passes through); lives as long as tern, since a reload
 	 * keeps the configuration it came from. */
 	const struct database_entry *route;
+	struct pool_server *pinned_server; /* the route's `server`; NULL: the primary of the moment */
 	char application_name[POOL_NAME_LEN_MAX];
 	uint8_t md5_salt[4];
 	struct scram_server *scram;
@@ -267,6 +268,8 @@ struct leg *session_replace_leg(struct session *s, enum leg_role role);
 bool session_pause_gate(struct session *s);
 /* True while the admin console's PAUSE (all, or of this client's database) holds new transactions. */
 bool session_is_gated(struct session *s);
+/* The server this session's transactions go to: its [databases] entry's server, else the primary. */
+struct pool_server *session_server(const struct session *s);
 /* While parked: the bytes queued for the server are to leave the receive buffers (by the end of the
  * pass: session_hold_now). */
 void session_hold_parked_bytes(struct session *s);

@@ -410,6 +410,9 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 			session_end(s, SESSION_END_UNKNOWN_DATABASE);
 			return;
 		}
+		for (uint32_t i = 0; s->route->server[0] && i < rt->pool->server_count; i++)
+			if (strcmp(rt->pool->servers[i].name, s->route->server) == 0)
+				s->pinned_server = &rt->pool->servers[i];
 	}
 	/* The pool mode: the database's, else the user's, else [tern] pool_mode. */
 	const struct user_entry *user_entry = databases_find_user(config->databases, s->user);

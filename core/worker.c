@@ -744,9 +744,10 @@ void worker_stop(struct worker *worker) { worker_wake(worker); }
 
 bool worker_is_drained(struct worker *worker) { return __atomic_load_n(&worker->is_drained, __ATOMIC_ACQUIRE); }
 
-void worker_join(struct worker *worker)
+void worker_join(struct worker *worker) { pthread_join(worker->thread, NULL); }
+
+void worker_deinit(struct worker *worker)
 {
-	pthread_join(worker->thread, NULL);
 	if (worker->wake_fd >= 0)
 		close(worker->wake_fd);
 	worker->wake_fd = -1;

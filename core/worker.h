@@ -125,14 +125,17 @@ TERN_MUST_USE int worker_start(struct worker *worker, struct tern_runtime *runti
 			      const int *listen_fds, uint32_t listen_count,
 			       char *err, size_t err_size);
 void worker_stop(struct worker *worker); /* asks the thread to end; join with worker_join */
-/* Any thread: the worker runs its on_wake (mailbox, cancels, jobs) soon. Safe until worker_join. */
+/* Any thread: the worker runs its on_wake (mailbox, cancels, jobs) soon. Safe until worker_deinit. */
 void worker_wake(struct worker *worker);
 /* Any thread: appends link to one of the worker's mailbox lists (mailbox, cancels, jobs, jobs_done)
  * under its lock, and wakes it if needed. */
 void worker_mail(struct worker *worker, struct base_list *list, struct base_list *link);
 /* True once a draining worker has no session left. */
 bool worker_is_drained(struct worker *worker);
+/* Waits for the thread to end. Another worker may still mail this one until it is joined too: what the
+ * mailbox needs (its lock, its wake-up) goes only with worker_deinit, once every worker is joined. */
 void worker_join(struct worker *worker);
+void worker_deinit(struct worker *worker);
 
 /* A CancelRequest arrived on any worker: hands it to the worker named in the key's top byte. */
 void worker_route_cancel(struct tern_runtime *runtime, uint32_t pid, const uint8_t *key, uint32_t key_len);

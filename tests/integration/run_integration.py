@@ -689,10 +689,15 @@ def databases_section_maps_names_forces_users_and_sets_pool_mode_per_database_an
     t = ctx.tern(pool_size=1, more="""[databases]
 shop = dbname=postgres pool_size=1
 app = dbname=postgres user=alice pool_mode=session pool_size=2
+reports = dbname=postgres server=standby
 [users]
 bob = pool_mode=session
-""")
+[servers]
+standby = host=127.0.0.1 port=%d
+""" % ctx.pg.replica_port)
     check(psql_ok(t.port, "select current_database()", dbname="shop") == "postgres", "shop is postgres")
+    check(psql_ok(t.port, "select pg_is_in_recovery()", dbname="reports") == "t", "reports goes to its server")
+    check(psql_ok(t.port, "select pg_is_in_recovery()", dbname="shop") == "f", "shop to the primary")
     check(psql_ok(t.port, "select current_user", dbname="app") == "alice", "app logs every client in as alice")
     err = expect_login_refused(t.port, "postgres", "3D000", database="nosuch")
     check("no such database" in err.fields["M"], "PgBouncer's words: %r" % err.fields)
@@ -732,6 +737,7 @@ def a_pgbouncer_setup_with_scram_secrets_imports_and_serves_psql_pgbench_and_the
             f.write("""[databases]
 postgres = host=127.0.0.1 port=%d dbname=postgres
 appdb = host=127.0.0.1 port=%d dbname=postgres pool_size=3 connect_query='select 1'
+standby = host=127.0.0.1 port=%d dbname=postgres
 
 [pgbouncer]
 logfile = /var/log/postgresql/pgbouncer.log
@@ -745,7 +751,7 @@ admin_users = tern_scram
 pool_mode = transaction
 default_pool_size = 4
 server_idle_timeout = 60
-""" % (ctx.pg.primary_port, ctx.pg.primary_port, port))
+""" % (ctx.pg.primary_port, ctx.pg.primary_port, ctx.pg.replica_port, port))
         r = subprocess.run([TERN, "--import-pgbouncer", os.path.join(workdir, "pgbouncer.ini")],
                            capture_output=True, text=True, timeout=30)
         check(r.returncode == 0, "import: %s" % r.stderr)
@@ -759,6 +765,8 @@ server_idle_timeout = 60
         check(psql_ok(t.port, "select current_user", user="tern_scram", password="scrampw") == "tern_scram", "psql")
         check(psql_ok(t.port, "select current_database()", user="tern_scram", password="scrampw",
                       dbname="appdb") == "postgres", "a [databases] entry")
+        check(psql_ok(t.port, "select pg_is_in_recovery()", user="tern_scram", password="scrampw",
+                      dbname="standby") == "t", "an entry on another server goes there")
         out = pgbench_as(t.port, "tern_scram", "scrampw", "select 1", extra=["-M", "extended"])
         check("number of transactions actually processed: 200/200" in out, "pgbench: %s" % out)
         pools = psql_ok(t.port, "show pools", user="tern_scram", password="scrampw", dbname="pgbouncer")

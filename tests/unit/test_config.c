@@ -634,3 +634,17 @@ Test(config, an_empty_primary_is_refused_with_its_line)
 {
 	expect_error_at("[tern]\nworkers = 1\n[servers]\nprimary = ;host=a\n", 4, "[servers] primary: must not be empty");
 }
+
+Test(config, a_database_entry_names_a_server_of_servers_or_is_refused)
+{
+	struct tern_config cfg = load_ok("[servers]\nprimary = host=a\nstandby = host=b\n[databases]\n"
+					 "reports = server=standby\nmain = server=primary\n");
+	cr_assert_eq(cfg.extra_server_count, 1);
+	cr_assert_str_eq(cfg.extra_servers[0].name, "standby");
+	cr_assert_str_eq(cfg.extra_servers[0].conninfo, "host=b");
+	config_deinit(&cfg);
+	cr_assert_eq(load_text(&cfg, "[databases]\nreports = server=nope\n"), -EINVAL);
+	cr_assert_not_null(strstr(test_err, "reports: server = nope is not a key of [servers]"), "%s", test_err);
+	expect_error_at("[servers]\nstandby =\n", 2, "must not be empty");
+	expect_error_at("[servers]\nb = host=b\nb = host=c\n", 3, "once");
+}

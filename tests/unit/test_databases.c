@@ -49,10 +49,14 @@ Test(databases, entries_take_pgbouncers_keys_with_quotes_and_escapes)
 	cr_assert_eq(e->max_db_connections, 30);
 	cr_assert_eq(e->pool_mode, 0);
 	fini();
+	add_ok("databases", "reports", "server=standby");
+	cr_assert_str_eq(databases_find(dbs, "reports")->server, "standby");
+	fini();
 	add_ok("databases", "shop", "password='it\\'s \\\\ x'");
 	cr_assert_str_eq(databases_find(dbs, "shop")->password, "it's \\ x");
 	cr_assert_eq(databases_find(dbs, "shop")->pool_mode, -1, "unset: [tern] pool_mode");
 	cr_assert_eq(databases_find(dbs, "shop")->dbname[0], '\0', "unset: the name asked for");
+	cr_assert_eq(databases_find(dbs, "shop")->server[0], '\0', "unset: the primary of the moment");
 }
 
 Test(databases, a_name_not_listed_takes_the_star_entry_or_nothing)
