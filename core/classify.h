@@ -1,0 +1,62 @@
+/*
+ * classify.h — what a query is, for routing reads to replicas (issue 10) and for Transaction Replay's
+ * `select` mode: read with the real PostgreSQL parser (libpg_query, PostgreSQL 15's grammar), with a
+ * lexer fast path for COMMIT, ROLLBACK and SHOW. A top-level SELECT is a read only if it has no locking
+ * clause (FOR UPDATE/SHARE/NO KEY UPDATE/KEY SHARE), no data-modifying CTE, no INTO, and calls no
+ * function outside the side-effect-free list (built-in names plus `read_functions`; the schema is
+ * ignored; a call through a quoted identifier is never on the list). Anything it cannot parse is a
+ * write. Not wired into routing yet: routing comes with issue 10's next steps.
+ *
+ * Threads: any; pure functions of their inputs (libpg_query keeps per-thread memory contexts).
+ * Ownership: the caller owns the result; nothing points into the query text after a call.
+ */
+#ifndef TERN_CLASSIFY_H
+#define TERN_CLASSIFY_H
+
+#include "base/base.h"
+
+/* Query texts classified at all; a longer one is taken as a write without parsing (parsing costs). */
+#define CLASSIFY_TEXT_MAX (64u * 1024u)
+/* Statements of a multi-statement Query looked at one by one. */
+#define CLASSIFY_STATEMENTS_MAX 64u
+
+enum classify_kind {
+	CLASSIFY_WRITE = 0,      /* may change data or server state: never on a replica */
+	CLASSIFY_READ,           /* a read a replica may serve */
+	CLASSIFY_BEGIN,          /* BEGIN / START TRANSACTION (isolation, read_only below) */
+	CLASSIFY_COMMIT,         /* COMMIT / END */
+	CLASSIFY_ROLLBACK,       /* ROLLBACK / ABORT */
+	CLASSIFY_TRANSACTION,    /* SAVEPOINT, RELEASE, ROLLBACK TO, PREPARE TRANSACTION, ... */
+	CLASSIFY_SET,            /* SET / RESET of a parameter (is_local for SET LOCAL) */
+	CLASSIFY_SET_TRANSACTION, /* SET TRANSACTION ... (isolation, read_only below) */
+	CLASSIFY_DISCARD,        /* DISCARD ALL / PLANS / SEQUENCES / TEMP */
+};
+
+enum classify_isolation {
+	CLASSIFY_ISOLATION_DEFAULT = 0, /* not named */
+	CLASSIFY_READ_UNCOMMITTED,
+	CLASSIFY_READ_COMMITTED,
+	CLASSIFY_REPEATABLE_READ,
+	CLASSIFY_SERIALIZABLE,
+};
+
+struct classify_result {
+	enum classify_kind kind;   /* of the whole text: a multi-statement text is a read only if every one is */
+	uint32_t statement_count;  /* 0 for an empty query */
+	enum classify_isolation isolation; /* BEGIN, SET TRANSACTION */
+	bool is_read_only;         /* BEGIN ... READ ONLY, SET TRANSACTION READ ONLY */
+	bool is_local;             /* SET LOCAL */
+	/* Why a SELECT is a write (any of them makes it one). */
+	bool has_locking_clause;
+	bool has_write_cte;
+	bool is_select_into;
+	bool calls_unsafe_function;
+	bool is_parse_error; /* or too long, or too many statements: a write */
+	bool is_fast_path;   /* answered by the lexer, without the parser */
+};
+
+/* `read_functions`: comma-separated function names a read may call beyond the built-in list (NULL: none).
+ * `sql` is NUL-terminated (a Query's text). Always fills `out`. */
+void classify_query(const char *sql, const char *read_functions, struct classify_result *out);
+
+#endif

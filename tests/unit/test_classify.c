@@ -1,0 +1,126 @@
+/*
+ * test_classify.c — the classifier on a corpus of tricky statements: comments, dollar quotes, CTEs that
+ * write, nextval, SELECT ... INTO, locking clauses, quoted-identifier calls, multi-statement texts,
+ * transaction control with isolation and READ ONLY, SET and DISCARD.
+ */
+#include "classify.h"
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+static struct classify_result classify(const char *sql)
+{
+	struct classify_result r;
+	classify_query(sql, "app_read_fn, other.fn", &r);
+	return r;
+}
+
+static void expect_kind(const char *sql, enum classify_kind kind)
+{
+	struct classify_result r = classify(sql);
+	cr_assert_eq(r.kind, kind, "%s: kind %d, expected %d", sql, r.kind, kind);
+}
+
+Test(classify, plain_selects_and_show_are_reads)
+{
+	static const char *const reads[] = {
+		"select 1",
+		"SELECT * FROM t WHERE a = $1",
+		"  select count(*), sum(x), now() from t group by y  ",
+		"/* a comment; with a semicolon */ select 1 -- and another\n",
+		"select $$ insert into t values (1); $$",
+		"select 'nextval(''s'')' as text_not_a_call",
+		"with r as (select * from t) select * from r",
+		"select lower(name), coalesce(a, b) from t join u using (id) order by 1 limit 10",
+		"values (1), (2)",
+		"show work_mem",
+		"SHOW search_path;",
+		"select pg_catalog.now(), app_read_fn(1), other.fn()",
+		"select 1; select 2",
+	};
+	for (size_t i = 0; i < sizeof(reads) / sizeof(reads[0]); i++)
+		expect_kind(reads[i], CLASSIFY_READ);
+}
+
+Test(classify, anything_that_may_write_is_a_write_and_says_why)
+{
+	struct classify_result r = classify("select * from t for update");
+	cr_assert(r.kind == CLASSIFY_WRITE && r.has_locking_clause);
+	r = classify("select * from t for no key update skip locked");
+	cr_assert(r.kind == CLASSIFY_WRITE && r.has_locking_clause);
+	r = classify("select * from t for key share");
+	cr_assert(r.kind == CLASSIFY_WRITE && r.has_locking_clause);
+	r = classify("with w as (insert into t values (1) returning *) select * from w");
+	cr_assert(r.kind == CLASSIFY_WRITE && r.has_write_cte);
+	r = classify("with w as (delete from t returning *) select count(*) from w");
+	cr_assert(r.kind == CLASSIFY_WRITE && r.has_write_cte);
+	r = classify("select 1 into scratch");
+	cr_assert(r.kind == CLASSIFY_WRITE && r.is_select_into);
+	r = classify("select nextval('s')");
+	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function);
+	r = classify("select pg_advisory_lock(1)");
+	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function);
+	r = classify("select set_config('a.b', 'c', false)");
+	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function);
+	r = classify("select my_function(1)");
+	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function, "a user function not in read_functions");
+	r = classify("select \"now\"()");
+	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function, "a quoted identifier is never on the list");
+	r = classify("select public.\"app_read_fn\"(1)");
+	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function, "quoted after a schema too");
+	r = classify("select * from t where id in (select nextval('s'))");
+	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function, "in a subquery");
+	static const char *const writes[] = {
+		"insert into t values (1)", "update t set a = 1", "delete from t", "create table x (a int)",
+		"copy t from stdin", "lock table t", "vacuum", "call p()", "select 1; insert into t values (2)",
+		"notify c", "listen c", "prepare p as select 1", "execute p", "select from", "selec 1", "",
+	};
+	for (size_t i = 0; i < sizeof(writes) / sizeof(writes[0]); i++)
+		expect_kind(writes[i], CLASSIFY_WRITE);
+	cr_assert(classify("selec 1").is_parse_error);
+}
+
+Test(classify, transaction_control_carries_isolation_and_read_only)
+{
+	struct classify_result r = classify("BEGIN");
+	cr_assert(r.kind == CLASSIFY_BEGIN && r.isolation == CLASSIFY_ISOLATION_DEFAULT && !r.is_read_only);
+	r = classify("begin isolation level repeatable read read only");
+	cr_assert(r.kind == CLASSIFY_BEGIN && r.isolation == CLASSIFY_REPEATABLE_READ && r.is_read_only);
+	r = classify("START TRANSACTION ISOLATION LEVEL SERIALIZABLE, READ WRITE");
+	cr_assert(r.kind == CLASSIFY_BEGIN && r.isolation == CLASSIFY_SERIALIZABLE && !r.is_read_only);
+	r = classify("set transaction isolation level read committed read only");
+	cr_assert(r.kind == CLASSIFY_SET_TRANSACTION && r.isolation == CLASSIFY_READ_COMMITTED && r.is_read_only);
+	r = classify("commit");
+	cr_assert(r.kind == CLASSIFY_COMMIT && r.is_fast_path);
+	r = classify("END TRANSACTION;");
+	cr_assert(r.kind == CLASSIFY_COMMIT && r.is_fast_path);
+	r = classify(" rollback work ");
+	cr_assert(r.kind == CLASSIFY_ROLLBACK && r.is_fast_path);
+	r = classify("rollback to savepoint a");
+	cr_assert(r.kind == CLASSIFY_TRANSACTION && !r.is_fast_path, "not the fast path's");
+	expect_kind("savepoint a", CLASSIFY_TRANSACTION);
+	expect_kind("prepare transaction 'x'", CLASSIFY_TRANSACTION);
+	cr_assert(!classify("commit; insert into t values (1)").is_fast_path, "two statements go to the parser");
+	expect_kind("commit; insert into t values (1)", CLASSIFY_WRITE);
+}
+
+Test(classify, set_reset_and_discard)
+{
+	struct classify_result r = classify("set search_path = a, b");
+	cr_assert(r.kind == CLASSIFY_SET && !r.is_local);
+	r = classify("SET LOCAL statement_timeout = '1s'");
+	cr_assert(r.kind == CLASSIFY_SET && r.is_local);
+	expect_kind("reset all", CLASSIFY_SET);
+	expect_kind("discard all", CLASSIFY_DISCARD);
+	expect_kind("set default_transaction_isolation = 'serializable'", CLASSIFY_SET);
+}
+
+Test(classify, texts_past_the_bound_are_writes_unparsed)
+{
+	static char big[CLASSIFY_TEXT_MAX + 16];
+	memset(big, ' ', sizeof(big) - 1);
+	memcpy(big, "select 1", 8);
+	struct classify_result r;
+	classify_query(big, NULL, &r);
+	cr_assert(r.kind == CLASSIFY_WRITE && r.is_parse_error);
+}
