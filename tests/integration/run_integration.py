@@ -2962,7 +2962,8 @@ def pool_entries_with_no_clients_and_no_connections_are_freed(ctx):
             clients.append(w)
             w.login("postgres", params={"options": "-c work_mem=%dkB" % (64 + i)})
             check(w.query("show work_mem") == [["%dkB" % (64 + i)]], "its own key")
-        check(len(pools()) >= rows_before + 150, "an entry per key while its client is there: %d" % len(pools()))
+        # (The warm-up's own entry may already be gone: its connection idles past server_idle_timeout.)
+        check(len(pools()) >= 150, "an entry per key while its client is there: %d" % len(pools()))
     finally:
         for w in clients:
             w.close()
