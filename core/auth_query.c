@@ -116,35 +116,23 @@ static PGconn *auth_query_connect(struct auth_query *q, const char *dbname, stru
 		PQfinish(slot->pg);
 	*slot = (struct auth_query_conn){0};
 
-	char *parse_err = NULL;
-	PQconninfoOption *base = PQconninfoParse(c->conninfo, &parse_err);
-	if (!base) {
+	static const char *const replaced[] = {"user", "dbname", "password", "connect_timeout",
+					       "fallback_application_name", NULL};
+	struct pool_conninfo params;
+	char parse_err[128];
+	if (pool_conninfo_init(&params, c->conninfo, replaced, parse_err, sizeof(parse_err)) < 0) {
 		auth_query_fail(lookup, -EINVAL, "08006", "auth_query: the server's conninfo is invalid");
-		PQfreemem(parse_err);
 		return NULL;
-	}
-	const char *keys[64], *values[64];
-	size_t n = 0;
-	static const char *const overridden[] = {"user", "dbname", "password", "connect_timeout",
-						 "fallback_application_name"};
-	for (PQconninfoOption *o = base; o->keyword && n < 56; o++) {
-		bool skip = !o->val;
-		for (size_t i = 0; i < TERN_ARRAY_LEN(overridden) && !skip; i++)
-			skip = strcmp(o->keyword, overridden[i]) == 0 && (i != 2 || c->has_password);
-		if (!skip)
-			keys[n] = o->keyword, values[n++] = o->val;
 	}
 	char timeout_s[24];
 	snprintf(timeout_s, sizeof(timeout_s), "%llu", (unsigned long long)((c->connect_timeout_ms + 999) / 1000));
-	keys[n] = "user", values[n++] = c->user;
-	keys[n] = "dbname", values[n++] = dbname;
-	if (c->has_password)
-		keys[n] = "password", values[n++] = c->password;
-	keys[n] = "connect_timeout", values[n++] = timeout_s;
-	keys[n] = "fallback_application_name", values[n++] = "tern auth_query";
-	keys[n] = NULL, values[n] = NULL;
-	PGconn *pg = PQconnectdbParams(keys, values, 0);
-	PQconninfoFree(base);
+	pool_conninfo_set(&params, "user", c->user);
+	pool_conninfo_set(&params, "dbname", dbname);
+	pool_conninfo_set(&params, "password", c->has_password ? c->password : pool_conninfo_get(&params, "password"));
+	pool_conninfo_set(&params, "connect_timeout", timeout_s);
+	pool_conninfo_set(&params, "fallback_application_name", "tern auth_query");
+	PGconn *pg = PQconnectdbParams(params.keys, params.values, 0);
+	pool_conninfo_deinit(&params);
 	if (!pg || PQstatus(pg) != CONNECTION_OK) {
 		struct pool_error err;
 		pool_error_from_libpq(pg ? PQerrorMessage(pg) : "out of memory", &err);

@@ -91,6 +91,14 @@ static const char *const config_log_level_names[] = {"error", "warning", "info",
 static const char *const config_auth_mode_names[] = {"trust", "md5", "scram", NULL};
 static const char *const config_tls_mode_names[] = {"disable", "allow", "prefer", "require", NULL};
 static const char *const config_tls_protocol_names[] = {"TLSv1.2", "TLSv1.3", NULL};
+/* Other spellings an enum value is read in, as another tool writes it; tern shows its own name. */
+static const struct {
+	const char *const *names;
+	const char *alias;
+	const char *name;
+} config_enum_aliases[] = {
+	{config_auth_mode_names, "scram-sha-256", "scram"}, /* PgBouncer's, so its config carries over as written */
+};
 /* Even indexes mean true. */
 static const char *const config_bool_names[] = {"true", "false", "on", "off", "yes", "no", "1", "0", NULL};
 
@@ -527,9 +535,9 @@ static int config_set(struct tern_config *cfg, const struct config_key *key, con
 		*(bool *)field = index % 2 == 0;
 		return 0;
 	case CONFIG_ENUM:
-		/* PgBouncer's spelling of the SCRAM mode, so its config carries over as written. */
-		if (key->enum_names == config_auth_mode_names && strcasecmp(text, "scram-sha-256") == 0)
-			text = config_auth_mode_names[CONFIG_AUTH_SCRAM];
+		for (size_t i = 0; i < TERN_ARRAY_LEN(config_enum_aliases); i++)
+			if (key->enum_names == config_enum_aliases[i].names && strcasecmp(text, config_enum_aliases[i].alias) == 0)
+				text = config_enum_aliases[i].name;
 		if ((index = config_find_name(key->enum_names, text)) < 0)
 			break;
 		*(int *)field = index;

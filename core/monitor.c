@@ -4,6 +4,8 @@
  */
 #include "monitor.h"
 
+#include "pool/opener.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
@@ -51,36 +53,28 @@ static uint64_t monitor_parse_lsn(const char *text)
 static PGconn *monitor_connect(struct monitor *m, const struct pool_server *server)
 {
 	const struct tern_config *cfg = runtime_config(m->rt);
-	PQconninfoOption *base = PQconninfoParse(server->conninfo, NULL);
-	if (!base)
+	static const char *const replaced[] = {"user", "dbname", "password", "connect_timeout",
+					       "fallback_application_name", NULL};
+	struct pool_conninfo params;
+	char parse_err[128];
+	if (pool_conninfo_init(&params, server->conninfo, replaced, parse_err, sizeof(parse_err)) < 0)
 		return NULL;
-	const char *keys[64], *values[64];
-	size_t n = 0;
-	const char *user = NULL;
-	for (PQconninfoOption *o = base; o->keyword && n < 56; o++) {
-		if (!o->val || strcmp(o->keyword, "dbname") == 0 || strcmp(o->keyword, "connect_timeout") == 0 ||
-		    strcmp(o->keyword, "fallback_application_name") == 0)
-			continue;
-		if (strcmp(o->keyword, "user") == 0)
-			user = o->val;
-		keys[n] = o->keyword, values[n++] = o->val;
-	}
-	if (!user) {
+	const char *user = pool_conninfo_get(&params, "user");
+	if (!user)
 		user = cfg->auth_user[0] ? cfg->auth_user : "postgres";
-		keys[n] = "user", values[n++] = user;
-	}
 	const struct auth_file *auth = __atomic_load_n(&m->rt->auth_file, __ATOMIC_ACQUIRE);
 	const struct auth_user *entry = auth ? auth_file_find(auth, user) : NULL;
-	if (entry && entry->kind == AUTH_SECRET_PLAIN)
-		keys[n] = "password", values[n++] = entry->secret;
 	char timeout_s[24];
 	snprintf(timeout_s, sizeof(timeout_s), "%" PRIu64, (cfg->server_connect_timeout_ms + 999) / 1000);
-	keys[n] = "dbname", values[n++] = "postgres";
-	keys[n] = "connect_timeout", values[n++] = timeout_s;
-	keys[n] = "fallback_application_name", values[n++] = "tern monitor";
-	keys[n] = NULL, values[n] = NULL;
-	PGconn *pg = PQconnectdbParams(keys, values, 0);
-	PQconninfoFree(base);
+	pool_conninfo_set(&params, "user", user);
+	pool_conninfo_set(&params, "password", entry && entry->kind == AUTH_SECRET_PLAIN
+							? entry->secret
+							: pool_conninfo_get(&params, "password"));
+	pool_conninfo_set(&params, "dbname", "postgres");
+	pool_conninfo_set(&params, "connect_timeout", timeout_s);
+	pool_conninfo_set(&params, "fallback_application_name", "tern monitor");
+	PGconn *pg = PQconnectdbParams(params.keys, params.values, 0);
+	pool_conninfo_deinit(&params);
 	if (pg && PQstatus(pg) != CONNECTION_OK) {
 		PQfinish(pg);
 		pg = NULL;

@@ -59,13 +59,49 @@ static bool login_put_pair(struct pool_login *l, const char *name, const char *v
 	return true;
 }
 
-/* The value of `keyword` in a parsed conninfo, or NULL when absent or empty. */
-static const char *login_conninfo_value(const PQconninfoOption *options, const char *keyword)
+int pool_conninfo_init(struct pool_conninfo *c, const char *conninfo, const char *const *replaced, char *err,
+		       size_t err_size)
 {
-	for (const PQconninfoOption *o = options; o->keyword; o++)
-		if (strcmp(o->keyword, keyword) == 0)
+	memset(c, 0, sizeof(*c));
+	char *parse_err = NULL;
+	c->parsed = PQconninfoParse(conninfo, &parse_err);
+	if (!c->parsed) {
+		snprintf(err, err_size, "%s", parse_err ? parse_err : "out of memory parsing the server's conninfo");
+		PQfreemem(parse_err);
+		return -EINVAL;
+	}
+	for (PQconninfoOption *o = c->parsed; o->keyword; o++) {
+		bool is_replaced = !o->val;
+		for (const char *const *r = replaced; r && *r && !is_replaced; r++)
+			is_replaced = strcmp(o->keyword, *r) == 0;
+		if (!is_replaced)
+			pool_conninfo_set(c, o->keyword, o->val);
+	}
+	return 0;
+}
+
+void pool_conninfo_set(struct pool_conninfo *c, const char *key, const char *value)
+{
+	if (!value || c->count == POOL_CONNINFO_KEYS_MAX)
+		return;
+	c->keys[c->count] = key;
+	c->values[c->count++] = value;
+	c->keys[c->count] = c->values[c->count] = NULL;
+}
+
+const char *pool_conninfo_get(const struct pool_conninfo *c, const char *key)
+{
+	for (const PQconninfoOption *o = c->parsed; o && o->keyword; o++)
+		if (strcmp(o->keyword, key) == 0)
 			return o->val && o->val[0] ? o->val : NULL;
 	return NULL;
+}
+
+void pool_conninfo_deinit(struct pool_conninfo *c)
+{
+	if (c->parsed)
+		PQconninfoFree(c->parsed);
+	c->parsed = NULL;
 }
 
 /* The first entry of a libpq host list ("a,b" tries a then b; tern takes a). */
@@ -75,11 +111,11 @@ static void login_first_of_list(const char *list, char *out, size_t out_size)
 	snprintf(out, out_size, "%.*s", (int)TERN_MIN(n, out_size - 1), list);
 }
 
-static int login_resolve(struct pool_login *l, const PQconninfoOption *options)
+static int login_resolve(struct pool_login *l, const struct pool_conninfo *options)
 {
-	const char *hostaddr = login_conninfo_value(options, "hostaddr");
-	const char *host = login_conninfo_value(options, "host");
-	const char *port = login_conninfo_value(options, "port");
+	const char *hostaddr = pool_conninfo_get(options, "hostaddr");
+	const char *host = pool_conninfo_get(options, "host");
+	const char *port = pool_conninfo_get(options, "port");
 	char first_host[256], first_port[16];
 	login_first_of_list(hostaddr ? hostaddr : host ? host : getenv("PGHOST") ? getenv("PGHOST") : login_default_socket_dir,
 			    first_host, sizeof(first_host));
@@ -110,10 +146,10 @@ static int login_resolve(struct pool_login *l, const PQconninfoOption *options)
 	return 0;
 }
 
-static int login_build_startup(struct pool_login *l, const PQconninfoOption *options, const struct pool_db *db)
+static int login_build_startup(struct pool_login *l, const struct pool_conninfo *options, const struct pool_db *db)
 {
-	const char *application_name = login_conninfo_value(options, "application_name");
-	const char *client_encoding = login_conninfo_value(options, "client_encoding");
+	const char *application_name = pool_conninfo_get(options, "application_name");
+	const char *client_encoding = pool_conninfo_get(options, "client_encoding");
 	l->out_len = 8;
 	bool fits = login_put_pair(l, "user", db->user) && login_put_pair(l, "database", db->database) &&
 		    login_put_pair(l, "application_name", application_name ? application_name : "tern") &&
@@ -137,17 +173,16 @@ int pool_login_start(struct pool_login *l, const char *conninfo, const struct po
 	memset(l, 0, offsetof(struct pool_login, out));
 	l->fd = -1;
 	l->ops = ops;
-	char *parse_err = NULL;
-	PQconninfoOption *options = PQconninfoParse(conninfo, &parse_err);
-	if (!options) {
-		login_fail(l, "08006", "the server's conninfo is invalid: %s", parse_err ? parse_err : "out of memory");
-		PQfreemem(parse_err);
+	struct pool_conninfo options;
+	char parse_err[160];
+	if (pool_conninfo_init(&options, conninfo, NULL, parse_err, sizeof(parse_err)) < 0) {
+		login_fail(l, "08006", "the server's conninfo is invalid: %s", parse_err);
 		return -EINVAL;
 	}
-	int rc = login_resolve(l, options);
+	int rc = login_resolve(l, &options);
 	if (rc == 0)
-		rc = login_build_startup(l, options, db);
-	PQconninfoFree(options);
+		rc = login_build_startup(l, &options, db);
+	pool_conninfo_deinit(&options);
 	if (rc < 0)
 		return rc;
 	l->exchange = ops->begin(secret, secret_len);

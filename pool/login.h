@@ -15,9 +15,48 @@
 #ifndef TERN_POOL_LOGIN_H
 #define TERN_POOL_LOGIN_H
 
-#include "opener.h"
+#include "pool.h"
 
 #include <sys/socket.h>
+
+/* How tern answers a server's authentication requests for a key with no plaintext password but a
+ * secret core stored on its pool_db (pool_db_set_secret). Core implements them (it owns SCRAM and md5);
+ * the opener calls them on its thread, one exchange per login. */
+struct pool_auth_ops {
+	/* Starts an answer with `secret` (a copy of the pool_db's); NULL when out of memory. */
+	void *(*begin)(const void *secret, size_t secret_len);
+	/* The body of the message that answers AuthenticationRequest `code` (`data`, `len`: what follows the
+	 * code): PasswordMessage, SASLInitialResponse or SASLResponse. Returns its length, 0 when nothing is
+	 * to be sent (SASLFinal, verified), or -1 with `err` set to what the client is told. Also called for
+	 * AuthenticationOk (code 0): 0 when the exchange it answered is complete, else -1. */
+	int (*answer)(void *exchange, uint32_t code, const uint8_t *data, size_t len, uint8_t *out, size_t out_size,
+		      struct pool_error *err);
+	void (*end)(void *exchange);
+};
+
+/* Keyword/value arrays for libpq's *Params calls: a server's conninfo with the keys the caller sets
+ * itself left out, then the caller's own. libpq knows about 40 keywords; 64 is room for them all. */
+#define POOL_CONNINFO_KEYS_MAX 64u
+
+struct _PQconninfoOption;
+
+struct pool_conninfo {
+	struct _PQconninfoOption *parsed;
+	const char *keys[POOL_CONNINFO_KEYS_MAX + 1]; /* NULL-terminated, as libpq wants them */
+	const char *values[POOL_CONNINFO_KEYS_MAX + 1];
+	uint32_t count;
+};
+
+/* Parses `conninfo`, keeping every key it sets that is not in `replaced` (NULL-terminated). 0, or
+ * -EINVAL with `err` filled (libpq's words). Values point into the parse or the caller's strings: they
+ * must outlive the connect call, and pool_conninfo_deinit frees the parse. */
+TERN_MUST_USE int pool_conninfo_init(struct pool_conninfo *c, const char *conninfo, const char *const *replaced,
+				     char *err, size_t err_size);
+/* Adds key=value; a NULL value adds nothing. */
+void pool_conninfo_set(struct pool_conninfo *c, const char *key, const char *value);
+/* What the conninfo itself says of `key` (replaced or not); NULL when it says nothing. */
+const char *pool_conninfo_get(const struct pool_conninfo *c, const char *key);
+void pool_conninfo_deinit(struct pool_conninfo *c);
 
 /* The startup packet and every answer fit: names are NAMEDATALEN, options are bounded by core's
  * login buffer (8 KiB), answers by SCRAM's client-final. */

@@ -234,13 +234,12 @@ static void opener_fail_job(struct pool_opener *opener, struct opener_job *job, 
 
 /* A key with no plaintext password but a secret of core's logs in without libpq (login.h), unless the
  * server's conninfo brings a password or passfile of its own. True when that path took the job. */
-static bool opener_start_raw_login(struct pool_opener *opener, struct opener_job *job, const PQconninfoOption *base)
+/* A key with no plaintext password but a secret of core's logs in without libpq (login.h), unless the
+ * server's conninfo brings a password or passfile of its own. True when that path took the job. */
+static bool opener_start_raw_login(struct pool_opener *opener, struct opener_job *job, const struct pool_conninfo *c)
 {
-	if (!opener->auth || job->db->password)
+	if (!opener->auth || job->db->password || pool_conninfo_get(c, "password") || pool_conninfo_get(c, "passfile"))
 		return false;
-	for (const PQconninfoOption *o = base; o->keyword; o++)
-		if (o->val && (strcmp(o->keyword, "password") == 0 || strcmp(o->keyword, "passfile") == 0))
-			return false;
 	uint8_t secret[POOL_SECRET_MAX];
 	size_t secret_len = pool_db_copy_secret(opener->pool, job->db, secret);
 	if (secret_len == 0)
@@ -264,50 +263,30 @@ static bool opener_start_raw_login(struct pool_opener *opener, struct opener_job
 
 static void opener_start_connect(struct pool_opener *opener, struct opener_job *job)
 {
+	static const char *const replaced[] = {"user",	     "dbname",	   "password", "options", "sslmode",
+					       "gssencmode", "fallback_application_name", NULL};
 	struct pool_db *db = job->db;
 	struct pool_error err;
-	PQconninfoOption *base = NULL;
-	char *parse_err = NULL;
-	base = PQconninfoParse(job->server->conninfo, &parse_err);
-	const char *keys[64];
-	const char *values[64];
-	size_t n = 0;
-	if (!base) {
-		pool_error_from_libpq(parse_err ? parse_err : "invalid server conninfo", &err);
-		PQfreemem(parse_err);
+	struct pool_conninfo c;
+	if (pool_conninfo_init(&c, job->server->conninfo, replaced, err.message, sizeof(err.message)) < 0) {
+		pool_error_from_libpq(err.message, &err);
 		opener_fail_job(opener, job, &err);
 		return;
 	}
-	if (opener_start_raw_login(opener, job, base)) {
-		PQconninfoFree(base);
+	if (opener_start_raw_login(opener, job, &c)) {
+		pool_conninfo_deinit(&c);
 		return;
 	}
-	static const char *const overridden[] = {"user", "dbname", "password", "options", "sslmode", "gssencmode",
-						 "fallback_application_name"};
-	for (PQconninfoOption *o = base; o->keyword && n < 48; o++) {
-		if (!o->val)
-			continue;
-		bool skip = false;
-		for (size_t i = 0; i < TERN_ARRAY_LEN(overridden); i++)
-			skip |= strcmp(o->keyword, overridden[i]) == 0 && (i != 2 || db->password);
-		if (skip)
-			continue;
-		keys[n] = o->keyword;
-		values[n++] = o->val;
-	}
-	keys[n] = "user", values[n++] = db->user;
-	keys[n] = "dbname", values[n++] = db->database;
-	if (db->password)
-		keys[n] = "password", values[n++] = db->password;
-	if (db->options[0])
-		keys[n] = "options", values[n++] = db->options;
+	pool_conninfo_set(&c, "user", db->user);
+	pool_conninfo_set(&c, "dbname", db->database);
+	pool_conninfo_set(&c, "password", db->password ? db->password : pool_conninfo_get(&c, "password"));
+	pool_conninfo_set(&c, "options", db->options[0] ? db->options : NULL);
 	/* libpq's TLS state cannot follow the socket into io_uring; server TLS is tern's own job later. */
-	keys[n] = "sslmode", values[n++] = "disable";
-	keys[n] = "gssencmode", values[n++] = "disable";
-	keys[n] = "fallback_application_name", values[n++] = "tern";
-	keys[n] = NULL, values[n] = NULL;
-	PGconn *pgconn = PQconnectStartParams(keys, values, 0);
-	PQconninfoFree(base);
+	pool_conninfo_set(&c, "sslmode", "disable");
+	pool_conninfo_set(&c, "gssencmode", "disable");
+	pool_conninfo_set(&c, "fallback_application_name", "tern");
+	PGconn *pgconn = PQconnectStartParams(c.keys, c.values, 0);
+	pool_conninfo_deinit(&c);
 	if (!pgconn || PQstatus(pgconn) == CONNECTION_BAD) {
 		pool_error_from_libpq(pgconn ? PQerrorMessage(pgconn) : "out of memory", &err);
 		if (pgconn)

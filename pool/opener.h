@@ -13,24 +13,9 @@
 #ifndef TERN_OPENER_H
 #define TERN_OPENER_H
 
-#include "pool.h"
+#include "login.h"
 
 struct pool_opener;
-
-/* How tern answers a server's authentication requests for a key with no plaintext password but a
- * secret core stored on its pool_db (pool_db_set_secret). Core implements them (it owns SCRAM and md5);
- * the opener calls them on its thread, one exchange per login. */
-struct pool_auth_ops {
-	/* Starts an answer with `secret` (a copy of the pool_db's); NULL when out of memory. */
-	void *(*begin)(const void *secret, size_t secret_len);
-	/* The body of the message that answers AuthenticationRequest `code` (`data`, `len`: what follows the
-	 * code): PasswordMessage, SASLInitialResponse or SASLResponse. Returns its length, 0 when nothing is
-	 * to be sent (SASLFinal, verified), or -1 with `err` set to what the client is told. Also called for
-	 * AuthenticationOk (code 0): 0 when the exchange it answered is complete, else -1. */
-	int (*answer)(void *exchange, uint32_t code, const uint8_t *data, size_t len, uint8_t *out, size_t out_size,
-		      struct pool_error *err);
-	void (*end)(void *exchange);
-};
 
 /* Creates the opener; its hooks are to be given to pool_init. The thread starts with _start. `auth`
  * (kept, may be NULL: every login goes through libpq) answers logins that have only a secret. */

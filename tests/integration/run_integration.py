@@ -489,6 +489,17 @@ def scram_auth_accepts_the_right_password_and_refuses_a_wrong_one_with_28P01(ctx
     check(r.returncode != 0 and "password authentication failed" in r.stderr, "psql sees it: %r" % r.stderr)
 
 
+def edit_config_and_reload(t, old, new):
+    """Replaces `old` with `new` in tern t's config file and sends it SIGHUP."""
+    path = os.path.join(t.workdir, "tern.ini")
+    with open(path) as f:
+        text = f.read()
+    check(old in text, "the config holds %r" % old)
+    with open(path, "w") as f:
+        f.write(text.replace(old, new))
+    t.proc.send_signal(signal.SIGHUP)
+
+
 def server_secret(ctx, role, password, encryption):
     """Creates `role` with `password` stored as the server stores it, and returns that secret."""
     ctx.pg.psql("set password_encryption = '%s'; drop role if exists %s; create role %s login password '%s'"
@@ -582,12 +593,7 @@ def auth_query_finds_users_not_in_the_userlist_with_a_parameterized_query(ctx):
     check("auth_query failed" in err.fields["M"], "names auth_query: %r" % err.fields)
     check(psql_ok(bad.port, "select 1", user="postgres", password="pgpw") == "1", "tern goes on")
     # auth_query is reloadable: PgBouncer's older query, over pg_shadow, by SIGHUP.
-    path = os.path.join(bad.workdir, "tern.ini")
-    with open(path) as f:
-        text = f.read()
-    with open(path, "w") as f:
-        f.write(text.replace("no_such_view", "pg_catalog.pg_shadow"))
-    bad.proc.send_signal(signal.SIGHUP)
+    edit_config_and_reload(bad, "no_such_view", "pg_catalog.pg_shadow")
     wait_for(lambda: psql(bad.port, "select 1", user="tern_scram", password="newpw").returncode == 0,
              "the reloaded auth_query finds the user", timeout=10)
 
@@ -666,12 +672,7 @@ def a_pool_size_lowered_by_reload_closes_connections_as_they_are_released_under_
     t = ctx.tern(pool_size=6, workers=2)
     run = pgbench_in_background(t.port, "postgres", 8, 10, "select pg_sleep(0.01)")
     wait_for(lambda: server_connections(ctx.pg) == 6, "six server connections under load", timeout=10)
-    path = os.path.join(t.workdir, "tern.ini")
-    with open(path) as f:
-        text = f.read()
-    with open(path, "w") as f:
-        f.write(text.replace("pool_size = 6", "pool_size = 2"))
-    t.proc.send_signal(signal.SIGHUP)
+    edit_config_and_reload(t, "pool_size = 6", "pool_size = 2")
     wait_for(lambda: server_connections(ctx.pg) == 2, "down to the new pool_size while pgbench runs", timeout=10)
     check(run[0].poll() is None, "pgbench still running: the size dropped under load")
     most_after = max(server_connections(ctx.pg) for _ in range(20))
