@@ -250,6 +250,12 @@ static enum classify_kind classify_statement(json_t *stmt, const char *sql, size
 	return CLASSIFY_WRITE;
 }
 
+bool classify_fast_path(const char *sql, struct classify_result *out)
+{
+	memset(out, 0, sizeof(*out));
+	return classify_fast(sql, out);
+}
+
 void classify_query(const char *sql, const char *read_functions, struct classify_result *out)
 {
 	memset(out, 0, sizeof(*out));

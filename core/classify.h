@@ -5,7 +5,7 @@
  * clause (FOR UPDATE/SHARE/NO KEY UPDATE/KEY SHARE), no data-modifying CTE, no INTO, and calls no
  * function outside the side-effect-free list (built-in names plus `read_functions`; the schema is
  * ignored; a call through a quoted identifier is never on the list). Anything it cannot parse is a
- * write. Not wired into routing yet: routing comes with issue 10's next steps.
+ * write. route.c routes by it.
  *
  * Threads: any; pure functions of their inputs (libpg_query keeps per-thread memory contexts).
  * Ownership: the caller owns the result; nothing points into the query text after a call.
@@ -58,5 +58,7 @@ struct classify_result {
 /* `read_functions`: comma-separated function names a read may call beyond the built-in list (NULL: none).
  * `sql` is NUL-terminated (a Query's text). Always fills `out`. */
 void classify_query(const char *sql, const char *read_functions, struct classify_result *out);
+/* The lexer's part alone (no parse): true when it knows the text (a bare COMMIT, ROLLBACK, SHOW). */
+bool classify_fast_path(const char *sql, struct classify_result *out);
 
 #endif

@@ -88,6 +88,7 @@ struct config_key {
 
 static const char *const config_pool_mode_names[] = {"session", "transaction", NULL};
 static const char *const config_log_level_names[] = {"error", "warning", "info", "debug", NULL};
+static const char *const config_consistency_names[] = {"primary", "eventual", "session", "strict", NULL};
 static const char *const config_auth_mode_names[] = {"trust", "md5", "scram", NULL};
 static const char *const config_tls_mode_names[] = {"disable", "allow", "prefer", "require", NULL};
 static const char *const config_tls_protocol_names[] = {"TLSv1.2", "TLSv1.3", NULL};
@@ -148,6 +149,25 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("routing", "monitor_interval_ms", CONFIG_INT, "1000", 50, 3600000, CONFIG_RELOAD, monitor_interval_ms,
 		   NULL, "how often the topology monitor asks every server for its role, WAL position and "
 			 "timeline"),
+	CONFIG_KEY("routing", "default_consistency", CONFIG_ENUM, "primary", 0, 0, CONFIG_RELOAD, default_consistency,
+		   config_consistency_names,
+		   "where a client's autocommit reads go unless it sets tern.consistency: primary (no reads on "
+		   "replicas), eventual (a replica within the lag bounds), session (a replica that has the client's "
+		   "own last write), strict (a replica that has every commit acknowledged before the read arrived); "
+		   "transaction pooling only"),
+	CONFIG_KEY("routing", "wait_timeout_ms", CONFIG_INT, "5000", 0, 3600000, CONFIG_RELOAD, wait_timeout_ms, NULL,
+		   "how long a read waits for a replica to replay its target LSN before the primary serves it; 0 = "
+		   "never wait (the primary serves it at once)"),
+	CONFIG_KEY("routing", "max_replica_lag_bytes", CONFIG_SIZE, "16MB", 0, 1024 * CONFIG_GB, CONFIG_RELOAD,
+		   max_replica_lag_bytes, NULL,
+		   "eventual: a replica further behind the primary's WAL than this serves no reads; 0 = no bound"),
+	CONFIG_KEY("routing", "max_replica_lag_ms", CONFIG_INT, "10000", 0, 86400000, CONFIG_RELOAD,
+		   max_replica_lag_ms, NULL,
+		   "eventual: a replica that has not replayed what the primary had this long ago (as the monitor "
+		   "saw it) serves no reads; 0 = no bound"),
+	CONFIG_KEY("routing", "read_functions", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, read_functions, NULL,
+		   "comma-separated functions (schema ignored) a replica read may call beyond the built-in "
+		   "side-effect-free list; a read calling any other function goes to the primary"),
 	CONFIG_KEY("pool", "pool_size", CONFIG_INT, "20", 1, 10000, CONFIG_RELOAD, pool_size, NULL,
 		   "server connections per user/database pair on each server (PgBouncer's default_pool_size); "
 		   "lowered by a reload, connections above it close as they are released"),

@@ -23,6 +23,13 @@
 #define CONFIG_LISTEN_HOST_SIZE 256
 
 enum config_pool_mode { CONFIG_POOL_SESSION = 0, CONFIG_POOL_TRANSACTION = 1 };
+/* [routing] default_consistency: where an autocommit read may go (routing.c). */
+enum config_consistency {
+	CONFIG_CONSISTENCY_PRIMARY = 0, /* no reads on replicas */
+	CONFIG_CONSISTENCY_EVENTUAL = 1, /* any replica within max_replica_lag_bytes / _ms */
+	CONFIG_CONSISTENCY_SESSION = 2,  /* read-your-writes: the client's own last write */
+	CONFIG_CONSISTENCY_STRICT = 3,   /* every commit acknowledged before the read arrived */
+};
 enum config_auth_mode { CONFIG_AUTH_TRUST = 0, CONFIG_AUTH_MD5 = 1, CONFIG_AUTH_SCRAM = 2 };
 /* client_tls_sslmode: allow and prefer behave alike on the server side (TLS when the client asks). */
 enum config_tls_mode { CONFIG_TLS_DISABLE = 0, CONFIG_TLS_ALLOW = 1, CONFIG_TLS_PREFER = 2, CONFIG_TLS_REQUIRE = 3 };
@@ -56,7 +63,13 @@ struct tern_config {
 	uint64_t shutdown_timeout_ms;
 	/* [servers]: `primary` and any other keys, each one server; its role comes from the server. */
 	char *primary_conninfo;
-	uint32_t monitor_interval_ms; /* [routing] */
+	/* [routing] */
+	uint32_t monitor_interval_ms;
+	int default_consistency; /* enum config_consistency */
+	uint32_t wait_timeout_ms; /* 0: a read whose replica is not known to be there goes to the primary */
+	uint64_t max_replica_lag_bytes; /* eventual; 0 = no bound */
+	uint32_t max_replica_lag_ms;
+	char *read_functions; /* beyond classify's built-in list; "" = none */
 	struct config_server {
 		char name[64];
 		char *conninfo;

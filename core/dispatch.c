@@ -13,6 +13,7 @@ static const struct observer *const dispatch_registry[OBSERVER_COUNT] = {
 	[OBSERVER_PARAMS] = &observer_params,
 	[OBSERVER_PINS] = &observer_pins,
 	[OBSERVER_STATS] = &observer_stats,
+	[OBSERVER_ROUTE] = &observer_route,
 };
 static_assert(OBSERVER_COUNT <= 32, "a mask of 32 bits");
 

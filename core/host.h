@@ -38,6 +38,13 @@ struct host_stats {
 	uint64_t mailed_grants;  /* waiters here served through the mailbox (another worker, a new connection) */
 	uint64_t cancels_sent;
 	uint64_t ended[SESSION_END_REASON_COUNT];
+	/* Routing of reads (route.c), by path: what served them. */
+	uint64_t routed_primary;      /* reads routing kept on the primary (consistency primary excluded) */
+	uint64_t routed_replica;      /* reads a replica served at once */
+	uint64_t routed_replica_wait; /* reads a replica served after waiting for their LSN */
+	uint64_t fallback_timeout;    /* reads the primary served after wait_timeout_ms */
+	uint64_t fallback_no_replica; /* reads the primary served: no replica up (or within the lag bounds) */
+	uint64_t fallback_lost;       /* reads re-run on the primary after their replica's connection was lost */
 };
 
 struct host_ops {
@@ -64,6 +71,13 @@ struct host {
 	/* Legs whose queued bytes must leave the receive buffers by the end of this pass if they still wait
 	 * then (parked, or at the PAUSE gate): a wait that ends within the pass copies nothing. */
 	struct base_list holds;
+	/* Sessions whose read waits for an LSN target (route.c), oldest first; route_waiting is their count
+	 * (the monitor reads it to wake only the workers that wait), route_generation the monitor's last
+	 * generation they were looked at for. */
+	struct base_list route_waits;
+	uint32_t route_waiting; /* atomic for readers on other threads */
+	uint32_t route_generation;
+	uint32_t route_next; /* the replica the next read tries first */
 	uint32_t session_serial;
 	uint32_t session_count;
 	uint32_t pause_waiting_count;   /* sessions held at the PAUSE gate (recounted by each scan) */

@@ -25,8 +25,8 @@
 #include "sendq.h"
 #include "stmts.h"
 
-/* A session holds at most one leg per role. The replicas work adds LEG_REPLICA. */
-enum leg_role { LEG_PRIMARY = 0, LEG_ROLE_COUNT };
+/* A session holds at most one leg per role: the primary's, and a replica's for reads routed there. */
+enum leg_role { LEG_PRIMARY = 0, LEG_REPLICA, LEG_ROLE_COUNT };
 
 /* How a leg's connection was lost: the session's decision (session_decide_lost) reads it. */
 enum leg_fault {
@@ -81,6 +81,11 @@ struct leg {
 	bool is_unsynced;       /* extended-protocol messages sent since the last Sync */
 	struct stmt_replies replies; /* with statement tracking: every reply owed, in order */
 	bool is_skipping_to_sync;    /* after an error tern made up: the server would skip to the next Sync */
+	/* tern's write-LSN probe queued behind the client's requests: the ReadyForQuery messages of the
+	 * client's still to come before its answer (0: none queued; see route.c). */
+	uint32_t probe_behind;
+	bool is_probe_answering; /* the hidden answer being read is the probe's */
+	uint64_t to_client_bytes; /* what it forwarded to the client, all told (a replica read re-run only at 0 new) */
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
 	struct leg_copy copy;        /* observer_copy.c */
 	/* Statements queued messages use that the connection must prepare (collected while detached). */

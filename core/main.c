@@ -335,6 +335,7 @@ int main(int argc, char **argv)
 	rt.pool = &pool;
 	rt.opener = opener;
 	rt.primary = primary; /* until the monitor's first round says which server is the primary */
+	rt.topology_changed = worker_topology_changed;
 	if (monitor_start(&rt.monitor, &rt) < 0) {
 		fprintf(stderr, "tern: could not start the topology monitor\n");
 		return 1;

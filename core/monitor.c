@@ -21,6 +21,19 @@ static const char monitor_query[] =
 	"ELSE pg_catalog.pg_current_wal_lsn() END, "
 	"(SELECT timeline_id FROM pg_catalog.pg_control_checkpoint())";
 
+/* The probes: the primary's insert LSN (the end of every record inserted so far, committed or not: a
+ * standby that has replayed it has every commit acknowledged before), a standby's replay LSN. */
+static const char monitor_probe_primary_query[] = "SELECT pg_catalog.pg_current_wal_insert_lsn()";
+static const char monitor_probe_standby_query[] = "SELECT pg_catalog.pg_last_wal_replay_lsn()";
+/* Standby probes for a waiting read: at most one per server this often. */
+#define MONITOR_STANDBY_PROBE_GAP_NS (1000u * 1000u)
+/* The primary's positions remembered, for a standby's lag in time. */
+#define MONITOR_SAMPLES 64u
+
+struct monitor_sample {
+	uint64_t ns, lsn;
+};
+
 struct monitor {
 	struct tern_runtime *rt;
 	pthread_t thread;
@@ -30,7 +43,62 @@ struct monitor {
 	uint32_t count;
 	struct monitor_server servers[POOL_SERVERS_MAX];
 	PGconn *conns[POOL_SERVERS_MAX]; /* the thread's own */
+	/* Probes (atomic): tickets asked for, probes sent and answered, the last answer. */
+	uint64_t probe_requested, probe_sent, probe_done, probe_lsn;
+	uint64_t want_lsn, want_until_ns; /* the highest replay LSN a read waits for, and until when */
+	uint32_t generation;
+	/* The thread's own: the primary's last positions, oldest first in a ring. */
+	struct monitor_sample samples[MONITOR_SAMPLES];
+	uint32_t sample_count, sample_next;
+	uint64_t standby_probed_ns[POOL_SERVERS_MAX];
 };
+
+uint32_t monitor_server_count(const struct monitor *m) { return m->count; }
+
+uint32_t monitor_generation(const struct monitor *m) { return __atomic_load_n(&m->generation, __ATOMIC_ACQUIRE); }
+
+uint64_t monitor_probe_request(struct monitor *m)
+{
+	uint64_t ticket = __atomic_load_n(&m->probe_sent, __ATOMIC_ACQUIRE) + 1;
+	uint64_t asked = __atomic_load_n(&m->probe_requested, __ATOMIC_RELAXED);
+	if (asked >= ticket)
+		return ticket; /* asked already, not yet sent: this read shares it */
+	pthread_mutex_lock(&m->lock);
+	if (__atomic_load_n(&m->probe_requested, __ATOMIC_RELAXED) < ticket)
+		__atomic_store_n(&m->probe_requested, ticket, __ATOMIC_RELAXED);
+	pthread_cond_signal(&m->wake);
+	pthread_mutex_unlock(&m->lock);
+	return ticket;
+}
+
+bool monitor_probe_answer(const struct monitor *m, uint64_t ticket, uint64_t *lsn)
+{
+	if (__atomic_load_n(&m->probe_done, __ATOMIC_ACQUIRE) < ticket)
+		return false;
+	*lsn = __atomic_load_n(&m->probe_lsn, __ATOMIC_RELAXED); /* this probe's or a later one's: higher */
+	return true;
+}
+
+/* Raises *field to at least value. */
+static void monitor_raise(uint64_t *field, uint64_t value)
+{
+	uint64_t have = __atomic_load_n(field, __ATOMIC_RELAXED);
+	while (have < value && !__atomic_compare_exchange_n(field, &have, value, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+}
+
+void monitor_want_replay(struct monitor *m, uint64_t lsn, uint64_t until_ns)
+{
+	bool is_new = __atomic_load_n(&m->want_lsn, __ATOMIC_RELAXED) < lsn ||
+		      __atomic_load_n(&m->want_until_ns, __ATOMIC_RELAXED) < until_ns;
+	if (!is_new)
+		return;
+	monitor_raise(&m->want_lsn, lsn);
+	monitor_raise(&m->want_until_ns, until_ns);
+	pthread_mutex_lock(&m->lock);
+	pthread_cond_signal(&m->wake);
+	pthread_mutex_unlock(&m->lock);
+}
 
 const char *monitor_role_name(enum monitor_role role)
 {
@@ -137,30 +205,166 @@ static void monitor_publish_primary(struct monitor *m)
 	}
 }
 
+/* A position of the primary, for the standbys' lag in time. */
+static void monitor_sample_primary(struct monitor *m, uint64_t lsn, uint64_t now)
+{
+	m->samples[m->sample_next] = (struct monitor_sample){.ns = now, .lsn = lsn};
+	m->sample_next = (m->sample_next + 1) % MONITOR_SAMPLES;
+	if (m->sample_count < MONITOR_SAMPLES)
+		m->sample_count++;
+}
+
+/* When the primary was last at or below `lsn`: the newest sample a standby at lsn has (0: none). */
+static uint64_t monitor_replayed_ns(const struct monitor *m, uint64_t lsn)
+{
+	for (uint32_t k = 1; k <= m->sample_count; k++) {
+		const struct monitor_sample *sample = &m->samples[(m->sample_next + MONITOR_SAMPLES - k) % MONITOR_SAMPLES];
+		if (sample->lsn <= lsn)
+			return sample->ns;
+	}
+	return 0;
+}
+
+static void monitor_store_standby_lsn(struct monitor *m, uint32_t i, uint64_t lsn)
+{
+	struct monitor_server *state = &m->servers[i];
+	__atomic_store_n(&state->lsn, lsn, __ATOMIC_RELAXED);
+	__atomic_store_n(&state->replayed_ns, monitor_replayed_ns(m, lsn), __ATOMIC_RELAXED);
+}
+
+/* New answers are stored: readers look again. */
+static void monitor_published(struct monitor *m)
+{
+	__atomic_add_fetch(&m->generation, 1, __ATOMIC_RELEASE);
+	if (m->rt->topology_changed)
+		m->rt->topology_changed(m->rt);
+}
+
 static void monitor_round(struct monitor *m)
 {
+	uint64_t now = base_now_ns();
 	for (uint32_t i = 0; i < m->count; i++)
 		monitor_check(m, i);
+	for (uint32_t i = 0; i < m->count; i++) /* the primary's sample first: the standbys' lag in time */
+		if (__atomic_load_n(&m->servers[i].role, __ATOMIC_RELAXED) == MONITOR_PRIMARY)
+			monitor_sample_primary(m, __atomic_load_n(&m->servers[i].lsn, __ATOMIC_RELAXED), now);
+	for (uint32_t i = 0; i < m->count; i++)
+		if (__atomic_load_n(&m->servers[i].role, __ATOMIC_RELAXED) == MONITOR_STANDBY)
+			monitor_store_standby_lsn(m, i, __atomic_load_n(&m->servers[i].lsn, __ATOMIC_RELAXED));
 	monitor_publish_primary(m);
+	monitor_published(m);
+}
+
+/* One single-value query on a kept connection; the LSN, or 0 (the connection is closed then; the next
+ * round reconnects). */
+static uint64_t monitor_ask_lsn(struct monitor *m, uint32_t i, const char *query)
+{
+	if (!m->conns[i])
+		return 0;
+	PGresult *res = PQexec(m->conns[i], query);
+	uint64_t lsn = 0;
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		lsn = monitor_parse_lsn(PQgetvalue(res, 0, 0));
+	else {
+		PQfinish(m->conns[i]);
+		m->conns[i] = NULL;
+	}
+	PQclear(res);
+	return lsn;
+}
+
+/* The strict reads' probe: the insert LSN of the server writes go to, sent after every read that asked
+ * before probe_sent moved. */
+static void monitor_probe_primary(struct monitor *m)
+{
+	uint64_t ticket = __atomic_load_n(&m->probe_requested, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->probe_sent, ticket, __ATOMIC_RELEASE); /* reads arriving from now on need the next */
+	struct pool_server *primary = runtime_primary(m->rt);
+	uint64_t lsn = 0;
+	for (uint32_t i = 0; i < m->count; i++)
+		if (m->servers[i].server == primary)
+			lsn = monitor_ask_lsn(m, i, monitor_probe_primary_query);
+	__atomic_store_n(&m->probe_lsn, lsn ? lsn : UINT64_MAX, __ATOMIC_RELAXED);
+	__atomic_store_n(&m->probe_done, ticket, __ATOMIC_RELEASE);
+}
+
+/* A standby a read waits for: up, short of the wanted LSN while the read still waits. True when one may
+ * be asked now; else *next_ns gets when one may (UINT64_MAX: none is wanted). */
+static bool monitor_standby_due(const struct monitor *m, uint64_t now, uint64_t *next_ns)
+{
+	*next_ns = UINT64_MAX;
+	uint64_t want = __atomic_load_n(&m->want_lsn, __ATOMIC_RELAXED);
+	if (want == 0 || now >= __atomic_load_n(&m->want_until_ns, __ATOMIC_RELAXED))
+		return false;
+	for (uint32_t i = 0; i < m->count; i++) {
+		if (__atomic_load_n(&m->servers[i].role, __ATOMIC_RELAXED) != MONITOR_STANDBY ||
+		    __atomic_load_n(&m->servers[i].lsn, __ATOMIC_RELAXED) >= want)
+			continue;
+		uint64_t due = m->standby_probed_ns[i] + MONITOR_STANDBY_PROBE_GAP_NS;
+		if (due <= now)
+			return true;
+		*next_ns = TERN_MIN(*next_ns, due);
+	}
+	return false;
+}
+
+/* Asks the standbys short of the wanted LSN for their replay LSN, each at most once per gap. */
+static void monitor_probe_standbys(struct monitor *m, uint64_t now)
+{
+	uint64_t want = __atomic_load_n(&m->want_lsn, __ATOMIC_RELAXED);
+	for (uint32_t i = 0; i < m->count; i++) {
+		if (__atomic_load_n(&m->servers[i].role, __ATOMIC_RELAXED) != MONITOR_STANDBY ||
+		    __atomic_load_n(&m->servers[i].lsn, __ATOMIC_RELAXED) >= want ||
+		    now < m->standby_probed_ns[i] + MONITOR_STANDBY_PROBE_GAP_NS)
+			continue;
+		m->standby_probed_ns[i] = now;
+		uint64_t lsn = monitor_ask_lsn(m, i, monitor_probe_standby_query);
+		if (lsn)
+			monitor_store_standby_lsn(m, i, lsn);
+	}
+}
+
+static bool monitor_probe_is_asked(const struct monitor *m)
+{
+	return __atomic_load_n(&m->probe_requested, __ATOMIC_RELAXED) > __atomic_load_n(&m->probe_sent, __ATOMIC_RELAXED);
 }
 
 static void *monitor_main(void *arg)
 {
 	struct monitor *m = arg;
+	uint64_t next_round_ns = base_now_ns() + runtime_config(m->rt)->monitor_interval_ms * BASE_NS_PER_MS;
 	pthread_mutex_lock(&m->lock);
 	while (!m->stopping) {
-		uint64_t interval_ms = runtime_config(m->rt)->monitor_interval_ms;
-		struct timespec until;
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		uint64_t ns = (uint64_t)until.tv_nsec + interval_ms * BASE_NS_PER_MS;
-		until.tv_sec += (time_t)(ns / BASE_NS_PER_SEC);
-		until.tv_nsec = (long)(ns % BASE_NS_PER_SEC);
-		while (!m->stopping && pthread_cond_timedwait(&m->wake, &m->lock, &until) != ETIMEDOUT)
-			;
-		if (m->stopping)
-			break;
+		uint64_t now = base_now_ns();
+		uint64_t standby_ns;
+		bool is_standby_due = monitor_standby_due(m, now, &standby_ns);
+		if (now < next_round_ns && !is_standby_due && !monitor_probe_is_asked(m)) {
+			/* Until the round is due, a standby may be asked again, or a probe is asked for. */
+			uint64_t wait_ns = TERN_MIN(next_round_ns, standby_ns) - now;
+			struct timespec until;
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			uint64_t ns = (uint64_t)until.tv_nsec + wait_ns;
+			until.tv_sec += (time_t)(ns / BASE_NS_PER_SEC);
+			until.tv_nsec = (long)(ns % BASE_NS_PER_SEC);
+			(void)pthread_cond_timedwait(&m->wake, &m->lock, &until);
+			continue;
+		}
 		pthread_mutex_unlock(&m->lock);
-		monitor_round(m);
+		if (now >= next_round_ns) {
+			monitor_round(m);
+			next_round_ns = base_now_ns() + runtime_config(m->rt)->monitor_interval_ms * BASE_NS_PER_MS;
+		}
+		bool probed = false;
+		if (monitor_probe_is_asked(m)) {
+			monitor_probe_primary(m);
+			probed = true;
+		}
+		if (monitor_standby_due(m, base_now_ns(), &standby_ns)) {
+			monitor_probe_standbys(m, base_now_ns());
+			probed = true;
+		}
+		if (probed)
+			monitor_published(m);
 		pthread_mutex_lock(&m->lock);
 	}
 	pthread_mutex_unlock(&m->lock);

@@ -21,13 +21,16 @@
 
 enum monitor_role { MONITOR_UNKNOWN = 0, MONITOR_DOWN, MONITOR_PRIMARY, MONITOR_STANDBY };
 
-/* What the last round saw of one server; every field atomic. */
+/* What the last round or probe saw of one server; every field atomic. */
 struct monitor_server {
 	struct pool_server *server;
 	uint32_t role;     /* enum monitor_role */
 	uint32_t timeline; /* 0 when unknown */
 	uint64_t lsn;      /* the primary's pg_current_wal_lsn, a standby's pg_last_wal_replay_lsn */
 	uint64_t checked_ns;
+	/* A standby: when the primary was last seen at or below the LSN it has replayed (its lag in time is
+	 * now minus this, as precise as the rounds); 0 when unknown. */
+	uint64_t replayed_ns;
 };
 
 struct monitor;
@@ -37,6 +40,24 @@ struct monitor;
 TERN_MUST_USE int monitor_start(struct monitor **out, struct tern_runtime *rt);
 /* One server's state (index as in the pool); NULL past the count. */
 const struct monitor_server *monitor_server_at(const struct monitor *m, uint32_t index);
+/* The number of servers (as in the pool). */
+uint32_t monitor_server_count(const struct monitor *m);
+
+/* ---- on-demand probes, from any thread (a worker takes the monitor's lock only to signal it) ---- */
+
+/* Every round and probe bumps the generation once its answers are stored, then calls the runtime's
+ * topology_changed hook: a worker with waiting reads looks again when it changed. */
+uint32_t monitor_generation(const struct monitor *m);
+/* A strict read arrived: asks for a probe of the primary's WAL insert LSN sent after now. The ticket
+ * names it; every read that asks before it is sent shares it. */
+uint64_t monitor_probe_request(struct monitor *m);
+/* True once the probe `ticket` names (or a later one) answered: *lsn is the primary's insert LSN then,
+ * or UINT64_MAX when the primary did not answer (no replica can be known to have it). */
+bool monitor_probe_answer(const struct monitor *m, uint64_t ticket, uint64_t *lsn);
+/* A read waits for a standby to replay `lsn` until `until_ns`: the monitor asks the standbys short of
+ * it again and again (at most once a millisecond) until one has it or the time is up. */
+void monitor_want_replay(struct monitor *m, uint64_t lsn, uint64_t until_ns);
+
 /* Stops the thread and frees the monitor. */
 void monitor_stop(struct monitor *m);
 

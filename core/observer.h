@@ -5,7 +5,8 @@
  *   observer_stmts.c   named prepared statements in transaction pooling, and the replies owed (s->stmts);
  *   observer_params.c  tracked parameters and search_path (s->params);
  *   observer_pins.c    LISTEN and SQL PREPARE, which keep the client on its connection (s->pins);
- *   observer_stats.c   SHOW STATS (s->stats).
+ *   observer_stats.c   SHOW STATS (s->stats);
+ *   route.c            the write-LSN probe of reads on replicas (s->route).
  * The relay moves bytes and asks them through dispatch.c, which calls an observer only for the message
  * types it registered, only in the sessions it is on for, in the registry's order. Later concerns (the
  * commit-LSN probe, response digests, the journal) plug in the same way: a file, and a line in the
@@ -35,6 +36,7 @@ enum observer_id {
 	OBSERVER_PARAMS,
 	OBSERVER_PINS,
 	OBSERVER_STATS,
+	OBSERVER_ROUTE,
 	OBSERVER_COUNT
 };
 
@@ -100,5 +102,6 @@ extern const struct observer observer_stmts;
 extern const struct observer observer_params;
 extern const struct observer observer_pins;
 extern const struct observer observer_stats;
+extern const struct observer observer_route; /* route.c: the write-LSN probe's hidden answers */
 
 #endif

@@ -160,7 +160,8 @@ static int params_server_message(struct session *s, struct leg *leg, const struc
 	switch (m->type) {
 	case PROTO_BE_DATA_ROW:
 		TERN_ASSERT(m->is_hidden);
-		params_learn_search_path_row(s, leg, m);
+		if (s->params.is_learning_search_path && !leg->is_probe_answering) /* not routing's probe's row */
+			params_learn_search_path_row(s, leg, m);
 		break;
 	case PROTO_BE_PARAMETER_STATUS:
 		params_learn(s, leg, m);
@@ -168,7 +169,7 @@ static int params_server_message(struct session *s, struct leg *leg, const struc
 	case PROTO_BE_ERROR:
 		if (!m->is_hidden) {
 			s->params.is_search_path_pending = false; /* the SET failed */
-		} else {
+		} else if (!leg->is_probe_answering) {
 			if (leg->conn)
 				leg->conn->restored_fingerprint = 0; /* the SET failed: what it set is unknown */
 			struct proto_error_fields fields;

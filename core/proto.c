@@ -84,7 +84,8 @@ int proto_stream_feed(struct proto_stream *stream, const uint8_t *chunk, uint32_
 				rc = -EMSGSIZE;
 				break;
 			}
-			stream->is_heading = (stream->action & PROTO_HOLD_HEAD) && stream->body_len > PROTO_HOLD_HEAD_LEN;
+			stream->is_heading = ((stream->action & PROTO_HOLD_HEAD) && stream->body_len > PROTO_HOLD_HEAD_LEN) ||
+					     ((stream->action & PROTO_HOLD_SMALL) && stream->body_len > PROTO_INSPECT_LEN_MAX);
 		}
 		if (stream->is_heading) {
 			uint32_t part = TERN_MIN(PROTO_HOLD_HEAD_LEN - stream->assembly_len, len - offset);
@@ -137,8 +138,10 @@ int proto_stream_feed(struct proto_stream *stream, const uint8_t *chunk, uint32_
 				stream->assembly = NULL;
 				stream->assembly_cap = 0;
 			}
-			if (rc < 0)
+			if (rc < 0) {
+				stream->stop_offset = offset;
 				break;
+			}
 			rc = 0;
 		}
 	}

@@ -79,6 +79,9 @@ enum {
 	 * PROTO_HOLD_HEAD_LEN bytes go to on_head, whose answer says what becomes of the rest (a Bind's
 	 * names are rewritten while its parameters stream by reference). */
 	PROTO_HOLD_HEAD = 1u << 4,
+	/* With PROTO_HOLD: a body up to PROTO_INSPECT_LEN_MAX is held whole; a longer one goes to on_head
+	 * (as PROTO_HOLD_HEAD) instead of being assembled (a query routed by its text). */
+	PROTO_HOLD_SMALL = 1u << 5,
 };
 #define PROTO_HOLD_HEAD_LEN 1024u
 
@@ -107,6 +110,7 @@ struct proto_stream {
 	uint32_t message_offset;   /* where the current message's type byte is in the chunk being fed */
 	bool is_message_in_chunk;  /* ... when the whole message lies in that chunk */
 	uint64_t messages; /* complete messages scanned, for statistics */
+	uint32_t stop_offset; /* after a scan stopped by on_message: where the unscanned rest of the chunk begins */
 };
 
 void proto_stream_init(struct proto_stream *stream);
@@ -125,7 +129,8 @@ static inline bool proto_stream_message_offset(const struct proto_stream *stream
 }
 /* Scans one chunk. Returns 0 when the whole chunk was scanned, -EMSGSIZE for a frame over
  * `frame_len_max` or an inspected message over PROTO_INSPECT_LEN_MAX, -EPROTO for a length below 4,
- * or on_message's negative result. */
+ * or on_message's negative result (the stream is then between messages, and stop_offset says where the
+ * chunk's unscanned rest begins). */
 TERN_MUST_USE int proto_stream_feed(struct proto_stream *stream, const uint8_t *chunk, uint32_t len,
 				    uint64_t frame_len_max, const struct proto_scan_ops *ops, void *ctx);
 

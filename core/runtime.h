@@ -31,6 +31,9 @@ struct tern_runtime {
 	struct pool_opener *opener;
 	struct pool_server *primary; /* atomic: where writes go, as the topology monitor last saw (runtime_primary) */
 	struct monitor *monitor;
+	/* The monitor stored new answers (monitor_generation moved): wake the workers with reads waiting for
+	 * a replica. Set by main; any thread. */
+	void (*topology_changed)(struct tern_runtime *rt);
 	const struct auth_file *auth_file; /* NULL without [auth] auth_file */
 	struct auth_query *auth_query;     /* the lookup thread ([auth] auth_user turns lookups on) */
 	const struct tls_context *tls;     /* atomic (SIGHUP swaps it); NULL with client_tls_sslmode = disable */

@@ -252,13 +252,14 @@ static bool session_client_is_backed_up(const struct session *s)
 	const struct leg *leg = session_primary(s);
 	uint64_t high = leg->conn ? SENDQ_HIGH_BYTES : SESSION_QUEUE_PARKED_BYTES;
 	return sendq_is_full(&leg->to_server, high) || sendq_is_full(&s->to_client, SENDQ_HIGH_BYTES) ||
-	       leg->replies.count > STMT_REPLIES_HIGH;
+	       leg->replies.count > STMT_REPLIES_HIGH || s->routing.backlog_len > SESSION_QUEUE_PARKED_BYTES;
 }
 
 static bool session_client_is_drained(const struct session *s)
 {
 	const struct leg *leg = session_primary(s);
-	return sendq_is_low(&leg->to_server) && sendq_is_low(&s->to_client) && leg->replies.count < STMT_REPLIES_LOW;
+	return sendq_is_low(&leg->to_server) && sendq_is_low(&s->to_client) && leg->replies.count < STMT_REPLIES_LOW &&
+	       s->routing.backlog_len <= SESSION_QUEUE_PARKED_BYTES / 2;
 }
 
 void session_client_pace(struct session *s)
@@ -362,6 +363,8 @@ static void session_leg_on_progress(struct leg *leg)
 		session_settle(s, leg);
 	else
 		session_try_release(s, leg);
+	if (s->routing.state != ROUTE_IDLE && s->phase == SESSION_READY)
+		s->parts->leg_progress(s, leg); /* a read's answer is in: the client's next bytes go on */
 	/* SIGTERM: a client goes at the ReadyForQuery that leaves it idle, so one that starts its next
 	 * transaction right after each COMMIT is let go between two, not cut at shutdown_timeout. */
 	if (s->phase == SESSION_READY && __atomic_load_n(&s->host->runtime->draining, __ATOMIC_RELAXED) &&
@@ -385,6 +388,8 @@ static void session_leg_on_lost(struct leg *leg, enum leg_fault fault)
 {
 	struct session *s = leg->session;
 	session_assert_invariants(s);
+	if (s->parts->leg_lost(s, leg))
+		return; /* a read that reached no client byte runs again on the primary */
 	struct session_lost_decision decision = session_decide_lost(s, leg, fault);
 	TERN_ASSERT(decision.action == SESSION_LOST_END);
 	session_end(s, decision.reason);
@@ -397,10 +402,16 @@ static const struct leg_ops session_leg_ops = {
 	.on_lost = session_leg_on_lost,
 };
 
-/* Called after client bytes were queued toward the server. */
-void session_client_queue_grew(struct session *s)
+struct leg *session_replica_leg(struct session *s)
 {
-	struct leg *leg = session_primary(s);
+	if (!s->legs[LEG_REPLICA])
+		s->legs[LEG_REPLICA] = session_leg_create(s, LEG_REPLICA);
+	return s->legs[LEG_REPLICA];
+}
+
+/* Called after client bytes were queued toward the server. */
+void session_leg_queue_grew(struct session *s, struct leg *leg)
+{
 	session_client_pace(s);
 	if (leg->conn)
 		session_mark_dirty(s, &leg->to_server);
@@ -452,10 +463,12 @@ void session_acquire(struct session *s, struct leg *leg)
 	struct host *host = s->host;
 	TERN_ASSERT(leg->session == s && !leg->conn && !leg->is_request_pending);
 	session_assert_invariants(s);
-	if (session_pause_gate(s))
-		return; /* PAUSE: the worker asks again at RESUME */
-	session_stats_close_assignment(s);
-	struct pool_server *server = session_server(s);
+	bool is_replica = leg->role == LEG_REPLICA;
+	if (!is_replica && session_pause_gate(s))
+		return; /* PAUSE: the worker asks again at RESUME (reads on replicas go on) */
+	if (!is_replica)
+		session_stats_close_assignment(s);
+	struct pool_server *server = is_replica ? s->routing.server : session_server(s);
 	struct pool_conn *conn = host_local_take(host, s->db, server);
 	if (conn) {
 		host->stats.local_reuse++;
@@ -517,6 +530,8 @@ void session_on_request_done(struct leg *leg)
 		s->parts->attach(s, leg, conn);
 		return;
 	}
+	if (s->parts->leg_lost(s, leg))
+		return; /* a replica refused: the primary serves the read */
 	s->end_error = leg->request.error;
 	session_end(s, SESSION_END_SERVER_REFUSED);
 }
@@ -528,6 +543,8 @@ void session_on_wait_timeout(struct leg *leg)
 		return; /* granted meanwhile: the mailbox has it */
 	leg->is_request_pending = false;
 	base_list_remove(&leg->parked_link);
+	if (s->parts->leg_lost(s, leg))
+		return; /* no replica connection in time: the primary serves the read */
 	session_end(s, SESSION_END_WAIT_TIMEOUT);
 }
 
@@ -575,6 +592,19 @@ static void session_free_drained(struct session *s)
 		if (leg_is_reapable(leg))
 			leg_destroy(leg);
 	}
+}
+
+struct leg *session_set_aside_leg(struct session *s, enum leg_role role)
+{
+	struct leg *old = s->legs[role];
+	struct leg *leg = session_leg_create(s, role);
+	if (!leg)
+		return NULL;
+	session_free_drained(s);
+	TERN_ASSERT(old && !old->is_request_pending);
+	base_list_insert_tail(&s->legs_draining, &old->link);
+	s->legs[role] = leg;
+	return leg;
 }
 
 struct leg *session_replace_leg(struct session *s, enum leg_role role)
@@ -680,6 +710,7 @@ void session_end(struct session *s, enum session_end_reason reason)
 		}
 	}
 	session_unstarve(s);
+	s->parts->ending(s);
 	/* Keep writing until the goodbye is out (bounded by the linger): the error, a TLS alert,
 	 * close_notify; then FIN. Meanwhile what the client still sends is read and dropped: closing a
 	 * socket with unread bytes resets it, and the client would lose the goodbye and the answers before
@@ -741,8 +772,8 @@ void session_check_timeouts(struct session *s, uint64_t now_ns)
 		session_end(s, SESSION_END_CLIENT_LOGIN_TIMEOUT);
 		return;
 	}
-	if (s->phase != SESSION_READY)
-		return;
+	if (s->phase != SESSION_READY || s->routing.state != ROUTE_IDLE)
+		return; /* a routed read has its own deadline */
 	uint64_t query_ns = cfg->query_timeout_ms * BASE_NS_PER_MS;
 	uint64_t idle_tx_ns = cfg->idle_transaction_timeout_ms * BASE_NS_PER_MS;
 	uint64_t idle_ns = cfg->client_idle_timeout_ms * BASE_NS_PER_MS;
@@ -766,7 +797,7 @@ bool session_is_in_transaction(const struct session *s)
 	if (s->phase != SESSION_READY)
 		return false;
 	const struct leg *leg = session_primary(s);
-	return leg->conn != NULL && !session_leg_is_idle(s, leg);
+	return (leg->conn != NULL && !session_leg_is_idle(s, leg)) || s->routing.state != ROUTE_IDLE;
 }
 
 bool session_is_reapable(const struct session *s)

@@ -95,8 +95,46 @@ struct session_parts {
 	bool (*before_release)(struct session *s, struct leg *leg);
 	/* The session is freed: what the parts keep goes. */
 	void (*deinit)(struct session *s);
+	/* Routing (route.c), at a leg's progress, its lost connection (true: routing re-runs its read; the
+	 * session goes on), and the session's end. */
+	void (*leg_progress)(struct session *s, struct leg *leg);
+	bool (*leg_lost)(struct session *s, struct leg *leg);
+	void (*ending)(struct session *s);
 };
 extern const struct session_parts session_relay_parts;
+
+/* Routing of autocommit reads to replicas (route.c), in transaction pooling. */
+enum route_state {
+	ROUTE_IDLE = 0,   /* client messages go to the primary's leg as they are read */
+	ROUTE_WAITING,    /* a read waits (host->route_waits) for its LSN target, or for a replica to reach it */
+	ROUTE_ON_REPLICA, /* a read runs on the replica's leg: the client's next bytes wait in the backlog */
+	ROUTE_SETTLING,   /* a SET tern.* waits for the replies owed before it */
+};
+
+struct session_route {
+	uint8_t state;         /* enum route_state */
+	uint8_t consistency;   /* enum config_consistency: the client's own (SET tern.consistency) ... */
+	bool is_consistency_set; /* ... when it set one, else default_consistency of the moment */
+	bool is_write_unprobed; /* session: a request on the primary's leg may have written since the last probe */
+	uint64_t write_lsn;     /* session: the primary's insert LSN after the client's last write (0: none) */
+	/* The read being routed (or the SET tern.* waiting its turn): its Query message, header included. */
+	uint8_t *held;
+	uint32_t held_len, held_cap;
+	/* What the client sent after it, not yet read: fed to the relay once the read is answered. */
+	uint8_t *backlog;
+	uint32_t backlog_len, backlog_cap;
+	/* The wait: the LSN a replica must have replayed (known once the strict probe answered). */
+	uint64_t target_lsn;
+	uint64_t probe_ticket; /* strict: the monitor's probe this read waits for; 0 when none */
+	uint64_t arrived_ns, deadline_ns;
+	bool is_waited;        /* it waited for an LSN (for the counters) */
+	bool is_awaiting_probe; /* session: the last write's probe is still to answer on the primary's leg */
+	struct base_list wait_link; /* host->route_waits while ROUTE_WAITING */
+	uint64_t replica_mark; /* the replica leg's to_client_bytes when the read went to it */
+	struct pool_server *server; /* the replica it goes to */
+	bool is_read_on_primary; /* a routed read is being queued on the primary's leg: it writes nothing */
+	enum config_consistency level; /* of the read being routed */
+};
 
 /* A protocol 3.2 client's cancel key: 32 random bytes, as PostgreSQL 18 gives (the pid names the worker). */
 #define SESSION_CANCEL_KEY_LEN 32u
@@ -125,6 +163,7 @@ struct session {
 	 * bytes): the pool key is made from it only for a client that authenticated. */
 	uint32_t login_kept;
 	bool is_login_startup_kept;
+	bool is_login_options_taken; /* its tern.* startup settings were read (they are read once) */
 	bool is_over_client_limit;
 	bool is_admin;
 	bool is_counted; /* in db->client_count */
@@ -167,6 +206,7 @@ struct session {
 	struct params_state params;     /* observer_params.c: parameters and search_path */
 	struct session_pins pins;       /* observer_pins.c: LISTEN, SQL PREPARE */
 	struct stmts_state stmts;       /* observer_stmts.c: the client's named statements */
+	struct session_route routing;   /* route.c: reads on replicas */
 
 	enum session_end_reason end_reason;
 	uint64_t closing_ns;
@@ -263,6 +303,9 @@ void session_settle(struct session *s, struct leg *leg);
 /* Shuts the role's connection and gives the role a new, detached leg while the session stays (the old
  * one drains aside). NULL when out of memory (nothing changed). */
 struct leg *session_replace_leg(struct session *s, enum leg_role role);
+/* From the leg's own on_lost (its connection is still held, shut): the role gets a new, detached leg and
+ * the old one drains aside, reaped by its own completions. NULL when out of memory. */
+struct leg *session_set_aside_leg(struct session *s, enum leg_role role);
 /* PAUSE's gate, where a session asks for a server: true when it must wait (it is held, its bytes
  * copied out of receive buffers, and let go at RESUME); false when it may go on. */
 bool session_pause_gate(struct session *s);
@@ -362,7 +405,12 @@ void session_send_to_client(struct session *s, const void *data, uint32_t len);
 void session_send_error(struct session *s, const char *severity, const char *sqlstate, const char *message,
 			const char *hint);
 void session_mark_dirty(struct session *s, struct sendq *q);
-/* After client bytes were queued toward the server: back pressure, and a server if none is held. */
-void session_client_queue_grew(struct session *s);
+/* After client bytes were queued toward leg's server: back pressure, and a server if none is held. */
+void session_leg_queue_grew(struct session *s, struct leg *leg);
+/* The replica's leg, created the first time a read goes to a replica; NULL when out of memory. */
+struct leg *session_replica_leg(struct session *s);
+/* The relay: client bytes to leg (routing places no query in them when is_routed: route_dispatch). */
+void session_relay_feed(struct session *s, struct leg *leg, bool is_routed, uint16_t buffer_id, const uint8_t *data,
+			uint32_t len);
 
 #endif

@@ -4,6 +4,7 @@
 #include "auth_query.h"
 #include "databases.h"
 #include "dispatch.h"
+#include "route.h"
 #include "scram.h"
 #include "server_auth.h"
 #include "session.h"
@@ -11,6 +12,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 
 /* Startup plus auth messages assembled at once; SCRAM's largest (client-final) is under 1 KiB. */
@@ -60,6 +62,93 @@ static bool login_append_option(char *out, size_t cap, size_t *len, const char *
 	return true;
 }
 
+/* One token of a startup options string (blank-separated, a backslash escapes the next character):
+ * its raw span [*start, returned) and, unescaped, `text`. NULL at the end. */
+static const char *login_option_token(const char *p, const char **start, char *text, size_t cap)
+{
+	while (*p == ' ' || *p == '\t')
+		p++;
+	if (!*p)
+		return NULL;
+	*start = p;
+	size_t n = 0;
+	while (*p && *p != ' ' && *p != '\t') {
+		if (*p == '\\' && p[1])
+			p++;
+		if (n + 1 < cap)
+			text[n++] = *p;
+		p++;
+	}
+	text[n] = '\0';
+	return p;
+}
+
+/* A tern.* setting "name=value" from the client's startup: tern.consistency is the client's level; any
+ * other tern.* name is refused. False when the session ended. */
+static bool login_take_tern_setting(struct session *s, const char *setting)
+{
+	const char *eq = strchr(setting, '=');
+	const char *value = eq ? eq + 1 : "";
+	size_t name_len = eq ? (size_t)(eq - setting) : strlen(setting);
+	if (name_len != strlen("tern.consistency") || strncasecmp(setting, "tern.consistency", name_len) != 0) {
+		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "42704",
+				       "unrecognized configuration parameter in the startup options: tern knows one "
+				       "parameter of its own, tern.consistency");
+		return false;
+	}
+	int level = route_level_from_name(value);
+	if (level < 0) {
+		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "22023",
+				       "invalid value for parameter \"tern.consistency\": use primary, eventual, session or "
+				       "strict");
+		return false;
+	}
+	s->routing.consistency = (uint8_t)level;
+	s->routing.is_consistency_set = true;
+	return true;
+}
+
+/* The client's options without its tern.* settings (-c tern.x=v, -ctern.x=v, --tern.x=v), which are
+ * tern's and never reach a server: taken by login_take_tern_setting when `take`. False when the options
+ * do not fit in out, or the session ended. */
+static bool login_split_options(struct session *s, const char *options, bool take, char *out, size_t cap)
+{
+	size_t len = 0;
+	char text[256], next_text[256];
+	const char *start, *next_start;
+	const char *p = options;
+	out[0] = '\0';
+	while ((p = login_option_token(p, &start, text, sizeof(text))) != NULL) {
+		const char *setting = NULL;
+		const char *end = p;
+		if (strcmp(text, "-c") == 0) {
+			const char *q = login_option_token(p, &next_start, next_text, sizeof(next_text));
+			if (q && strncasecmp(next_text, "tern.", 5) == 0) {
+				setting = next_text;
+				p = q;
+			}
+		} else if (strncasecmp(text, "-ctern.", 7) == 0) {
+			setting = text + 2;
+		} else if (strncasecmp(text, "--tern.", 7) == 0) {
+			setting = text + 2;
+		}
+		if (setting) {
+			if (take && !login_take_tern_setting(s, setting))
+				return false;
+			continue;
+		}
+		size_t n = (size_t)(end - start);
+		if (len + n + 2 > cap)
+			return false;
+		if (len > 0)
+			out[len++] = ' ';
+		memcpy(out + len, start, n);
+		len += n;
+		out[len] = '\0';
+	}
+	return true;
+}
+
 /* The connection key's options: the client's own options, then every other startup parameter as a
  * -c flag in name order, so two clients asking for the same settings share connections and a client
  * never gets a connection set up differently from what it asked. In transaction pooling the tracked
@@ -72,13 +161,20 @@ static bool login_build_options(struct session *s, const struct proto_startup *s
 	out[0] = '\0';
 	const char *options = proto_startup_get(st, "options");
 	if (options) {
-		if (!base_strlcpy(out, options, cap))
+		if (!login_split_options(s, options, !s->is_login_options_taken, out, cap))
 			return false;
 		len = strlen(out);
 	}
 	uint32_t order[PROTO_STARTUP_PARAMS_MAX];
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < st->param_count; i++) {
+		if (strncasecmp(st->names[i], "tern.", 5) == 0) { /* tern's own, as a startup parameter */
+			char setting[256];
+			snprintf(setting, sizeof(setting), "%s=%s", st->names[i], st->values[i]);
+			if (!s->is_login_options_taken && !login_take_tern_setting(s, setting))
+				return false;
+			continue;
+		}
 		if (!login_is_forwarded(st->names[i]))
 			continue;
 		int tracked = track ? params_tracked_index(&rt->tracked, st->names[i]) : -1;
@@ -97,6 +193,7 @@ static bool login_build_options(struct session *s, const struct proto_startup *s
 	for (uint32_t k = 0; k < n; k++)
 		if (!login_append_option(out, cap, &len, st->names[order[k]], st->values[order[k]]))
 			return false;
+	s->is_login_options_taken = true;
 	return true;
 }
 
@@ -427,7 +524,8 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 		s->params.values.is_set |= 1u << i;
 	}
 	if (!login_build_options(s, st, options, sizeof(options))) {
-		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "54000", "startup parameters too long");
+		if (s->phase != SESSION_CLOSING) /* else a tern.* setting was refused */
+			session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "54000", "startup parameters too long");
 		return;
 	}
 	if (is_console) {

@@ -3,6 +3,7 @@
  * to tern's own queries) and asks the observers (dispatch.h) about the messages they registered; it
  * knows nothing of what they keep. ReadyForQuery ends a transaction: the leg may go back. */
 #include "dispatch.h"
+#include "route.h"
 #include "session.h"
 
 #include <errno.h>
@@ -13,6 +14,8 @@
 /* A message type tern does not know after login: the server would close the connection; tern must
  * not forward what it cannot account for. */
 #define RELAY_UNKNOWN_TYPE (-EBADMSG)
+/* Returned by on_message when routing took a query (route.c): the rest of the chunk waits. */
+#define RELAY_STOP_ROUTED (-EINPROGRESS)
 
 struct relay_chunk {
 	struct session *s;
@@ -20,6 +23,7 @@ struct relay_chunk {
 	uint16_t buffer_id;
 	const uint8_t *data;
 	int error; /* a queue push failed (-ENOMEM, -ENOBUFS): the scan goes on, the session ends after it */
+	bool is_routed; /* client → server: a query routing placed already (route_dispatch): not held again */
 };
 
 /* Why a client's chunk ends its session: a scan's or a push's error. */
@@ -52,11 +56,13 @@ static unsigned relay_client_count(struct session *s, struct leg *leg, uint8_t t
 	case PROTO_FE_QUERY:
 	case PROTO_FE_FUNCTION_CALL:
 		leg_expect_ready(leg, s->client_active_ns);
+		route_note_request(s, leg);
 		return PROTO_FORWARD;
 	case PROTO_FE_SYNC:
 		leg->is_unsynced = false;
 		if (!leg->copy.is_copy_in) /* the server ignores a Sync in copy-in: no ReadyForQuery comes */
 			leg_expect_ready(leg, s->client_active_ns);
+		route_note_request(s, leg);
 		return PROTO_FORWARD;
 	case PROTO_FE_EXECUTE:
 	case PROTO_FE_PARSE:
@@ -75,15 +81,9 @@ static unsigned relay_client_count(struct session *s, struct leg *leg, uint8_t t
 	}
 }
 
-static unsigned relay_client_on_type(void *ctx, uint8_t type)
+/* The observers' and the relay's part in a client message going to leg: what becomes of it. */
+static unsigned relay_client_admit(struct session *s, struct leg *leg, uint8_t type)
 {
-	struct relay_chunk *chunk = ctx;
-	struct session *s = chunk->s;
-	struct leg *leg = chunk->leg;
-	if (leg->is_skipping_to_sync && type != PROTO_FE_SYNC && type != PROTO_FE_TERMINATE)
-		return 0; /* as the server would after an error tern made up */
-	if (type == PROTO_FE_SYNC)
-		leg->is_skipping_to_sync = false;
 	uint32_t mask = dispatch_client_mask(s->observers_on, type);
 	s->client_readers = 0;
 	if (mask) {
@@ -99,18 +99,18 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 	return action;
 }
 
-static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
+static unsigned relay_client_on_type(void *ctx, uint8_t type)
 {
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
-	if (s->client_readers) {
-		struct observer_message m = {
-			.type = type, .body = body, .len = len, .buffer_id = chunk->buffer_id, .chunk = chunk->data};
-		return dispatch_client_message(s, chunk->leg, &m, s->client_readers);
-	}
-	if (type == PROTO_FE_TERMINATE)
-		return RELAY_STOP_TERMINATE;
-	return RELAY_UNKNOWN_TYPE;
+	struct leg *leg = chunk->leg;
+	if (leg->is_skipping_to_sync && type != PROTO_FE_SYNC && type != PROTO_FE_TERMINATE)
+		return 0; /* as the server would after an error tern made up */
+	if (type == PROTO_FE_SYNC)
+		leg->is_skipping_to_sync = false;
+	if (type == PROTO_FE_QUERY && !chunk->is_routed)
+		return PROTO_HOLD | PROTO_HOLD_SMALL; /* routing reads its text first (relay_client_query) */
+	return relay_client_admit(s, leg, type);
 }
 
 static void relay_client_forward(void *ctx, uint32_t offset, uint32_t len)
@@ -122,12 +122,86 @@ static void relay_client_forward(void *ctx, uint32_t offset, uint32_t len)
 		chunk->error = rc;
 }
 
-/* The head of a long message an observer took over (a Bind: names rewritten, parameters streamed). */
+/* A message the relay held, to the chunk's leg: by reference when it lies in the chunk, else copied. */
+static void relay_client_forward_held(struct relay_chunk *chunk, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	uint32_t offset;
+	if (proto_stream_message_offset(&chunk->s->client_stream, &offset)) {
+		relay_client_forward(chunk, offset, PROTO_HEADER_LEN + len);
+		return;
+	}
+	uint8_t header[PROTO_HEADER_LEN] = {type};
+	proto_write_u32(header + 1, len + 4);
+	int rc = sendq_push_copy(&chunk->leg->to_server, header, sizeof(header));
+	if (rc == 0 && len > 0)
+		rc = sendq_push_copy(&chunk->leg->to_server, body, len);
+	if (rc < 0)
+		chunk->error = rc;
+}
+
+/* A Query held for routing: tern answers it (SET tern.*), routing takes it for a replica (the scan stops
+ * there), or it goes to the chunk's leg as any message would, with the write-LSN probe behind it when
+ * routing asks for one. */
+static int relay_client_query(struct relay_chunk *chunk, const uint8_t *body, uint32_t len)
+{
+	struct session *s = chunk->s;
+	bool probe = false;
+	switch (route_on_query(s, body, len, &probe)) {
+	case ROUTE_QUERY_ANSWERED:
+		return 0;
+	case ROUTE_QUERY_TAKEN:
+		return RELAY_STOP_ROUTED;
+	case ROUTE_QUERY_ADMIT:
+		break;
+	}
+	unsigned action = relay_client_admit(s, chunk->leg, PROTO_FE_QUERY);
+	TERN_ASSERT(action & PROTO_FORWARD); /* no observer takes a Query over */
+	relay_client_forward_held(chunk, PROTO_FE_QUERY, body, len);
+	int rc = 0;
+	if (s->client_readers) {
+		struct observer_message m = {.type = PROTO_FE_QUERY, .body = body, .len = len, .buffer_id = chunk->buffer_id,
+					     .chunk = chunk->data};
+		rc = dispatch_client_message(s, chunk->leg, &m, s->client_readers);
+	}
+	if (rc == 0 && probe && chunk->error == 0)
+		chunk->error = route_push_probe(s, chunk->leg);
+	return rc;
+}
+
+static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	struct relay_chunk *chunk = ctx;
+	struct session *s = chunk->s;
+	if (type == PROTO_FE_QUERY && !chunk->is_routed)
+		return relay_client_query(chunk, body, len);
+	if (s->client_readers) {
+		struct observer_message m = {
+			.type = type, .body = body, .len = len, .buffer_id = chunk->buffer_id, .chunk = chunk->data};
+		return dispatch_client_message(s, chunk->leg, &m, s->client_readers);
+	}
+	if (type == PROTO_FE_TERMINATE)
+		return RELAY_STOP_TERMINATE;
+	return RELAY_UNKNOWN_TYPE;
+}
+
+/* The head of a long message an observer took over (a Bind: names rewritten, parameters streamed), or
+ * of a Query too long for routing to read: it goes to the chunk's leg, the rest by reference. */
 static int relay_client_on_head(void *ctx, uint8_t type, const uint8_t *head, uint32_t head_len, uint32_t body_len)
 {
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
-	return dispatch_client_head(s, chunk->leg, s->client_taker, type, head, head_len, body_len);
+	if (type != PROTO_FE_QUERY || chunk->is_routed)
+		return dispatch_client_head(s, chunk->leg, s->client_taker, type, head, head_len, body_len);
+	unsigned action = relay_client_admit(s, chunk->leg, type);
+	TERN_ASSERT(action & PROTO_FORWARD);
+	uint8_t header[PROTO_HEADER_LEN] = {type};
+	proto_write_u32(header + 1, body_len + 4);
+	int rc = sendq_push_copy(&chunk->leg->to_server, header, sizeof(header));
+	if (rc == 0)
+		rc = sendq_push_copy(&chunk->leg->to_server, head, head_len);
+	if (rc < 0)
+		chunk->error = rc;
+	return PROTO_FORWARD; /* observers read no query this long (they allow for it) */
 }
 
 static const struct proto_scan_ops relay_client_ops = {
@@ -137,20 +211,39 @@ static const struct proto_scan_ops relay_client_ops = {
 	.on_head = relay_client_on_head,
 };
 
-void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)
+void session_relay_feed(struct session *s, struct leg *leg, bool is_routed, uint16_t buffer_id, const uint8_t *data,
+			uint32_t len)
 {
-	struct relay_chunk chunk = {.s = s, .leg = session_primary(s), .buffer_id = buffer_id, .data = data};
+	struct relay_chunk chunk = {.s = s, .leg = leg, .buffer_id = buffer_id, .data = data, .is_routed = is_routed};
 	uint64_t frame_max = runtime_config(s->host->runtime)->max_client_frame_bytes;
-	s->client_active_ns = base_now_ns();
 	int rc = proto_stream_feed(&s->client_stream, data, len, frame_max, &relay_client_ops, &chunk);
+	bool is_taken = rc == RELAY_STOP_ROUTED;
+	if (is_taken) /* the rest waits for the routed read's answer */
+		rc = route_backlog_append(s, data + s->client_stream.stop_offset, len - s->client_stream.stop_offset);
 	if (rc == 0)
 		rc = chunk.error ? chunk.error : s->hook_error;
 	if (rc < 0) {
 		session_end(s, relay_client_reason(rc));
 		return;
 	}
-	session_client_queue_grew(s);
+	session_leg_queue_grew(s, leg);
 	session_assert_invariants(s);
+}
+
+void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)
+{
+	s->client_active_ns = base_now_ns();
+	if (s->routing.state != ROUTE_IDLE) { /* a routed read is under way: the client's next bytes wait */
+		if (route_backlog_append(s, data, len) < 0)
+			session_end(s, SESSION_END_OUT_OF_MEMORY);
+		else
+			session_client_pace(s);
+		return;
+	}
+	TERN_ASSERT(s->routing.backlog_len == 0);
+	session_relay_feed(s, session_primary(s), false, buffer_id, data, len);
+	if (s->routing.state != ROUTE_IDLE)
+		route_run(s); /* a query routing took: to a replica, or to wait for one */
 }
 
 /* ---- server → client ---- */
@@ -183,6 +276,10 @@ static int relay_count_ready(struct leg *leg, const uint8_t *body, uint32_t len)
 		leg->pending_ready--;
 	if (leg->hidden_ready > 0)
 		leg->hidden_ready--;
+	else if (leg->probe_behind > 0 && --leg->probe_behind == 0) {
+		leg->hidden_ready++; /* the client's last reply before tern's probe: the probe's answer is next */
+		leg->is_probe_answering = true;
+	}
 	leg->ready_ns = base_now_ns();
 	return 0; /* the release, if due, comes after the whole chunk is scanned */
 }
@@ -214,6 +311,7 @@ static void relay_server_forward(void *ctx, uint32_t offset, uint32_t len)
 		chunk->error = rc;
 		return;
 	}
+	chunk->leg->to_client_bytes += len;
 	session_mark_dirty(s, &s->to_client);
 }
 
@@ -261,4 +359,7 @@ const struct session_parts session_relay_parts = {
 	.attach = session_relay_attach,
 	.before_release = dispatch_before_release,
 	.deinit = dispatch_destroy,
+	.leg_progress = route_on_progress,
+	.leg_lost = route_on_lost,
+	.ending = route_end,
 };

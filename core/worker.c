@@ -1,6 +1,8 @@
 #include "worker.h"
 
 #include "auth_query.h"
+#include "monitor.h"
+#include "route.h"
 #include "pool/opener.h"
 #include "session.h"
 
@@ -502,6 +504,8 @@ static void worker_on_tick(struct ring *ring)
 	}
 	if (worker->host.pause_waiting_count > 0)
 		worker_pause_scan(worker, now);
+	if (worker->host.route_waiting > 0)
+		route_check_waits(&worker->host, now); /* wait_timeout_ms: the primary serves them */
 	if (worker->host.console_waiting_count > 0)
 		worker->host.runtime->console->on_tick(&worker->host);
 	if (now >= worker->next_stats_period_ns)
@@ -537,6 +541,13 @@ static void worker_end_pass(struct worker *worker)
 	worker_local_flush(worker);
 	worker_on_wake(&worker->host.ring);
 	worker_local_flush(worker); /* what a client served just now gave back at once (a welcome, a failure) */
+	if (worker->host.route_waiting > 0) {
+		uint32_t generation = monitor_generation(rt->monitor);
+		if (generation != worker->host.route_generation) {
+			worker->host.route_generation = generation;
+			route_check_waits(&worker->host, base_now_ns());
+		}
+	}
 	while ((node = base_list_pop_head(&worker->host.holds)) != NULL)
 		session_hold_now(TERN_CONTAINER_OF(node, struct leg, hold_link));
 	while ((node = base_list_pop_head(&worker->host.flush)) != NULL) {
@@ -741,6 +752,14 @@ void worker_wake(struct worker *worker)
 }
 
 void worker_stop(struct worker *worker) { worker_wake(worker); }
+
+void worker_topology_changed(struct tern_runtime *rt)
+{
+	uint32_t count = __atomic_load_n(&rt->worker_count, __ATOMIC_ACQUIRE);
+	for (uint32_t i = 0; i < count; i++)
+		if (__atomic_load_n(&rt->workers[i]->host.route_waiting, __ATOMIC_RELAXED) > 0)
+			worker_wake(rt->workers[i]);
+}
 
 bool worker_is_drained(struct worker *worker) { return __atomic_load_n(&worker->is_drained, __ATOMIC_ACQUIRE); }
 

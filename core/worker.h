@@ -127,6 +127,8 @@ TERN_MUST_USE int worker_start(struct worker *worker, struct tern_runtime *runti
 void worker_stop(struct worker *worker); /* asks the thread to end; join with worker_join */
 /* Any thread: the worker runs its on_wake (mailbox, cancels, jobs) soon. Safe until worker_deinit. */
 void worker_wake(struct worker *worker);
+/* The runtime's topology_changed (the monitor's thread): wakes the workers whose reads wait for a replica. */
+void worker_topology_changed(struct tern_runtime *rt);
 /* Any thread: appends link to one of the worker's mailbox lists (mailbox, cancels, jobs, jobs_done)
  * under its lock, and wakes it if needed. */
 void worker_mail(struct worker *worker, struct base_list *list, struct base_list *link);

@@ -49,7 +49,7 @@ static const char *const core_order[] = {
 	"proto", "sendq", "reasons", "sql", "classify", "params", "stmts", "databases", "config", "import", "listen", "scram", "auth", "server_auth", "auth_query", "tls",
 	"gates", "runtime", "monitor", "host", "leg",
 	"session", "session_tls", "observer", "observer_copy", "observer_stmts", "observer_params", "observer_pins",
-	"observer_stats", "dispatch", "session_login", "session_relay",
+	"observer_stats", "dispatch", "route", "session_login", "session_relay",
 	"worker", "admin_reply", "admin_show", "admin", "main",
 };
 

@@ -1,0 +1,614 @@
+/* Reads on replicas: the decision for a Query, the wait for an LSN target, the dispatch to a leg, the
+ * backlog, tern.consistency, and the write-LSN probe (observer_route). See route.h. */
+#include "route.h"
+
+#include "classify.h"
+#include "monitor.h"
+#include "observer.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* The primary's insert LSN: past the end of every record inserted so far, the client's commit's too. */
+#define ROUTE_PROBE_SQL "SELECT pg_catalog.pg_current_wal_insert_lsn()"
+#define ROUTE_SETTING_NAME "tern.consistency"
+
+static const char *const route_level_names[] = {"primary", "eventual", "session", "strict"};
+
+int route_level_from_name(const char *name)
+{
+	for (int i = 0; i < (int)TERN_ARRAY_LEN(route_level_names); i++)
+		if (strcasecmp(name, route_level_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+static enum config_consistency route_level(const struct session *s, const struct tern_config *cfg)
+{
+	return s->routing.is_consistency_set ? (enum config_consistency)s->routing.consistency
+					   : (enum config_consistency)cfg->default_consistency;
+}
+
+/* ---- tern.consistency: SET, RESET, SHOW, answered here ---- */
+
+static const char *route_skip_space(const char *p)
+{
+	while (isspace((unsigned char)*p))
+		p++;
+	return p;
+}
+
+/* The keyword at *p (case-insensitive, not followed by an identifier character): true and *p past it. */
+static bool route_keyword(const char **p, const char *word)
+{
+	size_t n = strlen(word);
+	if (strncasecmp(*p, word, n) != 0 || isalnum((unsigned char)(*p)[n]) || (*p)[n] == '_' || (*p)[n] == '.')
+		return false;
+	*p = route_skip_space(*p + n);
+	return true;
+}
+
+/* The end of a statement: blanks, one optional ';', blanks. */
+static bool route_is_end(const char *p)
+{
+	p = route_skip_space(p);
+	if (*p == ';')
+		p = route_skip_space(p + 1);
+	return *p == '\0';
+}
+
+static void route_send_ready(struct session *s)
+{
+	const struct leg *leg = session_primary(s);
+	uint8_t msg[8];
+	size_t n = proto_build_ready(msg, sizeof(msg), leg->conn ? leg->tx_status : 'I');
+	session_send_to_client(s, msg, (uint32_t)n);
+}
+
+static void route_send_complete(struct session *s, const char *tag)
+{
+	uint8_t msg[32] = {PROTO_BE_COMMAND_COMPLETE};
+	uint32_t n = (uint32_t)strlen(tag) + 1;
+	proto_write_u32(msg + 1, 4 + n);
+	memcpy(msg + PROTO_HEADER_LEN, tag, n);
+	session_send_to_client(s, msg, PROTO_HEADER_LEN + n);
+}
+
+/* SHOW's one text column and row. */
+static void route_send_show(struct session *s, const char *value)
+{
+	uint8_t msg[128];
+	static const char name[] = ROUTE_SETTING_NAME;
+	uint8_t *p = msg + PROTO_HEADER_LEN;
+	*p++ = 0;
+	*p++ = 1;
+	memcpy(p, name, sizeof(name));
+	p += sizeof(name);
+	static const uint8_t attrs[18] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 25, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0};
+	memcpy(p, attrs, sizeof(attrs)); /* table 0, column 0, type text (25), length -1, modifier -1, text */
+	p += sizeof(attrs);
+	msg[0] = PROTO_BE_ROW_DESCRIPTION;
+	proto_write_u32(msg + 1, (uint32_t)(p - msg - 1));
+	session_send_to_client(s, msg, (uint32_t)(p - msg));
+	uint32_t n = (uint32_t)strlen(value);
+	msg[0] = PROTO_BE_DATA_ROW;
+	proto_write_u32(msg + 1, 4 + 2 + 4 + n);
+	msg[5] = 0;
+	msg[6] = 1;
+	proto_write_u32(msg + 7, n);
+	memcpy(msg + 11, value, n);
+	session_send_to_client(s, msg, 11 + n);
+	route_send_complete(s, "SHOW");
+}
+
+/* The value of SET tern.consistency {TO|=} value: a level's name, bare or quoted, or DEFAULT (-1). -2 when
+ * it is none of them; *end past it. */
+static int route_parse_level(const char *p, const char **end)
+{
+	char word[16];
+	size_t n = 0;
+	bool quoted = *p == '\'';
+	if (quoted)
+		p++;
+	while ((isalpha((unsigned char)*p) || *p == '_') && n + 1 < sizeof(word))
+		word[n++] = (char)tolower((unsigned char)*p++);
+	word[n] = '\0';
+	if (quoted && *p++ != '\'')
+		return -2;
+	*end = p;
+	if (!quoted && strcmp(word, "default") == 0)
+		return -1;
+	int level = route_level_from_name(word);
+	return level >= 0 ? level : -2;
+}
+
+/* Answers a SET/RESET/SHOW of a tern.* name (the client has nothing in flight). */
+static void route_answer_setting(struct session *s, const char *sql)
+{
+	const struct tern_config *cfg = runtime_config(s->host->runtime);
+	const char *p = route_skip_space(sql);
+	bool is_show = route_keyword(&p, "show"), is_reset = !is_show && route_keyword(&p, "reset");
+	if (!is_show && !is_reset) {
+		(void)route_keyword(&p, "set");
+		if (route_keyword(&p, "local")) {
+			session_send_error(s, "ERROR", "0A000", "SET LOCAL tern.consistency is not supported",
+					   "tern.consistency holds for the session: SET it, and SET it back");
+			route_send_ready(s);
+			return;
+		}
+		(void)route_keyword(&p, "session");
+	}
+	size_t name_len = strlen(ROUTE_SETTING_NAME);
+	if (strncasecmp(p, ROUTE_SETTING_NAME, name_len) != 0 || isalnum((unsigned char)p[name_len]) ||
+	    p[name_len] == '_') {
+		char message[128];
+		size_t n = strcspn(p, " \t\r\n;=");
+		snprintf(message, sizeof(message), "unrecognized configuration parameter \"%.*s\"", (int)TERN_MIN(n, 64u), p);
+		session_send_error(s, "ERROR", "42704", message, "tern knows one parameter of its own: tern.consistency");
+		route_send_ready(s);
+		return;
+	}
+	p = route_skip_space(p + name_len);
+	int level = -1;
+	if (!is_show && !is_reset) {
+		if (*p == '=')
+			p = route_skip_space(p + 1);
+		else if (!route_keyword(&p, "to"))
+			p = "?"; /* refused below */
+		level = route_parse_level(p, &p);
+		if (level == -2) {
+			session_send_error(s, "ERROR", "22023", "invalid value for parameter \"tern.consistency\"",
+					   "Available values: primary, eventual, session, strict, default.");
+			route_send_ready(s);
+			return;
+		}
+	}
+	if (!route_is_end(p)) {
+		session_send_error(s, "ERROR", "0A000", "tern.consistency must be set, reset or shown in a query of its own",
+				   NULL);
+		route_send_ready(s);
+		return;
+	}
+	if (is_show) {
+		route_send_show(s, route_level_names[route_level(s, cfg)]);
+	} else {
+		s->routing.is_consistency_set = level >= 0;
+		s->routing.consistency = (uint8_t)(level >= 0 ? level : 0);
+		route_send_complete(s, is_reset ? "RESET" : "SET");
+	}
+	route_send_ready(s);
+}
+
+/* SET, RESET or SHOW followed by a tern.* name: tern's, never a server's. */
+static bool route_is_setting(const char *sql)
+{
+	const char *p = route_skip_space(sql);
+	if (!route_keyword(&p, "set") && !route_keyword(&p, "reset") && !route_keyword(&p, "show"))
+		return false;
+	if (!route_keyword(&p, "session"))
+		(void)route_keyword(&p, "local");
+	return strncasecmp(p, "tern.", 5) == 0;
+}
+
+/* Nothing of the client's is owed by a server: tern may answer in its place now. */
+static bool route_is_settled(const struct session *s)
+{
+	const struct leg *p = session_primary(s), *r = s->legs[LEG_REPLICA];
+	return p->pending_ready == 0 && p->replies.count == 0 && !p->is_unsynced && sendq_is_empty(&p->to_server) &&
+	       (!r || (!r->conn && !r->is_request_pending && sendq_is_empty(&r->to_server)));
+}
+
+/* ---- the decision ---- */
+
+/* A read may go elsewhere than the primary now: transaction pooling, a level other than primary, and
+ * nothing in flight or queued on either leg (a read must not pass what the client sent before it). */
+static bool route_wants(const struct session *s, enum config_consistency level)
+{
+	if (level == CONFIG_CONSISTENCY_PRIMARY || s->phase != SESSION_READY || s->is_pause_waiting || session_is_pinned(s) || !s->host->runtime->monitor)
+		return false;
+	const struct leg *p = session_primary(s), *r = s->legs[LEG_REPLICA];
+	if (r && (r->conn || r->is_request_pending || !sendq_is_empty(&r->to_server)))
+		return false;
+	if (!p->conn)
+		return !p->is_request_pending && route_is_settled(s);
+	/* Only the write-LSN probe is owed: the read waits for its answer, its target (route_try). */
+	return p->is_probe_answering && p->pending_ready == p->hidden_ready && p->replies.count == 0 &&
+	       !p->is_unsynced && sendq_is_empty(&p->to_server);
+}
+
+static int route_hold(struct session *s, const uint8_t *body, uint32_t len)
+{
+	uint32_t need = PROTO_HEADER_LEN + len;
+	if (need > s->routing.held_cap) {
+		uint8_t *held = realloc(s->routing.held, need);
+		if (!held)
+			return -ENOMEM;
+		s->routing.held = held;
+		s->routing.held_cap = need;
+	}
+	s->routing.held[0] = PROTO_FE_QUERY;
+	proto_write_u32(s->routing.held + 1, len + 4);
+	memcpy(s->routing.held + PROTO_HEADER_LEN, body, len);
+	s->routing.held_len = need;
+	return 0;
+}
+
+/* The read's target: strict, a primary LSN probed after now; session, the client's last write's
+ * (unless a write ran that no probe covers: its probe failed, or it ran at another level; then
+ * strict's). Not while the write's probe is still to answer (route_try sets it then). */
+static void route_set_target(struct session *s)
+{
+	struct session_route *route = &s->routing;
+	if (route->is_awaiting_probe)
+		return;
+	if (route->level == CONFIG_CONSISTENCY_STRICT ||
+	    (route->level == CONFIG_CONSISTENCY_SESSION && route->is_write_unprobed))
+		route->probe_ticket = monitor_probe_request(s->host->runtime->monitor);
+	else if (route->level == CONFIG_CONSISTENCY_SESSION)
+		route->target_lsn = route->write_lsn;
+}
+
+enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t len, bool *probe_after)
+{
+	if (len == 0 || body[len - 1] != '\0')
+		return ROUTE_QUERY_ADMIT; /* malformed: the server says so */
+	const char *sql = (const char *)body;
+	if (route_is_setting(sql)) {
+		if (route_is_settled(s)) {
+			route_answer_setting(s, sql);
+			return ROUTE_QUERY_ANSWERED;
+		}
+		if (route_hold(s, body, len) < 0)
+			return ROUTE_QUERY_ADMIT; /* out of memory: the server answers it (as a placeholder) */
+		s->routing.state = ROUTE_SETTLING; /* answered once what is owed before it is in */
+		return ROUTE_QUERY_TAKEN;
+	}
+	if (!s->is_transaction_pooling || s->pinned_server)
+		return ROUTE_QUERY_ADMIT; /* every query goes to the one server */
+	const struct tern_config *cfg = runtime_config(s->host->runtime);
+	enum config_consistency level = route_level(s, cfg);
+	struct classify_result r;
+	if (!route_wants(s, level)) {
+		/* In a transaction, the session level probes behind its COMMIT (the lexer knows it alone). */
+		const struct leg *leg = session_primary(s);
+		*probe_after = level == CONFIG_CONSISTENCY_SESSION && leg->conn && leg->tx_status != 'I' &&
+			       classify_fast_path(sql, &r) && r.kind == CLASSIFY_COMMIT;
+		return ROUTE_QUERY_ADMIT;
+	}
+	classify_query(sql, cfg->read_functions, &r);
+	if (r.kind != CLASSIFY_READ) {
+		*probe_after = level == CONFIG_CONSISTENCY_SESSION && r.kind == CLASSIFY_WRITE;
+		return ROUTE_QUERY_ADMIT;
+	}
+	if (route_hold(s, body, len) < 0)
+		return ROUTE_QUERY_ADMIT;
+	struct session_route *route = &s->routing;
+	route->state = ROUTE_WAITING;
+	route->level = level;
+	route->is_waited = false;
+	route->target_lsn = 0;
+	route->probe_ticket = 0;
+	route->arrived_ns = s->client_active_ns;
+	route->deadline_ns = route->arrived_ns + (uint64_t)cfg->wait_timeout_ms * BASE_NS_PER_MS;
+	route->is_awaiting_probe = level == CONFIG_CONSISTENCY_SESSION && session_primary(s)->is_probe_answering;
+	route_set_target(s);
+	return ROUTE_QUERY_TAKEN;
+}
+
+int route_backlog_append(struct session *s, const uint8_t *data, uint32_t len)
+{
+	struct session_route *route = &s->routing;
+	if (len == 0)
+		return 0;
+	if (route->backlog_len + len > route->backlog_cap) {
+		uint32_t cap = TERN_MAX(route->backlog_cap * 2, route->backlog_len + len);
+		uint8_t *backlog = realloc(route->backlog, cap);
+		if (!backlog)
+			return -ENOMEM;
+		route->backlog = backlog;
+		route->backlog_cap = cap;
+	}
+	memcpy(route->backlog + route->backlog_len, data, len);
+	route->backlog_len += len;
+	return 0;
+}
+
+/* A standby that may serve the read: up, not the primary, at the target (or, eventual, within the lag
+ * bounds). Tried from the worker's rotating start, so reads spread over the replicas. *any: a standby is
+ * up at all. */
+static struct pool_server *route_pick(struct session *s, const struct tern_config *cfg, uint64_t now, bool *any)
+{
+	const struct monitor *m = s->host->runtime->monitor;
+	const struct pool_server *primary = runtime_primary(s->host->runtime);
+	uint32_t count = monitor_server_count(m);
+	uint64_t primary_lsn = 0;
+	for (uint32_t i = 0; i < count; i++)
+		if (monitor_server_at(m, i)->server == primary)
+			primary_lsn = __atomic_load_n(&monitor_server_at(m, i)->lsn, __ATOMIC_RELAXED);
+	*any = false;
+	for (uint32_t k = 0; k < count; k++) {
+		uint32_t i = (s->host->route_next + k) % count;
+		const struct monitor_server *ms = monitor_server_at(m, i);
+		if (__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) != MONITOR_STANDBY || ms->server == primary)
+			continue;
+		uint64_t lsn = __atomic_load_n(&ms->lsn, __ATOMIC_RELAXED);
+		if (s->routing.level == CONFIG_CONSISTENCY_EVENTUAL) {
+			uint64_t replayed = __atomic_load_n(&ms->replayed_ns, __ATOMIC_RELAXED);
+			if ((cfg->max_replica_lag_bytes && primary_lsn > lsn && primary_lsn - lsn > cfg->max_replica_lag_bytes) ||
+			    (cfg->max_replica_lag_ms &&
+			     (replayed == 0 || now > replayed + (uint64_t)cfg->max_replica_lag_ms * BASE_NS_PER_MS)))
+				continue;
+		}
+		*any = true;
+		if (lsn < s->routing.target_lsn)
+			continue;
+		s->host->route_next = i + 1;
+		return ms->server;
+	}
+	return NULL;
+}
+
+static void route_unwait(struct session *s)
+{
+	if (!base_list_is_linked(&s->routing.wait_link))
+		return;
+	base_list_remove(&s->routing.wait_link);
+	__atomic_store_n(&s->host->route_waiting, s->host->route_waiting - 1, __ATOMIC_RELAXED);
+}
+
+/* The held read to leg: the relay queues it there as any message, and the leg asks for a connection. */
+static void route_dispatch(struct session *s, struct leg *leg)
+{
+	struct session_route *route = &s->routing;
+	route_unwait(s);
+	bool is_replica = leg->role == LEG_REPLICA;
+	route->state = is_replica ? ROUTE_ON_REPLICA : ROUTE_IDLE;
+	if (is_replica)
+		route->replica_mark = leg->to_client_bytes;
+	route->is_read_on_primary = !is_replica;
+	session_relay_feed(s, leg, true, RING_NO_BUFFER, route->held, route->held_len);
+	route->is_read_on_primary = false;
+	if (!is_replica)
+		route->held_len = 0;
+}
+
+static void route_to_primary(struct session *s, uint64_t *counter)
+{
+	(*counter)++;
+	route_dispatch(s, session_primary(s));
+}
+
+/* The waiting read looks again: true when it went somewhere (the primary, or a replica). */
+static bool route_try(struct session *s, uint64_t now)
+{
+	struct session_route *route = &s->routing;
+	struct host *host = s->host;
+	struct monitor *m = host->runtime->monitor;
+	const struct tern_config *cfg = runtime_config(host->runtime);
+	if (route->is_awaiting_probe) {
+		if (session_primary(s)->is_probe_answering)
+			return false; /* its answer comes next on the primary's leg: route_on_progress looks again */
+		route->is_awaiting_probe = false;
+		route_set_target(s);
+	}
+	if (route->probe_ticket) {
+		uint64_t lsn;
+		if (monitor_probe_answer(m, route->probe_ticket, &lsn)) {
+			route->probe_ticket = 0;
+			route->target_lsn = lsn;
+			if (route->level == CONFIG_CONSISTENCY_SESSION && lsn != UINT64_MAX) {
+				route->write_lsn = TERN_MAX(route->write_lsn, lsn); /* covers every write before it */
+				route->is_write_unprobed = false;
+			}
+		}
+	}
+	if (route->target_lsn == UINT64_MAX) { /* the primary did not answer the probe */
+		route_to_primary(s, &host->stats.fallback_no_replica);
+		return true;
+	}
+	bool any = false;
+	struct pool_server *server = route->probe_ticket ? NULL : route_pick(s, cfg, now, &any);
+	if (server) {
+		struct leg *leg = session_replica_leg(s);
+		if (!leg) {
+			route_to_primary(s, &host->stats.fallback_no_replica);
+			return true;
+		}
+		route->server = server;
+		(*(route->is_waited ? &host->stats.routed_replica_wait : &host->stats.routed_replica))++;
+		route_dispatch(s, leg);
+		return true;
+	}
+	if (!route->probe_ticket && (!any || route->level == CONFIG_CONSISTENCY_EVENTUAL)) {
+		route_to_primary(s, &host->stats.fallback_no_replica);
+		return true;
+	}
+	if (cfg->wait_timeout_ms == 0 || now >= route->deadline_ns) {
+		route_to_primary(s, &host->stats.fallback_timeout);
+		return true;
+	}
+	route->is_waited = true;
+	if (!base_list_is_linked(&route->wait_link)) {
+		base_list_insert_tail(&host->route_waits, &route->wait_link);
+		__atomic_store_n(&host->route_waiting, host->route_waiting + 1, __ATOMIC_RELAXED);
+	}
+	if (!route->probe_ticket)
+		monitor_want_replay(m, route->target_lsn, route->deadline_ns);
+	return false;
+}
+
+void route_run(struct session *s)
+{
+	struct session_route *route = &s->routing;
+	while (s->phase == SESSION_READY) {
+		if (route->state == ROUTE_WAITING) {
+			if (!route_try(s, base_now_ns()))
+				return;
+			continue;
+		}
+		if (route->state == ROUTE_SETTLING) {
+			if (!route_is_settled(s))
+				return;
+			route->state = ROUTE_IDLE;
+			route->held[route->held_len - 1] = '\0'; /* (it is: the body's terminator) */
+			route_answer_setting(s, (const char *)route->held + PROTO_HEADER_LEN);
+			route->held_len = 0;
+			continue;
+		}
+		if (route->state != ROUTE_IDLE || route->backlog_len == 0)
+			return;
+		uint8_t *data = route->backlog; /* fed whole: what it leaves goes back to an empty backlog */
+		uint32_t len = route->backlog_len;
+		route->backlog = NULL;
+		route->backlog_len = route->backlog_cap = 0;
+		session_relay_feed(s, session_primary(s), false, RING_NO_BUFFER, data, len);
+		free(data);
+	}
+	session_client_pace(s);
+}
+
+void route_on_progress(struct session *s, struct leg *leg)
+{
+	struct session_route *route = &s->routing;
+	if (route->state == ROUTE_ON_REPLICA) {
+		if (leg->role != LEG_REPLICA || leg->conn || leg->is_request_pending)
+			return;
+		route->state = ROUTE_IDLE; /* answered, and its connection went back */
+		route->held_len = 0;
+	}
+	route_run(s);
+}
+
+bool route_on_lost(struct session *s, struct leg *leg)
+{
+	struct session_route *route = &s->routing;
+	if (leg->role != LEG_REPLICA || route->state != ROUTE_ON_REPLICA || s->phase != SESSION_READY ||
+	    leg->to_client_bytes != route->replica_mark || leg != s->legs[LEG_REPLICA])
+		return false; /* part of its answer reached the client: the session decides */
+	if (!session_set_aside_leg(s, LEG_REPLICA))
+		return false;
+	TERN_INFO("client %s/%s: a read's replica connection was lost before it answered; the primary serves it",
+		  s->user, s->database);
+	route_to_primary(s, &s->host->stats.fallback_lost);
+	route_run(s);
+	return true;
+}
+
+void route_end(struct session *s) { route_unwait(s); }
+
+void route_deinit(struct session *s)
+{
+	route_unwait(s);
+	free(s->routing.held);
+	free(s->routing.backlog);
+	s->routing.held = s->routing.backlog = NULL;
+}
+
+void route_check_waits(struct host *host, uint64_t now_ns)
+{
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &host->route_waits)
+	{
+		struct session *s = TERN_CONTAINER_OF(node, struct session, routing.wait_link);
+		TERN_ASSERT(s->routing.state == ROUTE_WAITING);
+		if (route_try(s, now_ns))
+			route_run(s);
+	}
+}
+
+/* ---- the write-LSN probe ---- */
+
+int route_push_probe(struct session *s, struct leg *leg)
+{
+	if (leg->probe_behind > 0 || leg->is_probe_answering)
+		return 0; /* one at a time: the write stays unprobed, and the release probes it */
+	uint8_t msg[64];
+	size_t n = proto_build_query(msg, sizeof(msg), ROUTE_PROBE_SQL);
+	int rc = sendq_push_copy(&leg->to_server, msg, (uint32_t)n);
+	if (rc < 0)
+		return rc;
+	uint32_t ahead = leg->pending_ready - leg->hidden_ready; /* the client's replies owed before it */
+	leg->pending_ready++;
+	if (ahead == 0) {
+		leg->hidden_ready++;
+		leg->is_probe_answering = true;
+	} else {
+		leg->probe_behind = ahead;
+	}
+	s->routing.is_write_unprobed = false;
+	return 0;
+}
+
+static bool route_observer_is_on(const struct session *s) { return s->is_transaction_pooling; }
+
+static unsigned route_hidden_type(struct session *s, struct leg *leg, uint8_t type)
+{
+	(void)s;
+	if (!leg->is_probe_answering)
+		return 0;
+	return type == PROTO_BE_DATA_ROW || type == PROTO_BE_ERROR || type == PROTO_BE_READY ? PROTO_INSPECT : 0;
+}
+
+static int route_hidden_message(struct session *s, struct leg *leg, const struct observer_message *m)
+{
+	if (!m->is_hidden || !leg->is_probe_answering)
+		return 0;
+	switch (m->type) {
+	case PROTO_BE_DATA_ROW: {
+		/* One column: the LSN as text, "16/B374D848". */
+		char text[32];
+		uint32_t n = m->len >= 6 ? proto_read_u32(m->body + 2) : UINT32_MAX;
+		unsigned int high, low;
+		if (m->len < 6 || n >= sizeof(text) || n > m->len - 6) {
+			s->routing.is_write_unprobed = true;
+			break;
+		}
+		memcpy(text, m->body + 6, n);
+		text[n] = '\0';
+		if (sscanf(text, "%X/%X", &high, &low) == 2)
+			s->routing.write_lsn = TERN_MAX(s->routing.write_lsn, (uint64_t)high << 32 | low);
+		else
+			s->routing.is_write_unprobed = true;
+		break;
+	}
+	case PROTO_BE_ERROR: /* (a failed transaction, a server in recovery): the next session read probes */
+		s->routing.is_write_unprobed = true;
+		break;
+	case PROTO_BE_READY:
+		leg->is_probe_answering = false;
+		break;
+	default:
+		break;
+	}
+	return 0;
+}
+
+/* The primary's connection goes back after requests no probe covered (a transaction's statements, a
+ * write behind another probe): at the session level, probe first. */
+static bool route_before_release(struct session *s, struct leg *leg)
+{
+	if (leg->role != LEG_PRIMARY || !s->routing.is_write_unprobed || s->phase != SESSION_READY ||
+	    route_level(s, runtime_config(s->host->runtime)) != CONFIG_CONSISTENCY_SESSION)
+		return false;
+	if (route_push_probe(s, leg) < 0) {
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
+		return true;
+	}
+	session_mark_dirty(s, &leg->to_server);
+	leg_resume(leg);
+	return true;
+}
+
+const struct observer observer_route = {
+	.name = "route",
+	.is_on = route_observer_is_on,
+	.server_types = "",
+	.server_message = route_hidden_message,
+	.hidden_type = route_hidden_type,
+	.before_release = route_before_release,
+	.destroy = route_deinit,
+};

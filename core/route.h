@@ -1,0 +1,63 @@
+/*
+ * route.h — reads on replicas (DESIGN §5), in transaction pooling. A simple-protocol Query that arrives
+ * while the client has nothing in flight is classified (classify.h); a read goes to a replica known to
+ * hold what it must see at the client's consistency level (config.h: eventual, session, strict), or
+ * waits for one (on host->route_waits, looked at again whenever the topology monitor stores new
+ * answers) until wait_timeout_ms, after which the primary serves it. The client's next bytes wait
+ * unread meanwhile (the backlog), so answers reach it in order. tern answers SET, RESET and SHOW of
+ * tern.consistency itself.
+ *
+ * The session level's target is the LSN of the client's last write: a probe of the primary's insert
+ * LSN that tern queues right behind the write (or its COMMIT) on the same connection, answered hidden
+ * from the client (observer_route); the strict level's, a probe the monitor sends after the read
+ * arrived (monitor_probe_request), shared by every read that asked before it went out.
+ *
+ * Threads: the session's worker. Ownership: the held query and the backlog are the session's, freed by
+ * route_deinit. Never: sends a statement that may write to a replica, or blocks.
+ */
+#ifndef TERN_ROUTE_H
+#define TERN_ROUTE_H
+
+#include "session.h"
+
+/* enum config_consistency of a level's name (any case), or -1. */
+int route_level_from_name(const char *name);
+
+/* What becomes of a Query routing read (route_on_query). */
+enum route_query {
+	ROUTE_QUERY_ADMIT = 0, /* to the primary's leg, as any message */
+	ROUTE_QUERY_TAKEN,     /* routing holds it (a read, or a SET tern.* waiting its turn): stop the scan */
+	ROUTE_QUERY_ANSWERED,  /* tern answered it (SET tern.*): nothing goes to a server */
+};
+
+/* A Query (body NUL-terminated as sent) arriving on the primary's leg. *probe_after: queue the write-LSN
+ * probe behind it (route_push_probe) once it is queued. */
+enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t len, bool *probe_after);
+/* After a query was taken and the relay's scan stopped: the rest of the chunk, unread. 0 or -ENOMEM. */
+TERN_MUST_USE int route_backlog_append(struct session *s, const uint8_t *data, uint32_t len);
+/* Drives the routed read: dispatch it if its replica is known to be there (or the primary must serve
+ * it), then the backlog, until a read waits or runs on a replica, or nothing is left. */
+void route_run(struct session *s);
+/* Queues the write-LSN probe on leg behind what is queued (one at a time). 0 or -ENOMEM. */
+TERN_MUST_USE int route_push_probe(struct session *s, struct leg *leg);
+/* A request went to leg (Query, Sync, FunctionCall): on the primary's it may have written. */
+static inline void route_note_request(struct session *s, const struct leg *leg)
+{
+	if (leg->role == LEG_PRIMARY && !s->routing.is_read_on_primary)
+		s->routing.is_write_unprobed = true;
+}
+/* From the session at a leg's progress: a replica read answered and its connection went back, or what
+ * a SET tern.* waited for is in. */
+void route_on_progress(struct session *s, struct leg *leg);
+/* A leg lost its connection, or could not get one: true when routing re-runs its read on the primary
+ * (a replica's, before any of its bytes reached the client); false: the session decides. */
+bool route_on_lost(struct session *s, struct leg *leg);
+/* The session ends: off the host's wait list. */
+void route_end(struct session *s);
+/* The session is freed: the held query and the backlog go (observer_route's destroy). */
+void route_deinit(struct session *s);
+/* The worker, after the monitor's generation moved (is_tick: or once per tick, for deadlines): every
+ * waiting read looks again. */
+void route_check_waits(struct host *host, uint64_t now_ns);
+
+#endif
