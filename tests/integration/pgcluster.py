@@ -521,6 +521,13 @@ class PgCluster:
         self.primary_port = self._primary.port
         self._wait_sql(self._primary.port, "select 1", "1", 60, "primary up")
 
+    def stop_replica(self, mode="fast"):
+        self._pg_stop(self._replica, mode)
+
+    def start_replica(self):
+        self._pg_start(self._replica)
+        self._wait_sql(self._replica.port, "select pg_is_in_recovery()", "t", 60, "replica up")
+
     def postmaster_pids(self):
         """{'primary': pid, 'replica': pid} for servers with a postmaster.pid."""
         out = {}

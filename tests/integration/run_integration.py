@@ -3118,6 +3118,206 @@ def writes_go_to_the_server_that_says_it_is_the_primary_whatever_its_name(ctx):
     check(psql_ok(ctx.pg.primary_port, "select count(*) from role_t") == "1", "the write is on the primary")
 
 
+# ---------------------------------------------------------------- reads on replicas (issue 10)
+
+
+def routing_tern(ctx, level="primary", routing="", pool="", dbname=None):
+    """A tern in transaction pooling over the harness's primary and streaming replica."""
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n"
+              "primary = host=127.0.0.1 port=%d\nreplica = host=127.0.0.1 port=%d\n"
+              "[routing]\nmonitor_interval_ms = 100\ndefault_consistency = %s\n%s\n"
+              "[pool]\npool_size = 8\nserver_login_retry = 1s\n%s\n"
+              % (free_port(), ctx.pg.primary_port, ctx.pg.replica_port, level, routing, pool))
+    t = TernProcess(TERN, config)
+    ctx.terns.append(t)
+    t.start()
+    return t
+
+
+def replica_commits(pg, dbname):
+    """Transactions the replica counted for dbname (its own statistics, not tern's)."""
+    return int(pg.psql("select pg_stat_clear_snapshot(); select xact_commit from pg_stat_database "
+                       "where datname = '%s'" % dbname, port=pg.replica_port).splitlines()[-1])
+
+
+@test
+def replica_reads_are_never_stale_in_session_and_strict_mode(ctx):
+    """The consistency checker (tests/integration/consistency.py, psycopg): writers commit through tern
+    and read back on their own connection (session) or readers on other connections read what was
+    acknowledged before (strict), in the simple and the extended protocol: 20000 checked reads, none
+    stale. The replica served most of the simple-protocol reads, as the replica itself counts them; the
+    same check at `eventual` does find stale reads (the checker can fail)."""
+    import consistency
+    if ctx.pg.psql("select count(*) from pg_database where datname = 'routing'") == "0":
+        ctx.pg.psql("create database routing")
+    ctx.pg.wait_replica_caught_up()
+    t = routing_tern(ctx)
+    replica_before = replica_commits(ctx.pg, "routing")
+    simple_reads = 0
+    for level, protocol, reads in (("session", "simple", 7000), ("strict", "simple", 7000),
+                                   ("session", "extended", 3000), ("strict", "extended", 3000)):
+        r = consistency.run(t.port, level, protocol, reads, dbname="routing")
+        print("  %s/%s: %d reads, %d stale, %d writes in %.1fs" % (level, protocol, r["reads"], r["stale"],
+                                                                   r["writes"], r["seconds"]), flush=True)
+        check(not r["errors"], "%s/%s ran without errors: %s" % (level, protocol, r["errors"]))
+        check(r["reads"] >= reads, "%s/%s checked %d reads" % (level, protocol, r["reads"]))
+        check(r["stale"] == 0, "%s/%s: %d stale reads, e.g. %s" % (level, protocol, r["stale"], r["examples"]))
+        if protocol == "simple":
+            simple_reads += r["reads"]
+    # Backends flush their statistics at most once a second, idle ones within ten.
+    wait_for(lambda: replica_commits(ctx.pg, "routing") - replica_before >= simple_reads // 2,
+             "the replica to have served at least half of the %d simple-protocol reads (it counts %d)"
+             % (simple_reads, replica_commits(ctx.pg, "routing") - replica_before), timeout=20, interval=0.5)
+    print("  the replica counted %d transactions for %d simple-protocol reads"
+          % (replica_commits(ctx.pg, "routing") - replica_before, simple_reads))
+    stale = 0
+    for _ in range(10):  # the control: eventual reads miss fresh writes now and then
+        stale += consistency.run(t.port, "eventual", "simple", 2000, dbname="routing", check="own")["stale"]
+        if stale:
+            break
+    check(stale > 0, "at eventual the same check finds stale reads (the checker can fail)")
+
+
+@test
+def writes_locking_reads_and_unsafe_functions_never_reach_a_replica(ctx):
+    """At eventual (any replica), a plain read is the replica's, but a write, SELECT ... FOR UPDATE, a
+    writing CTE, nextval, SELECT INTO, a user function not in read_functions, a quoted call, and every
+    statement of an explicit transaction run on the primary (each names its server with
+    pg_is_in_recovery() in the same statement; on a replica the writes would fail with 25006)."""
+    ctx.pg.psql("drop table if exists routing_t; create table routing_t(a int); insert into routing_t values (1);"
+                "drop sequence if exists routing_s; create sequence routing_s;"
+                "create or replace function routing_f() returns int language sql as 'select 1';"
+                "create or replace function routing_g() returns int language sql as 'select 2'")
+    ctx.pg.wait_replica_caught_up()
+    t = routing_tern(ctx, level="eventual", routing="read_functions = routing_g, other_fn")
+    def on_replica(sql):  # the first row's first column ("t" or "f"), past psql's command tags
+        return [line.split("|")[0] for line in psql_ok(t.port, sql).splitlines() if line[:1] in ("t", "f")][0]
+
+    check(on_replica("select pg_is_in_recovery()") == "t", "a plain read goes to the replica")
+    check(on_replica("select pg_is_in_recovery(), routing_g()") == "t", "a function in read_functions may")
+    check(on_replica("select pg_is_in_recovery(), lower('X'), now() is not null") == "t", "built-ins may")
+    for sql in ("select pg_is_in_recovery() from routing_t for update",
+                "select pg_is_in_recovery() from routing_t for share",
+                "with w as (insert into routing_t values (2) returning 1) select pg_is_in_recovery() from w",
+                "select pg_is_in_recovery(), nextval('routing_s')",
+                "select pg_is_in_recovery(), routing_f()",
+                'select pg_is_in_recovery(), "routing_g"()',
+                "select pg_is_in_recovery(), pg_advisory_lock(7), pg_advisory_unlock(7)",
+                "select pg_is_in_recovery(), set_config('work_mem', '5MB', false)",
+                "begin; select pg_is_in_recovery(); commit",
+                "insert into routing_t values (3) returning pg_is_in_recovery()"):
+        check(on_replica(sql) == "f", "the primary ran: %s" % sql)
+    psql_ok(t.port, "drop table if exists routing_into; select 1 as a into routing_into")
+    check(ctx.pg.psql("select count(*) from routing_into") == "1", "SELECT INTO ran on the primary")
+
+
+@test
+def tern_consistency_is_tern_s_own_setting(ctx):
+    """SET/RESET/SHOW tern.consistency are answered by tern and never reach a server (its
+    current_setting stays unset there); bad values and other tern.* names are refused with PostgreSQL's
+    SQLSTATEs; the startup option -c tern.consistency=... sets it too, and a bad one refuses the login."""
+    t = routing_tern(ctx, level="session")
+    out = psql_ok(t.port, "show tern.consistency")
+    check(out == "session", "the default shows: %r" % out)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        check(w.query("set tern.consistency = strict") == [], "SET answered")
+        check(w.query("show tern.consistency") == [["strict"]], "the client's own level")
+        check(w.query("SET SESSION tern.consistency TO 'eventual'") == [], "SET SESSION ... TO 'x'")
+        check(w.query("select pg_is_in_recovery()") == [["t"]], "eventual reads go to the replica")
+        check(w.query("select current_setting('tern.consistency', true) is null") == [["t"]],
+              "the server never saw the setting")
+        check(w.query("reset tern.consistency") == [] and w.query("show tern.consistency") == [["session"]],
+              "RESET goes back to the default")
+        for sql, state in (("set tern.consistency = bogus", "22023"), ("set tern.other = 1", "42704"),
+                           ("set local tern.consistency = strict", "0A000"),
+                           ("set tern.consistency = strict; select 1", "0A000")):
+            try:
+                w.query(sql)
+                raise AssertionError("%s was accepted" % sql)
+            except WireError as err:
+                check(err.sqlstate == state, "%s: %s, got %r" % (sql, state, err.fields))
+        check(w.query("show tern.consistency") == [["session"]], "the refusals changed nothing")
+    r = subprocess.run(["psql", "-X", "-A", "-t", "-h", "127.0.0.1", "-p", str(t.port), "-U", "postgres", "-c",
+                        "show tern.consistency", "-c", "select pg_is_in_recovery()", "postgres"],
+                       capture_output=True, text=True, timeout=30,
+                       env=clean_env({"PGOPTIONS": "-c tern.consistency=eventual -c work_mem=7MB"}))
+    check(r.returncode == 0 and r.stdout.split() == ["eventual", "t"], "the startup option: %r %r"
+          % (r.stdout, r.stderr))
+    r = subprocess.run(["psql", "-X", "-h", "127.0.0.1", "-p", str(t.port), "-U", "postgres", "-c", "select 1"],
+                       capture_output=True, text=True, timeout=30,
+                       env=clean_env({"PGOPTIONS": "--tern.consistency=sometimes"}))
+    check(r.returncode != 0 and "tern.consistency" in r.stderr, "a bad startup level is refused: %s" % r.stderr)
+
+
+@test
+def pipelined_reads_writes_and_settings_are_answered_in_order(ctx):
+    """A client sends reads, a write, SET tern.consistency and more reads in one go: routing takes the
+    reads one at a time, the rest waits unread, and every answer comes back in the order sent (a read
+    queued behind a write goes with it to the primary: it must not pass it)."""
+    ctx.pg.psql("drop table if exists routing_p; create table routing_p(a int)")
+    ctx.pg.wait_replica_caught_up()
+    t = routing_tern(ctx, level="eventual")
+    with Wire(t.port) as w:
+        w.login("postgres")
+        batch = ["select 1, pg_is_in_recovery()", "insert into routing_p values (1)",
+                 "select 2, pg_is_in_recovery()", "set tern.consistency = primary", "select 3, pg_is_in_recovery()",
+                 "show tern.consistency", "set tern.consistency = session", "insert into routing_p values (2)",
+                 "select 4, count(*) from routing_p"]
+        w.send(b"".join(message(b"Q", sql.encode() + b"\0") for sql in batch))
+        rows = []
+        for _ in batch:
+            rows.append([data_row(body) for kind, body in w.read_until_ready() if kind == b"D"])
+        check(rows == [[["1", "t"]], [], [["2", "f"]], [], [["3", "f"]], [["primary"]], [], [], [["4", "2"]]],
+              "answers in order: %r" % rows)
+
+
+@test
+def reads_wait_while_replay_is_paused_then_the_primary_serves_them(ctx):
+    """pg_wal_replay_pause() on the replica: a session read after a write waits wait_timeout_ms for the
+    replica, then the primary serves it (with the write in it); resumed, the replica serves reads again."""
+    ctx.pg.psql("drop table if exists routing_w; create table routing_w(a int)")
+    ctx.pg.wait_replica_caught_up()
+    t = routing_tern(ctx, level="session", routing="wait_timeout_ms = 600")
+    try:
+        with Wire(t.port) as w:
+            w.login("postgres")
+            check(w.query("select pg_is_in_recovery()") == [["t"]], "before: the replica serves reads")
+            ctx.pg.psql("select pg_wal_replay_pause()", port=ctx.pg.replica_port)
+            w.query("insert into routing_w values (1)")
+            started = time.monotonic()
+            rows = w.query("select count(*), pg_is_in_recovery() from routing_w")
+            waited = time.monotonic() - started
+            check(rows == [["1", "f"]], "the primary served the read with the write in it: %r" % rows)
+            check(0.5 <= waited < 5, "the read waited about wait_timeout_ms first: %.2fs" % waited)
+            ctx.pg.psql("select pg_wal_replay_resume()", port=ctx.pg.replica_port)
+            wait_for(lambda: w.query("select count(*), pg_is_in_recovery() from routing_w") == [["1", "t"]],
+                     "the replica to serve the read once it replayed the write", timeout=20)
+    finally:
+        ctx.pg.psql("select pg_wal_replay_resume()", port=ctx.pg.replica_port, check=False)
+
+
+@test
+def a_stopped_replica_sends_reads_to_the_primary_without_errors_and_is_used_again(ctx):
+    """The replica stopped: reads (eventual) go to the primary with no client error, whether tern still
+    thinks the replica is up or not; started again, the replica serves reads again."""
+    t = routing_tern(ctx, level="eventual")
+    with Wire(t.port) as w:
+        w.login("postgres")
+        check(w.query("select pg_is_in_recovery()") == [["t"]], "before: the replica serves reads")
+        try:
+            ctx.pg.stop_replica("immediate")
+            for i in range(20):  # at once (pooled replica connections are dead), and after the monitor saw it
+                check(w.query("select %d, pg_is_in_recovery()" % i) == [[str(i), "f"]], "read %d on the primary" % i)
+                time.sleep(0.05)
+        finally:
+            ctx.pg.start_replica()
+        wait_for(lambda: w.query("select pg_is_in_recovery()") == [["t"]], "the replica to serve reads again",
+                 timeout=30, interval=0.2)
+    check("replica is now down" in t.log_tail(200) or "server replica is now" in t.log_tail(200),
+          "the monitor saw it go: %s" % t.log_tail(20))
+
+
 # ---------------------------------------------------------------- runner
 
 
@@ -3138,8 +3338,11 @@ def main():
     passed = failed = 0
     started = time.monotonic()
     # The passthrough tests' users must prove themselves to the server; everyone else is trusted.
+    # synchronous_commit on: a commit's WAL reaches the replica at once (with fsync off it costs nothing),
+    # so the routing tests' reads wait for their LSN target microseconds, not wal_writer_delay.
     with PgCluster(with_replica=True, hba_lines=["host all tern_scram 127.0.0.1/32 scram-sha-256",
-                                                 "host all tern_md5 127.0.0.1/32 md5"]) as pg:
+                                                 "host all tern_md5 127.0.0.1/32 md5"],
+                   extra_conf={"synchronous_commit": "on"}) as pg:
         print("PostgreSQL primary on %d, replica on %s (%.1fs)" % (pg.primary_port, pg.replica_port,
                                                                 time.monotonic() - started), flush=True)
         for fn in selected:
