@@ -8,6 +8,7 @@
 #include <pg_query.h>
 #include <string.h>
 #include <strings.h>
+#include <xxhash.h>
 
 /* Built-in functions with no side effects a replica read may call (lowercase, schema ignored). Volatile
  * ones that change nothing (random, clock_timestamp, pg_sleep) are reads too; anything that writes,
@@ -288,4 +289,115 @@ void classify_query(const char *sql, const char *read_functions, struct classify
 			out->kind = CLASSIFY_WRITE; /* a multi-statement text is a read only if every one is */
 	}
 	json_decref(tree);
+}
+
+/* ---- the cache ---- */
+
+static bool classify_is_ident_start(char c) { return isalpha((unsigned char)c) || c == '_' || (c & 0x80); }
+static bool classify_is_ident_char(char c) { return classify_is_ident_start(c) || isdigit((unsigned char)c) || c == '$'; }
+
+size_t classify_shape(const char *sql, char *out, size_t cap)
+{
+	size_t n = 0;
+	const char *p = sql;
+#define SHAPE_PUT(c)                    \
+	do {                            \
+		if (n + 1 >= cap)       \
+			return 0;       \
+		out[n++] = (char)(c);   \
+	} while (0)
+	while (*p) {
+		char c = *p;
+		if (isspace((unsigned char)c)) {
+			while (isspace((unsigned char)*p))
+				p++;
+			if (n > 0 && *p)
+				SHAPE_PUT(' ');
+			continue;
+		}
+		if (classify_is_ident_start(c)) {
+			const char *start = p;
+			while (classify_is_ident_char(*p))
+				p++;
+			if ((*p == '\'' || *p == '&') && p - start == 1)
+				return 0; /* E'', B'', X'', N'', U&'': another string syntax */
+			for (; start < p; start++)
+				SHAPE_PUT(*start);
+			continue;
+		}
+		if (isdigit((unsigned char)c) || (c == '.' && isdigit((unsigned char)p[1]))) {
+			/* digits [. digits] [e [+-] digits], as PostgreSQL's lexer reads a number */
+			while (isdigit((unsigned char)*p))
+				p++;
+			if (*p == '.')
+				for (p++; isdigit((unsigned char)*p); p++)
+					;
+			if (*p == 'e' || *p == 'E') {
+				const char *q = p + 1 + (p[1] == '+' || p[1] == '-');
+				if (!isdigit((unsigned char)*q))
+					return 0;
+				for (p = q; isdigit((unsigned char)*p); p++)
+					;
+			}
+			if (classify_is_ident_char(*p) || *p == '.')
+				return 0; /* 0x1F, 1_000, 12abc, 1.2.3: not this lexer's */
+			SHAPE_PUT('?');
+			continue;
+		}
+		if (c == '\'') {
+			for (p++;; p++) {
+				if (*p == '\0' || *p == '\\')
+					return 0; /* unterminated, or an escape whose meaning depends on a setting */
+				if (*p == '\'' && p[1] == '\'')
+					p++;
+				else if (*p == '\'')
+					break;
+			}
+			p++;
+			SHAPE_PUT('?');
+			continue;
+		}
+		if (c == '$') {
+			if (!isdigit((unsigned char)p[1]))
+				return 0; /* a dollar quote */
+			SHAPE_PUT(*p++);
+			while (isdigit((unsigned char)*p))
+				SHAPE_PUT(*p++);
+			continue;
+		}
+		if (c == '"' || (c == '-' && p[1] == '-') || (c == '/' && p[1] == '*'))
+			return 0;
+		SHAPE_PUT(*p++);
+	}
+#undef SHAPE_PUT
+	out[n] = '\0';
+	return n;
+}
+
+void classify_cached(struct classify_cache *cache, const void *tag, const char *sql, const char *read_functions,
+		     struct classify_result *out)
+{
+	if (cache->tag != tag) {
+		memset(cache->slots, 0, sizeof(cache->slots));
+		cache->tag = tag;
+	}
+	char shape[CLASSIFY_SHAPE_MAX];
+	size_t len = classify_shape(sql, shape, sizeof(shape));
+	if (len == 0) {
+		classify_query(sql, read_functions, out);
+		return;
+	}
+	uint64_t hash = XXH3_64bits(shape, len) | 1; /* never 0: 0 marks an empty slot */
+	struct classify_cache_slot *slot = &cache->slots[hash % CLASSIFY_CACHE_SLOTS];
+	if (slot->hash == hash && slot->len == len && memcmp(slot->shape, shape, len) == 0) {
+		cache->hits++;
+		*out = slot->result;
+		return;
+	}
+	cache->misses++;
+	classify_query(sql, read_functions, out);
+	slot->hash = hash;
+	slot->len = (uint16_t)len;
+	memcpy(slot->shape, shape, len);
+	slot->result = *out;
 }

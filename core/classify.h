@@ -61,4 +61,31 @@ void classify_query(const char *sql, const char *read_functions, struct classify
 /* The lexer's part alone (no parse): true when it knows the text (a bare COMMIT, ROLLBACK, SHOW). */
 bool classify_fast_path(const char *sql, struct classify_result *out);
 
+/* ---- a worker's cache of classifications, by the query's shape ---- */
+
+/* A query's shape: its text with every number and plain string literal replaced by '?' and blanks
+ * collapsed. What classify_query says depends on the shape alone (never on a literal's value), so
+ * queries that differ only in their literals share one entry. A text is cached only when its shape is
+ * certain: no comment, dollar quote, quoted identifier, prefixed string (E'', B'', X'', U&'', N'') or
+ * backslash in a string; at most CLASSIFY_SHAPE_MAX bytes. 0: not cacheable. */
+#define CLASSIFY_SHAPE_MAX 240u
+size_t classify_shape(const char *sql, char *out, size_t cap);
+
+#define CLASSIFY_CACHE_SLOTS 512u
+struct classify_cache_slot {
+	uint64_t hash; /* 0: empty */
+	uint16_t len;
+	char shape[CLASSIFY_SHAPE_MAX];
+	struct classify_result result;
+};
+/* Direct-mapped; one per worker, touched by its thread only. */
+struct classify_cache {
+	const void *tag; /* what the entries were classified under (the configuration, for read_functions) */
+	uint64_t hits, misses;
+	struct classify_cache_slot slots[CLASSIFY_CACHE_SLOTS];
+};
+/* classify_query through the cache; `tag` changing (a reload's new read_functions) empties it. */
+void classify_cached(struct classify_cache *cache, const void *tag, const char *sql, const char *read_functions,
+		     struct classify_result *out);
+
 #endif

@@ -28,6 +28,7 @@
 
 struct host;
 struct auth_lookup;
+struct classify_cache;
 
 /* Counters of one worker, kept by its sessions (plain increments, the worker's thread only). */
 struct host_stats {
@@ -78,6 +79,7 @@ struct host {
 	uint32_t route_waiting; /* atomic for readers on other threads */
 	uint32_t route_generation;
 	uint32_t route_next; /* the replica the next read tries first */
+	struct classify_cache *classify_cache; /* routing's, made at the first read routed (NULL until then) */
 	uint32_t session_serial;
 	uint32_t session_count;
 	uint32_t pause_waiting_count;   /* sessions held at the PAUSE gate (recounted by each scan) */

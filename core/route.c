@@ -279,7 +279,12 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 			       classify_fast_path(sql, &r) && r.kind == CLASSIFY_COMMIT;
 		return ROUTE_QUERY_ADMIT;
 	}
-	classify_query(sql, cfg->read_functions, &r);
+	if (!s->host->classify_cache)
+		s->host->classify_cache = calloc(1, sizeof(*s->host->classify_cache));
+	if (s->host->classify_cache)
+		classify_cached(s->host->classify_cache, cfg, sql, cfg->read_functions, &r);
+	else
+		classify_query(sql, cfg->read_functions, &r);
 	if (r.kind != CLASSIFY_READ) {
 		*probe_after = level == CONFIG_CONSISTENCY_SESSION && r.kind == CLASSIFY_WRITE;
 		return ROUTE_QUERY_ADMIT;

@@ -772,6 +772,8 @@ void worker_deinit(struct worker *worker)
 	worker->wake_fd = -1;
 	free(worker->db_totals);
 	worker->db_totals = NULL;
+	free(worker->host.classify_cache);
+	worker->host.classify_cache = NULL;
 	worker->db_totals_count = worker->db_totals_cap = 0;
 	pthread_mutex_destroy(&worker->mailbox_lock);
 	pthread_mutex_destroy(&worker->init_lock);

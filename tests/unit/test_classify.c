@@ -124,3 +124,82 @@ Test(classify, texts_past_the_bound_are_writes_unparsed)
 	classify_query(big, NULL, &r);
 	cr_assert(r.kind == CLASSIFY_WRITE && r.is_parse_error);
 }
+
+/* ---- the shape and the cache ---- */
+
+static void expect_shape(const char *sql, const char *shape)
+{
+	char out[CLASSIFY_SHAPE_MAX];
+	size_t n = classify_shape(sql, out, sizeof(out));
+	if (!shape) {
+		cr_assert_eq(n, 0, "%s: not cacheable, got shape \"%s\"", sql, n ? out : "");
+		return;
+	}
+	cr_assert_neq(n, 0, "%s: cacheable", sql);
+	cr_assert_str_eq(out, shape, "%s", sql);
+}
+
+Test(classify, shapes_replace_literals_and_refuse_what_they_cannot_read_for_sure)
+{
+	expect_shape("SELECT abalance FROM pgbench_accounts WHERE aid = 12345;",
+		     "SELECT abalance FROM pgbench_accounts WHERE aid = ?;");
+	expect_shape("  select  'it''s',\t1.5e-3, .5, 7 from t1  ", "select ?, ?, ?, ? from t1");
+	expect_shape("select * from t where a = $1 and b = $12", "select * from t where a = $1 and b = $12");
+	expect_shape("select nextval('s')", "select nextval(?)");
+	/* What a literal-blind lexer could get wrong is not cached. */
+	expect_shape("select 1 -- comment", NULL);
+	expect_shape("select /* c */ 1", NULL);
+	expect_shape("select $$x$$", NULL);
+	expect_shape("select $tag$x$tag$", NULL);
+	expect_shape("select \"Nextval\"('s')", NULL);
+	expect_shape("select E'\\''", NULL);
+	expect_shape("select 'a\\'", NULL);
+	expect_shape("select x'1F', b'01'", NULL);
+	expect_shape("select U&'d\\0061t'", NULL);
+	expect_shape("select 'unterminated", NULL);
+	expect_shape("select 1.2.3", NULL);
+	expect_shape("select 0x1F", NULL);
+	expect_shape("select 1e", NULL);
+	char long_query[CLASSIFY_SHAPE_MAX + 16];
+	memset(long_query, 'a', sizeof(long_query) - 1);
+	long_query[sizeof(long_query) - 1] = '\0';
+	expect_shape(long_query, NULL);
+}
+
+Test(classify, the_cache_answers_as_the_parser_for_every_literal_and_follows_read_functions)
+{
+	static struct classify_cache cache; /* large: not on the stack */
+	const char *const texts[] = {
+		"SELECT abalance FROM pgbench_accounts WHERE aid = 1",
+		"SELECT abalance FROM pgbench_accounts WHERE aid = 2",
+		"select nextval('a')",
+		"select nextval('b')",
+		"select 1 for update",
+		"select 2 for update",
+		"select app_read_fn(1)",
+		"select app_read_fn(2)",
+		"select 'x'; delete from t where a = 'y'",
+		"select 'z'; delete from t where a = 'w'",
+		"begin isolation level repeatable read",
+		"insert into t values (1, 'a')",
+		"insert into t values (2, 'b')",
+	};
+	int tag_a, tag_b;
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+			struct classify_result cached, direct;
+			classify_cached(&cache, &tag_a, texts[i], "app_read_fn", &cached);
+			classify_query(texts[i], "app_read_fn", &direct);
+			cr_assert_eq(cached.kind, direct.kind, "%s: cached %d, parsed %d", texts[i], cached.kind, direct.kind);
+			cr_assert_eq(cached.has_locking_clause, direct.has_locking_clause, "%s", texts[i]);
+			cr_assert_eq(cached.calls_unsafe_function, direct.calls_unsafe_function, "%s", texts[i]);
+			cr_assert_eq(cached.isolation, direct.isolation, "%s", texts[i]);
+		}
+	}
+	cr_assert_geq(cache.hits, 13, "the second pass and the second literal of each pair hit: %lu hits",
+		      (unsigned long)cache.hits);
+	/* Another configuration (read_functions changed by a reload): nothing classified before holds. */
+	struct classify_result r;
+	classify_cached(&cache, &tag_b, "select app_read_fn(3)", "", &r);
+	cr_assert_eq(r.kind, CLASSIFY_WRITE, "app_read_fn is no longer a read function");
+}
