@@ -7,6 +7,7 @@
 #include "config.h"
 #include "databases.h"
 #include "gates.h"
+#include "monitor.h"
 
 #include <arpa/inet.h>
 #include <libpq-fe.h>
@@ -168,6 +169,19 @@ static const struct admin_column admin_socket_columns[] = {
 	{"remote_pid", ADMIN_INT4},  {"tls", ADMIN_TEXT},	   {"application_name", ADMIN_TEXT},
 };
 
+/* SHOW SERVERS: PgBouncer's columns, then tern's: which server ([servers] key), its role as the server
+ * says, a standby's lag behind the primary in WAL bytes, and its LSN (the monitor's last round or probe). */
+static const struct admin_column admin_server_columns[] = {
+	{"type", ADMIN_TEXT},	     {"user", ADMIN_TEXT},	   {"database", ADMIN_TEXT},
+	{"state", ADMIN_TEXT},	     {"addr", ADMIN_TEXT},	   {"port", ADMIN_INT4},
+	{"local_addr", ADMIN_TEXT},  {"local_port", ADMIN_INT4},   {"connect_time", ADMIN_TEXT},
+	{"request_time", ADMIN_TEXT}, {"wait", ADMIN_INT4},	   {"wait_us", ADMIN_INT4},
+	{"close_needed", ADMIN_INT4}, {"ptr", ADMIN_TEXT},	   {"link", ADMIN_TEXT},
+	{"remote_pid", ADMIN_INT4},  {"tls", ADMIN_TEXT},	   {"application_name", ADMIN_TEXT},
+	{"server", ADMIN_TEXT},	     {"role", ADMIN_TEXT},	   {"lag_bytes", ADMIN_INT8},
+	{"lsn", ADMIN_TEXT},
+};
+
 void admin_show_servers(struct admin_reply *r, struct tern_runtime *rt)
 {
 	struct pool_conn_row *rows;
@@ -176,12 +190,19 @@ void admin_show_servers(struct admin_reply *r, struct tern_runtime *rt)
 		r->overflow = true;
 		return;
 	}
-	admin_reply_columns(r, ADMIN_COLUMNS(admin_socket_columns));
+	admin_reply_columns(r, ADMIN_COLUMNS(admin_server_columns));
 	struct timespec wall;
 	clock_gettime(CLOCK_REALTIME, &wall);
 	uint64_t now = base_now_ns();
+	const struct pool_server *primary = runtime_primary(rt);
 	for (uint32_t i = 0; i < count; i++) {
 		const struct pool_conn_row *row = &rows[i];
+		const struct monitor_server *ms = monitor_server_at(rt->monitor, row->server_index);
+		struct monitor_lag lag = monitor_lag_of(rt->monitor, row->server_index, primary, now);
+		uint64_t lsn = ms ? __atomic_load_n(&ms->lsn, __ATOMIC_RELAXED) : 0;
+		char lag_bytes[24], lsn_text[24];
+		snprintf(lag_bytes, sizeof(lag_bytes), "%llu", (unsigned long long)lag.bytes);
+		snprintf(lsn_text, sizeof(lsn_text), "%X/%X", (unsigned)(lsn >> 32), (unsigned)lsn);
 		char addr[INET6_ADDRSTRLEN], port[8], local_addr[INET6_ADDRSTRLEN], local_port[8];
 		admin_format_address(&row->peer_addr, addr, sizeof(addr), port, sizeof(port));
 		admin_format_address(&row->local_addr, local_addr, sizeof(local_addr), local_port, sizeof(local_port));
@@ -197,9 +218,10 @@ void admin_show_servers(struct admin_reply *r, struct tern_runtime *rt)
 		const char *values[] = {
 			"S", row->user, row->database, row->state == POOL_CONN_USED ? "active" : "idle", addr, port,
 			local_addr, local_port, connect_time, request_time, "0", "0", row->is_close_needed ? "1" : "0",
-			ptr, link, ADMIN_UINT(pid, row->backend_pid), "", "",
+			ptr, link, ADMIN_UINT(pid, row->backend_pid), "", "", rt->pool->servers[row->server_index].name,
+			ms ? monitor_role_name(__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE)) : "unknown", lag_bytes, lsn_text,
 		};
-		static_assert(TERN_ARRAY_LEN(values) == TERN_ARRAY_LEN(admin_socket_columns), "a value per column");
+		static_assert(TERN_ARRAY_LEN(values) == TERN_ARRAY_LEN(admin_server_columns), "a value per column");
 		admin_reply_row(r, values, TERN_ARRAY_LEN(values));
 	}
 	free(rows);

@@ -233,6 +233,9 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("admin", "admin_users", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, admin_users, NULL,
 		   "comma-separated users who may connect to the admin console, the virtual database \"tern\" "
 		   "(they authenticate like any client)"),
+	CONFIG_KEY("admin", "http_listen", CONFIG_STRING, "", 0, 0, CONFIG_RESTART, http_listen, NULL,
+		   "address of the admin HTTP endpoint (/metrics in Prometheus text, /api/status in JSON), "
+		   "host:port or a port alone (on 127.0.0.1); empty = off"),
 	CONFIG_KEY("tls", "client_tls_sslmode", CONFIG_ENUM, "disable", 0, 0, CONFIG_RELOAD, client_tls_sslmode,
 		   config_tls_mode_names,
 		   "TLS toward clients: disable answers SSLRequest with N and refuses a direct TLS handshake; "

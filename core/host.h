@@ -30,7 +30,12 @@ struct host;
 struct auth_lookup;
 struct classify_cache;
 
-/* Counters of one worker, kept by its sessions (plain increments, the worker's thread only). */
+/* The upper bounds of the read-wait histogram's buckets, in microseconds. */
+#define HOST_ROUTE_WAIT_BOUNDS_US {100, 250, 500, 1000, 2500, 5000, 10000, 50000, 250000, 1000000, 5000000}
+#define HOST_ROUTE_WAIT_BUCKETS 11u
+
+/* Counters of one worker, kept by its sessions (plain increments, the worker's thread only; the worker
+ * publishes a copy for other threads each tick). All uint64_t: the copy goes field by field. */
 struct host_stats {
 	uint64_t accepted;
 	uint64_t local_reuse;    /* transactions served by a connection released in the same pass */
@@ -40,12 +45,15 @@ struct host_stats {
 	uint64_t cancels_sent;
 	uint64_t ended[SESSION_END_REASON_COUNT];
 	/* Routing of reads (route.c), by path: what served them. */
-	uint64_t routed_primary;      /* reads routing kept on the primary (consistency primary excluded) */
 	uint64_t routed_replica;      /* reads a replica served at once */
 	uint64_t routed_replica_wait; /* reads a replica served after waiting for their LSN */
 	uint64_t fallback_timeout;    /* reads the primary served after wait_timeout_ms */
 	uint64_t fallback_no_replica; /* reads the primary served: no replica up (or within the lag bounds) */
 	uint64_t fallback_lost;       /* reads re-run on the primary after their replica's connection was lost */
+	/* How long reads waited for their LSN target, as a histogram (HOST_ROUTE_WAIT_BOUNDS_US, then +Inf). */
+	uint64_t route_wait_buckets[HOST_ROUTE_WAIT_BUCKETS + 1];
+	uint64_t route_wait_us_sum;
+	uint64_t classify_hits, classify_misses; /* the classification cache's */
 };
 
 struct host_ops {

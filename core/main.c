@@ -5,6 +5,7 @@
 #include "config.h"
 #include "import.h"
 #include "listen.h"
+#include "http.h"
 #include "monitor.h"
 #include "dispatch.h"
 #include "pool/opener.h"
@@ -383,6 +384,14 @@ int main(int argc, char **argv)
 	}
 	if (unix_fd >= 0)
 		close(unix_fd); /* each worker accepts on its own dup */
+	struct http_admin *http = NULL;
+	if (cfg.http_listen[0]) {
+		if (http_admin_start(&http, &rt, cfg.http_listen, err, sizeof(err)) < 0) {
+			fprintf(stderr, "tern: %s\n", err);
+			return 1;
+		}
+		TERN_INFO("admin HTTP endpoint on %s (/metrics, /api/status)", cfg.http_listen);
+	}
 	char listening[CONFIG_LISTEN_MAX * (CONFIG_LISTEN_HOST_SIZE + 16)];
 	size_t used = 0;
 	for (uint32_t i = 0; i < cfg.listen_count && used < sizeof(listening); i++)
@@ -444,6 +453,7 @@ int main(int argc, char **argv)
 		}
 	}
 	__atomic_store_n(&rt.stopping, true, __ATOMIC_RELEASE);
+	http_admin_stop(http); /* it reads the workers and the monitor */
 	/* Before the workers stop: its last answers go to their mailboxes, which close at the join. */
 	auth_query_destroy(rt.auth_query);
 	for (uint32_t i = 0; i < rt.worker_count; i++)

@@ -55,6 +55,25 @@ struct monitor {
 
 uint32_t monitor_server_count(const struct monitor *m) { return m->count; }
 
+struct monitor_lag monitor_lag_of(const struct monitor *m, uint32_t index, const struct pool_server *primary,
+				  uint64_t now_ns)
+{
+	struct monitor_lag lag = {0};
+	const struct monitor_server *ms = &m->servers[index];
+	if (__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) != MONITOR_STANDBY)
+		return lag;
+	uint64_t lsn = __atomic_load_n(&ms->lsn, __ATOMIC_RELAXED);
+	for (uint32_t i = 0; i < m->count; i++) {
+		uint64_t primary_lsn = __atomic_load_n(&m->servers[i].lsn, __ATOMIC_RELAXED);
+		if (m->servers[i].server == primary && primary_lsn > lsn)
+			lag.bytes = primary_lsn - lsn;
+	}
+	uint64_t replayed = __atomic_load_n(&ms->replayed_ns, __ATOMIC_RELAXED);
+	lag.is_known = replayed != 0 || lag.bytes == 0;
+	lag.ns = lag.bytes == 0 || now_ns <= replayed ? 0 : now_ns - replayed; /* at the primary's LSN: no lag */
+	return lag;
+}
+
 uint32_t monitor_generation(const struct monitor *m) { return __atomic_load_n(&m->generation, __ATOMIC_ACQUIRE); }
 
 uint64_t monitor_probe_request(struct monitor *m)

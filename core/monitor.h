@@ -42,6 +42,16 @@ TERN_MUST_USE int monitor_start(struct monitor **out, struct tern_runtime *rt);
 const struct monitor_server *monitor_server_at(const struct monitor *m, uint32_t index);
 /* The number of servers (as in the pool). */
 uint32_t monitor_server_count(const struct monitor *m);
+/* A standby's lag behind the server writes go to: in WAL bytes, and in time (now minus when the
+ * primary was last seen where the standby is now). is_known is false for a server that is not a
+ * standby, or whose lag in time the rounds have not seen yet (bytes still hold then). */
+struct monitor_lag {
+	uint64_t bytes;
+	uint64_t ns;
+	bool is_known;
+};
+struct monitor_lag monitor_lag_of(const struct monitor *m, uint32_t index, const struct pool_server *primary,
+				  uint64_t now_ns);
 
 /* ---- on-demand probes, from any thread (a worker takes the monitor's lock only to signal it) ---- */
 

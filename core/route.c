@@ -330,10 +330,6 @@ static struct pool_server *route_pick(struct session *s, const struct tern_confi
 	const struct monitor *m = s->host->runtime->monitor;
 	const struct pool_server *primary = runtime_primary(s->host->runtime);
 	uint32_t count = monitor_server_count(m);
-	uint64_t primary_lsn = 0;
-	for (uint32_t i = 0; i < count; i++)
-		if (monitor_server_at(m, i)->server == primary)
-			primary_lsn = __atomic_load_n(&monitor_server_at(m, i)->lsn, __ATOMIC_RELAXED);
 	*any = false;
 	for (uint32_t k = 0; k < count; k++) {
 		uint32_t i = (s->host->route_next + k) % count;
@@ -342,10 +338,10 @@ static struct pool_server *route_pick(struct session *s, const struct tern_confi
 			continue;
 		uint64_t lsn = __atomic_load_n(&ms->lsn, __ATOMIC_RELAXED);
 		if (s->routing.level == CONFIG_CONSISTENCY_EVENTUAL) {
-			uint64_t replayed = __atomic_load_n(&ms->replayed_ns, __ATOMIC_RELAXED);
-			if ((cfg->max_replica_lag_bytes && primary_lsn > lsn && primary_lsn - lsn > cfg->max_replica_lag_bytes) ||
+			struct monitor_lag lag = monitor_lag_of(m, i, primary, now);
+			if ((cfg->max_replica_lag_bytes && lag.bytes > cfg->max_replica_lag_bytes) ||
 			    (cfg->max_replica_lag_ms &&
-			     (replayed == 0 || now > replayed + (uint64_t)cfg->max_replica_lag_ms * BASE_NS_PER_MS)))
+			     (!lag.is_known || lag.ns > (uint64_t)cfg->max_replica_lag_ms * BASE_NS_PER_MS)))
 				continue;
 		}
 		*any = true;
@@ -365,11 +361,24 @@ static void route_unwait(struct session *s)
 	__atomic_store_n(&s->host->route_waiting, s->host->route_waiting - 1, __ATOMIC_RELAXED);
 }
 
+static void route_observe_wait(struct host_stats *stats, uint64_t waited_ns)
+{
+	static const uint64_t bounds_us[HOST_ROUTE_WAIT_BUCKETS] = HOST_ROUTE_WAIT_BOUNDS_US;
+	uint64_t us = waited_ns / 1000u;
+	uint32_t i = 0;
+	while (i < HOST_ROUTE_WAIT_BUCKETS && us > bounds_us[i])
+		i++;
+	stats->route_wait_buckets[i]++;
+	stats->route_wait_us_sum += us;
+}
+
 /* The held read to leg: the relay queues it there as any message, and the leg asks for a connection. */
 static void route_dispatch(struct session *s, struct leg *leg)
 {
 	struct session_route *route = &s->routing;
 	route_unwait(s);
+	if (route->is_waited)
+		route_observe_wait(&s->host->stats, base_now_ns() - route->arrived_ns);
 	bool is_replica = leg->role == LEG_REPLICA;
 	route->state = is_replica ? ROUTE_ON_REPLICA : ROUTE_IDLE;
 	if (is_replica)

@@ -1,6 +1,7 @@
 #include "worker.h"
 
 #include "auth_query.h"
+#include "classify.h"
 #include "monitor.h"
 #include "route.h"
 #include "pool/opener.h"
@@ -470,10 +471,46 @@ static void worker_drain(struct worker *worker, uint64_t now_ns)
 		__atomic_store_n(&worker->is_drained, true, __ATOMIC_RELEASE);
 }
 
+/* Copies n uint64_t counters field by field, each store or load atomic. */
+static void worker_copy_counters(uint64_t *to, const uint64_t *from, size_t n, bool is_publish)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (is_publish)
+			__atomic_store_n(&to[i], from[i], __ATOMIC_RELAXED);
+		else
+			to[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
+	}
+}
+
+static_assert(sizeof(struct host_stats) % sizeof(uint64_t) == 0, "host_stats is uint64_t fields only");
+static_assert(sizeof(struct ring_stats) % sizeof(uint64_t) == 0, "ring_stats is uint64_t fields only");
+
+static void worker_publish_stats(struct worker *worker)
+{
+	struct host *host = &worker->host;
+	if (host->classify_cache) {
+		host->stats.classify_hits = host->classify_cache->hits;
+		host->stats.classify_misses = host->classify_cache->misses;
+	}
+	worker_copy_counters((uint64_t *)&worker->published_stats, (const uint64_t *)&host->stats,
+			     sizeof(host->stats) / sizeof(uint64_t), true);
+	worker_copy_counters((uint64_t *)&worker->published_ring, (const uint64_t *)&host->ring.stats,
+			     sizeof(host->ring.stats) / sizeof(uint64_t), true);
+}
+
+void worker_read_stats(const struct worker *worker, struct host_stats *stats, struct ring_stats *ring)
+{
+	worker_copy_counters((uint64_t *)stats, (const uint64_t *)&worker->published_stats,
+			     sizeof(*stats) / sizeof(uint64_t), false);
+	worker_copy_counters((uint64_t *)ring, (const uint64_t *)&worker->published_ring,
+			     sizeof(*ring) / sizeof(uint64_t), false);
+}
+
 static void worker_on_tick(struct ring *ring)
 {
 	struct worker *worker = ring->owner;
 	uint64_t now = base_now_ns();
+	worker_publish_stats(worker);
 	struct base_list *node, *tmp;
 	if (__atomic_load_n(&worker->host.runtime->draining, __ATOMIC_ACQUIRE))
 		worker_drain(worker, now);

@@ -110,6 +110,9 @@ struct worker {
 	bool is_drained; /* atomic: draining, and no session is left */
 	uint64_t drain_started_ns; /* the worker's first drain tick; 0 before SIGTERM */
 	int wake_fd;     /* the ring's eventfd, dup'ed: other threads wake the worker here (worker_wake) */
+	/* Its counters as of its last tick, for other threads (the admin HTTP endpoint): worker_read_stats. */
+	struct host_stats published_stats;
+	struct ring_stats published_ring;
 };
 
 static inline struct worker *worker_of(struct host *host) { return TERN_CONTAINER_OF(host, struct worker, host); }
@@ -127,6 +130,8 @@ TERN_MUST_USE int worker_start(struct worker *worker, struct tern_runtime *runti
 void worker_stop(struct worker *worker); /* asks the thread to end; join with worker_join */
 /* Any thread: the worker runs its on_wake (mailbox, cancels, jobs) soon. Safe until worker_deinit. */
 void worker_wake(struct worker *worker);
+/* Any thread: the worker's counters as of its last tick (each field read atomically). */
+void worker_read_stats(const struct worker *worker, struct host_stats *stats, struct ring_stats *ring);
 /* The runtime's topology_changed (the monitor's thread): wakes the workers whose reads wait for a replica. */
 void worker_topology_changed(struct tern_runtime *rt);
 /* Any thread: appends link to one of the worker's mailbox lists (mailbox, cancels, jobs, jobs_done)

@@ -1994,6 +1994,10 @@ def the_admin_console_answers_pgbouncers_show_commands_with_its_columns_order_an
                             "SHOW USERS", "SHOW STATS", "SHOW CONFIG", "SHOW VERSION", "SHOW HELP"):
                 ours = row_description(t.port, command, "pgbouncer")
                 theirs = row_description(bouncer.port, command, "pgbouncer")
+                if command == "SHOW SERVERS":  # tern's own columns follow PgBouncer's: server, role, lag, LSN
+                    extra = [c for c, _ in ours[0][len(theirs[0]):]]
+                    check(extra == ["server", "role", "lag_bytes", "lsn"], "SHOW SERVERS adds %r" % extra)
+                    ours = (ours[0][:len(theirs[0])], ours[1])
                 check(ours == theirs, "%s: tern %r, PgBouncer %r" % (command, ours, theirs))
     finally:
         bouncer.stop()
@@ -3316,6 +3320,83 @@ def a_stopped_replica_sends_reads_to_the_primary_without_errors_and_is_used_agai
                  timeout=30, interval=0.2)
     check("replica is now down" in t.log_tail(200) or "server replica is now" in t.log_tail(200),
           "the monitor saw it go: %s" % t.log_tail(20))
+
+
+@test
+def metrics_and_status_count_the_reads_sent_and_show_servers_names_roles(ctx):
+    """/metrics on [admin] http_listen, parsed by prometheus_client's own text parser: servers up with
+    their roles, pools per server, and the routing counters equal to the reads sent (eventual: straight to
+    the replica; session after a write: to the replica, most after a wait, which the histogram counts);
+    /api/status says the same in JSON; SHOW SERVERS gains server, role, lag and LSN columns."""
+    import json
+    import urllib.error
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    ctx.pg.psql("drop table if exists routing_m; create table routing_m(a int)")
+    ctx.pg.wait_replica_caught_up()
+    http_port = free_port()
+    t = routing_tern(ctx, level="eventual",
+                     pool="[admin]\nhttp_listen = 127.0.0.1:%d\nadmin_users = postgres" % http_port)
+    base = "http://127.0.0.1:%d" % http_port
+
+    def scrape():
+        text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+        samples = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return samples
+
+    def value(samples, name, **labels):
+        return samples.get((name, tuple(sorted(labels.items()))), 0)
+
+    before = scrape()
+    check(value(before, "tern_server_up", server="primary") == 1 and value(before, "tern_server_up", server="replica") == 1,
+          "both servers up")
+    check(value(before, "tern_server_role", server="replica", role="standby") == 1, "the replica is a standby")
+    check(value(before, "tern_server_writes", server="primary") == 1, "writes go to the primary")
+    eventual, session = 40, 30
+    with Wire(t.port) as w:
+        w.login("postgres")
+        for i in range(eventual):
+            check(w.query("select %d, pg_is_in_recovery()" % i) == [[str(i), "t"]], "eventual read %d" % i)
+        w.query("set tern.consistency = session")
+        for i in range(session):
+            w.query("insert into routing_m values (%d)" % i)
+            check(w.query("select count(*) from routing_m where a = %d" % i) == [["1"]], "session read %d" % i)
+
+    def routed(samples):
+        return (value(samples, "tern_route_reads_total", path="replica") - value(before, "tern_route_reads_total", path="replica"),
+                value(samples, "tern_route_reads_total", path="replica_after_wait")
+                - value(before, "tern_route_reads_total", path="replica_after_wait"))
+    wait_for(lambda: sum(routed(scrape())) == eventual + session, "the counters to take in %d reads (have %r)"
+             % (eventual + session, routed(scrape())), timeout=10)
+    after = scrape()
+    direct, waited = routed(after)
+    check(direct >= eventual, "eventual reads went to the replica at once: %d" % direct)
+    check(value(after, "tern_route_wait_seconds_count") == value(after, "tern_route_reads_total", path="replica_after_wait")
+          + value(after, "tern_route_reads_total", path="primary", reason="wait_timeout"),
+          "every waited read is in the histogram")
+    for reason in ("wait_timeout", "no_replica", "replica_lost"):
+        check(value(after, "tern_route_reads_total", path="primary", reason=reason) == 0, "no fallback: %s" % reason)
+    check(value(after, "tern_pool_connections", server="replica", state="free")
+          + value(after, "tern_pool_connections", server="replica", state="used") >= 1, "a pool on the replica")
+    check(value(after, "tern_pool_opened_total", server="replica") >= 1, "the replica's connections counted")
+    status = json.loads(urllib.request.urlopen(base + "/api/status", timeout=10).read())
+    roles = {server["name"]: server["role"] for server in status["servers"]}
+    check(roles == {"primary": "primary", "replica": "standby"}, "status roles: %r" % roles)
+    check(status["routing"]["replica"] + status["routing"]["replica_after_wait"]
+          >= value(before, "tern_route_reads_total", path="replica") + eventual + session, "status counts the reads")
+    for path, method, code in (("/nope", "GET", 404), ("/metrics", "POST", 405)):
+        try:
+            urllib.request.urlopen(urllib.request.Request(base + path, method=method, data=b"" if method == "POST" else None),
+                                   timeout=10)
+            raise AssertionError("%s %s answered 200" % (method, path))
+        except urllib.error.HTTPError as err:
+            check(err.code == code, "%s %s: %d, expected %d" % (method, path, err.code, code))
+    rows = [line.split("|") for line in psql_ok(t.port, "show servers", dbname="pgbouncer").splitlines()]
+    check(any(r[18] == "replica" and r[19] == "standby" for r in rows) and
+          any(r[18] == "primary" and r[19] == "primary" for r in rows), "SHOW SERVERS names servers and roles: %r" % rows)
 
 
 # ---------------------------------------------------------------- runner

@@ -50,7 +50,7 @@ static const char *const core_order[] = {
 	"gates", "runtime", "monitor", "host", "leg",
 	"session", "session_tls", "observer", "observer_copy", "observer_stmts", "observer_params", "observer_pins",
 	"observer_stats", "dispatch", "route", "session_login", "session_relay",
-	"worker", "admin_reply", "admin_show", "admin", "main",
+	"worker", "http", "admin_reply", "admin_show", "admin", "main",
 };
 
 /* The rank of a core file's unit in core_order, or -1. `rel` is relative to the root. */

@@ -1,0 +1,327 @@
+/* The admin HTTP endpoint of http.h: libmicrohttpd's internal thread answers GET /metrics and
+ * GET /api/status from the published state (monitor atomics, the workers' published counters, each pool
+ * server's counters under its mutex). */
+#include "http.h"
+
+#include "monitor.h"
+#include "worker.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct http_admin {
+	struct MHD_Daemon *daemon;
+	struct tern_runtime *rt;
+};
+
+/* What one scrape reads: every worker's counters summed, and their rings by worker. */
+struct http_snapshot {
+	struct host_stats total;
+	uint32_t worker_count;
+	struct ring_stats *rings; /* by worker */
+};
+
+static bool http_snapshot_take(struct tern_runtime *rt, struct http_snapshot *snap)
+{
+	memset(snap, 0, sizeof(*snap));
+	snap->worker_count = __atomic_load_n(&rt->worker_count, __ATOMIC_ACQUIRE);
+	snap->rings = calloc(snap->worker_count ? snap->worker_count : 1, sizeof(*snap->rings));
+	if (!snap->rings)
+		return false;
+	for (uint32_t i = 0; i < snap->worker_count; i++) {
+		struct host_stats one;
+		worker_read_stats(rt->workers[i], &one, &snap->rings[i]);
+		uint64_t *to = (uint64_t *)&snap->total;
+		const uint64_t *from = (const uint64_t *)&one;
+		for (size_t k = 0; k < sizeof(one) / sizeof(uint64_t); k++)
+			to[k] += from[k];
+	}
+	return true;
+}
+
+/* One pool server's counters, read under its mutex. */
+struct http_pool_counts {
+	uint32_t free, used, opening, parked;
+	uint64_t opened, closed, open_failed, parked_total;
+};
+
+static struct http_pool_counts http_pool_counts(struct pool_server *server)
+{
+	struct http_pool_counts c;
+	pthread_mutex_lock(&server->lock);
+	c.free = server->free_count;
+	c.used = server->open_count - server->free_count;
+	c.opening = server->opening_count;
+	c.parked = server->waiter_count;
+	c.opened = server->opened_total;
+	c.closed = server->closed_total;
+	c.open_failed = server->open_failed_total;
+	c.parked_total = server->parked_total;
+	pthread_mutex_unlock(&server->lock);
+	return c;
+}
+
+/* ---- /metrics ---- */
+
+static void http_help(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+char *http_metrics_text(struct tern_runtime *rt)
+{
+	struct http_snapshot snap;
+	if (!http_snapshot_take(rt, &snap))
+		return NULL;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	if (!f) {
+		free(snap.rings);
+		return NULL;
+	}
+	const struct monitor *m = rt->monitor;
+	const struct pool_server *primary = runtime_primary(rt);
+	uint64_t now = base_now_ns();
+	uint32_t count = rt->pool->server_count;
+
+	http_help(f, "tern_server_up", "gauge", "1 when the topology monitor's last round got an answer from the server");
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t role = __atomic_load_n(&monitor_server_at(m, i)->role, __ATOMIC_ACQUIRE);
+		fprintf(f, "tern_server_up{server=\"%s\"} %d\n", rt->pool->servers[i].name,
+			role == MONITOR_PRIMARY || role == MONITOR_STANDBY);
+	}
+	http_help(f, "tern_server_role", "gauge", "the server's role as it says (pg_is_in_recovery): 1 for the role it has");
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t role = __atomic_load_n(&monitor_server_at(m, i)->role, __ATOMIC_ACQUIRE);
+		fprintf(f, "tern_server_role{server=\"%s\",role=\"%s\"} 1\n", rt->pool->servers[i].name,
+			monitor_role_name(role));
+	}
+	http_help(f, "tern_server_writes", "gauge", "1 for the server writes go to");
+	for (uint32_t i = 0; i < count; i++)
+		fprintf(f, "tern_server_writes{server=\"%s\"} %d\n", rt->pool->servers[i].name, &rt->pool->servers[i] == primary);
+	http_help(f, "tern_server_timeline", "gauge", "the server's timeline");
+	for (uint32_t i = 0; i < count; i++)
+		fprintf(f, "tern_server_timeline{server=\"%s\"} %u\n", rt->pool->servers[i].name,
+			__atomic_load_n(&monitor_server_at(m, i)->timeline, __ATOMIC_RELAXED));
+	http_help(f, "tern_server_lsn", "gauge",
+		  "the primary's WAL LSN, a standby's replay LSN, as a number of bytes (the latest round or probe)");
+	for (uint32_t i = 0; i < count; i++)
+		fprintf(f, "tern_server_lsn{server=\"%s\"} %llu\n", rt->pool->servers[i].name,
+			(unsigned long long)__atomic_load_n(&monitor_server_at(m, i)->lsn, __ATOMIC_RELAXED));
+	http_help(f, "tern_server_lag_bytes", "gauge", "a standby's replay LSN behind the primary's WAL LSN");
+	http_help(f, "tern_server_lag_seconds", "gauge",
+		  "how long ago the primary was where a standby has replayed to (as precise as the monitor's rounds)");
+	for (uint32_t i = 0; i < count; i++) {
+		struct monitor_lag lag = monitor_lag_of(m, i, primary, now);
+		if (__atomic_load_n(&monitor_server_at(m, i)->role, __ATOMIC_ACQUIRE) != MONITOR_STANDBY)
+			continue;
+		fprintf(f, "tern_server_lag_bytes{server=\"%s\"} %llu\n", rt->pool->servers[i].name,
+			(unsigned long long)lag.bytes);
+		if (lag.is_known)
+			fprintf(f, "tern_server_lag_seconds{server=\"%s\"} %.6f\n", rt->pool->servers[i].name,
+				(double)lag.ns / 1e9);
+	}
+
+	http_help(f, "tern_pool_connections", "gauge", "server connections by state (free, used, opening)");
+	http_help(f, "tern_pool_parked", "gauge", "requests waiting for a connection to the server");
+	http_help(f, "tern_pool_opened_total", "counter", "server connections opened");
+	http_help(f, "tern_pool_closed_total", "counter", "server connections closed");
+	http_help(f, "tern_pool_open_failed_total", "counter", "server connections that failed to open");
+	http_help(f, "tern_pool_parked_total", "counter", "requests that waited for a connection");
+	for (uint32_t i = 0; i < count; i++) {
+		const char *name = rt->pool->servers[i].name;
+		struct http_pool_counts c = http_pool_counts(&rt->pool->servers[i]);
+		fprintf(f, "tern_pool_connections{server=\"%s\",state=\"free\"} %u\n", name, c.free);
+		fprintf(f, "tern_pool_connections{server=\"%s\",state=\"used\"} %u\n", name, c.used);
+		fprintf(f, "tern_pool_connections{server=\"%s\",state=\"opening\"} %u\n", name, c.opening);
+		fprintf(f, "tern_pool_parked{server=\"%s\"} %u\n", name, c.parked);
+		fprintf(f, "tern_pool_opened_total{server=\"%s\"} %llu\n", name, (unsigned long long)c.opened);
+		fprintf(f, "tern_pool_closed_total{server=\"%s\"} %llu\n", name, (unsigned long long)c.closed);
+		fprintf(f, "tern_pool_open_failed_total{server=\"%s\"} %llu\n", name, (unsigned long long)c.open_failed);
+		fprintf(f, "tern_pool_parked_total{server=\"%s\"} %llu\n", name, (unsigned long long)c.parked_total);
+	}
+
+	const struct host_stats *t = &snap.total;
+	http_help(f, "tern_route_reads_total", "counter",
+		  "reads routing placed, by path: replica, replica_after_wait, or primary with the reason it fell back");
+	fprintf(f, "tern_route_reads_total{path=\"replica\"} %llu\n", (unsigned long long)t->routed_replica);
+	fprintf(f, "tern_route_reads_total{path=\"replica_after_wait\"} %llu\n", (unsigned long long)t->routed_replica_wait);
+	fprintf(f, "tern_route_reads_total{path=\"primary\",reason=\"wait_timeout\"} %llu\n",
+		(unsigned long long)t->fallback_timeout);
+	fprintf(f, "tern_route_reads_total{path=\"primary\",reason=\"no_replica\"} %llu\n",
+		(unsigned long long)t->fallback_no_replica);
+	fprintf(f, "tern_route_reads_total{path=\"primary\",reason=\"replica_lost\"} %llu\n",
+		(unsigned long long)t->fallback_lost);
+	http_help(f, "tern_route_wait_seconds", "histogram", "how long reads waited for a replica to reach their LSN target");
+	static const uint64_t bounds_us[HOST_ROUTE_WAIT_BUCKETS] = HOST_ROUTE_WAIT_BOUNDS_US;
+	uint64_t cumulative = 0;
+	for (uint32_t i = 0; i < HOST_ROUTE_WAIT_BUCKETS; i++) {
+		cumulative += t->route_wait_buckets[i];
+		fprintf(f, "tern_route_wait_seconds_bucket{le=\"%g\"} %llu\n", (double)bounds_us[i] / 1e6,
+			(unsigned long long)cumulative);
+	}
+	cumulative += t->route_wait_buckets[HOST_ROUTE_WAIT_BUCKETS];
+	fprintf(f, "tern_route_wait_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cumulative);
+	fprintf(f, "tern_route_wait_seconds_sum %.6f\n", (double)t->route_wait_us_sum / 1e6);
+	fprintf(f, "tern_route_wait_seconds_count %llu\n", (unsigned long long)cumulative);
+	http_help(f, "tern_classify_cache_total", "counter", "query classifications, by whether the shape cache had them");
+	fprintf(f, "tern_classify_cache_total{result=\"hit\"} %llu\n", (unsigned long long)t->classify_hits);
+	fprintf(f, "tern_classify_cache_total{result=\"miss\"} %llu\n", (unsigned long long)t->classify_misses);
+
+	http_help(f, "tern_clients", "gauge", "client connections open");
+	fprintf(f, "tern_clients %u\n", __atomic_load_n(&rt->client_count, __ATOMIC_RELAXED));
+	http_help(f, "tern_clients_accepted_total", "counter", "client connections accepted");
+	fprintf(f, "tern_clients_accepted_total %llu\n", (unsigned long long)t->accepted);
+	http_help(f, "tern_sessions_ended_total", "counter", "client sessions ended, by reason");
+	for (uint32_t r = 0; r < SESSION_END_REASON_COUNT; r++)
+		fprintf(f, "tern_sessions_ended_total{reason=\"%s\"} %llu\n", session_end_info(r)->name,
+			(unsigned long long)t->ended[r]);
+	http_help(f, "tern_transactions_total", "counter", "transactions served, by how they got a server connection");
+	fprintf(f, "tern_transactions_total{via=\"local_reuse\"} %llu\n", (unsigned long long)t->local_reuse);
+	fprintf(f, "tern_transactions_total{via=\"pool\"} %llu\n", (unsigned long long)t->pool_checkouts);
+
+	http_help(f, "tern_ring_passes_total", "counter", "io_uring_enter calls of each worker's loop");
+	for (uint32_t i = 0; i < snap.worker_count; i++)
+		fprintf(f, "tern_ring_passes_total{worker=\"%u\"} %llu\n", i, (unsigned long long)snap.rings[i].passes);
+	http_help(f, "tern_ring_completions_total", "counter", "completions each worker's ring delivered");
+	for (uint32_t i = 0; i < snap.worker_count; i++)
+		fprintf(f, "tern_ring_completions_total{worker=\"%u\"} %llu\n", i,
+			(unsigned long long)snap.rings[i].completions);
+	http_help(f, "tern_ring_submissions_total", "counter", "operations each worker submitted");
+	for (uint32_t i = 0; i < snap.worker_count; i++)
+		fprintf(f, "tern_ring_submissions_total{worker=\"%u\"} %llu\n", i,
+			(unsigned long long)snap.rings[i].submissions);
+	http_help(f, "tern_ring_enobufs_total", "counter", "receives that found no free buffer");
+	for (uint32_t i = 0; i < snap.worker_count; i++)
+		fprintf(f, "tern_ring_enobufs_total{worker=\"%u\"} %llu\n", i, (unsigned long long)snap.rings[i].enobufs);
+	free(snap.rings);
+	if (fclose(f) != 0) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
+/* ---- /api/status ---- */
+
+char *http_status_json(struct tern_runtime *rt)
+{
+	struct http_snapshot snap;
+	if (!http_snapshot_take(rt, &snap))
+		return NULL;
+	free(snap.rings);
+	const struct monitor *m = rt->monitor;
+	const struct pool_server *primary = runtime_primary(rt);
+	uint64_t now = base_now_ns();
+	json_t *servers = json_array();
+	for (uint32_t i = 0; i < rt->pool->server_count; i++) {
+		struct pool_server *server = &rt->pool->servers[i];
+		const struct monitor_server *ms = monitor_server_at(m, i);
+		struct monitor_lag lag = monitor_lag_of(m, i, primary, now);
+		struct http_pool_counts c = http_pool_counts(server);
+		uint32_t role = __atomic_load_n(&ms->role, __ATOMIC_ACQUIRE);
+		json_t *one = json_pack("{s:s, s:s, s:b, s:b, s:I, s:I, s:{s:i, s:i, s:i, s:i}}", "name", server->name,
+					"role", monitor_role_name(role), "up",
+					role == MONITOR_PRIMARY || role == MONITOR_STANDBY, "writes", server == primary,
+					"timeline", (json_int_t)__atomic_load_n(&ms->timeline, __ATOMIC_RELAXED), "lsn",
+					(json_int_t)__atomic_load_n(&ms->lsn, __ATOMIC_RELAXED), "pool", "free", (int)c.free,
+					"used", (int)c.used, "opening", (int)c.opening, "parked", (int)c.parked);
+		if (one && role == MONITOR_STANDBY) {
+			json_object_set_new(one, "lag_bytes", json_integer((json_int_t)lag.bytes));
+			json_object_set_new(one, "lag_seconds", lag.is_known ? json_real((double)lag.ns / 1e9) : json_null());
+		}
+		json_array_append_new(servers, one);
+	}
+	const struct host_stats *t = &snap.total;
+	json_t *status = json_pack(
+		"{s:s, s:o, s:i, s:i, s:{s:I, s:I, s:I, s:I, s:I}}", "version", TERN_VERSION, "servers", servers, "workers",
+		(int)snap.worker_count, "clients", (int)__atomic_load_n(&rt->client_count, __ATOMIC_RELAXED), "routing",
+		"replica", (json_int_t)t->routed_replica, "replica_after_wait", (json_int_t)t->routed_replica_wait,
+		"primary_wait_timeout", (json_int_t)t->fallback_timeout, "primary_no_replica",
+		(json_int_t)t->fallback_no_replica, "primary_replica_lost", (json_int_t)t->fallback_lost);
+	char *text = status ? json_dumps(status, JSON_INDENT(2)) : NULL;
+	json_decref(status);
+	return text;
+}
+
+/* ---- the daemon ---- */
+
+static enum MHD_Result http_reply(struct MHD_Connection *conn, unsigned int code, const char *type, char *body)
+{
+	struct MHD_Response *resp = body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE)
+					 : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+	if (!resp) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, "Content-Type", type);
+	enum MHD_Result rc = MHD_queue_response(conn, body ? code : MHD_HTTP_INTERNAL_SERVER_ERROR, resp);
+	MHD_destroy_response(resp);
+	return rc;
+}
+
+static enum MHD_Result http_handle(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+				   const char *version, const char *upload_data, size_t *upload_data_size, void **state)
+{
+	(void)version;
+	(void)upload_data;
+	(void)upload_data_size;
+	(void)state;
+	struct http_admin *h = cls;
+	if (strcmp(url, "/metrics") != 0 && strcmp(url, "/api/status") != 0)
+		return http_reply(conn, MHD_HTTP_NOT_FOUND, "text/plain", strdup("not found: /metrics, /api/status\n"));
+	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+		return http_reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", strdup("GET only\n"));
+	if (strcmp(url, "/metrics") == 0)
+		return http_reply(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", http_metrics_text(h->rt));
+	return http_reply(conn, MHD_HTTP_OK, "application/json", http_status_json(h->rt));
+}
+
+int http_admin_start(struct http_admin **out, struct tern_runtime *rt, const char *listen, char *err, size_t err_size)
+{
+	char host[64] = "127.0.0.1";
+	const char *colon = strrchr(listen, ':');
+	const char *port_text = colon ? colon + 1 : listen;
+	if (colon && (size_t)(colon - listen) >= sizeof(host)) {
+		snprintf(err, err_size, "[admin] http_listen: host too long");
+		return -EINVAL;
+	}
+	if (colon && colon > listen)
+		snprintf(host, sizeof(host), "%.*s", (int)(colon - listen), listen);
+	char *end;
+	unsigned long port = strtoul(port_text, &end, 10);
+	struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	if (*port_text == '\0' || *end != '\0' || port == 0 || port > 65535 ||
+	    inet_pton(AF_INET, strcmp(host, "*") == 0 ? "0.0.0.0" : host, &addr.sin_addr) != 1) {
+		snprintf(err, err_size, "[admin] http_listen = %s: expected host:port (an IPv4 address) or a port", listen);
+		return -EINVAL;
+	}
+	struct http_admin *h = calloc(1, sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	h->rt = rt;
+	h->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, http_handle, h,
+				     MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, 64u,
+				     MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+	if (!h->daemon) {
+		snprintf(err, err_size, "[admin] http_listen = %s: could not listen (in use?)", listen);
+		free(h);
+		return -EADDRINUSE;
+	}
+	*out = h;
+	return 0;
+}
+
+void http_admin_stop(struct http_admin *h)
+{
+	if (!h)
+		return;
+	MHD_stop_daemon(h->daemon);
+	free(h);
+}
