@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <string.h>
@@ -145,7 +146,8 @@ static const struct config_key config_keys[] = {
 		   primary_conninfo, NULL,
 		   "libpq conninfo of a server (any other key in [servers] names one more, such as replica = "
 		   "...); which is the primary the servers say (pg_is_in_recovery), not their names; user, dbname "
-		   "and password come from the client and auth_file"),
+		   "and password come from the client and auth_file; weight=N (0..1000, default 1) in it is "
+		   "tern's: the server's share of the reads while it is a standby (0: none)"),
 	CONFIG_KEY("routing", "monitor_interval_ms", CONFIG_INT, "1000", 50, 3600000, CONFIG_RELOAD, monitor_interval_ms,
 		   NULL, "how often the topology monitor asks every server for its role, WAL position and "
 			 "timeline"),
@@ -770,6 +772,51 @@ static char *config_read_line(char *buffer, int buffer_size, void *stream)
 	return buffer;
 }
 
+/* Takes `weight=N` (0..CONFIG_WEIGHT_MAX; 1 when absent) out of a server's conninfo, in place: it is
+ * tern's, libpq would refuse it. Tokens are libpq's: key = value, the value bare or single-quoted with
+ * backslash escapes. False when the weight is not a number in range. */
+#define CONFIG_WEIGHT_MAX 1000u
+static bool config_take_weight(char *conninfo, uint32_t *weight)
+{
+	*weight = 1;
+	char *p = conninfo;
+	while (*p) {
+		while (isspace((unsigned char)*p))
+			p++;
+		char *start = p;
+		while (*p && *p != '=' && !isspace((unsigned char)*p))
+			p++;
+		size_t key_len = (size_t)(p - start);
+		while (isspace((unsigned char)*p))
+			p++;
+		if (*p != '=')
+			return key_len == 0; /* not conninfo's grammar: libpq says why later */
+		for (p++; isspace((unsigned char)*p); p++)
+			;
+		char *value = p;
+		if (*p == '\'') {
+			for (p++; *p && *p != '\''; p++)
+				if (*p == '\\' && p[1])
+					p++;
+			if (*p)
+				p++;
+		} else {
+			while (*p && !isspace((unsigned char)*p))
+				p++;
+		}
+		if (key_len == 6 && strncmp(start, "weight", 6) == 0) {
+			char *end;
+			unsigned long w = strtoul(value, &end, 10);
+			if (end != p || value == p || w > CONFIG_WEIGHT_MAX)
+				return false;
+			*weight = (uint32_t)w;
+			memmove(start, p, strlen(p) + 1);
+			p = start;
+		}
+	}
+	return true;
+}
+
 static int config_on_value(void *user, const char *section, const char *name, const char *value, int line)
 {
 	struct config_parse *parse = user;
@@ -804,6 +851,11 @@ static int config_on_value(void *user, const char *section, const char *name, co
 		}
 		base_strlcpy(server->name, name, sizeof(server->name));
 		cfg->extra_server_count++;
+		if (!config_take_weight(server->conninfo, &server->weight)) {
+			config_fail(parse, line, "[servers] %s: weight must be a whole number from 0 to %u", name,
+				    CONFIG_WEIGHT_MAX);
+			return 0;
+		}
 		return 1;
 	}
 	if (strcmp(section, "databases") == 0 || strcmp(section, "users") == 0) {
@@ -873,6 +925,9 @@ static void config_check_across_keys(struct config_parse *parse)
 		if (!is_known)
 			config_fail(parse, 0, "[databases] %s: server = %s is not a key of [servers]", e->name, e->server);
 	}
+	if (cfg->primary_conninfo && !config_take_weight(parse->cfg->primary_conninfo, &parse->cfg->primary_weight))
+		config_fail(parse, config_key_line(parse, "servers", "primary"),
+			    "[servers] primary: weight must be a whole number from 0 to %u", CONFIG_WEIGHT_MAX);
 	/* "primary = ;x" reads as an empty value (inih takes " ;" as a comment): never silently no server. */
 	if (cfg->primary_conninfo == NULL || cfg->primary_conninfo[0] == '\0') {
 		config_fail(parse, config_key_line(parse, "servers", "primary"),

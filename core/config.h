@@ -72,8 +72,10 @@ struct tern_config {
 	char *read_functions; /* beyond classify's built-in list; "" = none */
 	struct config_server {
 		char name[64];
-		char *conninfo;
+		char *conninfo; /* without its weight= */
+		uint32_t weight;
 	} extra_servers[CONFIG_EXTRA_SERVERS_MAX];
+	uint32_t primary_weight; /* `weight=N` in a server's conninfo (taken out): its share of the reads */
 	uint32_t extra_server_count;
 	/* [pool] */
 	uint32_t pool_size, min_pool_size; /* min_pool_size <= pool_size */

@@ -13,6 +13,7 @@
 #ifndef TERN_HOST_H
 #define TERN_HOST_H
 
+#include "pool/pick.h"
 #include "pool/pool.h"
 #include "reasons.h"
 #include "ring/ring.h"
@@ -86,7 +87,7 @@ struct host {
 	struct base_list route_waits;
 	uint32_t route_waiting; /* atomic for readers on other threads */
 	uint32_t route_generation;
-	uint32_t route_next; /* the replica the next read tries first */
+	struct pick_state pick; /* which replica serves the next read (pick.h) */
 	struct classify_cache *classify_cache; /* routing's, made at the first read routed (NULL until then) */
 	uint32_t session_serial;
 	uint32_t session_count;

@@ -317,12 +317,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tern: could not start the pool\n");
 		return 1;
 	}
+	primary->weight = cfg.primary_weight;
 	for (uint32_t i = 0; i < cfg.extra_server_count; i++) {
 		struct pool_server *server;
 		if (pool_server_add(&pool, cfg.extra_servers[i].name, cfg.extra_servers[i].conninfo, &server) < 0) {
 			fprintf(stderr, "tern: could not add server %s\n", cfg.extra_servers[i].name);
 			return 1;
 		}
+		server->weight = cfg.extra_servers[i].weight;
 	}
 	if (pool_opener_start(opener, &pool) < 0) {
 		fprintf(stderr, "tern: could not start the pool thread\n");

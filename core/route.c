@@ -322,21 +322,24 @@ int route_backlog_append(struct session *s, const uint8_t *data, uint32_t len)
 	return 0;
 }
 
-/* A standby that may serve the read: up, not the primary, at the target (or, eventual, within the lag
- * bounds). Tried from the worker's rotating start, so reads spread over the replicas. *any: a standby is
- * up at all. */
+/* The replica to serve the read (pick.h) among the standbys that may: up, not the primary, a weight
+ * above 0, at the target (or, eventual, within the lag bounds). *any: a standby may serve reads at all
+ * (at some LSN). */
 static struct pool_server *route_pick(struct session *s, const struct tern_config *cfg, uint64_t now, bool *any)
 {
 	const struct monitor *m = s->host->runtime->monitor;
-	const struct pool_server *primary = runtime_primary(s->host->runtime);
+	struct tern_runtime *rt = s->host->runtime;
+	const struct pool_server *primary = runtime_primary(rt);
 	uint32_t count = monitor_server_count(m);
+	struct pick_candidate ready[PICK_SERVERS_MAX];
+	uint32_t ready_count = 0;
 	*any = false;
-	for (uint32_t k = 0; k < count; k++) {
-		uint32_t i = (s->host->route_next + k) % count;
+	for (uint32_t i = 0; i < count && i < PICK_SERVERS_MAX; i++) {
 		const struct monitor_server *ms = monitor_server_at(m, i);
-		if (__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) != MONITOR_STANDBY || ms->server == primary)
+		struct pool_server *server = &rt->pool->servers[i];
+		if (__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) != MONITOR_STANDBY || server == primary ||
+		    server->weight == 0)
 			continue;
-		uint64_t lsn = __atomic_load_n(&ms->lsn, __ATOMIC_RELAXED);
 		if (s->routing.level == CONFIG_CONSISTENCY_EVENTUAL) {
 			struct monitor_lag lag = monitor_lag_of(m, i, primary, now);
 			if ((cfg->max_replica_lag_bytes && lag.bytes > cfg->max_replica_lag_bytes) ||
@@ -345,12 +348,23 @@ static struct pool_server *route_pick(struct session *s, const struct tern_confi
 				continue;
 		}
 		*any = true;
-		if (lsn < s->routing.target_lsn)
+		if (__atomic_load_n(&ms->lsn, __ATOMIC_RELAXED) < s->routing.target_lsn)
 			continue;
-		s->host->route_next = i + 1;
-		return ms->server;
+		ready[ready_count++] = (struct pick_candidate){
+			.server = i, .weight = server->weight, .load = __atomic_load_n(&server->reads_running, __ATOMIC_RELAXED)};
 	}
-	return NULL;
+	if (ready_count == 0)
+		return NULL;
+	return &rt->pool->servers[ready[pick_server(&s->host->pick, ready, ready_count)].server];
+}
+
+/* The read running on a replica is over (answered, lost, or its session ended): off its load. */
+static void route_release_server(struct session *s)
+{
+	if (!s->routing.server)
+		return;
+	__atomic_sub_fetch(&s->routing.server->reads_running, 1, __ATOMIC_RELAXED);
+	s->routing.server = NULL;
 }
 
 static void route_unwait(struct session *s)
@@ -433,6 +447,7 @@ static bool route_try(struct session *s, uint64_t now)
 			return true;
 		}
 		route->server = server;
+		__atomic_add_fetch(&server->reads_running, 1, __ATOMIC_RELAXED);
 		(*(route->is_waited ? &host->stats.routed_replica_wait : &host->stats.routed_replica))++;
 		route_dispatch(s, leg);
 		return true;
@@ -493,6 +508,7 @@ void route_on_progress(struct session *s, struct leg *leg)
 			return;
 		route->state = ROUTE_IDLE; /* answered, and its connection went back */
 		route->held_len = 0;
+		route_release_server(s);
 	}
 	route_run(s);
 }
@@ -505,6 +521,7 @@ bool route_on_lost(struct session *s, struct leg *leg)
 		return false; /* part of its answer reached the client: the session decides */
 	if (!session_set_aside_leg(s, LEG_REPLICA))
 		return false;
+	route_release_server(s);
 	TERN_INFO("client %s/%s: a read's replica connection was lost before it answered; the primary serves it",
 		  s->user, s->database);
 	route_to_primary(s, &s->host->stats.fallback_lost);
@@ -512,7 +529,11 @@ bool route_on_lost(struct session *s, struct leg *leg)
 	return true;
 }
 
-void route_end(struct session *s) { route_unwait(s); }
+void route_end(struct session *s)
+{
+	route_unwait(s);
+	route_release_server(s);
+}
 
 void route_deinit(struct session *s)
 {

@@ -171,6 +171,10 @@ struct pool_server {
 	uint32_t free_count;
 	uint32_t waiter_count;
 	uint64_t opened_total, open_failed_total, closed_total, granted_total, parked_total;
+	/* Routing's (set at startup; atomic): its share of the reads as a standby, and the reads running on it
+	 * now, the load power-of-two choices compares (pick.h). */
+	uint32_t weight;
+	uint32_t reads_running;
 };
 
 /* What the pool asks of its environment. The real pool thread implements these; tests record. */

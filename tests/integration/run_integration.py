@@ -3399,6 +3399,20 @@ def metrics_and_status_count_the_reads_sent_and_show_servers_names_roles(ctx):
           any(r[18] == "primary" and r[19] == "primary" for r in rows), "SHOW SERVERS names servers and roles: %r" % rows)
 
 
+@test
+def a_replica_of_weight_zero_serves_no_reads(ctx):
+    """[servers] replica = ... weight=0: tern knows it (its role shows) but routes no read to it."""
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+              "primary = host=127.0.0.1 port=%d\nreplica = host=127.0.0.1 port=%d weight=0\n"
+              "[routing]\ndefault_consistency = eventual\n[admin]\nadmin_users = postgres\n"
+              % (free_port(), ctx.pg.primary_port, ctx.pg.replica_port))
+    t = TernProcess(TERN, config)
+    ctx.terns.append(t)
+    t.start()
+    for i in range(5):
+        check(psql_ok(t.port, "select pg_is_in_recovery()") == "f", "read %d on the primary" % i)
+
+
 # ---------------------------------------------------------------- runner
 
 

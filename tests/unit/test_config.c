@@ -648,3 +648,21 @@ Test(config, a_database_entry_names_a_server_of_servers_or_is_refused)
 	expect_error_at("[servers]\nstandby =\n", 2, "must not be empty");
 	expect_error_at("[servers]\nb = host=b\nb = host=c\n", 3, "once");
 }
+
+Test(config, a_server_weight_is_taken_out_of_its_conninfo)
+{
+	struct tern_config cfg = load_ok("[servers]\nprimary = host=a weight=0\nreplica = host=b weight = 3 port=5433\n"
+					 "replica2 = host=c application_name='x weight=9'\nreplica3 = weight=2 host=d\n");
+	cr_assert_eq(cfg.primary_weight, 0);
+	cr_assert_str_eq(cfg.primary_conninfo, "host=a ");
+	cr_assert_eq(cfg.extra_servers[0].weight, 3);
+	cr_assert_str_eq(cfg.extra_servers[0].conninfo, "host=b  port=5433");
+	cr_assert_eq(cfg.extra_servers[1].weight, 1, "a quoted value is not a key");
+	cr_assert_str_eq(cfg.extra_servers[1].conninfo, "host=c application_name='x weight=9'");
+	cr_assert_eq(cfg.extra_servers[2].weight, 2);
+	cr_assert_str_eq(cfg.extra_servers[2].conninfo, " host=d");
+	config_deinit(&cfg);
+	expect_error_at("[servers]\nprimary = host=a\nreplica = host=b weight=many\n", 3, "[servers] replica: weight");
+	expect_error_at("[servers]\nprimary = host=a\nreplica = host=b weight=1001\n", 3, "weight must be a whole number");
+	expect_error_at("[servers]\nprimary = host=a weight=-1\n", 2, "[servers] primary: weight");
+}
