@@ -51,6 +51,7 @@ struct host_stats {
 	uint64_t fallback_timeout;    /* reads the primary served after wait_timeout_ms */
 	uint64_t fallback_no_replica; /* reads the primary served: no replica up (or within the lag bounds) */
 	uint64_t fallback_lost;       /* reads re-run on the primary after their replica's connection was lost */
+	uint64_t fallback_error;      /* reads re-run on the primary after their replica refused them (40001, 25006) */
 	/* How long reads waited for their LSN target, as a histogram (HOST_ROUTE_WAIT_BOUNDS_US, then +Inf). */
 	uint64_t route_wait_buckets[HOST_ROUTE_WAIT_BUCKETS + 1];
 	uint64_t route_wait_us_sum;

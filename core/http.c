@@ -158,6 +158,8 @@ char *http_metrics_text(struct tern_runtime *rt)
 		(unsigned long long)t->fallback_no_replica);
 	fprintf(f, "tern_route_reads_total{path=\"primary\",reason=\"replica_lost\"} %llu\n",
 		(unsigned long long)t->fallback_lost);
+	fprintf(f, "tern_route_reads_total{path=\"primary\",reason=\"replica_error\"} %llu\n",
+		(unsigned long long)t->fallback_error);
 	http_help(f, "tern_route_wait_seconds", "histogram", "how long reads waited for a replica to reach their LSN target");
 	static const uint64_t bounds_us[HOST_ROUTE_WAIT_BUCKETS] = HOST_ROUTE_WAIT_BOUNDS_US;
 	uint64_t cumulative = 0;
@@ -240,11 +242,11 @@ char *http_status_json(struct tern_runtime *rt)
 	}
 	const struct host_stats *t = &snap.total;
 	json_t *status = json_pack(
-		"{s:s, s:o, s:i, s:i, s:{s:I, s:I, s:I, s:I, s:I}}", "version", TERN_VERSION, "servers", servers, "workers",
+		"{s:s, s:o, s:i, s:i, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "version", TERN_VERSION, "servers", servers, "workers",
 		(int)snap.worker_count, "clients", (int)__atomic_load_n(&rt->client_count, __ATOMIC_RELAXED), "routing",
 		"replica", (json_int_t)t->routed_replica, "replica_after_wait", (json_int_t)t->routed_replica_wait,
 		"primary_wait_timeout", (json_int_t)t->fallback_timeout, "primary_no_replica",
-		(json_int_t)t->fallback_no_replica, "primary_replica_lost", (json_int_t)t->fallback_lost);
+		(json_int_t)t->fallback_no_replica, "primary_replica_lost", (json_int_t)t->fallback_lost, "primary_replica_error", (json_int_t)t->fallback_error);
 	char *text = status ? json_dumps(status, JSON_INDENT(2)) : NULL;
 	json_decref(status);
 	return text;

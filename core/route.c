@@ -398,6 +398,9 @@ static void route_dispatch(struct session *s, struct leg *leg)
 	if (is_replica)
 		route->replica_mark = leg->to_client_bytes;
 	route->is_read_on_primary = !is_replica;
+	leg->is_reply_guarded = is_replica;
+	route->reply_held_len = 0;
+	route->is_rerun = false;
 	session_relay_feed(s, leg, true, RING_NO_BUFFER, route->held, route->held_len);
 	route->is_read_on_primary = false;
 	if (!is_replica)
@@ -506,11 +509,87 @@ void route_on_progress(struct session *s, struct leg *leg)
 	if (route->state == ROUTE_ON_REPLICA) {
 		if (leg->role != LEG_REPLICA || leg->conn || leg->is_request_pending)
 			return;
-		route->state = ROUTE_IDLE; /* answered, and its connection went back */
-		route->held_len = 0;
+		leg->is_reply_guarded = false;
 		route_release_server(s);
+		if (route->is_rerun) { /* its refusal is hidden and its connection went back: the primary's turn */
+			route->is_rerun = false;
+			route_to_primary(s, &s->host->stats.fallback_error);
+		} else {
+			route->state = ROUTE_IDLE; /* answered, and its connection went back */
+			route->held_len = 0;
+		}
 	}
 	route_run(s);
+}
+
+/* ---- a replica's answer, held until it is the client's ---- */
+
+/* What a replica may refuse and the primary serve: a recovery conflict (40001), a deadlock with the
+ * startup process (40P01), a write taken for a read (25006: a read_functions entry that writes). */
+static bool route_is_rerunnable(const char *sqlstate)
+{
+	return strcmp(sqlstate, "40001") == 0 || strcmp(sqlstate, "40P01") == 0 || strcmp(sqlstate, "25006") == 0;
+}
+
+/* Sends a message the guard held (header rebuilt) to the client, counted as the leg's. */
+static void route_guard_send(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	uint8_t header[PROTO_HEADER_LEN] = {type};
+	proto_write_u32(header + 1, len + 4);
+	session_send_to_client(s, header, sizeof(header));
+	if (len > 0)
+		session_send_to_client(s, body, len);
+	leg->to_client_bytes += PROTO_HEADER_LEN + len;
+}
+
+/* The answer is the client's: what was held goes first, the rest flows. */
+static void route_guard_release(struct session *s, struct leg *leg)
+{
+	struct session_route *route = &s->routing;
+	leg->is_reply_guarded = false;
+	if (route->reply_held_len > 0)
+		route_guard_send(s, leg, PROTO_BE_ROW_DESCRIPTION, route->reply_held, route->reply_held_len);
+	route->reply_held_len = 0;
+}
+
+enum route_guard route_guard_type(struct session *s, struct leg *leg, uint8_t type)
+{
+	if (s->routing.is_rerun)
+		return ROUTE_GUARD_HIDE; /* the rest of the refused answer, to its ReadyForQuery */
+	if ((type == PROTO_BE_ROW_DESCRIPTION && s->routing.reply_held_len == 0) || type == PROTO_BE_ERROR)
+		return ROUTE_GUARD_HOLD;
+	route_guard_release(s, leg); /* a row, a CommandComplete, a notice: the answer is the client's */
+	return ROUTE_GUARD_PASS;
+}
+
+int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	struct session_route *route = &s->routing;
+	if (type == PROTO_BE_ROW_DESCRIPTION) {
+		if (len > route->reply_held_cap) {
+			uint8_t *held = realloc(route->reply_held, len);
+			if (!held)
+				return -ENOMEM;
+			route->reply_held = held;
+			route->reply_held_cap = len;
+		}
+		memcpy(route->reply_held, body, len);
+		route->reply_held_len = len;
+		return 0;
+	}
+	TERN_ASSERT(type == PROTO_BE_ERROR);
+	struct proto_error_fields fields;
+	if (route->state == ROUTE_ON_REPLICA && proto_error_parse(body, len, &fields) == 0 &&
+	    route_is_rerunnable(fields.sqlstate)) {
+		TERN_INFO("client %s/%s: a replica refused a read (%s: %s); the primary serves it", s->user, s->database,
+			  fields.sqlstate, fields.message);
+		route->is_rerun = true;
+		route->reply_held_len = 0;
+		return 0;
+	}
+	route_guard_release(s, leg);
+	route_guard_send(s, leg, type, body, len);
+	return 0;
 }
 
 bool route_on_lost(struct session *s, struct leg *leg)
@@ -540,7 +619,8 @@ void route_deinit(struct session *s)
 	route_unwait(s);
 	free(s->routing.held);
 	free(s->routing.backlog);
-	s->routing.held = s->routing.backlog = NULL;
+	free(s->routing.reply_held);
+	s->routing.held = s->routing.backlog = s->routing.reply_held = NULL;
 }
 
 void route_check_waits(struct host *host, uint64_t now_ns)

@@ -46,6 +46,15 @@ static inline void route_note_request(struct session *s, const struct leg *leg)
 	if (leg->role == LEG_PRIMARY && !s->routing.is_read_on_primary)
 		s->routing.is_write_unprobed = true;
 }
+/* A routed read's answer from a replica, before any of it reached the client: what the relay does with
+ * a message (route_guard_type, at its type byte, on legs with is_reply_guarded). HOLD: inspect it, do not
+ * forward it, and hand it to route_guard_message (a RowDescription kept, an ErrorResponse judged);
+ * HIDE: do not forward it (the answer of a read routing re-runs on the primary). */
+enum route_guard { ROUTE_GUARD_PASS = 0, ROUTE_GUARD_HOLD, ROUTE_GUARD_HIDE };
+enum route_guard route_guard_type(struct session *s, struct leg *leg, uint8_t type);
+/* A message route_guard_type held. 0 or -ENOMEM. */
+int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len);
+
 /* From the session at a leg's progress: a replica read answered and its connection went back, or what
  * a SET tern.* waited for is in. */
 void route_on_progress(struct session *s, struct leg *leg);

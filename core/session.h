@@ -129,6 +129,10 @@ struct session_route {
 	uint64_t arrived_ns, deadline_ns;
 	bool is_waited;        /* it waited for an LSN (for the counters) */
 	bool is_awaiting_probe; /* session: the last write's probe is still to answer on the primary's leg */
+	bool is_rerun;          /* the replica refused the read in a way the primary may not (40001, 25006) */
+	/* The replica's RowDescription, held until the first row shows the answer is the client's. */
+	uint8_t *reply_held;
+	uint32_t reply_held_len, reply_held_cap;
 	struct base_list wait_link; /* host->route_waits while ROUTE_WAITING */
 	uint64_t replica_mark; /* the replica leg's to_client_bytes when the read went to it */
 	struct pool_server *server; /* the replica it goes to */

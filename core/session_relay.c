@@ -24,6 +24,7 @@ struct relay_chunk {
 	const uint8_t *data;
 	int error; /* a queue push failed (-ENOMEM, -ENOBUFS): the scan goes on, the session ends after it */
 	bool is_routed; /* client → server: a query routing placed already (route_dispatch): not held again */
+	bool is_guard_held; /* server → client: route_guard_type held the message being scanned */
 };
 
 /* Why a client's chunk ends its session: a scan's or a push's error. */
@@ -255,15 +256,23 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	struct leg *leg = chunk->leg;
 	unsigned counted = type == PROTO_BE_READY ? PROTO_INSPECT : 0; /* the relay counts every ReadyForQuery */
 	leg->server_readers = 0;
+	chunk->is_guard_held = false;
 	if (leg->hidden_ready > 0) /* the answer to tern's own query: the observer that asked reads it */
 		return dispatch_hidden_type(s, leg, type) | counted; /* the client is shown nothing */
+	enum route_guard guard = leg->is_reply_guarded ? route_guard_type(s, leg, type) : ROUTE_GUARD_PASS;
 	uint32_t mask = dispatch_server_mask(s->observers_on, type);
-	if (!mask)
-		return PROTO_FORWARD | counted;
-	unsigned taken = dispatch_server_type(s, leg, type, mask, &leg->server_readers);
-	if (taken != OBSERVER_PASS)
-		return taken;
-	return PROTO_FORWARD | counted | (leg->server_readers ? PROTO_INSPECT : 0);
+	unsigned action = PROTO_FORWARD | counted;
+	if (mask) {
+		unsigned taken = dispatch_server_type(s, leg, type, mask, &leg->server_readers);
+		action = taken != OBSERVER_PASS ? taken : action | (leg->server_readers ? PROTO_INSPECT : 0);
+	}
+	if (guard == ROUTE_GUARD_HOLD) {
+		chunk->is_guard_held = true;
+		action = (action & ~(unsigned)PROTO_FORWARD) | PROTO_INSPECT; /* route_guard_message decides */
+	} else if (guard == ROUTE_GUARD_HIDE) {
+		action &= ~(unsigned)PROTO_FORWARD;
+	}
+	return action;
 }
 
 /* A ReadyForQuery: one less owed (and one less hidden, when it answers tern's own query). */
@@ -297,6 +306,13 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	}
 	if (m.is_hidden)
 		return dispatch_hidden_message(s, leg, &m);
+	if (chunk->is_guard_held) {
+		int rc = route_guard_message(s, leg, type, body, len);
+		if (rc < 0) {
+			chunk->error = rc;
+			return 0;
+		}
+	}
 	return leg->server_readers ? dispatch_server_message(s, leg, &m, leg->server_readers) : 0;
 }
 

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import traceback
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -3411,6 +3412,39 @@ def a_replica_of_weight_zero_serves_no_reads(ctx):
     t.start()
     for i in range(5):
         check(psql_ok(t.port, "select pg_is_in_recovery()") == "f", "read %d on the primary" % i)
+
+
+@test
+def a_read_the_replica_refuses_runs_again_on_the_primary_and_the_client_sees_one_answer(ctx):
+    """A read_functions entry that writes: the replica refuses the read (25006) before any row, tern hides
+    the refusal and its RowDescription and the primary serves the read; the client gets one answer and
+    no error. An error the primary would give too (division by zero) reaches the client from the replica."""
+    ctx.pg.psql("drop table if exists routing_r; create table routing_r(a int);"
+                "create or replace function routing_writer() returns int language sql as "
+                "'insert into routing_r values (1) returning a'")
+    ctx.pg.wait_replica_caught_up()
+    http_port = free_port()
+    t = routing_tern(ctx, level="eventual", routing="read_functions = routing_writer",
+                     pool="[admin]\nhttp_listen = 127.0.0.1:%d" % http_port)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        w.send(message(b"Q", b"select routing_writer() as w, pg_is_in_recovery()\0"))
+        messages = w.read_until_ready()
+        kinds = "".join(kind.decode() for kind, _ in messages)
+        rows = [data_row(body) for kind, body in messages if kind == b"D"]
+        check(kinds == "TDCZ", "one answer, no error: %r" % kinds)
+        check(rows == [["1", "f"]], "the primary served it: %r" % rows)
+        try:
+            w.query("select 1 / (a - a) from (select 1 as a) s, (select pg_is_in_recovery()) r")
+            raise AssertionError("division by zero was answered")
+        except WireError as err:
+            check(err.sqlstate == "22012", "the replica's own error reaches the client: %r" % err.fields)
+        check(w.query("select pg_is_in_recovery()") == [["t"]], "reads go on to the replica")
+    check(ctx.pg.psql("select count(*) from routing_r") == "1", "the write ran once, on the primary")
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=10).read().decode()
+    wait_for(lambda: 'tern_route_reads_total{path="primary",reason="replica_error"} 1' in
+             urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=10).read().decode(),
+             "the re-run counted (%s)" % [line for line in text.splitlines() if "replica_error" in line], timeout=5)
 
 
 # ---------------------------------------------------------------- runner

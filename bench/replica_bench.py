@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+"""Reads on replicas: pgbench through tern at each consistency level, beside the primary alone.
+
+Starts a throwaway primary + streaming replica (synchronous_commit on, fsync off), initialises pgbench
+tables, starts one tern in front of both (transaction pooling) and runs, interleaved and repeated:
+
+  direct     pgbench against the primary itself
+  primary    through tern, tern.consistency = primary (every read on the primary)
+  eventual   through tern, eventual (any replica within the lag bounds)
+  session    through tern, session (read-your-writes)
+  strict     through tern, strict (every commit acknowledged before the read)
+
+for each workload: `select-only` (pgbench -S) and `read-after-write` (an INSERT, then a SELECT that
+must see it, or pgbench aborts: the read waits for the replica to replay the write, or the primary
+serves it; `eventual` is left out there, as it does not promise read-your-writes). Each run
+reports TPS, latency p50 / p99 (from pgbench's per-transaction log), and the share of reads the
+replica served (tern's /metrics, tern_route_reads_total). Prints medians over the repeats.
+
+usage: replica_bench.py [--clients 16] [--duration 10] [--repeat 3] [--scale 10]
+                        [--tern-binary build-release/tern] [--workloads select-only,read-after-write]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "integration"))
+
+from pgcluster import PgCluster, clean_env, free_port  # noqa: E402
+from procs import TernProcess  # noqa: E402
+
+TARGETS = ("direct", "primary", "eventual", "session", "strict")
+READ_AFTER_WRITE = """\\set v random(1, 1000000000000)
+INSERT INTO bench_raw VALUES (:v) ON CONFLICT DO NOTHING;
+SELECT 1 / (SELECT count(*) FROM bench_raw WHERE v = :v)::int;
+"""
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def metrics(port):
+    """tern_route_reads_total by path (replica paths summed, primary fallbacks summed)."""
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
+    replica = primary = 0.0
+    for line in text.splitlines():
+        if line.startswith("tern_route_reads_total{"):
+            value = float(line.rsplit(" ", 1)[1])
+            if 'path="primary"' in line:
+                primary += value
+            else:
+                replica += value
+    return replica, primary
+
+
+def percentile(values, p):
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1))))]
+
+
+def run_pgbench(port, level, workload, args, workdir, script):
+    """One pgbench run; returns (tps, p50_ms, p99_ms, transactions, failed)."""
+    prefix = os.path.join(workdir, "log_%s_%s_%d" % (workload, level, time.monotonic_ns()))
+    argv = ["pgbench", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-n", "-M", "simple",
+            "-c", str(args.clients), "-j", str(args.jobs), "-T", str(args.duration), "-l", "--log-prefix", prefix]
+    argv += ["-S"] if workload == "select-only" else ["-f", script]
+    env = clean_env({"PGOPTIONS": "-c tern.consistency=%s" % level} if level != "direct" else {})
+    r = subprocess.run(argv + ["postgres"], capture_output=True, text=True, env=env, timeout=args.duration + 120)
+    tps = transactions = failed = None
+    for line in r.stdout.splitlines():
+        if line.startswith("tps = "):
+            tps = float(line.split()[2])
+        elif line.startswith("number of transactions actually processed:"):
+            transactions = int(line.split(":")[1].split("/")[0])
+        elif line.startswith("number of failed transactions:"):
+            failed = int(line.split(":")[1].split()[0])
+    if r.returncode != 0 or tps is None:
+        raise RuntimeError("pgbench %s/%s failed (%d): %s" % (workload, level, r.returncode, r.stderr[-1500:]))
+    latencies = []
+    for name in os.listdir(workdir):
+        path = os.path.join(workdir, name)
+        if name.startswith(os.path.basename(prefix)):
+            with open(path) as f:
+                for line in f:
+                    fields = line.split()
+                    if len(fields) >= 3:
+                        latencies.append(int(fields[2]) / 1000.0)
+            os.unlink(path)
+    return tps, percentile(latencies, 50), percentile(latencies, 99), transactions, failed or 0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--clients", type=int, default=16)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--duration", type=int, default=10)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--scale", type=int, default=10)
+    p.add_argument("--pool-size", type=int, default=20)
+    p.add_argument("--workers", type=int, default=0, help="tern workers (0 = one per CPU)")
+    p.add_argument("--tern-binary", default=os.path.join(REPO_ROOT, "build-release", "tern"))
+    p.add_argument("--workloads", default="select-only,read-after-write")
+    p.add_argument("--targets", default=",".join(TARGETS))
+    args = p.parse_args()
+    workloads = [w for w in args.workloads.split(",") if w]
+    targets = [t for t in args.targets.split(",") if t]
+    if not os.path.exists(args.tern_binary):
+        log("no tern binary at %s (meson setup build-release --buildtype=release && ninja -C build-release)"
+            % args.tern_binary)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="tern-replica-bench-") as workdir, \
+            PgCluster(with_replica=True, extra_conf={"synchronous_commit": "on", "max_connections": 200}) as pg:
+        log("primary on %d, replica on %d; pgbench -i -s %d" % (pg.primary_port, pg.replica_port, args.scale))
+        subprocess.run(["pgbench", "-i", "-q", "-s", str(args.scale), "-h", "127.0.0.1", "-p", str(pg.primary_port),
+                        "-U", "postgres", "postgres"], check=True, capture_output=True, env=clean_env())
+        pg.psql("create table bench_raw (v bigint primary key)")
+        pg.wait_replica_caught_up()
+        script = os.path.join(workdir, "read_after_write.sql")
+        with open(script, "w") as f:
+            f.write(READ_AFTER_WRITE)
+        http_port = free_port()
+        config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = %d\npool_mode = transaction\n[servers]\n"
+                  "primary = host=127.0.0.1 port=%d\nreplica = host=127.0.0.1 port=%d\n[routing]\n"
+                  "default_consistency = primary\n[pool]\npool_size = %d\n[admin]\nhttp_listen = 127.0.0.1:%d\n"
+                  "[limits]\nmax_client_conn = 1000\n"
+                  % (free_port(), args.workers, pg.primary_port, pg.replica_port, args.pool_size, http_port))
+        tern = TernProcess(args.tern_binary, config)
+        tern.start()
+        results = {}
+        try:
+            for round_no in range(args.repeat):
+                order = targets[round_no % len(targets):] + targets[:round_no % len(targets)]  # interleaved
+                for workload in workloads:
+                    for target in order:
+                        if workload == "read-after-write" and target == "eventual":
+                            continue  # not read-your-writes: its stale reads abort pgbench (the checker shows them)
+                        port = pg.primary_port if target == "direct" else tern.port
+                        time.sleep(0.3)  # tern publishes its counters every 100 ms
+                        before = metrics(http_port)
+                        tps, p50, p99, n, failed = run_pgbench(port, target, workload, args, workdir, script)
+                        time.sleep(0.3)
+                        after = metrics(http_port)
+                        routed = (after[0] - before[0]) + (after[1] - before[1])
+                        share = (after[0] - before[0]) / routed if routed else 0.0
+                        results.setdefault((workload, target), []).append((tps, p50, p99, share, failed))
+                        log("  round %d %-16s %-8s tps %8.0f  p50 %6.2f ms  p99 %6.2f ms  replica %5.1f%%  failed %d"
+                            % (round_no + 1, workload, target, tps, p50, p99, 100 * share, failed))
+        finally:
+            tern.stop()
+        log("\nmedians of %d runs, %d clients, %d s each (%s)" % (args.repeat, args.clients, args.duration,
+                                                                  os.path.basename(args.tern_binary)))
+        log("%-16s %-9s %9s %9s %9s %9s %9s %8s" % ("workload", "target", "tps", "vs_prim", "p50_ms", "p99_ms",
+                                                    "replica%", "failed"))
+        for workload in workloads:
+            base = statistics.median(r[0] for r in results.get((workload, "primary"), [(float("nan"),)]))
+            for target in targets:
+                rows = results.get((workload, target))
+                if not rows:
+                    continue
+                tps = statistics.median(r[0] for r in rows)
+                log("%-16s %-9s %9.0f %9.2f %9.2f %9.2f %9.1f %8d" % (
+                    workload, target, tps, tps / base if base else float("nan"),
+                    statistics.median(r[1] for r in rows), statistics.median(r[2] for r in rows),
+                    100 * statistics.median(r[3] for r in rows), sum(r[4] for r in rows)))
+        failed = sum(r[4] for rows in results.values() for r in rows)
+        return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
