@@ -43,7 +43,7 @@ static void stmts_send_made(struct session *s, uint8_t kind, const void *data, u
 /* Sends the made-up replies that have reached the head of the queue. */
 static void stmts_send_made_replies(struct session *s)
 {
-	struct leg *leg = session_primary(s);
+	struct leg *leg = session_client_leg(s);
 	struct stmt_reply_entry *e;
 	while ((e = stmt_replies_head(&leg->replies)) && stmts_kind_is_made(e->kind)) {
 		stmts_send_made(s, e->kind, e->data, e->data_len);
@@ -55,7 +55,7 @@ static void stmts_send_made_replies(struct session *s)
  * ParseComplete, so a skip can forget the name). Takes `data`. */
 static int stmts_make_reply_for(struct session *s, uint8_t kind, void *data, uint32_t len, struct stmt *stmt)
 {
-	struct leg *leg = session_primary(s);
+	struct leg *leg = session_client_leg(s);
 	if (leg->replies.count == 0) {
 		stmts_send_made(s, kind, data, len);
 		free(data);
@@ -132,7 +132,7 @@ static uint8_t *stmts_build(uint8_t type, const struct iovec *parts, unsigned n,
 static int stmts_queue_with_rest(struct session *s, uint8_t type, const struct iovec *parts, unsigned n,
 				 uint32_t rest, bool at_front)
 {
-	struct leg *leg = session_primary(s);
+	struct leg *leg = session_client_leg(s);
 	uint32_t len;
 	uint8_t *msg = stmts_build(type, parts, n, rest, &len);
 	if (!msg)
@@ -159,7 +159,7 @@ static struct iovec stmts_cstring(const char *text) { return (struct iovec){(voi
 static int stmts_queue_prepare(struct session *s, struct stmt *stmt, const char *evicted, bool at_front,
 			       char *client_name)
 {
-	struct leg *leg = session_primary(s);
+	struct leg *leg = session_client_leg(s);
 	struct iovec parse[] = {stmts_cstring(stmt->server_name), {stmt->content, stmt->content_len}};
 	struct iovec close_self[] = {{(void *)"S", 1}, stmts_cstring(stmt->server_name)};
 	struct iovec close_evicted[] = {{(void *)"S", 1}, stmts_cstring(evicted ? evicted : "")};
@@ -209,7 +209,7 @@ static bool stmts_has_backend(const struct leg *leg) { return leg->conn && !leg-
  * the server skip only what follows, as the client's own Parse would. */
 static int stmts_need(struct session *s, struct stmt *stmt)
 {
-	struct leg *leg = session_primary(s);
+	struct leg *leg = session_client_leg(s);
 	const char *evicted;
 	char evicted_name[STMT_SERVER_NAME_LEN];
 	if (stmts_has_backend(leg)) {
@@ -279,7 +279,7 @@ static int stmts_prepare_needed(struct session *s, struct leg *leg)
 static int stmts_forward(struct session *s, uint8_t type, const uint8_t *body, uint32_t len, uint16_t buffer_id,
 			 const uint8_t *chunk)
 {
-	struct leg *leg = session_primary(s);
+	struct leg *leg = session_client_leg(s);
 	uint32_t offset;
 	leg->is_unsynced = true;
 	if (proto_stream_message_offset(&s->client_stream, &offset))
@@ -292,7 +292,7 @@ static int stmts_forward(struct session *s, uint8_t type, const uint8_t *body, u
 /* A Parse of a name the client uses already: 42P05, as PostgreSQL answers, with the same effect. */
 static int stmts_refuse_duplicate(struct session *s, const char *name)
 {
-	struct leg *leg = session_primary(s);
+	struct leg *leg = session_client_leg(s);
 	char text[POOL_NAME_LEN_MAX * 2 + 64];
 	snprintf(text, sizeof(text), "prepared statement \"%.*s\" already exists", (int)POOL_NAME_LEN_MAX * 2, name);
 	uint8_t msg[1024];
@@ -346,7 +346,7 @@ static bool stmts_is_deallocate_of_own(struct session *s, const uint8_t *content
 static int stmts_on_parse(struct session *s, const char *name, const uint8_t *content, uint32_t len,
 			  bool names_search_path)
 {
-	struct leg *leg = session_primary(s);
+	struct leg *leg = session_client_leg(s);
 	if (stmt_map_get(&s->stmts.statements, name))
 		return stmts_refuse_duplicate(s, name);
 	if (s->stmts.statements.count >= runtime_config(s->host->runtime)->max_client_prepared_statements)
@@ -388,7 +388,7 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 static int stmts_on_bind(struct session *s, const uint8_t *body, uint32_t len, uint32_t body_len,
 			 uint16_t buffer_id, const uint8_t *chunk)
 {
-	struct leg *leg = session_primary(s);
+	struct leg *leg = session_client_leg(s);
 	uint32_t offset = 0;
 	const char *portal = proto_read_cstring(body, len, &offset);
 	const char *name = portal ? proto_read_cstring(body, len, &offset) : NULL;
@@ -435,7 +435,7 @@ static int stmts_on_bind_head(struct session *s, const uint8_t *head, uint32_t h
 static int stmts_on_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len,
 				   uint16_t buffer_id, const uint8_t *chunk)
 {
-	struct leg *leg = session_primary(s);
+	struct leg *leg = session_client_leg(s);
 	uint32_t offset = 0;
 	if (type == PROTO_FE_PARSE) {
 		const char *name = proto_read_cstring(body, len, &offset);
@@ -583,7 +583,7 @@ static void stmts_show_refusal(struct session *s, const struct stmt_reply_entry 
 /* The server did not prepare stmt (its Parse failed or was skipped): the connection lacks it. */
 static void stmts_forget_on_connection(struct session *s, const struct stmt *stmt)
 {
-	struct leg *leg = session_primary(s);
+	struct leg *leg = session_client_leg(s);
 	if (stmt && leg->conn && leg->conn->extra)
 		stmt_cache_remove(leg->conn->extra, stmt);
 }
@@ -600,7 +600,7 @@ static void stmts_forget_name(struct session *s, const char *name, struct stmt *
  * everything up to the next Sync, and so do the replies it owes. */
 static void stmts_on_error(struct session *s, struct stmt_reply_entry *head)
 {
-	struct leg *leg = session_primary(s);
+	struct leg *leg = session_client_leg(s);
 	if (head->kind == STMT_REPLY_QUERY || head->kind == STMT_REPLY_SYNC)
 		return; /* ends at ReadyForQuery */
 	do {
@@ -696,7 +696,7 @@ static void stmts_on_copy_in(struct leg *leg, uint32_t ignored_syncs)
 
 static void stmts_forget_all_ahead(struct session *s)
 {
-	struct leg *leg = session_primary(s);
+	struct leg *leg = session_client_leg(s);
 	stmt_map_clear(&s->stmts.statements);
 	if (stmts_has_backend(leg) && leg->conn->extra)
 		stmt_cache_clear(leg->conn->extra);

@@ -5,6 +5,7 @@
 #include "classify.h"
 #include "monitor.h"
 #include "observer.h"
+#include "stmts.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -252,6 +253,48 @@ static void route_set_target(struct session *s)
 		route->target_lsn = route->write_lsn;
 }
 
+static void route_classify(struct session *s, const struct tern_config *cfg, const char *sql,
+			   struct classify_result *r)
+{
+	if (!s->host->classify_cache)
+		s->host->classify_cache = calloc(1, sizeof(*s->host->classify_cache));
+	if (s->host->classify_cache)
+		classify_cached(s->host->classify_cache, cfg, sql, cfg->read_functions, r);
+	else
+		classify_query(sql, cfg->read_functions, r);
+}
+
+/* The held read (a Query, or a batch) starts its wait for a replica at `level`. */
+static void route_read_begins(struct session *s, const struct tern_config *cfg, enum config_consistency level)
+{
+	struct session_route *route = &s->routing;
+	route->state = ROUTE_WAITING;
+	route->level = level;
+	route->is_waited = false;
+	route->target_lsn = 0;
+	route->probe_ticket = 0;
+	route->arrived_ns = s->client_active_ns;
+	route->deadline_ns = route->arrived_ns + (uint64_t)cfg->wait_timeout_ms * BASE_NS_PER_MS;
+	route->is_awaiting_probe = level == CONFIG_CONSISTENCY_SESSION && session_primary(s)->is_probe_answering;
+	route_set_target(s);
+}
+
+static int route_hold_append(struct session *s, const uint8_t *data, uint32_t len)
+{
+	struct session_route *route = &s->routing;
+	if (route->held_len + len > route->held_cap) {
+		uint32_t cap = TERN_MAX(route->held_cap * 2, route->held_len + len);
+		uint8_t *held = realloc(route->held, cap);
+		if (!held)
+			return -ENOMEM;
+		route->held = held;
+		route->held_cap = cap;
+	}
+	memcpy(route->held + route->held_len, data, len);
+	route->held_len += len;
+	return 0;
+}
+
 enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t len, bool *probe_after)
 {
 	if (len == 0 || body[len - 1] != '\0')
@@ -279,28 +322,15 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 			       classify_fast_path(sql, &r) && r.kind == CLASSIFY_COMMIT;
 		return ROUTE_QUERY_ADMIT;
 	}
-	if (!s->host->classify_cache)
-		s->host->classify_cache = calloc(1, sizeof(*s->host->classify_cache));
-	if (s->host->classify_cache)
-		classify_cached(s->host->classify_cache, cfg, sql, cfg->read_functions, &r);
-	else
-		classify_query(sql, cfg->read_functions, &r);
+	route_classify(s, cfg, sql, &r);
 	if (r.kind != CLASSIFY_READ) {
 		*probe_after = level == CONFIG_CONSISTENCY_SESSION && r.kind == CLASSIFY_WRITE;
 		return ROUTE_QUERY_ADMIT;
 	}
 	if (route_hold(s, body, len) < 0)
 		return ROUTE_QUERY_ADMIT;
-	struct session_route *route = &s->routing;
-	route->state = ROUTE_WAITING;
-	route->level = level;
-	route->is_waited = false;
-	route->target_lsn = 0;
-	route->probe_ticket = 0;
-	route->arrived_ns = s->client_active_ns;
-	route->deadline_ns = route->arrived_ns + (uint64_t)cfg->wait_timeout_ms * BASE_NS_PER_MS;
-	route->is_awaiting_probe = level == CONFIG_CONSISTENCY_SESSION && session_primary(s)->is_probe_answering;
-	route_set_target(s);
+	s->routing.is_batch = false;
+	route_read_begins(s, cfg, level);
 	return ROUTE_QUERY_TAKEN;
 }
 
@@ -386,8 +416,9 @@ static void route_observe_wait(struct host_stats *stats, uint64_t waited_ns)
 	stats->route_wait_us_sum += us;
 }
 
-/* The held read to leg: the relay queues it there as any message, and the leg asks for a connection. */
-static void route_dispatch(struct session *s, struct leg *leg)
+/* The held read (or, is_read false, a batch routing found not to be one) to leg: the relay queues it
+ * there as any message, and the leg asks for a connection. */
+static void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 {
 	struct session_route *route = &s->routing;
 	route_unwait(s);
@@ -397,20 +428,23 @@ static void route_dispatch(struct session *s, struct leg *leg)
 	route->state = is_replica ? ROUTE_ON_REPLICA : ROUTE_IDLE;
 	if (is_replica)
 		route->replica_mark = leg->to_client_bytes;
-	route->is_read_on_primary = !is_replica;
-	leg->is_reply_guarded = is_replica;
+	route->is_read_on_primary = !is_replica && is_read; /* a read writes nothing: no probe after it */
+	route->client_leg = is_replica && route->is_batch ? leg : NULL; /* stmts keeps the batch's replies there */
+	leg->is_reply_guarded = is_replica && !route->is_batch; /* a batch's answer interleaves tern's own */
 	route->reply_held_len = 0;
 	route->is_rerun = false;
 	session_relay_feed(s, leg, true, RING_NO_BUFFER, route->held, route->held_len);
 	route->is_read_on_primary = false;
-	if (!is_replica)
+	if (!is_replica) {
 		route->held_len = 0;
+		route->is_batch = false;
+	}
 }
 
 static void route_to_primary(struct session *s, uint64_t *counter)
 {
 	(*counter)++;
-	route_dispatch(s, session_primary(s));
+	route_dispatch(s, session_primary(s), true);
 }
 
 /* The waiting read looks again: true when it went somewhere (the primary, or a replica). */
@@ -452,7 +486,7 @@ static bool route_try(struct session *s, uint64_t now)
 		route->server = server;
 		__atomic_add_fetch(&server->reads_running, 1, __ATOMIC_RELAXED);
 		(*(route->is_waited ? &host->stats.routed_replica_wait : &host->stats.routed_replica))++;
-		route_dispatch(s, leg);
+		route_dispatch(s, leg, true);
 		return true;
 	}
 	if (!route->probe_ticket && (!any || route->level == CONFIG_CONSISTENCY_EVENTUAL)) {
@@ -473,12 +507,147 @@ static bool route_try(struct session *s, uint64_t now)
 	return false;
 }
 
+/* ---- extended-protocol batches ---- */
+
+/* How much of a batch is read ahead looking for its Sync; a longer one goes to the primary. */
+#define ROUTE_BATCH_MAX (64u * 1024u)
+/* Named statements one batch may parse and still be routed. */
+#define ROUTE_BATCH_NAMES_MAX 16u
+
+bool route_collects(struct session *s, const uint8_t *data, uint32_t len)
+{
+	if (len == 0 || (data[0] != PROTO_FE_PARSE && data[0] != PROTO_FE_BIND) || !s->is_transaction_pooling ||
+	    s->pinned_server || !proto_stream_is_at_boundary(&s->client_stream) ||
+	    !route_wants(s, route_level(s, runtime_config(s->host->runtime))))
+		return false;
+	if (route_backlog_append(s, data, len) < 0)
+		return false;
+	s->routing.state = ROUTE_COLLECTING;
+	s->routing.held_len = 0;
+	s->routing.is_batch = true;
+	return true;
+}
+
+/* A NUL-terminated string at *p within end, or NULL; *p moves past it. */
+static const char *route_cstring(const uint8_t **p, const uint8_t *end)
+{
+	const uint8_t *nul = memchr(*p, '\0', (size_t)(end - *p));
+	if (!nul)
+		return NULL;
+	const char *text = (const char *)*p;
+	*p = nul + 1;
+	return text;
+}
+
+static bool route_text_is_read(struct session *s, const struct tern_config *cfg, const char *sql)
+{
+	struct classify_result r;
+	route_classify(s, cfg, sql, &r);
+	return r.kind == CLASSIFY_READ;
+}
+
+/* True when every statement the held batch runs is a read: each Parse's text, and each Bind's statement
+ * (parsed as a read in the batch, or a named statement tern keeps whose text is one), with an Execute. */
+static bool route_batch_is_read(struct session *s, const struct tern_config *cfg)
+{
+	const char *names[ROUTE_BATCH_NAMES_MAX];
+	uint32_t name_count = 0;
+	bool is_unnamed_read = false, has_execute = false;
+	bool has_stmts = s->observers_on & (1u << OBSERVER_STMTS);
+	const uint8_t *p = s->routing.held, *end = p + s->routing.held_len;
+	while (p < end) {
+		uint8_t type = p[0];
+		const uint8_t *body = p + PROTO_HEADER_LEN, *next = p + 1 + proto_read_u32(p + 1);
+		p = next;
+		switch (type) {
+		case PROTO_FE_PARSE: {
+			const char *name = route_cstring(&body, next), *sql = name ? route_cstring(&body, next) : NULL;
+			if (!sql || !route_text_is_read(s, cfg, sql))
+				return false;
+			if (!name[0])
+				is_unnamed_read = true;
+			else if (!has_stmts || name_count == ROUTE_BATCH_NAMES_MAX)
+				return false;
+			else
+				names[name_count++] = name;
+			break;
+		}
+		case PROTO_FE_BIND: {
+			const char *portal = route_cstring(&body, next), *name = portal ? route_cstring(&body, next) : NULL;
+			if (!name || (!name[0] && !is_unnamed_read))
+				return false;
+			if (!name[0])
+				break;
+			bool is_known = false;
+			for (uint32_t i = 0; i < name_count && !is_known; i++)
+				is_known = strcmp(names[i], name) == 0;
+			if (is_known)
+				break;
+			const struct stmt *stmt = has_stmts ? stmt_map_get(&s->stmts.statements, name) : NULL;
+			if (!stmt || !memchr(stmt->content, '\0', stmt->content_len) ||
+			    !route_text_is_read(s, cfg, (const char *)stmt->content))
+				return false;
+			break;
+		}
+		case PROTO_FE_EXECUTE:
+			has_execute = true;
+			break;
+		case PROTO_FE_DESCRIBE:
+		case PROTO_FE_CLOSE:
+		case PROTO_FE_SYNC:
+			break;
+		default:
+			return false;
+		}
+	}
+	return has_execute;
+}
+
+/* Moves whole messages from the backlog into the held batch up to its Sync, then decides: a batch of
+ * reads waits for a replica as a read; anything else (a write, a Flush, a message outside the extended
+ * protocol, a batch past ROUTE_BATCH_MAX) goes to the primary as it is. False while the Sync has not
+ * come. */
+static bool route_collect(struct session *s)
+{
+	struct session_route *route = &s->routing;
+	const struct tern_config *cfg = runtime_config(s->host->runtime);
+	for (;;) {
+		if (route->backlog_len < PROTO_HEADER_LEN)
+			return false;
+		uint8_t type = route->backlog[0];
+		uint32_t length = proto_read_u32(route->backlog + 1);
+		bool is_extended = type == PROTO_FE_PARSE || type == PROTO_FE_BIND || type == PROTO_FE_DESCRIBE ||
+				   type == PROTO_FE_EXECUTE || type == PROTO_FE_CLOSE || type == PROTO_FE_SYNC;
+		if (!is_extended || length < 4 || route->held_len + 1 + (uint64_t)length > ROUTE_BATCH_MAX)
+			break; /* not a batch routing reads: the relay takes it from here */
+		if (route->backlog_len < 1 + length)
+			return false;
+		if (route_hold_append(s, route->backlog, 1 + length) < 0)
+			break;
+		route->backlog_len -= 1 + length;
+		memmove(route->backlog, route->backlog + 1 + length, route->backlog_len);
+		if (type != PROTO_FE_SYNC)
+			continue;
+		if (!route_batch_is_read(s, cfg))
+			break;
+		route_read_begins(s, cfg, route_level(s, cfg));
+		return true;
+	}
+	route_dispatch(s, session_primary(s), false); /* what was held, as it came; the backlog follows */
+	return true;
+}
+
 void route_run(struct session *s)
 {
 	struct session_route *route = &s->routing;
 	while (s->phase == SESSION_READY) {
 		if (route->state == ROUTE_WAITING) {
 			if (!route_try(s, base_now_ns()))
+				return;
+			continue;
+		}
+		if (route->state == ROUTE_COLLECTING) {
+			if (!route_collect(s))
 				return;
 			continue;
 		}
@@ -517,6 +686,8 @@ void route_on_progress(struct session *s, struct leg *leg)
 		} else {
 			route->state = ROUTE_IDLE; /* answered, and its connection went back */
 			route->held_len = 0;
+			route->client_leg = NULL;
+			route->is_batch = false;
 		}
 	}
 	route_run(s);
@@ -596,8 +767,9 @@ bool route_on_lost(struct session *s, struct leg *leg)
 {
 	struct session_route *route = &s->routing;
 	if (leg->role != LEG_REPLICA || route->state != ROUTE_ON_REPLICA || s->phase != SESSION_READY ||
-	    leg->to_client_bytes != route->replica_mark || leg != s->legs[LEG_REPLICA])
-		return false; /* part of its answer reached the client: the session decides */
+	    leg->to_client_bytes != route->replica_mark || leg != s->legs[LEG_REPLICA] || route->is_batch)
+		return false; /* part of its answer reached the client (or a batch's statements were taken): the
+			       * session decides */
 	if (!session_set_aside_leg(s, LEG_REPLICA))
 		return false;
 	route_release_server(s);

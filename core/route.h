@@ -33,6 +33,9 @@ enum route_query {
 /* A Query (body NUL-terminated as sent) arriving on the primary's leg. *probe_after: queue the write-LSN
  * probe behind it (route_push_probe) once it is queued. */
 enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t len, bool *probe_after);
+/* A client chunk that begins an extended-protocol batch (Parse or Bind) while a read may go to a replica:
+ * routing takes it (the batch is read up to its Sync before it decides; route_run). */
+bool route_collects(struct session *s, const uint8_t *data, uint32_t len);
 /* After a query was taken and the relay's scan stopped: the rest of the chunk, unread. 0 or -ENOMEM. */
 TERN_MUST_USE int route_backlog_append(struct session *s, const uint8_t *data, uint32_t len);
 /* Drives the routed read: dispatch it if its replica is known to be there (or the primary must serve

@@ -109,6 +109,7 @@ enum route_state {
 	ROUTE_WAITING,    /* a read waits (host->route_waits) for its LSN target, or for a replica to reach it */
 	ROUTE_ON_REPLICA, /* a read runs on the replica's leg: the client's next bytes wait in the backlog */
 	ROUTE_SETTLING,   /* a SET tern.* waits for the replies owed before it */
+	ROUTE_COLLECTING, /* an extended-protocol batch is read up to its Sync before routing decides */
 };
 
 struct session_route {
@@ -117,7 +118,8 @@ struct session_route {
 	bool is_consistency_set; /* ... when it set one, else default_consistency of the moment */
 	bool is_write_unprobed; /* session: a request on the primary's leg may have written since the last probe */
 	uint64_t write_lsn;     /* session: the primary's insert LSN after the client's last write (0: none) */
-	/* The read being routed (or the SET tern.* waiting its turn): its Query message, header included. */
+	/* The read being routed (or the SET tern.* waiting its turn): its Query message, header included, or
+	 * the messages of an extended-protocol batch up to its Sync. */
 	uint8_t *held;
 	uint32_t held_len, held_cap;
 	/* What the client sent after it, not yet read: fed to the relay once the read is answered. */
@@ -130,6 +132,8 @@ struct session_route {
 	bool is_waited;        /* it waited for an LSN (for the counters) */
 	bool is_awaiting_probe; /* session: the last write's probe is still to answer on the primary's leg */
 	bool is_rerun;          /* the replica refused the read in a way the primary may not (40001, 25006) */
+	bool is_batch;          /* the held messages are an extended-protocol batch (not re-run: stmts saw them) */
+	struct leg *client_leg; /* while a routed batch runs on a replica: its leg (session_client_leg) */
 	/* The replica's RowDescription, held until the first row shows the answer is the client's. */
 	uint8_t *reply_held;
 	uint32_t reply_held_len, reply_held_cap;
@@ -283,6 +287,12 @@ void session_destroy(struct session *s);
 
 /* The primary's leg: it exists from session_create on. */
 static inline struct leg *session_primary(const struct session *s) { return s->legs[LEG_PRIMARY]; }
+/* The leg the client's messages go to now: a replica's while a routed batch runs there, else the
+ * primary's (observer_stmts.c keeps its replies on it). */
+static inline struct leg *session_client_leg(const struct session *s)
+{
+	return s->routing.client_leg ? s->routing.client_leg : s->legs[LEG_PRIMARY];
+}
 /* What a lost server connection means for the session. Today always its end with SERVER_LOST (08006,
  * after whatever the server itself said, such as 57P01 on a shutdown). Transaction Replay replaces this
  * decision, never the paths that report a loss (they all come through leg_fail → session_leg_lost). */

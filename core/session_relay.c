@@ -242,6 +242,10 @@ void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const 
 		return;
 	}
 	TERN_ASSERT(s->routing.backlog_len == 0);
+	if (route_collects(s, data, len)) { /* an extended-protocol batch: read to its Sync first */
+		route_run(s);
+		return;
+	}
 	session_relay_feed(s, session_primary(s), false, buffer_id, data, len);
 	if (s->routing.state != ROUTE_IDLE)
 		route_run(s); /* a query routing took: to a replica, or to wait for one */

@@ -3149,16 +3149,17 @@ def replica_commits(pg, dbname):
 def replica_reads_are_never_stale_in_session_and_strict_mode(ctx):
     """The consistency checker (tests/integration/consistency.py, psycopg): writers commit through tern
     and read back on their own connection (session) or readers on other connections read what was
-    acknowledged before (strict), in the simple and the extended protocol: 20000 checked reads, none
-    stale. The replica served most of the simple-protocol reads, as the replica itself counts them; the
-    same check at `eventual` does find stale reads (the checker can fail)."""
+    acknowledged before (strict), in the simple and the extended protocol (psycopg's own Parse/Bind/
+    Execute batches, its named statements past prepare_threshold): 20000 checked reads, none stale. The
+    replica served most of them, as the replica itself counts them; the same check at `eventual` does
+    find stale reads (the checker can fail)."""
     import consistency
     if ctx.pg.psql("select count(*) from pg_database where datname = 'routing'") == "0":
         ctx.pg.psql("create database routing")
     ctx.pg.wait_replica_caught_up()
     t = routing_tern(ctx)
     replica_before = replica_commits(ctx.pg, "routing")
-    simple_reads = 0
+    all_reads = 0
     for level, protocol, reads in (("session", "simple", 7000), ("strict", "simple", 7000),
                                    ("session", "extended", 3000), ("strict", "extended", 3000)):
         r = consistency.run(t.port, level, protocol, reads, dbname="routing")
@@ -3167,14 +3168,13 @@ def replica_reads_are_never_stale_in_session_and_strict_mode(ctx):
         check(not r["errors"], "%s/%s ran without errors: %s" % (level, protocol, r["errors"]))
         check(r["reads"] >= reads, "%s/%s checked %d reads" % (level, protocol, r["reads"]))
         check(r["stale"] == 0, "%s/%s: %d stale reads, e.g. %s" % (level, protocol, r["stale"], r["examples"]))
-        if protocol == "simple":
-            simple_reads += r["reads"]
+        all_reads += r["reads"]
     # Backends flush their statistics at most once a second, idle ones within ten.
-    wait_for(lambda: replica_commits(ctx.pg, "routing") - replica_before >= simple_reads // 2,
-             "the replica to have served at least half of the %d simple-protocol reads (it counts %d)"
-             % (simple_reads, replica_commits(ctx.pg, "routing") - replica_before), timeout=20, interval=0.5)
-    print("  the replica counted %d transactions for %d simple-protocol reads"
-          % (replica_commits(ctx.pg, "routing") - replica_before, simple_reads))
+    wait_for(lambda: replica_commits(ctx.pg, "routing") - replica_before >= all_reads // 2,
+             "the replica to have served at least half of the %d reads (it counts %d)"
+             % (all_reads, replica_commits(ctx.pg, "routing") - replica_before), timeout=20, interval=0.5)
+    print("  the replica counted %d transactions for %d reads" % (replica_commits(ctx.pg, "routing") - replica_before,
+                                                                  all_reads))
     stale = 0
     for _ in range(10):  # the control: eventual reads miss fresh writes now and then
         stale += consistency.run(t.port, "eventual", "simple", 2000, dbname="routing", check="own")["stale"]
@@ -3445,6 +3445,52 @@ def a_read_the_replica_refuses_runs_again_on_the_primary_and_the_client_sees_one
     wait_for(lambda: 'tern_route_reads_total{path="primary",reason="replica_error"} 1' in
              urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=10).read().decode(),
              "the re-run counted (%s)" % [line for line in text.splitlines() if "replica_error" in line], timeout=5)
+
+
+@test
+def extended_protocol_batches_of_reads_go_to_a_replica_and_any_write_keeps_the_batch_on_the_primary(ctx):
+    """Extended-protocol batches are read up to their Sync before routing decides: unnamed and named
+    statements that read go to the replica (a named one is prepared there as on the primary); a batch
+    with a write in it, or that asks for a Flush, runs whole on the primary; pgbench -M extended and
+    -M prepared select-only run on the replica."""
+    ctx.pg.psql("drop sequence if exists routing_xs; create sequence routing_xs")
+    ctx.pg.wait_replica_caught_up()
+    http_port = free_port()
+    t = routing_tern(ctx, level="eventual", pool="[admin]\nhttp_listen = 127.0.0.1:%d" % http_port)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        kinds, rows, err, _ = w.exchange(parse("", "select pg_is_in_recovery()"), bind(""), execute(), SYNC)
+        check(err is None and rows == [["t"]], "an unnamed read on the replica: %r %r" % (kinds, rows))
+        kinds, rows, err, _ = w.exchange(parse("r1", "select $1::int + 1, pg_is_in_recovery()"), bind("r1", ["41"]),
+                                         execute(), SYNC)
+        check(err is None and rows == [["42", "t"]], "a named read on the replica: %r" % rows)
+        kinds, rows, err, _ = w.exchange(bind("r1", ["1"]), execute(), SYNC)
+        check(err is None and rows == [["2", "t"]], "the named statement again, Bind alone: %r" % rows)
+        kinds, rows, err, _ = w.exchange(parse("", "select pg_is_in_recovery()"), bind(""), execute(),
+                                         parse("", "select nextval('routing_xs'), pg_is_in_recovery()"), bind(""),
+                                         execute(), SYNC)
+        check(err is None and [r[-1] for r in rows] == ["f", "f"], "a batch with a write runs whole on the primary: %r"
+              % rows)
+        kinds, rows, err, _ = w.exchange(bind("r1", ["5"]), execute(), SYNC)
+        check(err is None and rows == [["6", "t"]], "the named statement, prepared on the primary too, still runs: %r"
+              % rows)
+        w.send(parse("", "select pg_is_in_recovery()") + describe("S", "") + FLUSH)
+        got = "".join(w.read_message()[0].decode() for _ in range(3))  # ParseComplete, ParameterDescription, RowDescription
+        check(got == "1tT", "a Flush is answered at once (the batch is not held for a Sync): %r" % got)
+        kinds, rows, err, _ = w.exchange(bind(""), execute(), SYNC)
+        check(err is None and rows == [["f"]], "the rest of a flushed batch: on the primary: %r" % rows)
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
+        script.write("\\set n random(1, 1000)\nSELECT :n + 1, pg_is_in_recovery();\n")
+        script.flush()
+        for mode in ("extended", "prepared"):
+            out = pgbench(t.port, ["-n", "-M", mode, "-c", "4", "-t", "200", "-f", script.name])
+            processed, failed = pgbench_summary(out)
+            check(processed == 800 and failed == 0, "pgbench -M %s: %r" % (mode, (processed, failed)))
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=10).read().decode()
+    wait_for(lambda: float(re.search(r'^tern_route_reads_total\{path="replica"\} (\S+)$',
+                                     urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port,
+                                                            timeout=10).read().decode(), re.M).group(1)) >= 1600,
+             "pgbench's reads on the replica (%s)" % [l for l in text.splitlines() if "route_reads" in l], timeout=5)
 
 
 # ---------------------------------------------------------------- runner
