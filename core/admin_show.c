@@ -7,6 +7,7 @@
 #include "config.h"
 #include "databases.h"
 #include "gates.h"
+#include "digest.h"
 #include "monitor.h"
 
 #include <arpa/inet.h>
@@ -90,6 +91,37 @@ void admin_show_version(struct admin_reply *r, struct tern_runtime *rt)
 	const char *values[] = {"tern " TERN_VERSION};
 	admin_reply_columns(r, ADMIN_COLUMNS(columns));
 	admin_reply_row(r, values, 1);
+}
+
+/* SHOW DIGESTS: tern's own, by total time: the query fingerprint, its calls, time and rows, and its
+ * text with literals as '?'. */
+void admin_show_digests(struct admin_reply *r, struct tern_runtime *rt)
+{
+	static const struct admin_column columns[] = {{"fingerprint", ADMIN_TEXT}, {"calls", ADMIN_INT8},
+						      {"total_ms", ADMIN_NUMERIC},  {"mean_ms", ADMIN_NUMERIC},
+						      {"rows", ADMIN_INT8},	    {"query", ADMIN_TEXT}};
+	admin_reply_columns(r, ADMIN_COLUMNS(columns));
+	struct digest_entry *entries = NULL;
+	uint32_t count = 0;
+	uint64_t dropped = 0;
+	if (!rt->digests)
+		return;
+	if (digest_snapshot(rt->digests, &entries, &count, &dropped) < 0) {
+		r->overflow = true;
+		return;
+	}
+	for (uint32_t i = 0; i < count; i++) {
+		const struct digest_entry *e = &entries[i];
+		char fingerprint[20], calls[24], total[32], mean[32], rows[24];
+		snprintf(fingerprint, sizeof(fingerprint), "%016llx", (unsigned long long)e->fingerprint);
+		snprintf(calls, sizeof(calls), "%llu", (unsigned long long)e->calls);
+		snprintf(total, sizeof(total), "%.3f", (double)e->total_ns / 1e6);
+		snprintf(mean, sizeof(mean), "%.3f", e->calls ? (double)e->total_ns / 1e6 / (double)e->calls : 0.0);
+		snprintf(rows, sizeof(rows), "%llu", (unsigned long long)e->rows);
+		const char *values[] = {fingerprint, calls, total, mean, rows, e->text};
+		admin_reply_row(r, values, TERN_ARRAY_LEN(values));
+	}
+	free(entries);
 }
 
 void admin_show_config(struct admin_reply *r, struct tern_runtime *rt)
@@ -453,7 +485,7 @@ void admin_show_help(struct admin_reply *r, struct tern_runtime *rt)
 	static const char *const lines[] = {
 		"Console usage",
 		"\tSHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION",
-		"\tSHOW STATS|LISTS|WORKERS|ENDS",
+		"\tSHOW STATS|LISTS|WORKERS|ENDS|DIGESTS",
 		"\tSET key = arg",
 		"\tRELOAD",
 		"\tPAUSE [<db>]",

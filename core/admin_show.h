@@ -17,6 +17,7 @@
 
 /* The tables the console answers at once, each (reply, runtime), for admin.c's command table. */
 void admin_show_version(struct admin_reply *r, struct tern_runtime *rt);
+void admin_show_digests(struct admin_reply *r, struct tern_runtime *rt);
 void admin_show_config(struct admin_reply *r, struct tern_runtime *rt);
 void admin_show_pools(struct admin_reply *r, struct tern_runtime *rt);
 void admin_show_servers(struct admin_reply *r, struct tern_runtime *rt);

@@ -238,6 +238,9 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("admin", "http_listen", CONFIG_STRING, "", 0, 0, CONFIG_RESTART, http_listen, NULL,
 		   "address of the admin HTTP endpoint (/metrics in Prometheus text, /api/status in JSON), "
 		   "host:port or a port alone (on 127.0.0.1); empty = off"),
+	CONFIG_KEY("admin", "query_digests", CONFIG_BOOL, "true", 0, 0, CONFIG_RESTART, query_digests, NULL,
+		   "keep calls, time and rows per query fingerprint (SHOW DIGESTS, /api/digests); a query whose "
+		   "shape tern cannot be sure of without parsing (comments, dollar quotes) is parsed for it"),
 	CONFIG_KEY("tls", "client_tls_sslmode", CONFIG_ENUM, "disable", 0, 0, CONFIG_RELOAD, client_tls_sslmode,
 		   config_tls_mode_names,
 		   "TLS toward clients: disable answers SSLRequest with N and refuses a direct TLS handshake; "

@@ -93,6 +93,7 @@ struct tern_config {
 	struct databases *databases;
 	char *admin_users;
 	char *http_listen; /* "" = off */
+	bool query_digests;
 	/* [tls] */
 	int client_tls_sslmode; /* enum config_tls_mode */
 	char *client_tls_cert_file, *client_tls_key_file, *client_tls_ca_file; /* resolved paths; "" unset */

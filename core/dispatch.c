@@ -14,6 +14,7 @@ static const struct observer *const dispatch_registry[OBSERVER_COUNT] = {
 	[OBSERVER_PINS] = &observer_pins,
 	[OBSERVER_STATS] = &observer_stats,
 	[OBSERVER_ROUTE] = &observer_route,
+	[OBSERVER_DIGEST] = &observer_digest,
 };
 static_assert(OBSERVER_COUNT <= 32, "a mask of 32 bits");
 

@@ -30,6 +30,7 @@
 struct host;
 struct auth_lookup;
 struct classify_cache;
+struct digest_local;
 
 /* The upper bounds of the read-wait histogram's buckets, in microseconds. */
 #define HOST_ROUTE_WAIT_BOUNDS_US {100, 250, 500, 1000, 2500, 5000, 10000, 50000, 250000, 1000000, 5000000}
@@ -90,6 +91,7 @@ struct host {
 	uint32_t route_generation;
 	struct pick_state pick; /* which replica serves the next read (pick.h) */
 	struct classify_cache *classify_cache; /* routing's, made at the first read routed (NULL until then) */
+	struct digest_local *digests; /* this worker's query digests, merged into runtime->digests each tick */
 	uint32_t session_serial;
 	uint32_t session_count;
 	uint32_t pause_waiting_count;   /* sessions held at the PAUSE gate (recounted by each scan) */

@@ -3,6 +3,7 @@
  * server's counters under its mutex). */
 #include "http.h"
 
+#include "digest.h"
 #include "monitor.h"
 #include "worker.h"
 
@@ -252,6 +253,32 @@ char *http_status_json(struct tern_runtime *rt)
 	return text;
 }
 
+/* ---- /api/digests ---- */
+
+char *http_digests_json(struct tern_runtime *rt)
+{
+	struct digest_entry *entries = NULL;
+	uint32_t count = 0;
+	uint64_t dropped = 0;
+	if (rt->digests && digest_snapshot(rt->digests, &entries, &count, &dropped) < 0)
+		return NULL;
+	json_t *list = json_array();
+	for (uint32_t i = 0; i < count; i++) {
+		const struct digest_entry *e = &entries[i];
+		char fingerprint[20];
+		snprintf(fingerprint, sizeof(fingerprint), "%016llx", (unsigned long long)e->fingerprint);
+		json_array_append_new(list, json_pack("{s:s, s:I, s:f, s:I, s:s}", "fingerprint", fingerprint, "calls",
+						      (json_int_t)e->calls, "total_ms", (double)e->total_ns / 1e6, "rows",
+						      (json_int_t)e->rows, "query", e->text));
+	}
+	free(entries);
+	json_t *body = json_pack("{s:b, s:o, s:I}", "enabled", rt->digests != NULL, "digests", list, "dropped_calls",
+				 (json_int_t)dropped);
+	char *text = body ? json_dumps(body, JSON_INDENT(2)) : NULL;
+	json_decref(body);
+	return text;
+}
+
 /* ---- the daemon ---- */
 
 static enum MHD_Result http_reply(struct MHD_Connection *conn, unsigned int code, const char *type, char *body)
@@ -276,12 +303,15 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *conn, const
 	(void)upload_data_size;
 	(void)state;
 	struct http_admin *h = cls;
-	if (strcmp(url, "/metrics") != 0 && strcmp(url, "/api/status") != 0)
-		return http_reply(conn, MHD_HTTP_NOT_FOUND, "text/plain", strdup("not found: /metrics, /api/status\n"));
+	if (strcmp(url, "/metrics") != 0 && strcmp(url, "/api/status") != 0 && strcmp(url, "/api/digests") != 0)
+		return http_reply(conn, MHD_HTTP_NOT_FOUND, "text/plain",
+				  strdup("not found: /metrics, /api/status, /api/digests\n"));
 	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 		return http_reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", strdup("GET only\n"));
 	if (strcmp(url, "/metrics") == 0)
 		return http_reply(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", http_metrics_text(h->rt));
+	if (strcmp(url, "/api/digests") == 0)
+		return http_reply(conn, MHD_HTTP_OK, "application/json", http_digests_json(h->rt));
 	return http_reply(conn, MHD_HTTP_OK, "application/json", http_status_json(h->rt));
 }
 

@@ -5,6 +5,7 @@
 #include "config.h"
 #include "import.h"
 #include "listen.h"
+#include "digest.h"
 #include "http.h"
 #include "monitor.h"
 #include "dispatch.h"
@@ -339,6 +340,14 @@ int main(int argc, char **argv)
 	rt.opener = opener;
 	rt.primary = primary; /* until the monitor's first round says which server is the primary */
 	rt.topology_changed = worker_topology_changed;
+	static struct digest_shared digests;
+	if (cfg.query_digests) {
+		if (digest_shared_init(&digests) < 0) {
+			fprintf(stderr, "tern: out of memory for the query digests\n");
+			return 1;
+		}
+		rt.digests = &digests;
+	}
 	if (monitor_start(&rt.monitor, &rt) < 0) {
 		fprintf(stderr, "tern: could not start the topology monitor\n");
 		return 1;
@@ -464,6 +473,8 @@ int main(int argc, char **argv)
 		worker_join(rt.workers[i]);
 	worker_finish_jobs(&rt);
 	monitor_stop(rt.monitor);
+	if (rt.digests)
+		digest_shared_deinit(rt.digests); /* the workers and the HTTP thread have stopped */
 	/* The pool thread stops before pool_deinit (it must not touch what that frees) and before the
 	 * workers are freed (a late answer to a parked request still lands in a worker's mailbox). */
 	pool_opener_stop(opener);

@@ -6,7 +6,8 @@
  *   observer_params.c  tracked parameters and search_path (s->params);
  *   observer_pins.c    LISTEN and SQL PREPARE, which keep the client on its connection (s->pins);
  *   observer_stats.c   SHOW STATS (s->stats);
- *   route.c            the write-LSN probe of reads on replicas (s->route).
+ *   route.c            the write-LSN probe of reads on replicas (s->routing);
+ *   observer_digest.c  query digests (s->digest).
  * The relay moves bytes and asks them through dispatch.c, which calls an observer only for the message
  * types it registered, only in the sessions it is on for, in the registry's order. Later concerns (the
  * commit-LSN probe, response digests, the journal) plug in the same way: a file, and a line in the
@@ -37,6 +38,7 @@ enum observer_id {
 	OBSERVER_PINS,
 	OBSERVER_STATS,
 	OBSERVER_ROUTE,
+	OBSERVER_DIGEST,
 	OBSERVER_COUNT
 };
 
@@ -103,5 +105,6 @@ extern const struct observer observer_params;
 extern const struct observer observer_pins;
 extern const struct observer observer_stats;
 extern const struct observer observer_route; /* route.c: the write-LSN probe's hidden answers */
+extern const struct observer observer_digest;
 
 #endif

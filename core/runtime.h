@@ -15,6 +15,7 @@
 #include "params.h"
 
 struct auth_file;
+struct digest_shared;
 struct auth_query;
 struct pool;
 struct pool_server;
@@ -31,6 +32,7 @@ struct tern_runtime {
 	struct pool_opener *opener;
 	struct pool_server *primary; /* atomic: where writes go, as the topology monitor last saw (runtime_primary) */
 	struct monitor *monitor;
+	struct digest_shared *digests; /* query digests ([admin] query_digests; NULL: off) */
 	/* The monitor stored new answers (monitor_generation moved): wake the workers with reads waiting for
 	 * a replica. Set by main; any thread. */
 	void (*topology_changed)(struct tern_runtime *rt);

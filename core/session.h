@@ -144,6 +144,13 @@ struct session_route {
 	enum config_consistency level; /* of the read being routed */
 };
 
+/* The simple-protocol Query observer_digest.c times (fingerprint 0: none). */
+struct session_digest {
+	uint64_t fingerprint;
+	uint64_t started_ns;
+	uint64_t rows;
+};
+
 /* A protocol 3.2 client's cancel key: 32 random bytes, as PostgreSQL 18 gives (the pid names the worker). */
 #define SESSION_CANCEL_KEY_LEN 32u
 /* Protocol 3.0's key is 4 bytes. */
@@ -215,6 +222,7 @@ struct session {
 	struct session_pins pins;       /* observer_pins.c: LISTEN, SQL PREPARE */
 	struct stmts_state stmts;       /* observer_stmts.c: the client's named statements */
 	struct session_route routing;   /* route.c: reads on replicas */
+	struct session_digest digest;   /* observer_digest.c: the Query being timed */
 
 	enum session_end_reason end_reason;
 	uint64_t closing_ns;

@@ -2,6 +2,7 @@
 
 #include "auth_query.h"
 #include "classify.h"
+#include "digest.h"
 #include "monitor.h"
 #include "route.h"
 #include "pool/opener.h"
@@ -511,6 +512,8 @@ static void worker_on_tick(struct ring *ring)
 	struct worker *worker = ring->owner;
 	uint64_t now = base_now_ns();
 	worker_publish_stats(worker);
+	if (worker->host.digests)
+		digest_merge(worker->host.runtime->digests, worker->host.digests);
 	struct base_list *node, *tmp;
 	if (__atomic_load_n(&worker->host.runtime->draining, __ATOMIC_ACQUIRE))
 		worker_drain(worker, now);
@@ -811,6 +814,8 @@ void worker_deinit(struct worker *worker)
 	worker->db_totals = NULL;
 	free(worker->host.classify_cache);
 	worker->host.classify_cache = NULL;
+	free(worker->host.digests);
+	worker->host.digests = NULL;
 	worker->db_totals_count = worker->db_totals_cap = 0;
 	pthread_mutex_destroy(&worker->mailbox_lock);
 	pthread_mutex_destroy(&worker->init_lock);

@@ -3493,6 +3493,39 @@ def extended_protocol_batches_of_reads_go_to_a_replica_and_any_write_keeps_the_b
              "pgbench's reads on the replica (%s)" % [l for l in text.splitlines() if "route_reads" in l], timeout=5)
 
 
+@test
+def digests_count_calls_time_and_rows_per_fingerprint(ctx):
+    """SHOW DIGESTS and /api/digests: queries that differ only in constants (or comments) are one
+    fingerprint, with their calls, rows and time; the text shown has '?' for literals."""
+    import json
+    http_port = free_port()
+    t = ctx.tern(extra="[admin]\nadmin_users = postgres\nhttp_listen = 127.0.0.1:%d\n" % http_port)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        for i in range(5):
+            w.query("select %d from generate_series(1, 3)" % i)
+        w.query("/* a comment */ select 9 from generate_series(1, 3)")
+        for _ in range(2):
+            w.query("select pg_sleep(0.05)")
+
+    def digests():
+        rows = [line.split("|") for line in psql_ok(t.port, "show digests", dbname="pgbouncer").splitlines()]
+        return {r[5]: r for r in rows}
+    wait_for(lambda: "select ? from generate_series(?, ?)" in digests() and "select pg_sleep(?)" in digests(),
+             "both digests (have %r)" % list(digests()), timeout=5)
+    d = digests()
+    series = d["select ? from generate_series(?, ?)"]
+    check(series[1] == "6" and series[4] == "18", "6 calls of 3 rows, the commented one too: %r" % series)
+    sleep = d["select pg_sleep(?)"]
+    check(sleep[1] == "2" and float(sleep[3]) >= 50.0 and float(sleep[2]) >= 100.0,
+          "two calls of at least 50 ms: %r" % sleep)
+    body = json.loads(urllib.request.urlopen("http://127.0.0.1:%d/api/digests" % http_port, timeout=10).read())
+    by_query = {e["query"]: e for e in body["digests"]}
+    check(body["enabled"] and by_query["select pg_sleep(?)"]["calls"] == 2 and
+          by_query["select pg_sleep(?)"]["fingerprint"] == sleep[0], "/api/digests says the same: %r" % body)
+    check(body["digests"][0]["query"] == "select pg_sleep(?)", "longest total time first")
+
+
 # ---------------------------------------------------------------- runner
 
 
