@@ -191,19 +191,10 @@ void admin_show_pools(struct admin_reply *r, struct tern_runtime *rt)
 	free(rows);
 }
 
-/* SHOW CLIENTS and SHOW SERVERS have the same columns, as PgBouncer's. */
+/* SHOW CLIENTS and SHOW SERVERS have PgBouncer's same columns (the first ADMIN_SOCKET_COLUMNS); SHOW
+ * SERVERS then adds tern's: which server ([servers] key), its role as the server says, a standby's lag
+ * behind the primary in WAL bytes, and its LSN (the monitor's last round or probe). */
 static const struct admin_column admin_socket_columns[] = {
-	{"type", ADMIN_TEXT},	     {"user", ADMIN_TEXT},	   {"database", ADMIN_TEXT},
-	{"state", ADMIN_TEXT},	     {"addr", ADMIN_TEXT},	   {"port", ADMIN_INT4},
-	{"local_addr", ADMIN_TEXT},  {"local_port", ADMIN_INT4},   {"connect_time", ADMIN_TEXT},
-	{"request_time", ADMIN_TEXT}, {"wait", ADMIN_INT4},	   {"wait_us", ADMIN_INT4},
-	{"close_needed", ADMIN_INT4}, {"ptr", ADMIN_TEXT},	   {"link", ADMIN_TEXT},
-	{"remote_pid", ADMIN_INT4},  {"tls", ADMIN_TEXT},	   {"application_name", ADMIN_TEXT},
-};
-
-/* SHOW SERVERS: PgBouncer's columns, then tern's: which server ([servers] key), its role as the server
- * says, a standby's lag behind the primary in WAL bytes, and its LSN (the monitor's last round or probe). */
-static const struct admin_column admin_server_columns[] = {
 	{"type", ADMIN_TEXT},	     {"user", ADMIN_TEXT},	   {"database", ADMIN_TEXT},
 	{"state", ADMIN_TEXT},	     {"addr", ADMIN_TEXT},	   {"port", ADMIN_INT4},
 	{"local_addr", ADMIN_TEXT},  {"local_port", ADMIN_INT4},   {"connect_time", ADMIN_TEXT},
@@ -213,6 +204,7 @@ static const struct admin_column admin_server_columns[] = {
 	{"server", ADMIN_TEXT},	     {"role", ADMIN_TEXT},	   {"lag_bytes", ADMIN_INT8},
 	{"lsn", ADMIN_TEXT},
 };
+#define ADMIN_SOCKET_COLUMNS 18u
 
 void admin_show_servers(struct admin_reply *r, struct tern_runtime *rt)
 {
@@ -222,7 +214,7 @@ void admin_show_servers(struct admin_reply *r, struct tern_runtime *rt)
 		r->overflow = true;
 		return;
 	}
-	admin_reply_columns(r, ADMIN_COLUMNS(admin_server_columns));
+	admin_reply_columns(r, ADMIN_COLUMNS(admin_socket_columns));
 	struct timespec wall;
 	clock_gettime(CLOCK_REALTIME, &wall);
 	uint64_t now = base_now_ns();
@@ -253,13 +245,13 @@ void admin_show_servers(struct admin_reply *r, struct tern_runtime *rt)
 			ptr, link, ADMIN_UINT(pid, row->backend_pid), "", "", rt->pool->servers[row->server_index].name,
 			ms ? monitor_role_name(__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE)) : "unknown", lag_bytes, lsn_text,
 		};
-		static_assert(TERN_ARRAY_LEN(values) == TERN_ARRAY_LEN(admin_server_columns), "a value per column");
+		static_assert(TERN_ARRAY_LEN(values) == TERN_ARRAY_LEN(admin_socket_columns), "a value per column");
 		admin_reply_row(r, values, TERN_ARRAY_LEN(values));
 	}
 	free(rows);
 }
 
-void admin_show_client_columns(struct admin_reply *r) { admin_reply_columns(r, ADMIN_COLUMNS(admin_socket_columns)); }
+void admin_show_client_columns(struct admin_reply *r) { admin_reply_columns(r, admin_socket_columns, ADMIN_SOCKET_COLUMNS); }
 
 /* One client's row; runs on the session's own worker. States: login (before the welcome), waiting
  * (for a server: in the pool's queue or behind PAUSE), active (holds a server connection, or is an
@@ -300,7 +292,7 @@ void admin_show_client_row(struct admin_reply *r, struct session *s, uint64_t no
 		ADMIN_UINT(wait, waited_ns / BASE_NS_PER_SEC), ADMIN_UINT(wait_us, waited_ns % BASE_NS_PER_SEC / 1000),
 		"0", ptr, link, "0", tls, s->application_name,
 	};
-	static_assert(TERN_ARRAY_LEN(values) == TERN_ARRAY_LEN(admin_socket_columns), "a value per column");
+	static_assert(TERN_ARRAY_LEN(values) == ADMIN_SOCKET_COLUMNS, "a value per column");
 	admin_reply_row(r, values, TERN_ARRAY_LEN(values));
 }
 

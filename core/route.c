@@ -221,21 +221,30 @@ static bool route_wants(const struct session *s, enum config_consistency level)
 	       !p->is_unsynced && sendq_is_empty(&p->to_server);
 }
 
+/* Appends to b. 0 or -ENOMEM. */
+static int route_bytes_append(struct route_bytes *b, const void *data, uint32_t len)
+{
+	if (b->len + len > b->cap) {
+		uint32_t cap = TERN_MAX(b->cap * 2, b->len + len);
+		uint8_t *grown = realloc(b->data, cap);
+		if (!grown)
+			return -ENOMEM;
+		b->data = grown;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, data, len);
+	b->len += len;
+	return 0;
+}
+
+/* The Query (body as sent) becomes the held message, header included. */
 static int route_hold(struct session *s, const uint8_t *body, uint32_t len)
 {
-	uint32_t need = PROTO_HEADER_LEN + len;
-	if (need > s->routing.held_cap) {
-		uint8_t *held = realloc(s->routing.held, need);
-		if (!held)
-			return -ENOMEM;
-		s->routing.held = held;
-		s->routing.held_cap = need;
-	}
-	s->routing.held[0] = PROTO_FE_QUERY;
-	proto_write_u32(s->routing.held + 1, len + 4);
-	memcpy(s->routing.held + PROTO_HEADER_LEN, body, len);
-	s->routing.held_len = need;
-	return 0;
+	uint8_t header[PROTO_HEADER_LEN] = {PROTO_FE_QUERY};
+	proto_write_u32(header + 1, len + 4);
+	s->routing.held.len = 0;
+	return route_bytes_append(&s->routing.held, header, sizeof(header)) < 0 ? -ENOMEM
+									: route_bytes_append(&s->routing.held, body, len);
 }
 
 /* The read's target: strict, a primary LSN probed after now; session, the client's last write's
@@ -279,22 +288,6 @@ static void route_read_begins(struct session *s, const struct tern_config *cfg, 
 	route_set_target(s);
 }
 
-static int route_hold_append(struct session *s, const uint8_t *data, uint32_t len)
-{
-	struct session_route *route = &s->routing;
-	if (route->held_len + len > route->held_cap) {
-		uint32_t cap = TERN_MAX(route->held_cap * 2, route->held_len + len);
-		uint8_t *held = realloc(route->held, cap);
-		if (!held)
-			return -ENOMEM;
-		route->held = held;
-		route->held_cap = cap;
-	}
-	memcpy(route->held + route->held_len, data, len);
-	route->held_len += len;
-	return 0;
-}
-
 enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t len, bool *probe_after)
 {
 	if (len == 0 || body[len - 1] != '\0')
@@ -336,20 +329,7 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 
 int route_backlog_append(struct session *s, const uint8_t *data, uint32_t len)
 {
-	struct session_route *route = &s->routing;
-	if (len == 0)
-		return 0;
-	if (route->backlog_len + len > route->backlog_cap) {
-		uint32_t cap = TERN_MAX(route->backlog_cap * 2, route->backlog_len + len);
-		uint8_t *backlog = realloc(route->backlog, cap);
-		if (!backlog)
-			return -ENOMEM;
-		route->backlog = backlog;
-		route->backlog_cap = cap;
-	}
-	memcpy(route->backlog + route->backlog_len, data, len);
-	route->backlog_len += len;
-	return 0;
+	return len ? route_bytes_append(&s->routing.backlog, data, len) : 0;
 }
 
 /* The replica to serve the read (pick.h) among the standbys that may: up, not the primary, a weight
@@ -431,12 +411,12 @@ static void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 	route->is_read_on_primary = !is_replica && is_read; /* a read writes nothing: no probe after it */
 	route->client_leg = is_replica && route->is_batch ? leg : NULL; /* stmts keeps the batch's replies there */
 	leg->is_reply_guarded = is_replica && !route->is_batch; /* a batch's answer interleaves tern's own */
-	route->reply_held_len = 0;
+	route->reply_held.len = 0;
 	route->is_rerun = false;
-	session_relay_feed(s, leg, true, RING_NO_BUFFER, route->held, route->held_len);
+	s->parts->feed(s, leg, true, route->held.data, route->held.len);
 	route->is_read_on_primary = false;
 	if (!is_replica) {
-		route->held_len = 0;
+		route->held.len = 0;
 		route->is_batch = false;
 	}
 }
@@ -523,7 +503,7 @@ bool route_collects(struct session *s, const uint8_t *data, uint32_t len)
 	if (route_backlog_append(s, data, len) < 0)
 		return false;
 	s->routing.state = ROUTE_COLLECTING;
-	s->routing.held_len = 0;
+	s->routing.held.len = 0;
 	s->routing.is_batch = true;
 	return true;
 }
@@ -554,7 +534,7 @@ static bool route_batch_is_read(struct session *s, const struct tern_config *cfg
 	uint32_t name_count = 0;
 	bool is_unnamed_read = false, has_execute = false;
 	bool has_stmts = s->observers_on & (1u << OBSERVER_STMTS);
-	const uint8_t *p = s->routing.held, *end = p + s->routing.held_len;
+	const uint8_t *p = s->routing.held.data, *end = p + s->routing.held.len;
 	while (p < end) {
 		uint8_t type = p[0];
 		const uint8_t *body = p + PROTO_HEADER_LEN, *next = p + 1 + proto_read_u32(p + 1);
@@ -612,20 +592,20 @@ static bool route_collect(struct session *s)
 	struct session_route *route = &s->routing;
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	for (;;) {
-		if (route->backlog_len < PROTO_HEADER_LEN)
+		if (route->backlog.len < PROTO_HEADER_LEN)
 			return false;
-		uint8_t type = route->backlog[0];
-		uint32_t length = proto_read_u32(route->backlog + 1);
+		uint8_t type = route->backlog.data[0];
+		uint32_t length = proto_read_u32(route->backlog.data + 1);
 		bool is_extended = type == PROTO_FE_PARSE || type == PROTO_FE_BIND || type == PROTO_FE_DESCRIBE ||
 				   type == PROTO_FE_EXECUTE || type == PROTO_FE_CLOSE || type == PROTO_FE_SYNC;
-		if (!is_extended || length < 4 || route->held_len + 1 + (uint64_t)length > ROUTE_BATCH_MAX)
+		if (!is_extended || length < 4 || route->held.len + 1 + (uint64_t)length > ROUTE_BATCH_MAX)
 			break; /* not a batch routing reads: the relay takes it from here */
-		if (route->backlog_len < 1 + length)
+		if (route->backlog.len < 1 + length)
 			return false;
-		if (route_hold_append(s, route->backlog, 1 + length) < 0)
+		if (route_bytes_append(&route->held, route->backlog.data, 1 + length) < 0)
 			break;
-		route->backlog_len -= 1 + length;
-		memmove(route->backlog, route->backlog + 1 + length, route->backlog_len);
+		route->backlog.len -= 1 + length;
+		memmove(route->backlog.data, route->backlog.data + 1 + length, route->backlog.len);
 		if (type != PROTO_FE_SYNC)
 			continue;
 		if (!route_batch_is_read(s, cfg))
@@ -655,19 +635,16 @@ void route_run(struct session *s)
 			if (!route_is_settled(s))
 				return;
 			route->state = ROUTE_IDLE;
-			route->held[route->held_len - 1] = '\0'; /* (it is: the body's terminator) */
-			route_answer_setting(s, (const char *)route->held + PROTO_HEADER_LEN);
-			route->held_len = 0;
+			route_answer_setting(s, (const char *)route->held.data + PROTO_HEADER_LEN); /* NUL-terminated */
+			route->held.len = 0;
 			continue;
 		}
-		if (route->state != ROUTE_IDLE || route->backlog_len == 0)
+		if (route->state != ROUTE_IDLE || route->backlog.len == 0)
 			return;
-		uint8_t *data = route->backlog; /* fed whole: what it leaves goes back to an empty backlog */
-		uint32_t len = route->backlog_len;
-		route->backlog = NULL;
-		route->backlog_len = route->backlog_cap = 0;
-		session_relay_feed(s, session_primary(s), false, RING_NO_BUFFER, data, len);
-		free(data);
+		struct route_bytes fed = route->backlog; /* fed whole: what it leaves goes back to an empty backlog */
+		route->backlog = (struct route_bytes){0};
+		s->parts->feed(s, session_primary(s), false, fed.data, fed.len);
+		free(fed.data);
 	}
 	session_client_pace(s);
 }
@@ -685,7 +662,7 @@ void route_on_progress(struct session *s, struct leg *leg)
 			route_to_primary(s, &s->host->stats.fallback_error);
 		} else {
 			route->state = ROUTE_IDLE; /* answered, and its connection went back */
-			route->held_len = 0;
+			route->held.len = 0;
 			route->client_leg = NULL;
 			route->is_batch = false;
 		}
@@ -718,16 +695,16 @@ static void route_guard_release(struct session *s, struct leg *leg)
 {
 	struct session_route *route = &s->routing;
 	leg->is_reply_guarded = false;
-	if (route->reply_held_len > 0)
-		route_guard_send(s, leg, PROTO_BE_ROW_DESCRIPTION, route->reply_held, route->reply_held_len);
-	route->reply_held_len = 0;
+	if (route->reply_held.len > 0)
+		route_guard_send(s, leg, PROTO_BE_ROW_DESCRIPTION, route->reply_held.data, route->reply_held.len);
+	route->reply_held.len = 0;
 }
 
 enum route_guard route_guard_type(struct session *s, struct leg *leg, uint8_t type)
 {
 	if (s->routing.is_rerun)
 		return ROUTE_GUARD_HIDE; /* the rest of the refused answer, to its ReadyForQuery */
-	if ((type == PROTO_BE_ROW_DESCRIPTION && s->routing.reply_held_len == 0) || type == PROTO_BE_ERROR)
+	if ((type == PROTO_BE_ROW_DESCRIPTION && s->routing.reply_held.len == 0) || type == PROTO_BE_ERROR)
 		return ROUTE_GUARD_HOLD;
 	route_guard_release(s, leg); /* a row, a CommandComplete, a notice: the answer is the client's */
 	return ROUTE_GUARD_PASS;
@@ -737,15 +714,9 @@ int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const 
 {
 	struct session_route *route = &s->routing;
 	if (type == PROTO_BE_ROW_DESCRIPTION) {
-		if (len > route->reply_held_cap) {
-			uint8_t *held = realloc(route->reply_held, len);
-			if (!held)
-				return -ENOMEM;
-			route->reply_held = held;
-			route->reply_held_cap = len;
-		}
-		memcpy(route->reply_held, body, len);
-		route->reply_held_len = len;
+		route->reply_held.len = 0;
+		if (route_bytes_append(&route->reply_held, body, len) < 0)
+			return -ENOMEM;
 		return 0;
 	}
 	TERN_ASSERT(type == PROTO_BE_ERROR);
@@ -755,7 +726,7 @@ int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const 
 		TERN_INFO("client %s/%s: a replica refused a read (%s: %s); the primary serves it", s->user, s->database,
 			  fields.sqlstate, fields.message);
 		route->is_rerun = true;
-		route->reply_held_len = 0;
+		route->reply_held.len = 0;
 		return 0;
 	}
 	route_guard_release(s, leg);
@@ -789,10 +760,10 @@ void route_end(struct session *s)
 void route_deinit(struct session *s)
 {
 	route_unwait(s);
-	free(s->routing.held);
-	free(s->routing.backlog);
-	free(s->routing.reply_held);
-	s->routing.held = s->routing.backlog = s->routing.reply_held = NULL;
+	free(s->routing.held.data);
+	free(s->routing.backlog.data);
+	free(s->routing.reply_held.data);
+	s->routing.held = s->routing.backlog = s->routing.reply_held = (struct route_bytes){0};
 }
 
 void route_check_waits(struct host *host, uint64_t now_ns)

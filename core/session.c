@@ -252,14 +252,14 @@ static bool session_client_is_backed_up(const struct session *s)
 	const struct leg *leg = session_primary(s);
 	uint64_t high = leg->conn ? SENDQ_HIGH_BYTES : SESSION_QUEUE_PARKED_BYTES;
 	return sendq_is_full(&leg->to_server, high) || sendq_is_full(&s->to_client, SENDQ_HIGH_BYTES) ||
-	       leg->replies.count > STMT_REPLIES_HIGH || s->routing.backlog_len > SESSION_QUEUE_PARKED_BYTES;
+	       leg->replies.count > STMT_REPLIES_HIGH || s->routing.backlog.len > SESSION_QUEUE_PARKED_BYTES;
 }
 
 static bool session_client_is_drained(const struct session *s)
 {
 	const struct leg *leg = session_primary(s);
 	return sendq_is_low(&leg->to_server) && sendq_is_low(&s->to_client) && leg->replies.count < STMT_REPLIES_LOW &&
-	       s->routing.backlog_len <= SESSION_QUEUE_PARKED_BYTES / 2;
+	       s->routing.backlog.len <= SESSION_QUEUE_PARKED_BYTES / 2;
 }
 
 void session_client_pace(struct session *s)

@@ -87,6 +87,8 @@ struct session_parts {
 	void (*on_login_bytes)(struct session *s, const uint8_t *data, uint32_t len);
 	/* Client bytes after it (SESSION_READY), in receive buffer buffer_id or RING_NO_BUFFER. */
 	void (*on_client_chunk)(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len);
+	/* Routing's: client bytes it held, to leg (is_routed: a query or batch routing placed already). */
+	void (*feed)(struct session *s, struct leg *leg, bool is_routed, const uint8_t *data, uint32_t len);
 	/* leg_ops.on_bytes: what the server sent. */
 	int (*on_server_bytes)(struct leg *leg, uint16_t buffer_id, const uint8_t *data, uint32_t len);
 	/* leg got a connection: the client's state is restored on it, then the queued bytes go. */
@@ -112,6 +114,12 @@ enum route_state {
 	ROUTE_COLLECTING, /* an extended-protocol batch is read up to its Sync before routing decides */
 };
 
+/* Bytes routing keeps (malloc'd, grown as needed; freed by route_deinit). */
+struct route_bytes {
+	uint8_t *data;
+	uint32_t len, cap;
+};
+
 struct session_route {
 	uint8_t state;         /* enum route_state */
 	uint8_t consistency;   /* enum config_consistency: the client's own (SET tern.consistency) ... */
@@ -120,11 +128,9 @@ struct session_route {
 	uint64_t write_lsn;     /* session: the primary's insert LSN after the client's last write (0: none) */
 	/* The read being routed (or the SET tern.* waiting its turn): its Query message, header included, or
 	 * the messages of an extended-protocol batch up to its Sync. */
-	uint8_t *held;
-	uint32_t held_len, held_cap;
+	struct route_bytes held;
 	/* What the client sent after it, not yet read: fed to the relay once the read is answered. */
-	uint8_t *backlog;
-	uint32_t backlog_len, backlog_cap;
+	struct route_bytes backlog;
 	/* The wait: the LSN a replica must have replayed (known once the strict probe answered). */
 	uint64_t target_lsn;
 	uint64_t probe_ticket; /* strict: the monitor's probe this read waits for; 0 when none */
@@ -135,8 +141,7 @@ struct session_route {
 	bool is_batch;          /* the held messages are an extended-protocol batch (not re-run: stmts saw them) */
 	struct leg *client_leg; /* while a routed batch runs on a replica: its leg (session_client_leg) */
 	/* The replica's RowDescription, held until the first row shows the answer is the client's. */
-	uint8_t *reply_held;
-	uint32_t reply_held_len, reply_held_cap;
+	struct route_bytes reply_held;
 	struct base_list wait_link; /* host->route_waits while ROUTE_WAITING */
 	uint64_t replica_mark; /* the replica leg's to_client_bytes when the read went to it */
 	struct pool_server *server; /* the replica it goes to */
@@ -434,5 +439,7 @@ struct leg *session_replica_leg(struct session *s);
 /* The relay: client bytes to leg (routing places no query in them when is_routed: route_dispatch). */
 void session_relay_feed(struct session *s, struct leg *leg, bool is_routed, uint16_t buffer_id, const uint8_t *data,
 			uint32_t len);
+/* session_parts.feed: bytes routing holds (copies) to the relay. */
+void session_relay_feed_held(struct session *s, struct leg *leg, bool is_routed, const uint8_t *data, uint32_t len);
 
 #endif

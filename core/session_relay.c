@@ -231,6 +231,11 @@ void session_relay_feed(struct session *s, struct leg *leg, bool is_routed, uint
 	session_assert_invariants(s);
 }
 
+void session_relay_feed_held(struct session *s, struct leg *leg, bool is_routed, const uint8_t *data, uint32_t len)
+{
+	session_relay_feed(s, leg, is_routed, RING_NO_BUFFER, data, len);
+}
+
 void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)
 {
 	s->client_active_ns = base_now_ns();
@@ -241,7 +246,7 @@ void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const 
 			session_client_pace(s);
 		return;
 	}
-	TERN_ASSERT(s->routing.backlog_len == 0);
+	TERN_ASSERT(s->routing.backlog.len == 0);
 	if (route_collects(s, data, len)) { /* an extended-protocol batch: read to its Sync first */
 		route_run(s);
 		return;
@@ -375,6 +380,7 @@ void session_relay_attach(struct session *s, struct leg *leg, struct pool_conn *
 const struct session_parts session_relay_parts = {
 	.on_login_bytes = session_login_on_bytes,
 	.on_client_chunk = session_relay_on_client_chunk,
+	.feed = session_relay_feed_held,
 	.on_server_bytes = session_relay_on_server_bytes,
 	.attach = session_relay_attach,
 	.before_release = dispatch_before_release,
