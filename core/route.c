@@ -64,7 +64,7 @@ static bool route_is_end(const char *p)
 
 static void route_send_ready(struct session *s)
 {
-	const struct leg *leg = session_primary(s);
+	const struct leg *leg = session_client_leg(s);
 	uint8_t msg[8];
 	size_t n = proto_build_ready(msg, sizeof(msg), leg->conn ? leg->tx_status : 'I');
 	session_send_to_client(s, msg, (uint32_t)n);
@@ -196,11 +196,15 @@ static bool route_is_setting(const char *sql)
 }
 
 /* Nothing of the client's is owed by a server: tern may answer in its place now. */
+static bool route_leg_owes_nothing(const struct leg *leg)
+{
+	return !leg || (leg->pending_ready == 0 && leg->replies.count == 0 && !leg->is_unsynced &&
+			!leg->is_request_pending && sendq_is_empty(&leg->to_server));
+}
+
 static bool route_is_settled(const struct session *s)
 {
-	const struct leg *p = session_primary(s), *r = s->legs[LEG_REPLICA];
-	return p->pending_ready == 0 && p->replies.count == 0 && !p->is_unsynced && sendq_is_empty(&p->to_server) &&
-	       (!r || (!r->conn && !r->is_request_pending && sendq_is_empty(&r->to_server)));
+	return route_leg_owes_nothing(session_primary(s)) && route_leg_owes_nothing(s->legs[LEG_REPLICA]);
 }
 
 /* ---- the decision ---- */
@@ -288,6 +292,31 @@ static void route_read_begins(struct session *s, const struct tern_config *cfg, 
 	route_set_target(s);
 }
 
+/* A Query in a read-only transaction on a replica: one request at a time (the scan stops behind it, so
+ * nothing the client sent after a COMMIT reaches the replica); a text of several statements that is not
+ * all reads is refused (one of them could end the transaction, and the rest must not run on the replica). */
+static enum route_query route_tx_query(struct session *s, const struct tern_config *cfg, const char *sql)
+{
+	struct classify_result r;
+	if (!classify_fast_path(sql, &r))
+		route_classify(s, cfg, sql, &r);
+	if (r.statement_count > 1 && r.kind != CLASSIFY_READ) {
+		session_send_error(s, "ERROR", "0A000",
+				   "tern runs this READ ONLY transaction on a replica: send its statements other than "
+				   "reads one per query",
+				   NULL);
+		route_send_ready(s);
+		return ROUTE_QUERY_REFUSED;
+	}
+	return ROUTE_QUERY_ADMIT_LAST;
+}
+
+void route_tx_request_sent(struct session *s)
+{
+	TERN_ASSERT(s->routing.state == ROUTE_REPLICA_TX);
+	s->routing.state = ROUTE_REPLICA_TX_BUSY;
+}
+
 enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t len, bool *probe_after)
 {
 	if (len == 0 || body[len - 1] != '\0')
@@ -306,6 +335,8 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 	if (!s->is_transaction_pooling || s->pinned_server)
 		return ROUTE_QUERY_ADMIT; /* every query goes to the one server */
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
+	if (route_is_replica_tx(s))
+		return route_tx_query(s, cfg, sql);
 	enum config_consistency level = route_level(s, cfg);
 	struct classify_result r;
 	if (!route_wants(s, level)) {
@@ -316,13 +347,15 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 		return ROUTE_QUERY_ADMIT;
 	}
 	route_classify(s, cfg, sql, &r);
-	if (r.kind != CLASSIFY_READ) {
+	bool is_tx = r.kind == CLASSIFY_BEGIN && r.is_read_only && r.statement_count == 1;
+	if (r.kind != CLASSIFY_READ && !is_tx) {
 		*probe_after = level == CONFIG_CONSISTENCY_SESSION && r.kind == CLASSIFY_WRITE;
 		return ROUTE_QUERY_ADMIT;
 	}
 	if (route_hold(s, body, len) < 0)
 		return ROUTE_QUERY_ADMIT;
 	s->routing.is_batch = false;
+	s->routing.is_tx = is_tx;
 	route_read_begins(s, cfg, level);
 	return ROUTE_QUERY_TAKEN;
 }
@@ -405,19 +438,20 @@ static void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 	if (route->is_waited)
 		route_observe_wait(&s->host->stats, base_now_ns() - route->arrived_ns);
 	bool is_replica = leg->role == LEG_REPLICA;
-	route->state = is_replica ? ROUTE_ON_REPLICA : ROUTE_IDLE;
+	route->state = !is_replica ? ROUTE_IDLE : route->is_tx ? ROUTE_REPLICA_TX_BUSY : ROUTE_ON_REPLICA;
 	if (is_replica)
 		route->replica_mark = leg->to_client_bytes;
 	route->is_read_on_primary = !is_replica && is_read; /* a read writes nothing: no probe after it */
-	route->client_leg = is_replica && route->is_batch ? leg : NULL; /* stmts keeps the batch's replies there */
-	leg->is_reply_guarded = is_replica && !route->is_batch; /* a batch's answer interleaves tern's own */
+	/* stmts keeps a batch's replies there, and a transaction's statements go there */
+	route->client_leg = is_replica && (route->is_batch || route->is_tx) ? leg : NULL;
+	leg->is_reply_guarded = is_replica && !route->is_batch && !route->is_tx; /* a simple read's answer alone */
 	route->reply_held.len = 0;
 	route->is_rerun = false;
 	s->parts->feed(s, leg, true, route->held.data, route->held.len);
 	route->is_read_on_primary = false;
 	if (!is_replica) {
 		route->held.len = 0;
-		route->is_batch = false;
+		route->is_batch = route->is_tx = false;
 	}
 }
 
@@ -505,6 +539,7 @@ bool route_collects(struct session *s, const uint8_t *data, uint32_t len)
 	s->routing.state = ROUTE_COLLECTING;
 	s->routing.held.len = 0;
 	s->routing.is_batch = true;
+	s->routing.is_tx = false;
 	return true;
 }
 
@@ -519,20 +554,27 @@ static const char *route_cstring(const uint8_t **p, const uint8_t *end)
 	return text;
 }
 
-static bool route_text_is_read(struct session *s, const struct tern_config *cfg, const char *sql)
+/* What a batch's statement is to routing: a read, a BEGIN READ ONLY, or neither. */
+enum route_text { ROUTE_TEXT_OTHER = 0, ROUTE_TEXT_READ, ROUTE_TEXT_BEGIN_READ_ONLY };
+
+static enum route_text route_text_of(struct session *s, const struct tern_config *cfg, const char *sql)
 {
 	struct classify_result r;
 	route_classify(s, cfg, sql, &r);
-	return r.kind == CLASSIFY_READ;
+	if (r.kind == CLASSIFY_READ)
+		return ROUTE_TEXT_READ;
+	return r.kind == CLASSIFY_BEGIN && r.is_read_only && r.statement_count == 1 ? ROUTE_TEXT_BEGIN_READ_ONLY
+										    : ROUTE_TEXT_OTHER;
 }
 
-/* True when every statement the held batch runs is a read: each Parse's text, and each Bind's statement
- * (parsed as a read in the batch, or a named statement tern keeps whose text is one), with an Execute. */
-static bool route_batch_is_read(struct session *s, const struct tern_config *cfg)
+/* ROUTE_TEXT_READ when every statement the held batch runs is a read (each Parse's text; each Bind's
+ * statement, parsed in the batch or a named statement tern keeps) and it executes something;
+ * ROUTE_TEXT_BEGIN_READ_ONLY when it is that alone, executed once; else ROUTE_TEXT_OTHER. */
+static enum route_text route_batch_text(struct session *s, const struct tern_config *cfg)
 {
 	const char *names[ROUTE_BATCH_NAMES_MAX];
-	uint32_t name_count = 0;
-	bool is_unnamed_read = false, has_execute = false;
+	uint32_t name_count = 0, executes = 0, begins = 0;
+	bool is_unnamed_known = false;
 	bool has_stmts = s->observers_on & (1u << OBSERVER_STMTS);
 	const uint8_t *p = s->routing.held.data, *end = p + s->routing.held.len;
 	while (p < end) {
@@ -542,20 +584,22 @@ static bool route_batch_is_read(struct session *s, const struct tern_config *cfg
 		switch (type) {
 		case PROTO_FE_PARSE: {
 			const char *name = route_cstring(&body, next), *sql = name ? route_cstring(&body, next) : NULL;
-			if (!sql || !route_text_is_read(s, cfg, sql))
-				return false;
+			enum route_text text = sql ? route_text_of(s, cfg, sql) : ROUTE_TEXT_OTHER;
+			if (text == ROUTE_TEXT_OTHER || (text == ROUTE_TEXT_BEGIN_READ_ONLY && (name[0] || begins > 0)))
+				return ROUTE_TEXT_OTHER;
+			begins += text == ROUTE_TEXT_BEGIN_READ_ONLY;
 			if (!name[0])
-				is_unnamed_read = true;
+				is_unnamed_known = true;
 			else if (!has_stmts || name_count == ROUTE_BATCH_NAMES_MAX)
-				return false;
+				return ROUTE_TEXT_OTHER;
 			else
 				names[name_count++] = name;
 			break;
 		}
 		case PROTO_FE_BIND: {
 			const char *portal = route_cstring(&body, next), *name = portal ? route_cstring(&body, next) : NULL;
-			if (!name || (!name[0] && !is_unnamed_read))
-				return false;
+			if (!name || (!name[0] && !is_unnamed_known))
+				return ROUTE_TEXT_OTHER;
 			if (!name[0])
 				break;
 			bool is_known = false;
@@ -565,22 +609,24 @@ static bool route_batch_is_read(struct session *s, const struct tern_config *cfg
 				break;
 			const struct stmt *stmt = has_stmts ? stmt_map_get(&s->stmts.statements, name) : NULL;
 			if (!stmt || !memchr(stmt->content, '\0', stmt->content_len) ||
-			    !route_text_is_read(s, cfg, (const char *)stmt->content))
-				return false;
+			    route_text_of(s, cfg, (const char *)stmt->content) != ROUTE_TEXT_READ)
+				return ROUTE_TEXT_OTHER;
 			break;
 		}
 		case PROTO_FE_EXECUTE:
-			has_execute = true;
+			executes++;
 			break;
 		case PROTO_FE_DESCRIBE:
 		case PROTO_FE_CLOSE:
 		case PROTO_FE_SYNC:
 			break;
 		default:
-			return false;
+			return ROUTE_TEXT_OTHER;
 		}
 	}
-	return has_execute;
+	if (begins)
+		return executes == 1 && name_count == 0 ? ROUTE_TEXT_BEGIN_READ_ONLY : ROUTE_TEXT_OTHER;
+	return executes ? ROUTE_TEXT_READ : ROUTE_TEXT_OTHER;
 }
 
 /* Moves whole messages from the backlog into the held batch up to its Sync, then decides: a batch of
@@ -608,8 +654,11 @@ static bool route_collect(struct session *s)
 		memmove(route->backlog.data, route->backlog.data + 1 + length, route->backlog.len);
 		if (type != PROTO_FE_SYNC)
 			continue;
-		if (!route_batch_is_read(s, cfg))
+		enum route_text text = route_batch_text(s, cfg);
+		if (text == ROUTE_TEXT_OTHER)
 			break;
+		route->is_tx = text == ROUTE_TEXT_BEGIN_READ_ONLY;
+		route->is_batch = !route->is_tx; /* a BEGIN alone: its transaction's statements follow as they come */
 		route_read_begins(s, cfg, route_level(s, cfg));
 		return true;
 	}
@@ -639,11 +688,12 @@ void route_run(struct session *s)
 			route->held.len = 0;
 			continue;
 		}
-		if (route->state != ROUTE_IDLE || route->backlog.len == 0)
-			return;
+		bool is_tx = route->state == ROUTE_REPLICA_TX;
+		if ((route->state != ROUTE_IDLE && !is_tx) || route->backlog.len == 0)
+			break;
 		struct route_bytes fed = route->backlog; /* fed whole: what it leaves goes back to an empty backlog */
 		route->backlog = (struct route_bytes){0};
-		s->parts->feed(s, session_primary(s), false, fed.data, fed.len);
+		s->parts->feed(s, session_client_leg(s), false, fed.data, fed.len);
 		free(fed.data);
 	}
 	session_client_pace(s);
@@ -652,7 +702,21 @@ void route_run(struct session *s)
 void route_on_progress(struct session *s, struct leg *leg)
 {
 	struct session_route *route = &s->routing;
-	if (route->state == ROUTE_ON_REPLICA) {
+	if (route->state == ROUTE_REPLICA_TX_BUSY) {
+		if (leg->role != LEG_REPLICA || !route_leg_owes_nothing(leg))
+			return;
+		if (leg->conn && leg->tx_status != 'I') {
+			route->state = ROUTE_REPLICA_TX; /* answered, the transaction goes on: the next request */
+		} else if (!leg->conn) { /* it ended, and its connection went back */
+			route_release_server(s);
+			route->state = ROUTE_IDLE;
+			route->held.len = 0;
+			route->client_leg = NULL;
+			route->is_tx = false;
+		} else {
+			return; /* ended: released at the end of the receive (a later progress) */
+		}
+	} else if (route->state == ROUTE_ON_REPLICA) {
 		if (leg->role != LEG_REPLICA || leg->conn || leg->is_request_pending)
 			return;
 		leg->is_reply_guarded = false;
@@ -738,7 +802,7 @@ bool route_on_lost(struct session *s, struct leg *leg)
 {
 	struct session_route *route = &s->routing;
 	if (leg->role != LEG_REPLICA || route->state != ROUTE_ON_REPLICA || s->phase != SESSION_READY ||
-	    leg->to_client_bytes != route->replica_mark || leg != s->legs[LEG_REPLICA] || route->is_batch)
+	    leg->to_client_bytes != route->replica_mark || leg != s->legs[LEG_REPLICA] || route->is_batch || route->is_tx)
 		return false; /* part of its answer reached the client (or a batch's statements were taken): the
 			       * session decides */
 	if (!session_set_aside_leg(s, LEG_REPLICA))

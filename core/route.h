@@ -28,11 +28,18 @@ enum route_query {
 	ROUTE_QUERY_ADMIT = 0, /* to the primary's leg, as any message */
 	ROUTE_QUERY_TAKEN,     /* routing holds it (a read, or a SET tern.* waiting its turn): stop the scan */
 	ROUTE_QUERY_ANSWERED,  /* tern answered it (SET tern.*): nothing goes to a server */
+	ROUTE_QUERY_ADMIT_LAST, /* to the client's leg, and the scan stops behind it until its answer is in */
+	ROUTE_QUERY_REFUSED,   /* tern answered it with an error */
 };
 
 /* A Query (body NUL-terminated as sent) arriving on the primary's leg. *probe_after: queue the write-LSN
  * probe behind it (route_push_probe) once it is queued. */
 enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t len, bool *probe_after);
+/* In a read-only transaction on a replica (ROUTE_REPLICA_TX): a Sync ends one request; the scan stops
+ * behind it until its answer is in (the transaction may have ended with it). */
+static inline bool route_is_replica_tx(const struct session *s) { return s->routing.state == ROUTE_REPLICA_TX; }
+/* The request that route_is_replica_tx let through is queued: the client's next bytes wait. */
+void route_tx_request_sent(struct session *s);
 /* A client chunk that begins an extended-protocol batch (Parse or Bind) while a read may go to a replica:
  * routing takes it (the batch is read up to its Sync before it decides; route_run). */
 bool route_collects(struct session *s, const uint8_t *data, uint32_t len);

@@ -112,6 +112,8 @@ enum route_state {
 	ROUTE_ON_REPLICA, /* a read runs on the replica's leg: the client's next bytes wait in the backlog */
 	ROUTE_SETTLING,   /* a SET tern.* waits for the replies owed before it */
 	ROUTE_COLLECTING, /* an extended-protocol batch is read up to its Sync before routing decides */
+	ROUTE_REPLICA_TX, /* a BEGIN READ ONLY transaction runs on the replica's leg: client bytes go there */
+	ROUTE_REPLICA_TX_BUSY, /* ... one request of it is in flight: the client's next bytes wait */
 };
 
 /* Bytes routing keeps (malloc'd, grown as needed; freed by route_deinit). */
@@ -139,7 +141,8 @@ struct session_route {
 	bool is_awaiting_probe; /* session: the last write's probe is still to answer on the primary's leg */
 	bool is_rerun;          /* the replica refused the read in a way the primary may not (40001, 25006) */
 	bool is_batch;          /* the held messages are an extended-protocol batch (not re-run: stmts saw them) */
-	struct leg *client_leg; /* while a routed batch runs on a replica: its leg (session_client_leg) */
+	bool is_tx;             /* the held Query is a BEGIN READ ONLY: its transaction follows it to the replica */
+	struct leg *client_leg; /* while a routed batch or transaction runs on a replica: its leg (session_client_leg) */
 	/* The replica's RowDescription, held until the first row shows the answer is the client's. */
 	struct route_bytes reply_held;
 	struct base_list wait_link; /* host->route_waits while ROUTE_WAITING */

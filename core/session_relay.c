@@ -111,6 +111,8 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 		leg->is_skipping_to_sync = false;
 	if (type == PROTO_FE_QUERY && !chunk->is_routed)
 		return PROTO_HOLD | PROTO_HOLD_SMALL; /* routing reads its text first (relay_client_query) */
+	if (type == PROTO_FE_SYNC && route_is_replica_tx(s))
+		return PROTO_HOLD; /* one request at a time (relay_client_tx_sync) */
 	return relay_client_admit(s, leg, type);
 }
 
@@ -147,12 +149,15 @@ static int relay_client_query(struct relay_chunk *chunk, const uint8_t *body, ui
 {
 	struct session *s = chunk->s;
 	bool probe = false;
-	switch (route_on_query(s, body, len, &probe)) {
+	enum route_query routed = route_on_query(s, body, len, &probe);
+	switch (routed) {
 	case ROUTE_QUERY_ANSWERED:
+	case ROUTE_QUERY_REFUSED:
 		return 0;
 	case ROUTE_QUERY_TAKEN:
 		return RELAY_STOP_ROUTED;
 	case ROUTE_QUERY_ADMIT:
+	case ROUTE_QUERY_ADMIT_LAST:
 		break;
 	}
 	unsigned action = relay_client_admit(s, chunk->leg, PROTO_FE_QUERY);
@@ -166,7 +171,30 @@ static int relay_client_query(struct relay_chunk *chunk, const uint8_t *body, ui
 	}
 	if (rc == 0 && probe && chunk->error == 0)
 		chunk->error = route_push_probe(s, chunk->leg);
+	if (rc == 0 && routed == ROUTE_QUERY_ADMIT_LAST) {
+		route_tx_request_sent(s);
+		return RELAY_STOP_ROUTED; /* the rest waits for its answer */
+	}
 	return rc;
+}
+
+/* A Sync of a read-only transaction on a replica: it ends one request; the rest waits for its answer. */
+static int relay_client_tx_sync(struct relay_chunk *chunk, const uint8_t *body, uint32_t len)
+{
+	struct session *s = chunk->s;
+	unsigned action = relay_client_admit(s, chunk->leg, PROTO_FE_SYNC);
+	if (action & PROTO_FORWARD)
+		relay_client_forward_held(chunk, PROTO_FE_SYNC, body, len);
+	int rc = 0;
+	if ((action & (PROTO_INSPECT | PROTO_HOLD)) && s->client_readers) {
+		struct observer_message m = {.type = PROTO_FE_SYNC, .body = body, .len = len, .buffer_id = chunk->buffer_id,
+					     .chunk = chunk->data};
+		rc = dispatch_client_message(s, chunk->leg, &m, s->client_readers);
+	}
+	if (rc < 0)
+		return rc;
+	route_tx_request_sent(s);
+	return RELAY_STOP_ROUTED;
 }
 
 static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t len)
@@ -175,6 +203,8 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	struct session *s = chunk->s;
 	if (type == PROTO_FE_QUERY && !chunk->is_routed)
 		return relay_client_query(chunk, body, len);
+	if (type == PROTO_FE_SYNC && route_is_replica_tx(s))
+		return relay_client_tx_sync(chunk, body, len);
 	if (s->client_readers) {
 		struct observer_message m = {
 			.type = type, .body = body, .len = len, .buffer_id = chunk->buffer_id, .chunk = chunk->data};
@@ -239,6 +269,12 @@ void session_relay_feed_held(struct session *s, struct leg *leg, bool is_routed,
 void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)
 {
 	s->client_active_ns = base_now_ns();
+	if (route_is_replica_tx(s) && s->routing.backlog.len == 0) { /* a read-only transaction's next request */
+		session_relay_feed(s, session_client_leg(s), false, buffer_id, data, len);
+		if (!route_is_replica_tx(s))
+			route_run(s);
+		return;
+	}
 	if (s->routing.state != ROUTE_IDLE) { /* a routed read is under way: the client's next bytes wait */
 		if (route_backlog_append(s, data, len) < 0)
 			session_end(s, SESSION_END_OUT_OF_MEMORY);

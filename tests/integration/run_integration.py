@@ -3526,6 +3526,50 @@ def digests_count_calls_time_and_rows_per_fingerprint(ctx):
     check(body["digests"][0]["query"] == "select pg_sleep(?)", "longest total time first")
 
 
+@test
+def a_read_only_transaction_runs_on_a_replica_and_what_follows_its_commit_does_not(ctx):
+    """BEGIN READ ONLY goes to a replica (after its LSN wait) and every statement of the transaction follows
+    it there, in both protocols, one request at a time: what the client pipelined behind the COMMIT runs
+    where it belongs (a write on the primary). A write inside it fails as PostgreSQL fails it in a read-only
+    transaction (25006); a text of several statements that are not all reads is refused (0A000); a
+    plain BEGIN stays on the primary."""
+    ctx.pg.psql("drop table if exists routing_tx; create table routing_tx(a int)")
+    ctx.pg.wait_replica_caught_up()
+    t = routing_tern(ctx, level="session")
+    with Wire(t.port) as w:
+        w.login("postgres")
+        w.query("begin read only")
+        check(w.query("select pg_is_in_recovery()") == [["t"]], "in the transaction: the replica")
+        check(w.query("select 1; select pg_is_in_recovery()") == [["1"], ["t"]], "several reads in one query")
+        try:
+            w.query("select 1; commit")
+            raise AssertionError("a mixed text was run")
+        except WireError as err:
+            check(err.sqlstate == "0A000", "a mixed text is refused: %r" % err.fields)
+        kinds, rows, err, status = w.exchange(parse("", "select pg_is_in_recovery()"), bind(""), execute(), SYNC)
+        check(err is None and rows == [["t"]] and status == "T", "the extended protocol too: %r" % ((rows, status),))
+        try:
+            w.query("insert into routing_tx values (1)")
+            raise AssertionError("a write ran in a read-only transaction")
+        except WireError as err:
+            check(err.sqlstate == "25006", "as in any read-only transaction: %r" % err.fields)
+        w.query("rollback")
+        batch = ["begin read only", "select pg_is_in_recovery()", "commit",
+                 "insert into routing_tx values (2) returning pg_is_in_recovery()", "select count(*) from routing_tx"]
+        w.send(b"".join(message(b"Q", sql.encode() + b"\0") for sql in batch))
+        rows = [[data_row(body) for kind, body in w.read_until_ready() if kind == b"D"] for _ in batch]
+        check(rows == [[], [["t"]], [], [["f"]], [["1"]]], "pipelined behind the COMMIT: the primary's: %r" % rows)
+        kinds, rows, err, status = w.exchange(parse("", "begin read only"), bind(""), execute(), SYNC)
+        check(err is None and status == "T", "BEGIN READ ONLY through the extended protocol: %r" % status)
+        kinds, rows, err, status = w.exchange(parse("", "select pg_is_in_recovery()"), bind(""), execute(), SYNC)
+        check(rows == [["t"]], "on the replica: %r" % rows)
+        kinds, rows, err, status = w.exchange(parse("", "commit"), bind(""), execute(), SYNC)
+        check(err is None and status == "I", "COMMIT through the extended protocol ends it: %r" % status)
+        check(w.query("insert into routing_tx values (3) returning pg_is_in_recovery()") == [["f"]], "then the primary")
+        check(w.query("begin; select pg_is_in_recovery(); commit") == [["f"]], "a plain transaction: the primary")
+        check(w.query("select count(*) from routing_tx") == [["2"]], "the session read sees both writes")
+
+
 # ---------------------------------------------------------------- runner
 
 
