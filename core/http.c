@@ -339,7 +339,9 @@ int http_admin_start(struct http_admin **out, struct tern_runtime *rt, const cha
 		return -ENOMEM;
 	h->rt = rt;
 	h->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, http_handle, h,
-				     MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, 64u,
+				     MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+				     /* SO_REUSEPORT: a --takeover tern listens beside the one it replaces */
+				     MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_CONNECTION_LIMIT, 64u,
 				     MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
 	if (!h->daemon) {
 		snprintf(err, err_size, "[admin] http_listen = %s: could not listen (in use?)", listen);

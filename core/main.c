@@ -371,6 +371,15 @@ int main(int argc, char **argv)
 	/* Another process on one of the addresses stops startup (a stale tern must not silently take half
 	 * the clients), unless this is a deliberate rolling restart. */
 	int unix_fd = -1;
+	/* Before the listeners: whoever sees tern's port open finds the endpoint up too. */
+	struct http_admin *http = NULL;
+	if (cfg.http_listen[0]) {
+		if (http_admin_start(&http, &rt, cfg.http_listen, err, sizeof(err)) < 0) {
+			fprintf(stderr, "tern: %s\n", err);
+			return 1;
+		}
+		TERN_INFO("admin HTTP endpoint on %s (/metrics, /api/status, /api/digests)", cfg.http_listen);
+	}
 	if ((!is_takeover && listen_check_free(&cfg, err, sizeof(err)) < 0) ||
 	    listen_open_unix(&cfg, &unix_fd, err, sizeof(err)) < 0 ||
 	    listen_write_pidfile(cfg.pidfile, is_takeover, err, sizeof(err)) < 0) {
@@ -395,14 +404,6 @@ int main(int argc, char **argv)
 	}
 	if (unix_fd >= 0)
 		close(unix_fd); /* each worker accepts on its own dup */
-	struct http_admin *http = NULL;
-	if (cfg.http_listen[0]) {
-		if (http_admin_start(&http, &rt, cfg.http_listen, err, sizeof(err)) < 0) {
-			fprintf(stderr, "tern: %s\n", err);
-			return 1;
-		}
-		TERN_INFO("admin HTTP endpoint on %s (/metrics, /api/status)", cfg.http_listen);
-	}
 	char listening[CONFIG_LISTEN_MAX * (CONFIG_LISTEN_HOST_SIZE + 16)];
 	size_t used = 0;
 	for (uint32_t i = 0; i < cfg.listen_count && used < sizeof(listening); i++)
