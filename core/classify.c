@@ -52,13 +52,67 @@ static const char *classify_word(const char *p, char *word, size_t size)
 	return p;
 }
 
-/* The lexer's fast path: a bare COMMIT/END/ROLLBACK/ABORT [WORK|TRANSACTION] or SHOW name, alone. */
+/* Past one name (letters, digits, '_', '.') at p after blanks; NULL when there is none. */
+static const char *classify_name(const char *p)
+{
+	while (isspace((unsigned char)*p))
+		p++;
+	const char *name = p;
+	while (isalnum((unsigned char)*p) || *p == '_' || *p == '.')
+		p++;
+	return p == name ? NULL : p;
+}
+
+/* SET [SESSION | LOCAL] name {= | TO} value, value one name or number or a plain quoted string: past it,
+ * or NULL when the text is any other SET (SET TRANSACTION, TIME ZONE, ROLE, lists: the parser decides). */
+static const char *classify_fast_set(const char *p, bool *is_local)
+{
+	char word[16];
+	const char *q = classify_word(p, word, sizeof(word));
+	*is_local = strcmp(word, "local") == 0;
+	if (*is_local || strcmp(word, "session") == 0)
+		p = q;
+	const char *name_end = classify_name(p);
+	if (!name_end)
+		return NULL;
+	q = classify_word(p, word, sizeof(word));
+	if (strcmp(word, "transaction") == 0 || strcmp(word, "session") == 0 || strcmp(word, "local") == 0)
+		return NULL;
+	p = name_end;
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p == '=') {
+		p++;
+	} else {
+		q = classify_word(p, word, sizeof(word));
+		if (strcmp(word, "to") != 0)
+			return NULL;
+		p = q;
+	}
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p == '\'') {
+		for (p++; *p && *p != '\''; p++)
+			if (*p == '\\')
+				return NULL;
+		return *p ? p + 1 : NULL;
+	}
+	return classify_name(p);
+}
+
+/* The lexer's fast path: a bare BEGIN/COMMIT/END/ROLLBACK/ABORT [WORK|TRANSACTION], a plain SET, or SHOW
+ * name, alone. */
 static bool classify_fast(const char *sql, struct classify_result *out)
 {
 	char first[16], second[16];
 	const char *p = classify_word(sql, first, sizeof(first));
 	enum classify_kind kind;
-	if (strcmp(first, "commit") == 0 || strcmp(first, "end") == 0)
+	bool is_local = false;
+	if (strcmp(first, "begin") == 0)
+		kind = CLASSIFY_BEGIN;
+	else if (strcmp(first, "set") == 0)
+		kind = CLASSIFY_SET;
+	else if (strcmp(first, "commit") == 0 || strcmp(first, "end") == 0)
 		kind = CLASSIFY_COMMIT;
 	else if (strcmp(first, "rollback") == 0 || strcmp(first, "abort") == 0)
 		kind = CLASSIFY_ROLLBACK;
@@ -67,12 +121,12 @@ static bool classify_fast(const char *sql, struct classify_result *out)
 	else
 		return false;
 	if (kind == CLASSIFY_READ) { /* SHOW name: one word of letters, digits, '_' or '.' */
-		while (isspace((unsigned char)*p))
-			p++;
-		const char *name = p;
-		while (isalnum((unsigned char)*p) || *p == '_' || *p == '.')
-			p++;
-		if (p == name)
+		p = classify_name(p);
+		if (!p)
+			return false;
+	} else if (kind == CLASSIFY_SET) {
+		p = classify_fast_set(p, &is_local);
+		if (!p)
 			return false;
 	} else {
 		const char *q = classify_word(p, second, sizeof(second));
@@ -90,6 +144,7 @@ static bool classify_fast(const char *sql, struct classify_result *out)
 	if (*p)
 		return false; /* something follows: more statements, or not this grammar */
 	out->kind = kind;
+	out->is_local = is_local;
 	out->statement_count = 1;
 	out->is_fast_path = true;
 	return true;

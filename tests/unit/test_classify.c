@@ -6,6 +6,7 @@
 #include "classify.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 static struct classify_result classify(const char *sql)
@@ -202,4 +203,43 @@ Test(classify, the_cache_answers_as_the_parser_for_every_literal_and_follows_rea
 	struct classify_result r;
 	classify_cached(&cache, &tag_b, "select app_read_fn(3)", "", &r);
 	cr_assert_eq(r.kind, CLASSIFY_WRITE, "app_read_fn is no longer a read function");
+}
+
+Test(classify, the_lexer_knows_bare_begin_and_plain_set_as_the_parser_does)
+{
+	static const struct {
+		const char *sql;
+		bool is_fast;
+	} cases[] = {
+		{"begin", true},
+		{"BEGIN WORK;", true},
+		{"begin transaction", true},
+		{"set work_mem = '64MB'", true},
+		{"SET LOCAL statement_timeout TO 5000", true},
+		{"set session application_name to app", true},
+		{"set search_path to a, b", false},
+		{"set time zone 'UTC'", false},
+		{"set transaction read only", false},
+		{"set session characteristics as transaction read only", false},
+		{"set local transaction isolation level serializable", false},
+		{"set x = 'a\\'b'", false},
+		{"set x = 1; delete from t", false},
+		{"begin read only", false},
+		{"begin; delete from t", false},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct classify_result fast, parsed;
+		bool is_fast = classify_fast_path(cases[i].sql, &fast);
+		cr_assert_eq(is_fast, cases[i].is_fast, "%s: fast path %d", cases[i].sql, is_fast);
+		if (!is_fast)
+			continue;
+		/* The same text with a comment after it defeats the lexer: the parser's answer must match. */
+		char commented[128];
+		snprintf(commented, sizeof(commented), "%s -- c", cases[i].sql);
+		classify_query(commented, NULL, &parsed);
+		cr_assert(!parsed.is_fast_path, "%s: parsed", commented);
+		cr_assert_eq(fast.kind, parsed.kind, "%s: lexer %d, parser %d", cases[i].sql, fast.kind, parsed.kind);
+		cr_assert_eq(fast.is_local, parsed.is_local, "%s", cases[i].sql);
+		cr_assert_eq(fast.statement_count, parsed.statement_count, "%s", cases[i].sql);
+	}
 }
