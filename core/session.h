@@ -152,11 +152,18 @@ struct session_route {
 	enum config_consistency level; /* of the read being routed */
 };
 
-/* The simple-protocol Query observer_digest.c times (fingerprint 0: none). */
+/* What observer_digest.c times: a simple-protocol Query (fingerprint 0: none), or the Executes of
+ * extended-protocol batches, in the order their CommandComplete messages come. */
+#define SESSION_DIGEST_EXECUTES 8u
 struct session_digest {
 	uint64_t fingerprint;
 	uint64_t started_ns;
 	uint64_t rows;
+	uint64_t unnamed; /* the unnamed statement's fingerprint, from its last Parse */
+	uint64_t bound;   /* the statement's of the last Bind */
+	uint64_t executes[SESSION_DIGEST_EXECUTES]; /* sent, not yet complete, oldest at execute_head */
+	uint32_t execute_head, execute_count;
+	uint64_t mark_ns; /* when the oldest of them began: the first Execute, or the last one's completion */
 };
 
 /* A protocol 3.2 client's cancel key: 32 random bytes, as PostgreSQL 18 gives (the pid names the worker). */

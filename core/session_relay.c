@@ -94,9 +94,10 @@ static unsigned relay_client_admit(struct session *s, struct leg *leg, uint8_t t
 	}
 	unsigned action = relay_client_count(s, leg, type);
 	if (s->client_readers)
-		/* Observers read a query's text only when short (its first statements); a long one passes
-		 * unread, which they allow for. */
-		action |= type == PROTO_FE_QUERY ? PROTO_INSPECT_SMALL : PROTO_INSPECT;
+		/* Observers read a query's text (and digests a Parse or Bind they did not take) only when short; a
+		 * long one passes unread, which they allow for. */
+		action |= type == PROTO_FE_QUERY || type == PROTO_FE_PARSE || type == PROTO_FE_BIND ? PROTO_INSPECT_SMALL
+													  : PROTO_INSPECT;
 	return action;
 }
 

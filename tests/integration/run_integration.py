@@ -3496,7 +3496,8 @@ def extended_protocol_batches_of_reads_go_to_a_replica_and_any_write_keeps_the_b
 @test
 def digests_count_calls_time_and_rows_per_fingerprint(ctx):
     """SHOW DIGESTS and /api/digests: queries that differ only in constants (or comments) are one
-    fingerprint, with their calls, rows and time; the text shown has '?' for literals."""
+    fingerprint, with their calls, rows and time, in the simple and the extended protocol (unnamed and
+    named statements, several Executes in a batch); the text shown has '?' for literals."""
     import json
     http_port = free_port()
     t = ctx.tern(extra="[admin]\nadmin_users = postgres\nhttp_listen = 127.0.0.1:%d\n" % http_port)
@@ -3507,6 +3508,10 @@ def digests_count_calls_time_and_rows_per_fingerprint(ctx):
         w.query("/* a comment */ select 9 from generate_series(1, 3)")
         for _ in range(2):
             w.query("select pg_sleep(0.05)")
+        for i in range(3):  # the extended protocol: the unnamed statement, and a named one bound twice
+            w.exchange(parse("", "select $1::int + 0"), bind("", [str(i)]), execute(), SYNC)
+        w.exchange(parse("n1", "select x from generate_series(1, $1::int) x"), bind("n1", ["4"]), execute(), SYNC)
+        w.exchange(bind("n1", ["2"]), execute(), bind("n1", ["1"]), execute(), SYNC)
 
     def digests():
         rows = [line.split("|") for line in psql_ok(t.port, "show digests", dbname="pgbouncer").splitlines()]
@@ -3516,6 +3521,10 @@ def digests_count_calls_time_and_rows_per_fingerprint(ctx):
     d = digests()
     series = d["select ? from generate_series(?, ?)"]
     check(series[1] == "6" and series[4] == "18", "6 calls of 3 rows, the commented one too: %r" % series)
+    unnamed = d.get("select $1::int + ?")
+    check(unnamed and unnamed[1] == "3" and unnamed[4] == "3", "three Executes of the unnamed statement: %r" % unnamed)
+    named = d.get("select x from generate_series(?, $1::int) x")
+    check(named and named[1] == "3" and named[4] == "7", "three Executes of the named one, 4+2+1 rows: %r" % named)
     sleep = d["select pg_sleep(?)"]
     check(sleep[1] == "2" and float(sleep[3]) >= 50.0 and float(sleep[2]) >= 100.0,
           "two calls of at least 50 ms: %r" % sleep)
