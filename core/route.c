@@ -317,6 +317,51 @@ void route_tx_request_sent(struct session *s)
 	s->routing.state = ROUTE_REPLICA_TX_BUSY;
 }
 
+/* Queues a hidden Query (its answer never reaches the client) behind what leg holds. 0 or -ENOMEM. */
+static int route_push_hidden(struct leg *leg, const char *sql)
+{
+	uint8_t msg[32];
+	size_t n = proto_build_query(msg, sizeof(msg), sql);
+	int rc = sendq_push_copy(&leg->to_server, msg, (uint32_t)n);
+	if (rc < 0)
+		return rc;
+	TERN_ASSERT(leg->pending_ready == leg->hidden_ready); /* hidden answers come first */
+	leg->pending_ready++;
+	leg->hidden_ready++;
+	return 0;
+}
+
+/* SET TRANSACTION READ ONLY as the first statement after a plain BEGIN on the primary: the transaction,
+ * empty so far (no snapshot yet), may move to a replica (not a serializable one: a standby refuses it). */
+static bool route_begin_may_move(struct session *s, const struct tern_config *cfg, const char *sql)
+{
+	const struct leg *primary = session_primary(s), *replica = s->legs[LEG_REPLICA];
+	struct classify_result r;
+	s->routing.is_begin_alone = false;
+	if (!primary->conn || primary->tx_status != 'T' || !route_leg_owes_nothing(primary) || (replica && replica->conn))
+		return false;
+	if (!classify_fast_path(sql, &r))
+		route_classify(s, cfg, sql, &r);
+	return r.kind == CLASSIFY_SET_TRANSACTION && r.is_read_only && r.statement_count == 1 &&
+	       r.isolation != CLASSIFY_SERIALIZABLE;
+}
+
+/* It moves: a hidden ROLLBACK ends the primary's (its connection goes back), and the held SET waits for
+ * a replica as a BEGIN READ ONLY would, behind a hidden BEGIN there (route_dispatch). 0 or -ENOMEM. */
+static int route_begin_move(struct session *s)
+{
+	struct leg *primary = session_primary(s);
+	int rc = route_push_hidden(primary, "ROLLBACK");
+	if (rc < 0)
+		return rc;
+	session_mark_dirty(s, &primary->to_server);
+	leg_resume(primary);
+	s->routing.is_batch = false;
+	s->routing.is_tx = true;
+	s->routing.is_begin_hidden = true;
+	return 0;
+}
+
 enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t len, bool *probe_after)
 {
 	if (len == 0 || body[len - 1] != '\0')
@@ -339,6 +384,11 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 		return route_tx_query(s, cfg, sql);
 	enum config_consistency level = route_level(s, cfg);
 	struct classify_result r;
+	if (s->routing.is_begin_alone && level != CONFIG_CONSISTENCY_PRIMARY && route_begin_may_move(s, cfg, sql) &&
+	    route_hold(s, body, len) == 0 && route_begin_move(s) == 0) {
+		route_read_begins(s, cfg, level);
+		return ROUTE_QUERY_TAKEN;
+	}
 	if (!route_wants(s, level)) {
 		/* In a transaction, the session level probes behind its COMMIT (the lexer knows it alone). */
 		const struct leg *leg = session_primary(s);
@@ -350,6 +400,8 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 	bool is_tx = r.kind == CLASSIFY_BEGIN && r.is_read_only && r.statement_count == 1;
 	if (r.kind != CLASSIFY_READ && !is_tx) {
 		*probe_after = level == CONFIG_CONSISTENCY_SESSION && r.kind == CLASSIFY_WRITE;
+		s->routing.is_begin_sent = r.kind == CLASSIFY_BEGIN && r.statement_count == 1 &&
+					   r.isolation != CLASSIFY_SERIALIZABLE; /* SET TRANSACTION READ ONLY may follow */
 		return ROUTE_QUERY_ADMIT;
 	}
 	if (route_hold(s, body, len) < 0)
@@ -442,6 +494,13 @@ static void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 	if (is_replica)
 		route->replica_mark = leg->to_client_bytes;
 	route->is_read_on_primary = !is_replica && is_read; /* a read writes nothing: no probe after it */
+	if (route->is_begin_hidden) { /* the transaction the client began, where its SET TRANSACTION goes */
+		route->is_begin_hidden = false;
+		if (route_push_hidden(leg, "BEGIN") < 0) {
+			session_end(s, SESSION_END_OUT_OF_MEMORY);
+			return;
+		}
+	}
 	/* stmts keeps a batch's replies there, and a transaction's statements go there */
 	route->client_leg = is_replica && (route->is_batch || route->is_tx) ? leg : NULL;
 	leg->is_reply_guarded = is_replica && !route->is_batch && !route->is_tx; /* a simple read's answer alone */

@@ -142,6 +142,10 @@ struct session_route {
 	bool is_rerun;          /* the replica refused the read in a way the primary may not (40001, 25006) */
 	bool is_batch;          /* the held messages are an extended-protocol batch (not re-run: stmts saw them) */
 	bool is_tx;             /* the held Query is a BEGIN READ ONLY: its transaction follows it to the replica */
+	/* A plain BEGIN went to the primary with nothing after it yet (is_begin_sent: the Query being
+	 * admitted is it); a SET TRANSACTION READ ONLY then moves the transaction to a replica, where a hidden
+	 * BEGIN (is_begin_hidden) precedes it, and a hidden ROLLBACK ends the empty one on the primary. */
+	bool is_begin_sent, is_begin_alone, is_begin_hidden;
 	struct leg *client_leg; /* while a routed batch or transaction runs on a replica: its leg (session_client_leg) */
 	/* The replica's RowDescription, held until the first row shows the answer is the client's. */
 	struct route_bytes reply_held;

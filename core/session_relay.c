@@ -85,6 +85,7 @@ static unsigned relay_client_count(struct session *s, struct leg *leg, uint8_t t
 /* The observers' and the relay's part in a client message going to leg: what becomes of it. */
 static unsigned relay_client_admit(struct session *s, struct leg *leg, uint8_t type)
 {
+	s->routing.is_begin_alone = false; /* a statement after the BEGIN: the transaction stays where it is */
 	uint32_t mask = dispatch_client_mask(s->observers_on, type);
 	s->client_readers = 0;
 	if (mask) {
@@ -164,6 +165,8 @@ static int relay_client_query(struct relay_chunk *chunk, const uint8_t *body, ui
 	unsigned action = relay_client_admit(s, chunk->leg, PROTO_FE_QUERY);
 	TERN_ASSERT(action & PROTO_FORWARD); /* no observer takes a Query over */
 	relay_client_forward_held(chunk, PROTO_FE_QUERY, body, len);
+	s->routing.is_begin_alone = s->routing.is_begin_sent; /* a plain BEGIN, alone so far */
+	s->routing.is_begin_sent = false;
 	int rc = 0;
 	if (s->client_readers) {
 		struct observer_message m = {.type = PROTO_FE_QUERY, .body = body, .len = len, .buffer_id = chunk->buffer_id,

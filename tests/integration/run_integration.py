@@ -3541,7 +3541,8 @@ def a_read_only_transaction_runs_on_a_replica_and_what_follows_its_commit_does_n
     it there, in both protocols, one request at a time: what the client pipelined behind the COMMIT runs
     where it belongs (a write on the primary). A write inside it fails as PostgreSQL fails it in a read-only
     transaction (25006); a text of several statements that are not all reads is refused (0A000); a
-    plain BEGIN stays on the primary."""
+    plain BEGIN stays on the primary, unless its first statement is SET TRANSACTION READ ONLY (not
+    serializable): then the empty transaction moves to the replica."""
     ctx.pg.psql("drop table if exists routing_tx; create table routing_tx(a int)")
     ctx.pg.wait_replica_caught_up()
     t = routing_tern(ctx, level="session")
@@ -3577,6 +3578,23 @@ def a_read_only_transaction_runs_on_a_replica_and_what_follows_its_commit_does_n
         check(w.query("insert into routing_tx values (3) returning pg_is_in_recovery()") == [["f"]], "then the primary")
         check(w.query("begin; select pg_is_in_recovery(); commit") == [["f"]], "a plain transaction: the primary")
         check(w.query("select count(*) from routing_tx") == [["2"]], "the session read sees both writes")
+        # BEGIN, then SET TRANSACTION READ ONLY as its first statement (SQLAlchemy's way): it moves.
+        w.query("begin")
+        w.query("set transaction isolation level repeatable read, read only")
+        check(w.query("select pg_is_in_recovery(), current_setting('transaction_read_only'), "
+                      "current_setting('transaction_isolation')") == [["t", "on", "repeatable read"]],
+              "SET TRANSACTION READ ONLY moved the transaction to the replica")
+        w.query("commit")
+        check(w.query("insert into routing_tx values (4) returning pg_is_in_recovery()") == [["f"]], "then the primary")
+        for first in ("select 1", None):
+            w.query("begin isolation level serializable" if first is None else "begin")
+            if first:
+                w.query(first)
+            w.query("set transaction read only")
+            check(w.query("select pg_is_in_recovery()") == [["f"]],
+                  "after a statement, or serializable: the transaction stays on the primary (%s)" % first)
+            w.query("commit")
+        check(w.query("select count(*) from routing_tx") == [["3"]], "all three writes")
 
 
 # ---------------------------------------------------------------- runner
