@@ -247,7 +247,8 @@ char *http_status_json(struct tern_runtime *rt)
 		(int)snap.worker_count, "clients", (int)__atomic_load_n(&rt->client_count, __ATOMIC_RELAXED), "routing",
 		"replica", (json_int_t)t->routed_replica, "replica_after_wait", (json_int_t)t->routed_replica_wait,
 		"primary_wait_timeout", (json_int_t)t->fallback_timeout, "primary_no_replica",
-		(json_int_t)t->fallback_no_replica, "primary_replica_lost", (json_int_t)t->fallback_lost, "primary_replica_error", (json_int_t)t->fallback_error);
+		(json_int_t)t->fallback_no_replica, "primary_replica_lost", (json_int_t)t->fallback_lost,
+		"primary_replica_error", (json_int_t)t->fallback_error);
 	char *text = status ? json_dumps(status, JSON_INDENT(2)) : NULL;
 	json_decref(status);
 	return text;

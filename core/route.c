@@ -213,7 +213,8 @@ static bool route_is_settled(const struct session *s)
  * nothing in flight or queued on either leg (a read must not pass what the client sent before it). */
 static bool route_wants(const struct session *s, enum config_consistency level)
 {
-	if (level == CONFIG_CONSISTENCY_PRIMARY || s->phase != SESSION_READY || s->is_pause_waiting || session_is_pinned(s) || !s->host->runtime->monitor)
+	if (level == CONFIG_CONSISTENCY_PRIMARY || s->phase != SESSION_READY || s->is_pause_waiting ||
+	    session_is_pinned(s) || !s->host->runtime->monitor)
 		return false;
 	const struct leg *p = session_primary(s), *r = s->legs[LEG_REPLICA];
 	if (r && (r->conn || r->is_request_pending || !sendq_is_empty(&r->to_server)))
@@ -317,16 +318,24 @@ void route_tx_request_sent(struct session *s)
 	s->routing.state = ROUTE_REPLICA_TX_BUSY;
 }
 
+/* Queues tern's own Query behind what leg holds; one more ReadyForQuery owed. 0 or -ENOMEM. */
+static int route_push_query(struct leg *leg, const char *sql)
+{
+	uint8_t msg[64];
+	size_t n = proto_build_query(msg, sizeof(msg), sql);
+	int rc = n ? sendq_push_copy(&leg->to_server, msg, (uint32_t)n) : -ENOMEM;
+	if (rc == 0)
+		leg->pending_ready++;
+	return rc;
+}
+
 /* Queues a hidden Query (its answer never reaches the client) behind what leg holds. 0 or -ENOMEM. */
 static int route_push_hidden(struct leg *leg, const char *sql)
 {
-	uint8_t msg[32];
-	size_t n = proto_build_query(msg, sizeof(msg), sql);
-	int rc = sendq_push_copy(&leg->to_server, msg, (uint32_t)n);
+	TERN_ASSERT(leg->pending_ready == leg->hidden_ready); /* hidden answers come first */
+	int rc = route_push_query(leg, sql);
 	if (rc < 0)
 		return rc;
-	TERN_ASSERT(leg->pending_ready == leg->hidden_ready); /* hidden answers come first */
-	leg->pending_ready++;
 	leg->hidden_ready++;
 	return 0;
 }
@@ -907,13 +916,10 @@ int route_push_probe(struct session *s, struct leg *leg)
 {
 	if (leg->probe_behind > 0 || leg->is_probe_answering)
 		return 0; /* one at a time: the write stays unprobed, and the release probes it */
-	uint8_t msg[64];
-	size_t n = proto_build_query(msg, sizeof(msg), ROUTE_PROBE_SQL);
-	int rc = sendq_push_copy(&leg->to_server, msg, (uint32_t)n);
+	uint32_t ahead = leg->pending_ready - leg->hidden_ready; /* the client's replies owed before it */
+	int rc = route_push_query(leg, ROUTE_PROBE_SQL);
 	if (rc < 0)
 		return rc;
-	uint32_t ahead = leg->pending_ready - leg->hidden_ready; /* the client's replies owed before it */
-	leg->pending_ready++;
 	if (ahead == 0) {
 		leg->hidden_ready++;
 		leg->is_probe_answering = true;
