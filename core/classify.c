@@ -278,6 +278,8 @@ static enum classify_kind classify_statement(json_t *stmt, const char *sql, size
 	}
 	if (strcmp(type, "VariableShowStmt") == 0)
 		return CLASSIFY_READ;
+	if (strcmp(type, "CopyStmt") == 0)
+		out->has_copy = true; /* the server may then take COPY data, not queries */
 	if (strcmp(type, "DiscardStmt") == 0)
 		return CLASSIFY_DISCARD;
 	if (strcmp(type, "TransactionStmt") == 0) {

@@ -52,6 +52,7 @@ struct classify_result {
 	bool is_select_into;
 	bool calls_unsafe_function;
 	bool is_parse_error; /* or too long, or too many statements: a write */
+	bool has_copy;       /* a COPY (a write): nothing may be queued behind it before its end */
 	bool is_fast_path;   /* answered by the lexer, without the parser */
 };
 

@@ -408,7 +408,9 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 	route_classify(s, cfg, sql, &r);
 	bool is_tx = r.kind == CLASSIFY_BEGIN && r.is_read_only && r.statement_count == 1;
 	if (r.kind != CLASSIFY_READ && !is_tx) {
-		*probe_after = level == CONFIG_CONSISTENCY_SESSION && r.kind == CLASSIFY_WRITE;
+		/* Behind a COPY the server reads COPY data, not a query: its write is probed at the release. */
+		*probe_after = level == CONFIG_CONSISTENCY_SESSION && r.kind == CLASSIFY_WRITE && !r.has_copy &&
+			       !r.is_parse_error;
 		s->routing.is_begin_sent = r.kind == CLASSIFY_BEGIN && r.statement_count == 1 &&
 					   r.isolation != CLASSIFY_SERIALIZABLE; /* SET TRANSACTION READ ONLY may follow */
 		return ROUTE_QUERY_ADMIT;

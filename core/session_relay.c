@@ -282,6 +282,8 @@ void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const 
 	if (s->routing.state != ROUTE_IDLE) { /* a routed read is under way: the client's next bytes wait */
 		if (route_backlog_append(s, data, len) < 0)
 			session_end(s, SESSION_END_OUT_OF_MEMORY);
+		else if (s->routing.state == ROUTE_COLLECTING)
+			route_run(s); /* the rest of a batch routing reads to its Sync */
 		else
 			session_client_pace(s);
 		return;

@@ -2,7 +2,9 @@
 """Real client stacks through tern: psycopg 3, node-postgres and JDBC (pgjdbc), each running a mixed
 read/write workload that checks its own results, with 10x more clients than server connections.
 
-Each case starts its own tern (pool_mode session or transaction, pool_size 4; mode `tls` is transaction
+Each case starts its own tern (pool_mode session or transaction, pool_size 4; mode `replicas` is transaction
+pooling over the primary and a streaming replica with default_consistency = session, so every read is
+routed and must still see the client's own writes; mode `tls` is transaction
 pooling with client_tls_sslmode = require, each driver told to use TLS) in front of one
 PostgreSQL primary started here (temp dir, free loopback port), runs one workload program from
 clients/ with a timeout, and passes when the program exits 0, its RESULT line reports every step of
@@ -14,7 +16,7 @@ openjdk-17-jdk-headless, libpostgresql-jdbc-java. node-postgres is installed wit
 clients/node/package-lock.json into a cache directory (TERN_CLIENTS_CACHE, default
 ~/.cache/tern/clients) the first time; nothing else is downloaded.
 
-usage: run_clients.py [-k SUBSTRING]... [--modes session,transaction,tls] [--clients N] [--pool-size N] [--verbose]
+usage: run_clients.py [-k SUBSTRING]... [--modes session,transaction,tls,replicas] [--clients N] [--pool-size N] [--verbose]
 (TERN_BINARY and TERN_SOURCE_ROOT from meson; mode `direct` runs the workloads against PostgreSQL itself,
 to tell a workload's own problem from tern's)"""
 import argparse
@@ -206,6 +208,9 @@ def make_certificate(workdir):
 
 def start_tern(pg, mode, pool_size, workdir):
     tls = ""
+    replicas = ""
+    if mode == "replicas":  # reads routed to the streaming replica, read-your-writes for every client
+        replicas = "replica = host=127.0.0.1 port=%d\n[routing]\ndefault_consistency = session\n" % pg.replica_port
     if mode == "tls":
         crt, key = make_certificate(workdir)
         tls = ("[tls]\nclient_tls_sslmode = require\nclient_tls_cert_file = %s\nclient_tls_key_file = %s\n"
@@ -216,13 +221,13 @@ workers = 2
 pool_mode = %s
 [servers]
 primary = host=127.0.0.1 port=%d
-[pool]
+%s[pool]
 pool_size = %d
 [auth]
 mode = trust
 [limits]
 max_client_conn = 1000
-%s""" % (free_port(), "transaction" if mode == "tls" else mode, pg.primary_port, pool_size, tls)
+%s""" % (free_port(), "transaction" if mode in ("tls", "replicas") else mode, pg.primary_port, replicas, pool_size, tls)
     return TernProcess(TERN, config).start()
 
 
@@ -330,7 +335,7 @@ def on_suite_deadline(signum, frame):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-k", action="append", default=[], help="run cases whose name contains this")
-    parser.add_argument("--modes", default="session,transaction,tls",
+    parser.add_argument("--modes", default="session,transaction,tls,replicas",
                         help="comma list of session, transaction, tls (transaction pooling, clients over TLS), direct")
     parser.add_argument("--pool-size", type=int, default=4)
     parser.add_argument("--clients", type=int, default=0, help="default: 10 x pool size")
@@ -354,7 +359,8 @@ def main():
     started = time.monotonic()
     workdir = tempfile.mkdtemp(prefix="tern-clients-")
     try:
-        with PgCluster(with_replica=False) as pg:
+        # The replicas mode's standby; synchronous_commit on, so read-your-writes waits microseconds.
+        with PgCluster(with_replica="replicas" in modes, extra_conf={"synchronous_commit": "on"}) as pg:
             print("PostgreSQL primary on %d (%.1fs)" % (pg.primary_port, time.monotonic() - started), flush=True)
             prepared = {}
             for stack, prepare, expected in STACKS:

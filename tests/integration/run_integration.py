@@ -3461,6 +3461,12 @@ def extended_protocol_batches_of_reads_go_to_a_replica_and_any_write_keeps_the_b
         w.login("postgres")
         kinds, rows, err, _ = w.exchange(parse("", "select pg_is_in_recovery()"), bind(""), execute(), SYNC)
         check(err is None and rows == [["t"]], "an unnamed read on the replica: %r %r" % (kinds, rows))
+        # A batch that arrives in two reads (split inside a message header): routing waits for the rest.
+        batch = parse("", "select 7, pg_is_in_recovery()") + bind("") + execute() + SYNC
+        w.send(batch[:3])
+        time.sleep(0.2)  # two reads on tern's side, not one
+        kinds, rows, err, _ = w.exchange(batch[3:])
+        check(err is None and rows == [["7", "t"]], "a batch read in two parts: %r %r" % (kinds, rows))
         kinds, rows, err, _ = w.exchange(parse("r1", "select $1::int + 1, pg_is_in_recovery()"), bind("r1", ["41"]),
                                          execute(), SYNC)
         check(err is None and rows == [["42", "t"]], "a named read on the replica: %r" % rows)

@@ -243,3 +243,16 @@ Test(classify, the_lexer_knows_bare_begin_and_plain_set_as_the_parser_does)
 		cr_assert_eq(fast.statement_count, parsed.statement_count, "%s", cases[i].sql);
 	}
 }
+
+Test(classify, copy_is_a_write_that_says_so)
+{
+	struct classify_result r;
+	classify_query("copy t from stdin", NULL, &r);
+	cr_assert(r.kind == CLASSIFY_WRITE && r.has_copy, "COPY FROM: a write, marked");
+	classify_query("copy (select 1) to stdout", NULL, &r);
+	cr_assert(r.kind == CLASSIFY_WRITE && r.has_copy, "COPY TO: kept on the primary, marked");
+	classify_query("insert into t values (1); copy t from stdin", NULL, &r);
+	cr_assert(r.has_copy, "in a multi-statement text too");
+	classify_query("insert into t values (1)", NULL, &r);
+	cr_assert(!r.has_copy);
+}
