@@ -37,15 +37,29 @@ static uint64_t digest_parse_fingerprint(const char *sql)
 	return fingerprint;
 }
 
+/* The slot of fingerprint in a table of `cap` slots (a power of two): its own, or the empty one it
+ * would take. */
+static struct digest_entry *digest_find(struct digest_entry *slots, uint32_t cap, uint64_t fingerprint)
+{
+	for (uint32_t i = (uint32_t)fingerprint & (cap - 1);; i = (i + 1) & (cap - 1))
+		if (slots[i].fingerprint == fingerprint || slots[i].fingerprint == 0)
+			return &slots[i];
+}
+
 uint64_t digest_fingerprint(struct digest_local *local, const char *sql, char *text, size_t text_size)
 {
 	char shape[CLASSIFY_SHAPE_MAX];
 	size_t len = classify_shape(sql, shape, sizeof(shape));
-	if (len == 0) { /* uncertain shape: parse it, show libpg_query's normalized text */
-		PgQueryNormalizeResult normalized = pg_query_normalize(sql);
-		base_strlcpy(text, normalized.error ? "" : normalized.normalized_query, text_size);
-		pg_query_free_normalize_result(normalized);
-		return digest_parse_fingerprint(sql);
+	if (len == 0) { /* uncertain shape: parse it; libpg_query's normalized text only for a new digest */
+		uint64_t fingerprint = digest_parse_fingerprint(sql);
+		const struct digest_entry *e = digest_find(local->slots, DIGEST_LOCAL_SLOTS, fingerprint);
+		text[0] = '\0';
+		if (fingerprint && !(e->fingerprint == fingerprint && e->text[0])) {
+			PgQueryNormalizeResult normalized = pg_query_normalize(sql);
+			base_strlcpy(text, normalized.error ? "" : normalized.normalized_query, text_size);
+			pg_query_free_normalize_result(normalized);
+		}
+		return fingerprint;
 	}
 	base_strlcpy(text, shape, text_size);
 	uint64_t hash = XXH3_64bits(shape, len) | 1;
@@ -55,15 +69,6 @@ uint64_t digest_fingerprint(struct digest_local *local, const char *sql, char *t
 		slot->fingerprint = digest_parse_fingerprint(sql);
 	}
 	return slot->fingerprint;
-}
-
-/* The slot of fingerprint in a table of `cap` slots (a power of two): its own, or the empty one it
- * would take. */
-static struct digest_entry *digest_find(struct digest_entry *slots, uint32_t cap, uint64_t fingerprint)
-{
-	for (uint32_t i = (uint32_t)fingerprint & (cap - 1);; i = (i + 1) & (cap - 1))
-		if (slots[i].fingerprint == fingerprint || slots[i].fingerprint == 0)
-			return &slots[i];
 }
 
 static void digest_add_to(struct digest_entry *e, uint64_t fingerprint, const char *text, uint64_t calls, uint64_t ns,

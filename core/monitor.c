@@ -23,7 +23,7 @@ static const char monitor_query[] =
 
 /* The probes: the primary's insert LSN (the end of every record inserted so far, committed or not: a
  * standby that has replayed it has every commit acknowledged before), a standby's replay LSN. */
-static const char monitor_probe_primary_query[] = "SELECT pg_catalog.pg_current_wal_insert_lsn()";
+static const char monitor_probe_primary_query[] = MONITOR_INSERT_LSN_SQL;
 static const char monitor_probe_standby_query[] = "SELECT pg_catalog.pg_last_wal_replay_lsn()";
 /* Standby probes for a waiting read: at most one per server this often. */
 #define MONITOR_STANDBY_PROBE_GAP_NS (1000u * 1000u)

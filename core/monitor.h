@@ -35,6 +35,10 @@ struct monitor_server {
 
 struct monitor;
 
+/* The primary's insert LSN: past the end of every record inserted so far, committed or not; a standby
+ * that has replayed it has every commit acknowledged before it was asked (strict and session targets). */
+#define MONITOR_INSERT_LSN_SQL "SELECT pg_catalog.pg_current_wal_insert_lsn()"
+
 /* Runs the first round, then starts the thread; the primary it found is stored in rt->primary (the
  * first server when none answers as a primary). 0 or a negative errno. */
 TERN_MUST_USE int monitor_start(struct monitor **out, struct tern_runtime *rt);

@@ -67,12 +67,12 @@ static int digest_extended_message(struct session *s, const struct observer_mess
 		} else if (!stmt_name[0]) {
 			d->bound = d->unnamed;
 		} else {
-			const struct stmt *stmt = (s->observers_on & (1u << OBSERVER_STMTS))
-							  ? stmt_map_get(&s->stmts.statements, stmt_name)
-							  : NULL;
-			d->bound = stmt && memchr(stmt->content, '\0', stmt->content_len)
-					   ? digest_statement(s, (const char *)stmt->content)
-					   : 0;
+			struct stmt *stmt = (s->observers_on & (1u << OBSERVER_STMTS))
+						    ? stmt_map_get(&s->stmts.statements, stmt_name)
+						    : NULL;
+			if (stmt && !stmt->digest && memchr(stmt->content, '\0', stmt->content_len))
+				stmt->digest = digest_statement(s, (const char *)stmt->content); /* once a statement */
+			d->bound = stmt ? stmt->digest : 0;
 		}
 	} else if (m->type == PROTO_FE_EXECUTE) {
 		if (d->bound && !d->fingerprint && d->execute_count < SESSION_DIGEST_EXECUTES) {

@@ -14,8 +14,6 @@
 #include <string.h>
 #include <strings.h>
 
-/* The primary's insert LSN: past the end of every record inserted so far, the client's commit's too. */
-#define ROUTE_PROBE_SQL "SELECT pg_catalog.pg_current_wal_insert_lsn()"
 #define ROUTE_SETTING_NAME "tern.consistency"
 
 static const char *const route_level_names[] = {"primary", "eventual", "session", "strict"};
@@ -204,6 +202,8 @@ static bool route_leg_owes_nothing(const struct leg *leg)
 
 static bool route_is_settled(const struct session *s)
 {
+	if (s->routing.state == ROUTE_REPLICA_TX) /* between two of its requests; the primary owes only tern's */
+		return route_leg_owes_nothing(session_client_leg(s));
 	return route_leg_owes_nothing(session_primary(s)) && route_leg_owes_nothing(s->legs[LEG_REPLICA]);
 }
 
@@ -347,7 +347,8 @@ static bool route_begin_may_move(struct session *s, const struct tern_config *cf
 	const struct leg *primary = session_primary(s), *replica = s->legs[LEG_REPLICA];
 	struct classify_result r;
 	s->routing.is_begin_alone = false;
-	if (!primary->conn || primary->tx_status != 'T' || !route_leg_owes_nothing(primary) || (replica && replica->conn))
+	if (!primary->conn || primary->tx_status != 'T' || !route_leg_owes_nothing(primary) || (replica && replica->conn) ||
+	    s->is_pause_waiting || session_is_pinned(s) || !s->host->runtime->monitor)
 		return false;
 	if (!classify_fast_path(sql, &r))
 		route_classify(s, cfg, sql, &r);
@@ -381,6 +382,7 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 			route_answer_setting(s, sql);
 			return ROUTE_QUERY_ANSWERED;
 		}
+		TERN_ASSERT(s->routing.state == ROUTE_IDLE); /* a replica transaction's is settled between requests */
 		if (route_hold(s, body, len) < 0)
 			return ROUTE_QUERY_ADMIT; /* out of memory: the server answers it (as a placeholder) */
 		s->routing.state = ROUTE_SETTLING; /* answered once what is owed before it is in */
@@ -492,6 +494,16 @@ static void route_observe_wait(struct host_stats *stats, uint64_t waited_ns)
 	stats->route_wait_us_sum += us;
 }
 
+/* The routed read, batch or transaction is over: client bytes go to the primary's leg again. */
+static void route_done(struct session *s)
+{
+	struct session_route *route = &s->routing;
+	route->state = ROUTE_IDLE;
+	route->held.len = 0;
+	route->client_leg = NULL;
+	route->is_batch = route->is_tx = false;
+}
+
 /* The held read (or, is_read false, a batch routing found not to be one) to leg: the relay queues it
  * there as any message, and the leg asks for a connection. */
 static void route_dispatch(struct session *s, struct leg *leg, bool is_read)
@@ -519,16 +531,25 @@ static void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 	route->is_rerun = false;
 	s->parts->feed(s, leg, true, route->held.data, route->held.len);
 	route->is_read_on_primary = false;
-	if (!is_replica) {
-		route->held.len = 0;
-		route->is_batch = route->is_tx = false;
-	}
+	if (!is_replica)
+		route_done(s);
 }
 
 static void route_to_primary(struct session *s, uint64_t *counter)
 {
 	(*counter)++;
 	route_dispatch(s, session_primary(s), true);
+}
+
+/* The read waits: on the host's list (the monitor's answers and the tick look at it again). */
+static void route_wait(struct session *s)
+{
+	struct session_route *route = &s->routing;
+	route->is_waited = true;
+	if (base_list_is_linked(&route->wait_link))
+		return;
+	base_list_insert_tail(&s->host->route_waits, &route->wait_link);
+	__atomic_store_n(&s->host->route_waiting, s->host->route_waiting + 1, __ATOMIC_RELAXED);
 }
 
 /* The waiting read looks again: true when it went somewhere (the primary, or a replica). */
@@ -539,8 +560,14 @@ static bool route_try(struct session *s, uint64_t now)
 	struct monitor *m = host->runtime->monitor;
 	const struct tern_config *cfg = runtime_config(host->runtime);
 	if (route->is_awaiting_probe) {
-		if (session_primary(s)->is_probe_answering)
-			return false; /* its answer comes next on the primary's leg: route_on_progress looks again */
+		if (session_primary(s)->is_probe_answering) { /* the write's target is still to come */
+			if (cfg->wait_timeout_ms == 0 || now >= route->deadline_ns) {
+				route_to_primary(s, &host->stats.fallback_timeout);
+				return true;
+			}
+			route_wait(s); /* its answer wakes it (route_on_progress), the tick its deadline */
+			return false;
+		}
 		route->is_awaiting_probe = false;
 		route_set_target(s);
 	}
@@ -581,11 +608,7 @@ static bool route_try(struct session *s, uint64_t now)
 		route_to_primary(s, &host->stats.fallback_timeout);
 		return true;
 	}
-	route->is_waited = true;
-	if (!base_list_is_linked(&route->wait_link)) {
-		base_list_insert_tail(&host->route_waits, &route->wait_link);
-		__atomic_store_n(&host->route_waiting, host->route_waiting + 1, __ATOMIC_RELAXED);
-	}
+	route_wait(s);
 	if (!route->probe_ticket)
 		monitor_want_replay(m, route->target_lsn, route->deadline_ns);
 	return false;
@@ -779,10 +802,7 @@ void route_on_progress(struct session *s, struct leg *leg)
 			route->state = ROUTE_REPLICA_TX; /* answered, the transaction goes on: the next request */
 		} else if (!leg->conn) { /* it ended, and its connection went back */
 			route_release_server(s);
-			route->state = ROUTE_IDLE;
-			route->held.len = 0;
-			route->client_leg = NULL;
-			route->is_tx = false;
+			route_done(s);
 		} else {
 			return; /* ended: released at the end of the receive (a later progress) */
 		}
@@ -795,10 +815,7 @@ void route_on_progress(struct session *s, struct leg *leg)
 			route->is_rerun = false;
 			route_to_primary(s, &s->host->stats.fallback_error);
 		} else {
-			route->state = ROUTE_IDLE; /* answered, and its connection went back */
-			route->held.len = 0;
-			route->client_leg = NULL;
-			route->is_batch = false;
+			route_done(s); /* answered, and its connection went back */
 		}
 	}
 	route_run(s);
@@ -919,7 +936,7 @@ int route_push_probe(struct session *s, struct leg *leg)
 	if (leg->probe_behind > 0 || leg->is_probe_answering)
 		return 0; /* one at a time: the write stays unprobed, and the release probes it */
 	uint32_t ahead = leg->pending_ready - leg->hidden_ready; /* the client's replies owed before it */
-	int rc = route_push_query(leg, ROUTE_PROBE_SQL);
+	int rc = route_push_query(leg, MONITOR_INSERT_LSN_SQL);
 	if (rc < 0)
 		return rc;
 	if (ahead == 0) {

@@ -127,21 +127,38 @@ static void relay_client_forward(void *ctx, uint32_t offset, uint32_t len)
 		chunk->error = rc;
 }
 
+/* A message's header (for a body of body_len) and its first len bytes, copied to the chunk's leg. */
+static void relay_client_push_copy(struct relay_chunk *chunk, uint8_t type, uint32_t body_len, const uint8_t *data,
+				   uint32_t len)
+{
+	uint8_t header[PROTO_HEADER_LEN] = {type};
+	proto_write_u32(header + 1, body_len + 4);
+	int rc = sendq_push_copy(&chunk->leg->to_server, header, sizeof(header));
+	if (rc == 0 && len > 0)
+		rc = sendq_push_copy(&chunk->leg->to_server, data, len);
+	if (rc < 0)
+		chunk->error = rc;
+}
+
 /* A message the relay held, to the chunk's leg: by reference when it lies in the chunk, else copied. */
 static void relay_client_forward_held(struct relay_chunk *chunk, uint8_t type, const uint8_t *body, uint32_t len)
 {
 	uint32_t offset;
-	if (proto_stream_message_offset(&chunk->s->client_stream, &offset)) {
+	if (proto_stream_message_offset(&chunk->s->client_stream, &offset))
 		relay_client_forward(chunk, offset, PROTO_HEADER_LEN + len);
-		return;
-	}
-	uint8_t header[PROTO_HEADER_LEN] = {type};
-	proto_write_u32(header + 1, len + 4);
-	int rc = sendq_push_copy(&chunk->leg->to_server, header, sizeof(header));
-	if (rc == 0 && len > 0)
-		rc = sendq_push_copy(&chunk->leg->to_server, body, len);
-	if (rc < 0)
-		chunk->error = rc;
+	else
+		relay_client_push_copy(chunk, type, len, body, len);
+}
+
+/* A complete client message to the observers that read it (s->client_readers). */
+static int relay_client_read(struct relay_chunk *chunk, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	struct session *s = chunk->s;
+	if (!s->client_readers)
+		return 0;
+	struct observer_message m = {
+		.type = type, .body = body, .len = len, .buffer_id = chunk->buffer_id, .chunk = chunk->data};
+	return dispatch_client_message(s, chunk->leg, &m, s->client_readers);
 }
 
 /* A Query held for routing: tern answers it (SET tern.*), routing takes it for a replica (the scan stops
@@ -167,12 +184,7 @@ static int relay_client_query(struct relay_chunk *chunk, const uint8_t *body, ui
 	relay_client_forward_held(chunk, PROTO_FE_QUERY, body, len);
 	s->routing.is_begin_alone = s->routing.is_begin_sent; /* a plain BEGIN, alone so far */
 	s->routing.is_begin_sent = false;
-	int rc = 0;
-	if (s->client_readers) {
-		struct observer_message m = {.type = PROTO_FE_QUERY, .body = body, .len = len, .buffer_id = chunk->buffer_id,
-					     .chunk = chunk->data};
-		rc = dispatch_client_message(s, chunk->leg, &m, s->client_readers);
-	}
+	int rc = relay_client_read(chunk, PROTO_FE_QUERY, body, len);
 	if (rc == 0 && probe && chunk->error == 0)
 		chunk->error = route_push_probe(s, chunk->leg);
 	if (rc == 0 && routed == ROUTE_QUERY_ADMIT_LAST) {
@@ -189,12 +201,7 @@ static int relay_client_tx_sync(struct relay_chunk *chunk, const uint8_t *body, 
 	unsigned action = relay_client_admit(s, chunk->leg, PROTO_FE_SYNC);
 	if (action & PROTO_FORWARD)
 		relay_client_forward_held(chunk, PROTO_FE_SYNC, body, len);
-	int rc = 0;
-	if ((action & (PROTO_INSPECT | PROTO_HOLD)) && s->client_readers) {
-		struct observer_message m = {.type = PROTO_FE_SYNC, .body = body, .len = len, .buffer_id = chunk->buffer_id,
-					     .chunk = chunk->data};
-		rc = dispatch_client_message(s, chunk->leg, &m, s->client_readers);
-	}
+	int rc = relay_client_read(chunk, PROTO_FE_SYNC, body, len);
 	if (rc < 0)
 		return rc;
 	route_tx_request_sent(s);
@@ -209,11 +216,8 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		return relay_client_query(chunk, body, len);
 	if (type == PROTO_FE_SYNC && route_is_replica_tx(s))
 		return relay_client_tx_sync(chunk, body, len);
-	if (s->client_readers) {
-		struct observer_message m = {
-			.type = type, .body = body, .len = len, .buffer_id = chunk->buffer_id, .chunk = chunk->data};
-		return dispatch_client_message(s, chunk->leg, &m, s->client_readers);
-	}
+	if (s->client_readers)
+		return relay_client_read(chunk, type, body, len);
 	if (type == PROTO_FE_TERMINATE)
 		return RELAY_STOP_TERMINATE;
 	return RELAY_UNKNOWN_TYPE;
@@ -229,13 +233,7 @@ static int relay_client_on_head(void *ctx, uint8_t type, const uint8_t *head, ui
 		return dispatch_client_head(s, chunk->leg, s->client_taker, type, head, head_len, body_len);
 	unsigned action = relay_client_admit(s, chunk->leg, type);
 	TERN_ASSERT(action & PROTO_FORWARD);
-	uint8_t header[PROTO_HEADER_LEN] = {type};
-	proto_write_u32(header + 1, body_len + 4);
-	int rc = sendq_push_copy(&chunk->leg->to_server, header, sizeof(header));
-	if (rc == 0)
-		rc = sendq_push_copy(&chunk->leg->to_server, head, head_len);
-	if (rc < 0)
-		chunk->error = rc;
+	relay_client_push_copy(chunk, type, body_len, head, head_len);
 	return PROTO_FORWARD; /* observers read no query this long (they allow for it) */
 }
 

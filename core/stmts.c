@@ -20,6 +20,7 @@ struct stmt *stmt_create(const uint8_t *content, uint32_t len)
 		 (unsigned long long)hash.high64, (unsigned long long)hash.low64);
 	stmt->content_len = len;
 	stmt->names_search_path = false;
+	stmt->digest = 0;
 	memcpy(stmt->content, content, len);
 	return stmt;
 }

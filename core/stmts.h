@@ -43,6 +43,7 @@ struct stmt {
 	char server_name[STMT_SERVER_NAME_LEN];
 	uint32_t content_len;
 	bool names_search_path; /* its text names search_path or RESET: running it may change search_path */
+	uint64_t digest; /* its query digest's fingerprint (observer_digest.c); 0 until its first Bind */
 	uint8_t content[]; /* the Parse body after the statement name */
 };
 

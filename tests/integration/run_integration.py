@@ -3303,6 +3303,36 @@ def reads_wait_while_replay_is_paused_then_the_primary_serves_them(ctx):
 
 
 @test
+def replica_lag_bounds_and_wait_timeout_zero_send_reads_to_the_primary(ctx):
+    """Replay paused and WAL written past max_replica_lag_bytes: eventual reads go to the primary once the
+    monitor sees the lag, and back to the replica once it replays; at session with wait_timeout_ms = 0 a
+    read the replica is not known to have goes to the primary at once, not after a wait."""
+    ctx.pg.psql("drop table if exists routing_lag; create table routing_lag(a int)")
+    ctx.pg.wait_replica_caught_up()
+    t = routing_tern(ctx, level="eventual", routing="max_replica_lag_bytes = 4kB\nmax_replica_lag_ms = 0\nwait_timeout_ms = 0")
+    try:
+        with Wire(t.port) as w:
+            w.login("postgres")
+            check(w.query("select pg_is_in_recovery()") == [["t"]], "before: the replica serves reads")
+            ctx.pg.psql("select pg_wal_replay_pause()", port=ctx.pg.replica_port)
+            w.query("insert into routing_lag select generate_series(1, 2000)")  # far more than 4 kB of WAL
+            wait_for(lambda: w.query("select pg_is_in_recovery()") == [["f"]],
+                     "eventual reads to leave the replica past max_replica_lag_bytes", timeout=4)
+            w.query("set tern.consistency = session")
+            w.query("insert into routing_lag values (0)")
+            started = time.monotonic()
+            check(w.query("select count(*), pg_is_in_recovery() from routing_lag") == [["2001", "f"]],
+                  "session: the primary serves the read")
+            check(time.monotonic() - started < 0.5, "with wait_timeout_ms = 0, at once")
+            ctx.pg.psql("select pg_wal_replay_resume()", port=ctx.pg.replica_port)
+            w.query("set tern.consistency = eventual")
+            wait_for(lambda: w.query("select pg_is_in_recovery()") == [["t"]],
+                     "eventual reads back on the replica once it caught up", timeout=20)
+    finally:
+        ctx.pg.psql("select pg_wal_replay_resume()", port=ctx.pg.replica_port, check=False)
+
+
+@test
 def a_stopped_replica_sends_reads_to_the_primary_without_errors_and_is_used_again(ctx):
     """The replica stopped: reads (eventual) go to the primary with no client error, whether tern still
     thinks the replica is up or not; started again, the replica serves reads again."""

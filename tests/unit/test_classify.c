@@ -6,6 +6,7 @@
 #include "classify.h"
 
 #include <criterion/criterion.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,32 +46,37 @@ Test(classify, plain_selects_and_show_are_reads)
 
 Test(classify, anything_that_may_write_is_a_write_and_says_why)
 {
-	struct classify_result r = classify("select * from t for update");
-	cr_assert(r.kind == CLASSIFY_WRITE && r.has_locking_clause);
-	r = classify("select * from t for no key update skip locked");
-	cr_assert(r.kind == CLASSIFY_WRITE && r.has_locking_clause);
-	r = classify("select * from t for key share");
-	cr_assert(r.kind == CLASSIFY_WRITE && r.has_locking_clause);
-	r = classify("with w as (insert into t values (1) returning *) select * from w");
-	cr_assert(r.kind == CLASSIFY_WRITE && r.has_write_cte);
-	r = classify("with w as (delete from t returning *) select count(*) from w");
-	cr_assert(r.kind == CLASSIFY_WRITE && r.has_write_cte);
-	r = classify("select 1 into scratch");
-	cr_assert(r.kind == CLASSIFY_WRITE && r.is_select_into);
-	r = classify("select nextval('s')");
-	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function);
-	r = classify("select pg_advisory_lock(1)");
-	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function);
-	r = classify("select set_config('a.b', 'c', false)");
-	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function);
-	r = classify("select my_function(1)");
-	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function, "a user function not in read_functions");
-	r = classify("select \"now\"()");
-	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function, "a quoted identifier is never on the list");
-	r = classify("select public.\"app_read_fn\"(1)");
-	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function, "quoted after a schema too");
-	r = classify("select * from t where id in (select nextval('s'))");
-	cr_assert(r.kind == CLASSIFY_WRITE && r.calls_unsafe_function, "in a subquery");
+	/* Each, with the reason it must give (a field of classify_result). */
+	static const struct {
+		const char *sql;
+		size_t reason;
+		const char *why;
+	} cases[] = {
+		{"select * from t for update", offsetof(struct classify_result, has_locking_clause), ""},
+		{"select * from t for no key update skip locked", offsetof(struct classify_result, has_locking_clause), ""},
+		{"select * from t for key share", offsetof(struct classify_result, has_locking_clause), ""},
+		{"with w as (insert into t values (1) returning *) select * from w",
+		 offsetof(struct classify_result, has_write_cte), ""},
+		{"with w as (delete from t returning *) select count(*) from w",
+		 offsetof(struct classify_result, has_write_cte), ""},
+		{"select 1 into scratch", offsetof(struct classify_result, is_select_into), ""},
+		{"select nextval('s')", offsetof(struct classify_result, calls_unsafe_function), ""},
+		{"select pg_advisory_lock(1)", offsetof(struct classify_result, calls_unsafe_function), ""},
+		{"select set_config('a.b', 'c', false)", offsetof(struct classify_result, calls_unsafe_function), ""},
+		{"select my_function(1)", offsetof(struct classify_result, calls_unsafe_function),
+		 "a user function not in read_functions"},
+		{"select \"now\"()", offsetof(struct classify_result, calls_unsafe_function),
+		 "a quoted identifier is never on the list"},
+		{"select public.\"app_read_fn\"(1)", offsetof(struct classify_result, calls_unsafe_function),
+		 "quoted after a schema too"},
+		{"select * from t where id in (select nextval('s'))", offsetof(struct classify_result, calls_unsafe_function),
+		 "in a subquery"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct classify_result r = classify(cases[i].sql);
+		bool reason = *(const bool *)((const char *)&r + cases[i].reason);
+		cr_assert(r.kind == CLASSIFY_WRITE && reason, "%s: a write, for its reason %s", cases[i].sql, cases[i].why);
+	}
 	static const char *const writes[] = {
 		"insert into t values (1)", "update t set a = 1", "delete from t", "create table x (a int)",
 		"copy t from stdin", "lock table t", "vacuum", "call p()", "select 1; insert into t values (2)",
