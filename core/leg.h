@@ -87,7 +87,7 @@ struct leg {
 	bool is_probe_answering; /* the hidden answer being read is the probe's */
 	uint64_t to_client_bytes; /* what it forwarded to the client, all told (a replica read re-run only at 0 new) */
 	/* A routed read's answer is held back until it is known not to be one routing re-runs on the
-	 * primary (route_guard_type): its RowDescription waits for the first row. */
+	 * primary (route_guard_type): what precedes its first row or completion waits. */
 	bool is_reply_guarded;
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
 	struct leg_copy copy;        /* observer_copy.c */

@@ -33,11 +33,11 @@ static void stmts_send_made(struct session *s, uint8_t kind, const void *data, u
 	if (s->phase == SESSION_CLOSING)
 		return;
 	if (kind == STMT_REPLY_MADE_PARSE_COMPLETE)
-		session_send_to_client(s, stmts_parse_complete, sizeof(stmts_parse_complete));
+		session_send_reply(s, stmts_parse_complete, sizeof(stmts_parse_complete));
 	else if (kind == STMT_REPLY_MADE_CLOSE_COMPLETE)
-		session_send_to_client(s, stmts_close_complete, sizeof(stmts_close_complete));
+		session_send_reply(s, stmts_close_complete, sizeof(stmts_close_complete));
 	else
-		session_send_to_client(s, data, len);
+		session_send_reply(s, data, len);
 }
 
 /* Sends the made-up replies that have reached the head of the queue. */
@@ -93,7 +93,7 @@ static bool stmts_is_local(const struct leg *leg)
 
 static void stmts_answer_sync(struct session *s)
 {
-	session_send_to_client(s, stmts_ready_idle, sizeof(stmts_ready_idle));
+	session_send_reply(s, stmts_ready_idle, sizeof(stmts_ready_idle));
 }
 
 /* The connection's statement cache, created at its first use. */
@@ -576,8 +576,8 @@ static void stmts_show_refusal(struct session *s, const struct stmt_reply_entry 
 	}
 	uint8_t header[PROTO_HEADER_LEN] = {PROTO_BE_ERROR};
 	proto_write_u32(header + 1, len + 4);
-	session_send_to_client(s, header, sizeof(header));
-	session_send_to_client(s, body, len);
+	session_send_reply(s, header, sizeof(header));
+	session_send_reply(s, body, len);
 }
 
 /* The server did not prepare stmt (its Parse failed or was skipped): the connection lacks it. */

@@ -517,7 +517,8 @@ static void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 	if (is_replica)
 		route->replica_mark = leg->to_client_bytes;
 	route->is_read_on_primary = !is_replica && is_read; /* a read writes nothing: no probe after it */
-	if (route->is_begin_hidden) { /* the transaction the client began, where its SET TRANSACTION goes */
+	bool is_begin_moved = route->is_begin_hidden;
+	if (is_begin_moved) { /* the transaction the client began, where its SET TRANSACTION goes */
 		route->is_begin_hidden = false;
 		if (route_push_hidden(leg, "BEGIN") < 0) {
 			session_end(s, SESSION_END_OUT_OF_MEMORY);
@@ -526,7 +527,9 @@ static void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 	}
 	/* stmts keeps a batch's replies there, and a transaction's statements go there */
 	route->client_leg = is_replica && (route->is_batch || route->is_tx) ? leg : NULL;
-	leg->is_reply_guarded = is_replica && !route->is_batch && !route->is_tx; /* a simple read's answer alone */
+	/* A read's or a batch's answer, or a BEGIN READ ONLY's (not a moved transaction's SET: its BEGIN is
+	 * on the primary no more) */
+	leg->is_reply_guarded = is_replica && !is_begin_moved;
 	route->reply_held.len = 0;
 	route->is_rerun = false;
 	s->parts->feed(s, leg, true, route->held.data, route->held.len);
@@ -683,7 +686,8 @@ static enum route_text route_batch_text(struct session *s, const struct tern_con
 			begins += text == ROUTE_TEXT_BEGIN_READ_ONLY;
 			if (!name[0])
 				is_unnamed_known = true;
-			else if (!has_stmts || name_count == ROUTE_BATCH_NAMES_MAX)
+			else if (!has_stmts || name_count == ROUTE_BATCH_NAMES_MAX ||
+				 stmt_map_get(&s->stmts.statements, name)) /* (42P05 on the primary, as any) */
 				return ROUTE_TEXT_OTHER;
 			else
 				names[name_count++] = name;
@@ -792,6 +796,113 @@ void route_run(struct session *s)
 	session_client_pace(s);
 }
 
+/* ---- a replica's answer, held until it is the client's ---- */
+
+/* What a replica may refuse and the primary serve: a recovery conflict (40001), a deadlock with the
+ * startup process (40P01), a write taken for a read (25006: a read_functions entry that writes), and
+ * any FATAL error (its connection ends: terminated, shut down), which the primary would not say. */
+static bool route_is_rerunnable(const struct session *s, const struct proto_error_fields *fields)
+{
+	const char *code = fields->sqlstate;
+	if (strcmp(fields->severity, "FATAL") == 0 || strcmp(fields->severity, "PANIC") == 0)
+		return true; /* (in a read-only transaction's BEGIN too: route_on_lost re-runs it) */
+	return s->routing.state == ROUTE_ON_REPLICA &&
+	       (strcmp(code, "40001") == 0 || strcmp(code, "40P01") == 0 || strcmp(code, "25006") == 0);
+}
+
+/* Sends a message (header rebuilt) to the client, counted as the leg's. */
+static void route_guard_send(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	uint8_t header[PROTO_HEADER_LEN] = {type};
+	proto_write_u32(header + 1, len + 4);
+	session_send_to_client(s, header, sizeof(header));
+	if (len > 0)
+		session_send_to_client(s, body, len);
+	leg->to_client_bytes += PROTO_HEADER_LEN + len;
+}
+
+/* The answer is the client's: what was held goes first, the rest flows. */
+static void route_guard_release(struct session *s, struct leg *leg)
+{
+	struct session_route *route = &s->routing;
+	leg->is_reply_guarded = false;
+	if (route->reply_held.len > 0) {
+		session_send_to_client(s, route->reply_held.data, route->reply_held.len);
+		leg->to_client_bytes += route->reply_held.len;
+	}
+	route->reply_held.len = 0;
+}
+
+/* What an answer says before its first row or completion: the primary would say it too. */
+static bool route_is_preamble(uint8_t type)
+{
+	return type == PROTO_BE_ROW_DESCRIPTION || type == PROTO_BE_PARSE_COMPLETE || type == PROTO_BE_BIND_COMPLETE ||
+	       type == PROTO_BE_CLOSE_COMPLETE || type == PROTO_BE_PARAMETER_DESCRIPTION || type == PROTO_BE_NO_DATA;
+}
+
+enum route_guard route_guard_type(struct session *s, struct leg *leg, uint8_t type)
+{
+	if (s->routing.is_rerun)
+		return ROUTE_GUARD_HIDE; /* the rest of the refused answer, to its ReadyForQuery */
+	if (route_is_preamble(type) || type == PROTO_BE_ERROR)
+		return ROUTE_GUARD_HOLD;
+	route_guard_release(s, leg); /* a row, a CommandComplete, a notice: the answer is the client's */
+	return ROUTE_GUARD_PASS;
+}
+
+int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	struct session_route *route = &s->routing;
+	if (type != PROTO_BE_ERROR) {
+		uint8_t header[PROTO_HEADER_LEN] = {type};
+		proto_write_u32(header + 1, len + 4);
+		if (route_bytes_append(&route->reply_held, header, sizeof(header)) < 0 ||
+		    route_bytes_append(&route->reply_held, body, len) < 0)
+			return -ENOMEM;
+		return 0;
+	}
+	struct proto_error_fields fields;
+	if (proto_error_parse(body, len, &fields) == 0 && route_is_rerunnable(s, &fields)) {
+		TERN_INFO("client %s/%s: a replica refused a read (%s: %s); the primary serves it", s->user, s->database,
+			  fields.sqlstate, fields.message);
+		route->is_rerun = true;
+		route->reply_held.len = 0;
+		return 0;
+	}
+	route_guard_release(s, leg);
+	route_guard_send(s, leg, type, body, len);
+	return 0;
+}
+
+void route_hold_reply(struct session *s, const void *data, uint32_t len)
+{
+	if (!s->routing.is_rerun && route_bytes_append(&s->routing.reply_held, data, len) < 0)
+		session_end_later(s, SESSION_END_OUT_OF_MEMORY);
+}
+
+/* A batch runs again: the names its Parse messages gave (none was in use before it: route_batch_text)
+ * are forgotten, so they are given again, as the client asked, on the primary. */
+static void route_forget_batch_names(struct session *s)
+{
+	const uint8_t *p = s->routing.held.data, *end = p + s->routing.held.len;
+	while (s->routing.is_batch && p < end) {
+		const uint8_t *body = p + PROTO_HEADER_LEN, *next = p + 1 + proto_read_u32(p + 1);
+		const char *name = p[0] == PROTO_FE_PARSE ? route_cstring(&body, next) : NULL;
+		if (name && name[0])
+			(void)stmt_map_remove(&s->stmts.statements, name);
+		p = next;
+	}
+}
+
+/* The read runs again on the primary: what the replica said is dropped. */
+static void route_rerun(struct session *s, uint64_t *counter)
+{
+	s->routing.is_rerun = false;
+	s->routing.reply_held.len = 0;
+	route_forget_batch_names(s);
+	route_to_primary(s, counter);
+}
+
 void route_on_progress(struct session *s, struct leg *leg)
 {
 	struct session_route *route = &s->routing;
@@ -809,95 +920,32 @@ void route_on_progress(struct session *s, struct leg *leg)
 	} else if (route->state == ROUTE_ON_REPLICA) {
 		if (leg->role != LEG_REPLICA || leg->conn || leg->is_request_pending)
 			return;
-		leg->is_reply_guarded = false;
 		route_release_server(s);
 		if (route->is_rerun) { /* its refusal is hidden and its connection went back: the primary's turn */
-			route->is_rerun = false;
-			route_to_primary(s, &s->host->stats.fallback_error);
+			leg->is_reply_guarded = false;
+			route_rerun(s, &s->host->stats.fallback_error);
 		} else {
+			route_guard_release(s, leg); /* (what tern made up after the last of the server's answer) */
 			route_done(s); /* answered, and its connection went back */
 		}
 	}
 	route_run(s);
 }
 
-/* ---- a replica's answer, held until it is the client's ---- */
-
-/* What a replica may refuse and the primary serve: a recovery conflict (40001), a deadlock with the
- * startup process (40P01), a write taken for a read (25006: a read_functions entry that writes). */
-static bool route_is_rerunnable(const char *sqlstate)
-{
-	return strcmp(sqlstate, "40001") == 0 || strcmp(sqlstate, "40P01") == 0 || strcmp(sqlstate, "25006") == 0;
-}
-
-/* Sends a message the guard held (header rebuilt) to the client, counted as the leg's. */
-static void route_guard_send(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
-{
-	uint8_t header[PROTO_HEADER_LEN] = {type};
-	proto_write_u32(header + 1, len + 4);
-	session_send_to_client(s, header, sizeof(header));
-	if (len > 0)
-		session_send_to_client(s, body, len);
-	leg->to_client_bytes += PROTO_HEADER_LEN + len;
-}
-
-/* The answer is the client's: what was held goes first, the rest flows. */
-static void route_guard_release(struct session *s, struct leg *leg)
-{
-	struct session_route *route = &s->routing;
-	leg->is_reply_guarded = false;
-	if (route->reply_held.len > 0)
-		route_guard_send(s, leg, PROTO_BE_ROW_DESCRIPTION, route->reply_held.data, route->reply_held.len);
-	route->reply_held.len = 0;
-}
-
-enum route_guard route_guard_type(struct session *s, struct leg *leg, uint8_t type)
-{
-	if (s->routing.is_rerun)
-		return ROUTE_GUARD_HIDE; /* the rest of the refused answer, to its ReadyForQuery */
-	if ((type == PROTO_BE_ROW_DESCRIPTION && s->routing.reply_held.len == 0) || type == PROTO_BE_ERROR)
-		return ROUTE_GUARD_HOLD;
-	route_guard_release(s, leg); /* a row, a CommandComplete, a notice: the answer is the client's */
-	return ROUTE_GUARD_PASS;
-}
-
-int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
-{
-	struct session_route *route = &s->routing;
-	if (type == PROTO_BE_ROW_DESCRIPTION) {
-		route->reply_held.len = 0;
-		if (route_bytes_append(&route->reply_held, body, len) < 0)
-			return -ENOMEM;
-		return 0;
-	}
-	TERN_ASSERT(type == PROTO_BE_ERROR);
-	struct proto_error_fields fields;
-	if (route->state == ROUTE_ON_REPLICA && proto_error_parse(body, len, &fields) == 0 &&
-	    route_is_rerunnable(fields.sqlstate)) {
-		TERN_INFO("client %s/%s: a replica refused a read (%s: %s); the primary serves it", s->user, s->database,
-			  fields.sqlstate, fields.message);
-		route->is_rerun = true;
-		route->reply_held.len = 0;
-		return 0;
-	}
-	route_guard_release(s, leg);
-	route_guard_send(s, leg, type, body, len);
-	return 0;
-}
-
 bool route_on_lost(struct session *s, struct leg *leg)
 {
 	struct session_route *route = &s->routing;
-	if (leg->role != LEG_REPLICA || route->state != ROUTE_ON_REPLICA || s->phase != SESSION_READY ||
-	    leg->to_client_bytes != route->replica_mark || leg != s->legs[LEG_REPLICA] || route->is_batch || route->is_tx)
-		return false; /* part of its answer reached the client (or a batch's statements were taken): the
-			       * session decides */
+	bool is_routed = route->state == ROUTE_ON_REPLICA || route->state == ROUTE_REPLICA_TX_BUSY;
+	if (leg->role != LEG_REPLICA || !is_routed || !leg->is_reply_guarded || s->phase != SESSION_READY ||
+	    leg != s->legs[LEG_REPLICA])
+		return false; /* part of its answer reached the client: the session decides */
+	TERN_ASSERT(leg->to_client_bytes == route->replica_mark);
 	if (!session_set_aside_leg(s, LEG_REPLICA))
 		return false;
 	route_release_server(s);
 	TERN_INFO("client %s/%s: a read's replica connection was lost before it answered; the primary serves it",
 		  s->user, s->database);
-	route_to_primary(s, &s->host->stats.fallback_lost);
+	route_rerun(s, &s->host->stats.fallback_lost);
 	route_run(s);
 	return true;
 }

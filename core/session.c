@@ -84,6 +84,14 @@ void session_send_to_client(struct session *s, const void *data, uint32_t len)
 	session_mark_dirty(s, &s->to_client);
 }
 
+void session_send_reply(struct session *s, const void *data, uint32_t len)
+{
+	if (session_client_leg(s)->is_reply_guarded)
+		s->parts->hold_reply(s, data, len);
+	else
+		session_send_to_client(s, data, len);
+}
+
 void session_end_later(struct session *s, enum session_end_reason reason)
 {
 	if (s->phase == SESSION_CLOSING || base_list_is_linked(&s->ending_link))

@@ -308,13 +308,15 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	chunk->is_guard_held = false;
 	if (leg->hidden_ready > 0) /* the answer to tern's own query: the observer that asked reads it */
 		return dispatch_hidden_type(s, leg, type) | counted; /* the client is shown nothing */
-	enum route_guard guard = leg->is_reply_guarded ? route_guard_type(s, leg, type) : ROUTE_GUARD_PASS;
 	uint32_t mask = dispatch_server_mask(s->observers_on, type);
 	unsigned action = PROTO_FORWARD | counted;
 	if (mask) {
 		unsigned taken = dispatch_server_type(s, leg, type, mask, &leg->server_readers);
 		action = taken != OBSERVER_PASS ? taken : action | (leg->server_readers ? PROTO_INSPECT : 0);
 	}
+	/* (what an observer hides, tern's own Parse's answer, is no part of the client's answer) */
+	enum route_guard guard = leg->is_reply_guarded && (action & PROTO_FORWARD) ? route_guard_type(s, leg, type)
+										    : ROUTE_GUARD_PASS;
 	if (guard == ROUTE_GUARD_HOLD) {
 		chunk->is_guard_held = true;
 		action = (action & ~(unsigned)PROTO_FORWARD) | PROTO_INSPECT; /* route_guard_message decides */
@@ -428,4 +430,5 @@ const struct session_parts session_relay_parts = {
 	.leg_progress = route_on_progress,
 	.leg_lost = route_on_lost,
 	.ending = route_end,
+	.hold_reply = route_hold_reply,
 };

@@ -3335,15 +3335,24 @@ def replica_lag_bounds_and_wait_timeout_zero_send_reads_to_the_primary(ctx):
 @test
 def a_stopped_replica_sends_reads_to_the_primary_without_errors_and_is_used_again(ctx):
     """The replica stopped: reads (eventual) go to the primary with no client error, whether tern still
-    thinks the replica is up or not; started again, the replica serves reads again."""
+    thinks the replica is up or not, simple queries and extended-protocol batches (a named statement the
+    lost batch gave is the client's once); started again, the replica serves reads again."""
     t = routing_tern(ctx, level="eventual")
     with Wire(t.port) as w:
         w.login("postgres")
         check(w.query("select pg_is_in_recovery()") == [["t"]], "before: the replica serves reads")
         try:
             ctx.pg.stop_replica("immediate")
+            # At once, on the pooled replica connection that is dead: a batch naming a statement.
+            kinds, rows, err, _ = w.exchange(parse("lost", "select $1::int, pg_is_in_recovery()"), bind("lost", ["7"]),
+                                             execute(), SYNC)
+            check((kinds, rows, err) == ("12DCZ", [["7", "f"]], None), "the lost batch, on the primary: %r"
+                  % ((kinds, rows, err),))
             for i in range(20):  # at once (pooled replica connections are dead), and after the monitor saw it
                 check(w.query("select %d, pg_is_in_recovery()" % i) == [[str(i), "f"]], "read %d on the primary" % i)
+                kinds, rows, err, _ = w.exchange(bind("lost", [str(i)]), execute(), SYNC)
+                check((kinds, rows, err) == ("2DCZ", [[str(i), "f"]], None), "batch %d on the primary: %r"
+                      % (i, (kinds, rows, err)))
                 time.sleep(0.05)
         finally:
             ctx.pg.start_replica()
@@ -3351,6 +3360,58 @@ def a_stopped_replica_sends_reads_to_the_primary_without_errors_and_is_used_agai
                  timeout=30, interval=0.2)
     check("replica is now down" in t.log_tail(200) or "server replica is now" in t.log_tail(200),
           "the monitor saw it go: %s" % t.log_tail(20))
+
+
+@test
+def a_read_whose_replica_connection_is_terminated_runs_again_on_the_primary(ctx):
+    """A replica backend terminated (pg_terminate_backend: FATAL 57P01, then the connection closes) while
+    it runs a read, before any row: tern hides what the replica said and the primary serves the read, in
+    the simple protocol and in extended-protocol batches, unnamed and named (a named statement the lost
+    batch gave is the client's once); the replica serves reads again after."""
+    t = routing_tern(ctx, level="eventual")
+
+    def sql(case):  # sleeps on the replica only, until terminated
+        return "select pg_sleep(case when pg_is_in_recovery() then 30 else 0 end), '%s', pg_is_in_recovery()" % case
+
+    def terminated(w, case, *messages):
+        w.send(b"".join(messages))
+        find = ("select pid from pg_stat_activity where query like '%%%s%%' and state = 'active' "
+                "and pid <> pg_backend_pid()" % case)
+        wait_for(lambda: ctx.pg.psql(find, port=ctx.pg.replica_port) != "", "the read %s on the replica" % case,
+                 timeout=10)
+        ctx.pg.psql("select pg_terminate_backend(pid) from (%s) r" % find, port=ctx.pg.replica_port)
+        kinds, rows = "", []
+        while not kinds.endswith("Z"):
+            kind, body = w.read_message()
+            kinds += kind.decode()
+            if kind == b"D":
+                rows.append(data_row(body)[1:])
+        check(rows == [[case, "f"]], "%s: the primary served it: %r %r" % (case, kinds, rows))
+        return kinds
+
+    with Wire(t.port) as w:
+        w.login("postgres")
+        check(terminated(w, "lost_q", message(b"Q", sql("lost_q").encode() + b"\0")) == "TDCZ", "one answer")
+        check(terminated(w, "lost_u", parse("", sql("lost_u")), bind(""), describe("P", ""), execute(), SYNC)
+              == "12TDCZ", "one answer to the unnamed batch")
+        check(terminated(w, "lost_n", parse("lost_n", sql("lost_n")), bind("lost_n"), execute(), SYNC) == "12DCZ",
+              "one answer to the named batch")
+        check(terminated(w, "lost_n", bind("lost_n"), execute(), SYNC) == "2DCZ", "the named statement again")
+        kinds, _, err, _ = w.exchange(parse("lost_n", "select 1"), SYNC)
+        check((kinds, err) == ("EZ", "42P05"), "the name is the client's once: %r" % ((kinds, err),))
+        check(w.query("select pg_is_in_recovery()") == [["t"]], "the replica serves reads again")
+        # The pooled replica connection, terminated while idle: a BEGIN READ ONLY that meets it.
+        tern_backends = ("select pid from pg_stat_activity where backend_type = 'client backend' "
+                         "and application_name not in ('psql', 'tern monitor')")
+        ctx.pg.psql("select pg_terminate_backend(pid) from (%s) r" % tern_backends, port=ctx.pg.replica_port)
+        wait_for(lambda: ctx.pg.psql(tern_backends, port=ctx.pg.replica_port) == "", "the backends to go", timeout=10)
+        w.query("begin read only")
+        check(w.query("select pg_is_in_recovery(), current_setting('transaction_read_only')") == [["f", "on"]],
+              "the read-only transaction runs on the primary")
+        w.query("commit")
+        check(w.query("select pg_is_in_recovery()") == [["t"]], "the replica serves reads after it")
+    lost = t.log_tail(400).count("replica connection was lost before it answered; the primary serves it")
+    check(lost == 5, "tern re-ran 5 reads (%d): %s" % (lost, t.log_tail(10)))
 
 
 @test
@@ -3447,8 +3508,9 @@ def a_replica_of_weight_zero_serves_no_reads(ctx):
 @test
 def a_read_the_replica_refuses_runs_again_on_the_primary_and_the_client_sees_one_answer(ctx):
     """A read_functions entry that writes: the replica refuses the read (25006) before any row, tern hides
-    the refusal and its RowDescription and the primary serves the read; the client gets one answer and
-    no error. An error the primary would give too (division by zero) reaches the client from the replica."""
+    the refusal and what came before it and the primary serves the read; the client gets one answer and
+    no error, in the simple protocol and in extended-protocol batches, unnamed and named. An error the
+    primary would give too (division by zero) reaches the client from the replica."""
     ctx.pg.psql("drop table if exists routing_r; create table routing_r(a int);"
                 "create or replace function routing_writer() returns int language sql as "
                 "'insert into routing_r values (1) returning a'")
@@ -3470,9 +3532,23 @@ def a_read_the_replica_refuses_runs_again_on_the_primary_and_the_client_sees_one
         except WireError as err:
             check(err.sqlstate == "22012", "the replica's own error reaches the client: %r" % err.fields)
         check(w.query("select pg_is_in_recovery()") == [["t"]], "reads go on to the replica")
-    check(ctx.pg.psql("select count(*) from routing_r") == "1", "the write ran once, on the primary")
+        # The same in extended-protocol batches: the replica's ParseComplete, BindComplete and
+        # RowDescription (and the ParseComplete tern made up for a named statement) are hidden with the
+        # refusal; the primary's answer is the only one, and a named statement is the client's once.
+        sql = "select routing_writer() as w, pg_is_in_recovery()"
+        kinds, rows, err, _ = w.exchange(parse("", sql), bind(""), describe("P", ""), execute(), SYNC)
+        check((kinds, rows, err) == ("12TDCZ", [["1", "f"]], None), "an unnamed batch: %r" % ((kinds, rows, err),))
+        kinds, rows, err, _ = w.exchange(parse("rw", sql), bind("rw"), execute(), SYNC)
+        check((kinds, rows, err) == ("12DCZ", [["1", "f"]], None), "a named batch: %r" % ((kinds, rows, err),))
+        kinds, rows, err, _ = w.exchange(bind("rw"), execute(), SYNC)
+        check((kinds, rows, err) == ("2DCZ", [["1", "f"]], None), "the named statement again: %r" % ((kinds, rows, err),))
+        kinds, rows, err, _ = w.exchange(parse("rr", "select pg_is_in_recovery()"), bind("rr"), execute(), SYNC)
+        check((kinds, rows, err) == ("12DCZ", [["t"]], None), "a read the replica serves: %r" % ((kinds, rows, err),))
+        kinds, _, err, _ = w.exchange(parse("rw", "select 1"), SYNC)
+        check((kinds, err) == ("EZ", "42P05"), "the name given in a re-run batch is in use: %r" % ((kinds, err),))
+    check(ctx.pg.psql("select count(*) from routing_r") == "4", "each write ran once, on the primary")
     text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=10).read().decode()
-    wait_for(lambda: 'tern_route_reads_total{path="primary",reason="replica_error"} 1' in
+    wait_for(lambda: 'tern_route_reads_total{path="primary",reason="replica_error"} 4' in
              urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=10).read().decode(),
              "the re-run counted (%s)" % [line for line in text.splitlines() if "replica_error" in line], timeout=5)
 
