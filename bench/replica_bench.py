@@ -18,6 +18,7 @@ replica served (tern's /metrics, tern_route_reads_total). Prints medians over th
 
 usage: replica_bench.py [--clients 16] [--duration 10] [--repeat 3] [--scale 10]
                         [--tern-binary build-release/tern] [--workloads select-only,read-after-write]
+                        [--protocol simple|extended|prepared]
 """
 import argparse
 import os
@@ -69,7 +70,7 @@ def percentile(values, p):
 def run_pgbench(port, level, workload, args, workdir, script):
     """One pgbench run; returns (tps, p50_ms, p99_ms, transactions, failed)."""
     prefix = os.path.join(workdir, "log_%s_%s_%d" % (workload, level, time.monotonic_ns()))
-    argv = ["pgbench", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-n", "-M", "simple",
+    argv = ["pgbench", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-n", "-M", args.protocol,
             "-c", str(args.clients), "-j", str(args.jobs), "-T", str(args.duration), "-l", "--log-prefix", prefix]
     argv += ["-S"] if workload == "select-only" else ["-f", script]
     env = clean_env({"PGOPTIONS": "-c tern.consistency=%s" % level} if level != "direct" else {})
@@ -108,6 +109,8 @@ def main():
     p.add_argument("--workers", type=int, default=0, help="tern workers (0 = one per CPU)")
     p.add_argument("--tern-binary", default=os.path.join(REPO_ROOT, "build-release", "tern"))
     p.add_argument("--workloads", default="select-only,read-after-write")
+    p.add_argument("--protocol", default="simple", choices=("simple", "extended", "prepared"),
+                   help="pgbench -M: extended-protocol batches (unnamed or named statements) are routed too")
     p.add_argument("--targets", default=",".join(TARGETS))
     args = p.parse_args()
     workloads = [w for w in args.workloads.split(",") if w]
