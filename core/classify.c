@@ -145,6 +145,7 @@ static bool classify_fast(const char *sql, struct classify_result *out)
 		return false; /* something follows: more statements, or not this grammar */
 	out->kind = kind;
 	out->is_local = is_local;
+	out->is_show = kind == CLASSIFY_READ;
 	out->statement_count = 1;
 	out->is_fast_path = true;
 	return true;
@@ -276,8 +277,10 @@ static enum classify_kind classify_statement(json_t *stmt, const char *sql, size
 			       !why.calls_unsafe_function && !why.is_parse_error;
 		return is_read ? CLASSIFY_READ : CLASSIFY_WRITE;
 	}
-	if (strcmp(type, "VariableShowStmt") == 0)
+	if (strcmp(type, "VariableShowStmt") == 0) {
+		out->is_show = true;
 		return CLASSIFY_READ;
+	}
 	if (strcmp(type, "CopyStmt") == 0)
 		out->has_copy = true; /* the server may then take COPY data, not queries */
 	if (strcmp(type, "DiscardStmt") == 0)

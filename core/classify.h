@@ -46,6 +46,7 @@ struct classify_result {
 	enum classify_isolation isolation; /* BEGIN, SET TRANSACTION */
 	bool is_read_only;         /* BEGIN ... READ ONLY, SET TRANSACTION READ ONLY */
 	bool is_local;             /* SET LOCAL */
+	bool is_show;              /* a read that is a SHOW (not a SELECT) */
 	/* Why a SELECT is a write (any of them makes it one). */
 	bool has_locking_clause;
 	bool has_write_cte;
