@@ -90,6 +90,7 @@ struct config_key {
 static const char *const config_pool_mode_names[] = {"session", "transaction", NULL};
 static const char *const config_log_level_names[] = {"error", "warning", "info", "debug", NULL};
 static const char *const config_consistency_names[] = {"primary", "eventual", "session", "strict", NULL};
+static const char *const config_switch_names[] = {"off", "on", NULL};
 static const char *const config_auth_mode_names[] = {"trust", "md5", "scram", NULL};
 static const char *const config_tls_mode_names[] = {"disable", "allow", "prefer", "require", NULL};
 static const char *const config_tls_protocol_names[] = {"TLSv1.2", "TLSv1.3", NULL};
@@ -157,6 +158,11 @@ static const struct config_key config_keys[] = {
 		   "replicas), eventual (a replica within the lag bounds), session (a replica that has the client's "
 		   "own last write), strict (a replica that has every commit acknowledged before the read arrived); "
 		   "transaction pooling only"),
+	CONFIG_KEY("routing", "transaction_split", CONFIG_ENUM, "off", 0, 0, CONFIG_RELOAD, transaction_split,
+		   config_switch_names,
+		   "on: the plain SELECTs of a read-committed transaction's read-only prefix run on a replica that "
+		   "has every commit acknowledged before each read arrived, while the transaction stays whole on "
+		   "the primary (a client sets its own with tern.transaction_split); transaction pooling only"),
 	CONFIG_KEY("routing", "wait_timeout_ms", CONFIG_INT, "5000", 0, 3600000, CONFIG_RELOAD, wait_timeout_ms, NULL,
 		   "how long a read waits for a replica to replay its target LSN before the primary serves it; 0 = "
 		   "never wait (the primary serves it at once)"),

@@ -19,6 +19,7 @@
 #include "ring/ring.h"
 #include "runtime.h"
 #include "sendq.h"
+#include "split.h"
 
 /* The worker's receive-buffer groups: client reads can never take the buffers server responses need
  * (server responses are what ends transactions and frees connections for waiting clients). */
@@ -38,6 +39,16 @@ struct digest_local;
 
 /* Counters of one worker, kept by its sessions (plain increments, the worker's thread only; the worker
  * publishes a copy for other threads each tick). All uint64_t: the copy goes field by field. */
+/* Where routed reads went (route.c): a replica, or the primary and why. */
+struct host_route_paths {
+	uint64_t replica;      /* a replica served them at once */
+	uint64_t replica_wait; /* a replica served them after waiting for their LSN */
+	uint64_t timeout;      /* the primary served them after wait_timeout_ms */
+	uint64_t no_replica;   /* the primary served them: no replica up (or within the lag bounds) */
+	uint64_t lost;         /* re-run on the primary after their replica's connection was lost */
+	uint64_t error;        /* re-run on the primary after their replica refused them (40001, 25006) */
+};
+
 struct host_stats {
 	uint64_t accepted;
 	uint64_t local_reuse;    /* transactions served by a connection released in the same pass */
@@ -46,13 +57,10 @@ struct host_stats {
 	uint64_t mailed_grants;  /* waiters here served through the mailbox (another worker, a new connection) */
 	uint64_t cancels_sent;
 	uint64_t ended[SESSION_END_REASON_COUNT];
-	/* Routing of reads (route.c), by path: what served them. */
-	uint64_t routed_replica;      /* reads a replica served at once */
-	uint64_t routed_replica_wait; /* reads a replica served after waiting for their LSN */
-	uint64_t fallback_timeout;    /* reads the primary served after wait_timeout_ms */
-	uint64_t fallback_no_replica; /* reads the primary served: no replica up (or within the lag bounds) */
-	uint64_t fallback_lost;       /* reads re-run on the primary after their replica's connection was lost */
-	uint64_t fallback_error;      /* reads re-run on the primary after their replica refused them (40001, 25006) */
+	/* Routing (route.c), by path: what served autocommit reads, and split reads of transactions. */
+	struct host_route_paths reads, split;
+	uint64_t split_refused[SPLIT_REFUSAL_COUNT]; /* statements of a split transaction kept on the primary, by why */
+	uint64_t split_pipelined; /* split reads kept on the primary: sent before an answer they must follow */
 	/* How long reads waited for their LSN target, as a histogram (HOST_ROUTE_WAIT_BOUNDS_US, then +Inf). */
 	uint64_t route_wait_buckets[HOST_ROUTE_WAIT_BUCKETS + 1];
 	uint64_t route_wait_us_sum;

@@ -74,6 +74,24 @@ static void http_help(FILE *f, const char *name, const char *type, const char *h
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* One counter by path: what served the reads, or why the primary did. */
+static void http_route_paths(FILE *f, const char *name, const struct host_route_paths *paths)
+{
+	const struct {
+		const char *labels;
+		uint64_t value;
+	} rows[] = {
+		{"path=\"replica\"", paths->replica},
+		{"path=\"replica_after_wait\"", paths->replica_wait},
+		{"path=\"primary\",reason=\"wait_timeout\"", paths->timeout},
+		{"path=\"primary\",reason=\"no_replica\"", paths->no_replica},
+		{"path=\"primary\",reason=\"replica_lost\"", paths->lost},
+		{"path=\"primary\",reason=\"replica_error\"", paths->error},
+	};
+	for (size_t i = 0; i < TERN_ARRAY_LEN(rows); i++)
+		fprintf(f, "%s{%s} %llu\n", name, rows[i].labels, (unsigned long long)rows[i].value);
+}
+
 char *http_metrics_text(struct tern_runtime *rt)
 {
 	struct http_snapshot snap;
@@ -150,17 +168,20 @@ char *http_metrics_text(struct tern_runtime *rt)
 
 	const struct host_stats *t = &snap.total;
 	http_help(f, "tern_route_reads_total", "counter",
-		  "reads routing placed, by path: replica, replica_after_wait, or primary with the reason it fell back");
-	fprintf(f, "tern_route_reads_total{path=\"replica\"} %llu\n", (unsigned long long)t->routed_replica);
-	fprintf(f, "tern_route_reads_total{path=\"replica_after_wait\"} %llu\n", (unsigned long long)t->routed_replica_wait);
-	fprintf(f, "tern_route_reads_total{path=\"primary\",reason=\"wait_timeout\"} %llu\n",
-		(unsigned long long)t->fallback_timeout);
-	fprintf(f, "tern_route_reads_total{path=\"primary\",reason=\"no_replica\"} %llu\n",
-		(unsigned long long)t->fallback_no_replica);
-	fprintf(f, "tern_route_reads_total{path=\"primary\",reason=\"replica_lost\"} %llu\n",
-		(unsigned long long)t->fallback_lost);
-	fprintf(f, "tern_route_reads_total{path=\"primary\",reason=\"replica_error\"} %llu\n",
-		(unsigned long long)t->fallback_error);
+		  "autocommit reads routing placed, by path: replica, replica_after_wait, or primary with the reason "
+		  "it fell back");
+	http_route_paths(f, "tern_route_reads_total", &t->reads);
+	http_help(f, "tern_split_reads_total", "counter",
+		  "reads of read-committed transactions split off to a replica (transaction_split), by path as "
+		  "tern_route_reads_total");
+	http_route_paths(f, "tern_split_reads_total", &t->split);
+	http_help(f, "tern_split_refused_total", "counter",
+		  "statements of transactions transaction_split looked at that stayed on the primary, by the first "
+		  "condition they failed (pipelined: sent before an answer they must follow)");
+	for (int i = SPLIT_ELIGIBLE + 1; i < SPLIT_REFUSAL_COUNT; i++)
+		fprintf(f, "tern_split_refused_total{reason=\"%s\"} %llu\n", split_refusal_names[i],
+			(unsigned long long)t->split_refused[i]);
+	fprintf(f, "tern_split_refused_total{reason=\"pipelined\"} %llu\n", (unsigned long long)t->split_pipelined);
 	http_help(f, "tern_route_wait_seconds", "histogram", "how long reads waited for a replica to reach their LSN target");
 	static const uint64_t bounds_us[HOST_ROUTE_WAIT_BUCKETS] = HOST_ROUTE_WAIT_BOUNDS_US;
 	uint64_t cumulative = 0;
@@ -245,10 +266,18 @@ char *http_status_json(struct tern_runtime *rt)
 	json_t *status = json_pack(
 		"{s:s, s:o, s:i, s:i, s:{s:I, s:I, s:I, s:I, s:I, s:I}}", "version", TERN_VERSION, "servers", servers, "workers",
 		(int)snap.worker_count, "clients", (int)__atomic_load_n(&rt->client_count, __ATOMIC_RELAXED), "routing",
-		"replica", (json_int_t)t->routed_replica, "replica_after_wait", (json_int_t)t->routed_replica_wait,
-		"primary_wait_timeout", (json_int_t)t->fallback_timeout, "primary_no_replica",
-		(json_int_t)t->fallback_no_replica, "primary_replica_lost", (json_int_t)t->fallback_lost,
-		"primary_replica_error", (json_int_t)t->fallback_error);
+		"replica", (json_int_t)t->reads.replica, "replica_after_wait", (json_int_t)t->reads.replica_wait,
+		"primary_wait_timeout", (json_int_t)t->reads.timeout, "primary_no_replica", (json_int_t)t->reads.no_replica,
+		"primary_replica_lost", (json_int_t)t->reads.lost, "primary_replica_error", (json_int_t)t->reads.error);
+	json_t *split = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "replica", (json_int_t)t->split.replica,
+				  "replica_after_wait", (json_int_t)t->split.replica_wait, "primary_wait_timeout",
+				  (json_int_t)t->split.timeout, "primary_no_replica", (json_int_t)t->split.no_replica,
+				  "primary_replica_lost", (json_int_t)t->split.lost, "primary_replica_error",
+				  (json_int_t)t->split.error);
+	if (status && split)
+		json_object_set_new(status, "split", split);
+	else
+		json_decref(split);
 	char *text = status ? json_dumps(status, JSON_INDENT(2)) : NULL;
 	json_decref(status);
 	return text;

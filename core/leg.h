@@ -89,6 +89,7 @@ struct leg {
 	/* A routed read's answer is held back until it is known not to be one routing re-runs on the
 	 * primary (route_guard_type): what precedes its first row or completion waits. */
 	bool is_reply_guarded;
+	uint8_t probe_kind; /* enum route_probe: what tern's probe behind or answering asks */
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
 	struct leg_copy copy;        /* observer_copy.c */
 	/* Statements queued messages use that the connection must prepare (collected while detached). */

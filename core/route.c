@@ -14,25 +14,66 @@
 #include <string.h>
 #include <strings.h>
 
-#define ROUTE_SETTING_NAME "tern.consistency"
+static const char *const route_level_names[] = {"primary", "eventual", "session", "strict", NULL};
+/* (false and true are on and off's synonyms: the index modulo 2) */
+static const char *const route_switch_names[] = {"off", "on", "false", "true", NULL};
 
-static const char *const route_level_names[] = {"primary", "eventual", "session", "strict"};
+/* tern's own settings, by enum route_setting: SET, RESET and SHOW of them are answered by tern. */
+static const struct {
+	const char *name;
+	const char *const *values;
+	uint32_t distinct; /* values[i] means i % distinct */
+	const char *hint;
+} route_settings[ROUTE_SETTING_COUNT] = {
+	[ROUTE_SETTING_CONSISTENCY] = {"tern.consistency", route_level_names, 4,
+				       "Available values: primary, eventual, session, strict, default."},
+	[ROUTE_SETTING_SPLIT] = {"tern.transaction_split", route_switch_names, 2, "Available values: off, on, default."},
+};
 
-int route_level_from_name(const char *name)
+/* The value of setting `id` that `word` names (any case), or -1. */
+static int route_value_of(enum route_setting id, const char *word, size_t len)
 {
-	for (int i = 0; i < (int)TERN_ARRAY_LEN(route_level_names); i++)
-		if (strcasecmp(name, route_level_names[i]) == 0)
+	const char *const *values = route_settings[id].values;
+	for (int i = 0; values[i]; i++)
+		if (strlen(values[i]) == len && strncasecmp(word, values[i], len) == 0)
+			return i % (int)route_settings[id].distinct;
+	return -1;
+}
+
+int route_setting_from_name(const char *name, size_t len)
+{
+	for (int i = 0; i < ROUTE_SETTING_COUNT; i++)
+		if (strlen(route_settings[i].name) == len && strncasecmp(name, route_settings[i].name, len) == 0)
 			return i;
 	return -1;
 }
 
-static enum config_consistency route_level(const struct session *s, const struct tern_config *cfg)
+int route_setting_take(struct session *s, enum route_setting id, const char *value)
 {
-	return s->routing.is_consistency_set ? (enum config_consistency)s->routing.consistency
-					   : (enum config_consistency)cfg->default_consistency;
+	int v = route_value_of(id, value, strlen(value));
+	if (v < 0)
+		return -1;
+	s->routing.settings[id] = (uint8_t)v;
+	s->routing.settings_set |= 1u << id;
+	return 0;
 }
 
-/* ---- tern.consistency: SET, RESET, SHOW, answered here ---- */
+const char *route_setting_hint(enum route_setting id) { return route_settings[id].hint; }
+
+/* The client's value of setting id, or the configuration's default of the moment. */
+static int route_setting(const struct session *s, const struct tern_config *cfg, enum route_setting id)
+{
+	if (s->routing.settings_set & (1u << id))
+		return s->routing.settings[id];
+	return id == ROUTE_SETTING_CONSISTENCY ? cfg->default_consistency : cfg->transaction_split;
+}
+
+static enum config_consistency route_level(const struct session *s, const struct tern_config *cfg)
+{
+	return (enum config_consistency)route_setting(s, cfg, ROUTE_SETTING_CONSISTENCY);
+}
+
+/* ---- tern.consistency and tern.transaction_split: SET, RESET, SHOW, answered here ---- */
 
 static const char *route_skip_space(const char *p)
 {
@@ -78,15 +119,15 @@ static void route_send_complete(struct session *s, const char *tag)
 }
 
 /* SHOW's one text column and row. */
-static void route_send_show(struct session *s, const char *value)
+static void route_send_show(struct session *s, const char *name, const char *value)
 {
 	uint8_t msg[128];
-	static const char name[] = ROUTE_SETTING_NAME;
 	uint8_t *p = msg + PROTO_HEADER_LEN;
+	size_t name_size = strlen(name) + 1;
 	*p++ = 0;
 	*p++ = 1;
-	memcpy(p, name, sizeof(name));
-	p += sizeof(name);
+	memcpy(p, name, name_size);
+	p += name_size;
 	static const uint8_t attrs[18] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 25, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0};
 	memcpy(p, attrs, sizeof(attrs)); /* table 0, column 0, type text (25), length -1, modifier -1, text */
 	p += sizeof(attrs);
@@ -104,25 +145,31 @@ static void route_send_show(struct session *s, const char *value)
 	route_send_complete(s, "SHOW");
 }
 
-/* The value of SET tern.consistency {TO|=} value: a level's name, bare or quoted, or DEFAULT (-1). -2 when
- * it is none of them; *end past it. */
-static int route_parse_level(const char *p, const char **end)
+/* The value of SET tern.x {TO|=} value: one of the setting's names, bare or quoted, or DEFAULT (-1). -2
+ * when it is none of them; *end past it. */
+static int route_parse_value(enum route_setting id, const char *p, const char **end)
 {
-	char word[16];
-	size_t n = 0;
 	bool quoted = *p == '\'';
 	if (quoted)
 		p++;
-	while ((isalpha((unsigned char)*p) || *p == '_') && n + 1 < sizeof(word))
-		word[n++] = (char)tolower((unsigned char)*p++);
-	word[n] = '\0';
+	const char *word = p;
+	while (isalpha((unsigned char)*p) || *p == '_')
+		p++;
+	size_t len = (size_t)(p - word);
 	if (quoted && *p++ != '\'')
 		return -2;
 	*end = p;
-	if (!quoted && strcmp(word, "default") == 0)
+	if (!quoted && len == 7 && strncasecmp(word, "default", len) == 0)
 		return -1;
-	int level = route_level_from_name(word);
-	return level >= 0 ? level : -2;
+	int value = route_value_of(id, word, len);
+	return value >= 0 ? value : -2;
+}
+
+/* Refuses the statement (an ErrorResponse, then ReadyForQuery). */
+static void route_refuse(struct session *s, const char *sqlstate, const char *message, const char *hint)
+{
+	session_send_error(s, "ERROR", sqlstate, message, hint);
+	route_send_ready(s);
 }
 
 /* Answers a SET/RESET/SHOW of a tern.* name (the client has nothing in flight). */
@@ -134,49 +181,51 @@ static void route_answer_setting(struct session *s, const char *sql)
 	if (!is_show && !is_reset) {
 		(void)route_keyword(&p, "set");
 		if (route_keyword(&p, "local")) {
-			session_send_error(s, "ERROR", "0A000", "SET LOCAL tern.consistency is not supported",
-					   "tern.consistency holds for the session: SET it, and SET it back");
-			route_send_ready(s);
+			route_refuse(s, "0A000", "SET LOCAL of a tern.* parameter is not supported",
+				     "tern's parameters hold for the session: SET them, and SET them back");
 			return;
 		}
 		(void)route_keyword(&p, "session");
 	}
-	size_t name_len = strlen(ROUTE_SETTING_NAME);
-	if (strncasecmp(p, ROUTE_SETTING_NAME, name_len) != 0 || isalnum((unsigned char)p[name_len]) ||
-	    p[name_len] == '_') {
+	size_t name_len = strcspn(p, " \t\r\n;=");
+	int id = route_setting_from_name(p, name_len);
+	if (id < 0) {
 		char message[128];
-		size_t n = strcspn(p, " \t\r\n;=");
-		snprintf(message, sizeof(message), "unrecognized configuration parameter \"%.*s\"", (int)TERN_MIN(n, 64u), p);
-		session_send_error(s, "ERROR", "42704", message, "tern knows one parameter of its own: tern.consistency");
-		route_send_ready(s);
+		snprintf(message, sizeof(message), "unrecognized configuration parameter \"%.*s\"",
+			 (int)TERN_MIN(name_len, 64u), p);
+		route_refuse(s, "42704", message, "tern's own parameters: tern.consistency, tern.transaction_split");
 		return;
 	}
+	const char *name = route_settings[id].name;
 	p = route_skip_space(p + name_len);
-	int level = -1;
+	int value = -1;
 	if (!is_show && !is_reset) {
 		if (*p == '=')
 			p = route_skip_space(p + 1);
 		else if (!route_keyword(&p, "to"))
 			p = "?"; /* refused below */
-		level = route_parse_level(p, &p);
-		if (level == -2) {
-			session_send_error(s, "ERROR", "22023", "invalid value for parameter \"tern.consistency\"",
-					   "Available values: primary, eventual, session, strict, default.");
-			route_send_ready(s);
+		value = route_parse_value((enum route_setting)id, p, &p);
+		if (value == -2) {
+			char message[96];
+			snprintf(message, sizeof(message), "invalid value for parameter \"%s\"", name);
+			route_refuse(s, "22023", message, route_settings[id].hint);
 			return;
 		}
 	}
 	if (!route_is_end(p)) {
-		session_send_error(s, "ERROR", "0A000", "tern.consistency must be set, reset or shown in a query of its own",
-				   NULL);
-		route_send_ready(s);
+		char message[96];
+		snprintf(message, sizeof(message), "%s must be set, reset or shown in a query of its own", name);
+		route_refuse(s, "0A000", message, NULL);
 		return;
 	}
 	if (is_show) {
-		route_send_show(s, route_level_names[route_level(s, cfg)]);
+		route_send_show(s, name, route_settings[id].values[route_setting(s, cfg, (enum route_setting)id)]);
 	} else {
-		s->routing.is_consistency_set = level >= 0;
-		s->routing.consistency = (uint8_t)(level >= 0 ? level : 0);
+		if (value >= 0)
+			s->routing.settings_set |= 1u << id;
+		else
+			s->routing.settings_set &= ~(1u << id);
+		s->routing.settings[id] = (uint8_t)(value >= 0 ? value : 0);
 		route_send_complete(s, is_reset ? "RESET" : "SET");
 	}
 	route_send_ready(s);
@@ -372,7 +421,128 @@ static int route_begin_move(struct session *s)
 	return 0;
 }
 
-enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t len, bool *probe_after)
+/* ---- transaction_split: reads of a read-committed transaction on the primary ---- */
+
+/* All the primary's connection owes is the answer to tern's SHOW transaction_isolation. */
+static bool route_owes_only_isolation(const struct leg *p)
+{
+	return p->conn && p->is_probe_answering && p->probe_kind == ROUTE_PROBE_ISOLATION &&
+	       p->pending_ready == p->hidden_ready && p->replies.count == 0 && !p->is_unsynced &&
+	       sendq_is_empty(&p->to_server);
+}
+
+/* The split read may go now: the transaction is open on the primary's connection, which owes nothing
+ * (the read must not pass what the client sent before it), and the replica leg is free or idle on the
+ * transaction's replica. */
+static bool route_split_is_ready(const struct session *s)
+{
+	const struct leg *p = session_primary(s), *r = s->legs[LEG_REPLICA];
+	if (s->phase != SESSION_READY || s->is_pause_waiting || session_is_pinned(s) || !route_leg_owes_nothing(p))
+		return false;
+	if (!r)
+		return true;
+	if (r->is_request_pending || !sendq_is_empty(&r->to_server))
+		return false;
+	return !r->conn || (s->routing.split.server && leg_is_idle(r));
+}
+
+/* The transaction's replica is let go: its connection goes back (drop: it is closed, its server down). */
+static void route_split_unpin(struct session *s, bool drop)
+{
+	struct route_split *sp = &s->routing.split;
+	if (!sp->server)
+		return;
+	sp->server = NULL;
+	struct leg *leg = s->legs[LEG_REPLICA];
+	if (!leg || !leg->conn || s->routing.state == ROUTE_ON_REPLICA)
+		return;
+	leg->is_reply_guarded = false;
+	if (drop)
+		(void)session_replace_leg(s, LEG_REPLICA);
+	else
+		session_try_release(s, leg);
+}
+
+/* The transaction ended (its COMMIT or ROLLBACK answered, or an error ended it): its replica goes. */
+static void route_split_settle(struct session *s)
+{
+	struct route_split *sp = &s->routing.split;
+	const struct leg *p = session_primary(s);
+	if ((!sp->is_open && !sp->server) || !route_leg_owes_nothing(p) || (p->conn && p->tx_status != 'I'))
+		return;
+	sp->is_open = false;
+	route_split_unpin(s, false);
+}
+
+/* A Query while transaction_split is on: a single BEGIN opens a transaction to follow (its isolation
+ * asked of the server behind it unless it names one), each statement of it is noted, and a read that
+ * meets the five conditions (split.h) is taken for a replica at the strict level (ROUTE_QUERY_TAKEN). */
+static enum route_query route_split_query(struct session *s, const struct tern_config *cfg, const uint8_t *body,
+					  uint32_t len, enum route_probe *probe_after)
+{
+	struct route_split *sp = &s->routing.split;
+	const char *sql = (const char *)body;
+	struct classify_result r;
+	if (!classify_fast_path(sql, &r))
+		route_classify(s, cfg, sql, &r);
+	route_split_settle(s);
+	if (r.kind == CLASSIFY_BEGIN && !sp->is_open) {
+		if (r.statement_count != 1)
+			return ROUTE_QUERY_ADMIT; /* not one to follow */
+		split_tx_begin(&sp->tx, &r);
+		sp->is_open = true;
+		if (r.isolation == CLASSIFY_ISOLATION_DEFAULT)
+			*probe_after = ROUTE_PROBE_ISOLATION;
+		return ROUTE_QUERY_ADMIT;
+	}
+	if (!sp->is_open)
+		return ROUTE_QUERY_ADMIT;
+	const struct leg *p = session_primary(s);
+	switch (r.kind) {
+	case CLASSIFY_COMMIT:
+	case CLASSIFY_ROLLBACK:
+		sp->is_open = r.statement_count > 1; /* (settled at the answer when several) */
+		return ROUTE_QUERY_ADMIT;
+	case CLASSIFY_BEGIN:
+	case CLASSIFY_TRANSACTION:
+	case CLASSIFY_SET:
+	case CLASSIFY_SET_TRANSACTION:
+	case CLASSIFY_DISCARD:
+		split_tx_note(&sp->tx, &r); /* not reads: nothing to count */
+		return ROUTE_QUERY_ADMIT;
+	default:
+		break;
+	}
+	enum split_refusal why = split_check(&sp->tx, &r, true, false);
+	/* The BEGIN's answer is in, its isolation's is still to come: the read waits for it (route_try). */
+	bool is_isolation_due = why == SPLIT_NOT_READ_COMMITTED && route_owes_only_isolation(p) &&
+				sp->tx.isolation == CLASSIFY_ISOLATION_DEFAULT;
+	if (is_isolation_due) {
+		struct split_tx assumed = sp->tx;
+		assumed.server_isolation = CLASSIFY_READ_COMMITTED;
+		why = split_check(&assumed, &r, true, false);
+	}
+	if (why != SPLIT_ELIGIBLE) {
+		s->host->stats.split_refused[why]++;
+		split_tx_note(&sp->tx, &r);
+		return ROUTE_QUERY_ADMIT;
+	}
+	if (!p->conn || p->tx_status != 'T')
+		return ROUTE_QUERY_ADMIT; /* a failed transaction (25P02 from the primary), or not one yet */
+	if (!is_isolation_due && !route_split_is_ready(s)) {
+		s->host->stats.split_pipelined++;
+		return ROUTE_QUERY_ADMIT;
+	}
+	if (route_hold(s, body, len) < 0)
+		return ROUTE_QUERY_ADMIT;
+	s->routing.is_batch = s->routing.is_tx = false;
+	s->routing.is_split = true;
+	route_read_begins(s, cfg, CONFIG_CONSISTENCY_STRICT); /* every commit acknowledged before it arrived */
+	s->routing.is_awaiting_isolation = is_isolation_due;
+	return ROUTE_QUERY_TAKEN;
+}
+
+enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t len, enum route_probe *probe_after)
 {
 	if (len == 0 || body[len - 1] != '\0')
 		return ROUTE_QUERY_ADMIT; /* malformed: the server says so */
@@ -395,6 +565,9 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 		return route_tx_query(s, cfg, sql);
 	enum config_consistency level = route_level(s, cfg);
 	struct classify_result r;
+	if (route_setting(s, cfg, ROUTE_SETTING_SPLIT) && s->host->runtime->monitor &&
+	    route_split_query(s, cfg, body, len, probe_after) == ROUTE_QUERY_TAKEN)
+		return ROUTE_QUERY_TAKEN;
 	if (s->routing.is_begin_alone && level != CONFIG_CONSISTENCY_PRIMARY && route_begin_may_move(s, cfg, sql) &&
 	    route_hold(s, body, len) == 0 && route_begin_move(s) == 0) {
 		route_read_begins(s, cfg, level);
@@ -403,16 +576,17 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 	if (!route_wants(s, level)) {
 		/* In a transaction, the session level probes behind its COMMIT (the lexer knows it alone). */
 		const struct leg *leg = session_primary(s);
-		*probe_after = level == CONFIG_CONSISTENCY_SESSION && leg->conn && leg->tx_status != 'I' &&
-			       classify_fast_path(sql, &r) && r.kind == CLASSIFY_COMMIT;
+		if (level == CONFIG_CONSISTENCY_SESSION && leg->conn && leg->tx_status != 'I' &&
+		    classify_fast_path(sql, &r) && r.kind == CLASSIFY_COMMIT)
+			*probe_after = ROUTE_PROBE_LSN;
 		return ROUTE_QUERY_ADMIT;
 	}
 	route_classify(s, cfg, sql, &r);
 	bool is_tx = r.kind == CLASSIFY_BEGIN && r.is_read_only && r.statement_count == 1;
 	if (r.kind != CLASSIFY_READ && !is_tx) {
 		/* Behind a COPY the server reads COPY data, not a query: its write is probed at the release. */
-		*probe_after = level == CONFIG_CONSISTENCY_SESSION && r.kind == CLASSIFY_WRITE && !r.has_copy &&
-			       !r.is_parse_error;
+		if (level == CONFIG_CONSISTENCY_SESSION && r.kind == CLASSIFY_WRITE && !r.has_copy && !r.is_parse_error)
+			*probe_after = ROUTE_PROBE_LSN;
 		s->routing.is_begin_sent = r.kind == CLASSIFY_BEGIN && r.statement_count == 1 &&
 					   r.isolation != CLASSIFY_SERIALIZABLE; /* SET TRANSACTION READ ONLY may follow */
 		return ROUTE_QUERY_ADMIT;
@@ -446,8 +620,8 @@ static struct pool_server *route_pick(struct session *s, const struct tern_confi
 		const struct monitor_server *ms = monitor_server_at(m, i);
 		struct pool_server *server = &rt->pool->servers[i];
 		if (__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) != MONITOR_STANDBY || server == primary ||
-		    server->weight == 0)
-			continue;
+		    server->weight == 0 || (s->routing.is_split && s->routing.split.server && server != s->routing.split.server))
+			continue; /* (a split read: the transaction's replica, once it has one) */
 		if (s->routing.level == CONFIG_CONSISTENCY_EVENTUAL) {
 			struct monitor_lag lag = monitor_lag_of(m, i, primary, now);
 			if ((cfg->max_replica_lag_bytes && lag.bytes > cfg->max_replica_lag_bytes) ||
@@ -501,7 +675,7 @@ static void route_done(struct session *s)
 	route->state = ROUTE_IDLE;
 	route->held.len = 0;
 	route->client_leg = NULL;
-	route->is_batch = route->is_tx = false;
+	route->is_batch = route->is_tx = route->is_split = route->is_awaiting_isolation = false;
 }
 
 /* The held read (or, is_read false, a batch routing found not to be one) to leg: the relay queues it
@@ -538,6 +712,12 @@ static void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 		route_done(s);
 }
 
+/* The counters of the read being routed: an autocommit read's, or a split read's. */
+static struct host_route_paths *route_paths(struct session *s)
+{
+	return s->routing.is_split ? &s->host->stats.split : &s->host->stats.reads;
+}
+
 static void route_to_primary(struct session *s, uint64_t *counter)
 {
 	(*counter)++;
@@ -555,6 +735,12 @@ static void route_wait(struct session *s)
 	__atomic_store_n(&s->host->route_waiting, s->host->route_waiting + 1, __ATOMIC_RELAXED);
 }
 
+static bool route_is_standby(const struct monitor *m, const struct tern_runtime *rt, const struct pool_server *server)
+{
+	const struct monitor_server *ms = monitor_server_at(m, (uint32_t)(server - rt->pool->servers));
+	return __atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) == MONITOR_STANDBY;
+}
+
 /* The waiting read looks again: true when it went somewhere (the primary, or a replica). */
 static bool route_try(struct session *s, uint64_t now)
 {
@@ -562,10 +748,25 @@ static bool route_try(struct session *s, uint64_t now)
 	struct host *host = s->host;
 	struct monitor *m = host->runtime->monitor;
 	const struct tern_config *cfg = runtime_config(host->runtime);
+	if (route->is_awaiting_isolation) {
+		if (session_primary(s)->is_probe_answering) { /* its answer wakes it (route_on_progress) */
+			if (now >= route->deadline_ns) {
+				route_to_primary(s, &route_paths(s)->timeout);
+				return true;
+			}
+			route_wait(s);
+			return false;
+		}
+		route->is_awaiting_isolation = false;
+		if (!split_is_read_committed(&route->split.tx)) {
+			route_to_primary(s, &host->stats.split_refused[SPLIT_NOT_READ_COMMITTED]);
+			return true;
+		}
+	}
 	if (route->is_awaiting_probe) {
 		if (session_primary(s)->is_probe_answering) { /* the write's target is still to come */
 			if (cfg->wait_timeout_ms == 0 || now >= route->deadline_ns) {
-				route_to_primary(s, &host->stats.fallback_timeout);
+				route_to_primary(s, &route_paths(s)->timeout);
 				return true;
 			}
 			route_wait(s); /* its answer wakes it (route_on_progress), the tick its deadline */
@@ -586,29 +787,33 @@ static bool route_try(struct session *s, uint64_t now)
 		}
 	}
 	if (route->target_lsn == UINT64_MAX) { /* the primary did not answer the probe */
-		route_to_primary(s, &host->stats.fallback_no_replica);
+		route_to_primary(s, &route_paths(s)->no_replica);
 		return true;
 	}
+	if (route->is_split && route->split.server && !route_is_standby(m, host->runtime, route->split.server))
+		route_split_unpin(s, true); /* the transaction's replica is down (or promoted): another one */
 	bool any = false;
 	struct pool_server *server = route->probe_ticket ? NULL : route_pick(s, cfg, now, &any);
 	if (server) {
 		struct leg *leg = session_replica_leg(s);
 		if (!leg) {
-			route_to_primary(s, &host->stats.fallback_no_replica);
+			route_to_primary(s, &route_paths(s)->no_replica);
 			return true;
 		}
 		route->server = server;
+		if (route->is_split)
+			route->split.server = server; /* the transaction keeps it */
 		__atomic_add_fetch(&server->reads_running, 1, __ATOMIC_RELAXED);
-		(*(route->is_waited ? &host->stats.routed_replica_wait : &host->stats.routed_replica))++;
+		(*(route->is_waited ? &route_paths(s)->replica_wait : &route_paths(s)->replica))++;
 		route_dispatch(s, leg, true);
 		return true;
 	}
 	if (!route->probe_ticket && (!any || route->level == CONFIG_CONSISTENCY_EVENTUAL)) {
-		route_to_primary(s, &host->stats.fallback_no_replica);
+		route_to_primary(s, &route_paths(s)->no_replica);
 		return true;
 	}
 	if (cfg->wait_timeout_ms == 0 || now >= route->deadline_ns) {
-		route_to_primary(s, &host->stats.fallback_timeout);
+		route_to_primary(s, &route_paths(s)->timeout);
 		return true;
 	}
 	route_wait(s);
@@ -842,8 +1047,9 @@ static bool route_is_preamble(uint8_t type)
 
 enum route_guard route_guard_type(struct session *s, struct leg *leg, uint8_t type)
 {
-	if (s->routing.is_rerun)
-		return ROUTE_GUARD_HIDE; /* the rest of the refused answer, to its ReadyForQuery */
+	enum route_state state = (enum route_state)s->routing.state;
+	if (s->routing.is_rerun || (state != ROUTE_ON_REPLICA && state != ROUTE_REPLICA_TX_BUSY))
+		return ROUTE_GUARD_HIDE; /* the rest of a refused answer; what a kept replica says unasked */
 	if (route_is_preamble(type) || type == PROTO_BE_ERROR)
 		return ROUTE_GUARD_HOLD;
 	route_guard_release(s, leg); /* a row, a CommandComplete, a notice: the answer is the client's */
@@ -918,17 +1124,20 @@ void route_on_progress(struct session *s, struct leg *leg)
 			return; /* ended: released at the end of the receive (a later progress) */
 		}
 	} else if (route->state == ROUTE_ON_REPLICA) {
-		if (leg->role != LEG_REPLICA || leg->conn || leg->is_request_pending)
+		bool is_kept = leg->conn && route->split.server && leg_is_idle(leg); /* the transaction's replica */
+		if (leg->role != LEG_REPLICA || leg->is_request_pending || (leg->conn && !is_kept))
 			return;
 		route_release_server(s);
 		if (route->is_rerun) { /* its refusal is hidden and its connection went back: the primary's turn */
 			leg->is_reply_guarded = false;
-			route_rerun(s, &s->host->stats.fallback_error);
+			route_rerun(s, &route_paths(s)->error);
 		} else {
 			route_guard_release(s, leg); /* (what tern made up after the last of the server's answer) */
-			route_done(s); /* answered, and its connection went back */
+			route_done(s); /* answered, and its connection went back (or is kept) */
 		}
+		leg->is_reply_guarded = is_kept; /* kept: what it says unasked is hidden */
 	}
+	route_split_settle(s);
 	route_run(s);
 }
 
@@ -936,6 +1145,14 @@ bool route_on_lost(struct session *s, struct leg *leg)
 {
 	struct session_route *route = &s->routing;
 	bool is_routed = route->state == ROUTE_ON_REPLICA || route->state == ROUTE_REPLICA_TX_BUSY;
+	if (leg->role == LEG_REPLICA && !is_routed && route->split.server && leg == s->legs[LEG_REPLICA] &&
+	    s->phase == SESSION_READY && !leg->is_request_pending) {
+		/* The transaction's replica, between two split reads: the next one picks another. */
+		TERN_INFO("client %s/%s: the replica its transaction's reads kept was lost; the next read picks again",
+			  s->user, s->database);
+		route->split.server = NULL;
+		return session_set_aside_leg(s, LEG_REPLICA) != NULL;
+	}
 	if (leg->role != LEG_REPLICA || !is_routed || !leg->is_reply_guarded || s->phase != SESSION_READY ||
 	    leg != s->legs[LEG_REPLICA])
 		return false; /* part of its answer reached the client: the session decides */
@@ -943,9 +1160,10 @@ bool route_on_lost(struct session *s, struct leg *leg)
 	if (!session_set_aside_leg(s, LEG_REPLICA))
 		return false;
 	route_release_server(s);
+	route->split.server = NULL;
 	TERN_INFO("client %s/%s: a read's replica connection was lost before it answered; the primary serves it",
 		  s->user, s->database);
-	route_rerun(s, &s->host->stats.fallback_lost);
+	route_rerun(s, &route_paths(s)->lost);
 	route_run(s);
 	return true;
 }
@@ -954,6 +1172,8 @@ void route_end(struct session *s)
 {
 	route_unwait(s);
 	route_release_server(s);
+	s->routing.split.server = NULL; /* (the replica leg's connection goes as the session's do) */
+	s->routing.split.is_open = false;
 }
 
 void route_deinit(struct session *s)
@@ -979,21 +1199,24 @@ void route_check_waits(struct host *host, uint64_t now_ns)
 
 /* ---- the write-LSN probe ---- */
 
-int route_push_probe(struct session *s, struct leg *leg)
+int route_push_probe(struct session *s, struct leg *leg, enum route_probe kind)
 {
+	TERN_ASSERT(kind != ROUTE_PROBE_NONE);
 	if (leg->probe_behind > 0 || leg->is_probe_answering)
-		return 0; /* one at a time: the write stays unprobed, and the release probes it */
+		return 0; /* one at a time: a write stays unprobed (the release probes it), an isolation unknown */
 	uint32_t ahead = leg->pending_ready - leg->hidden_ready; /* the client's replies owed before it */
-	int rc = route_push_query(leg, MONITOR_INSERT_LSN_SQL);
+	int rc = route_push_query(leg, kind == ROUTE_PROBE_LSN ? MONITOR_INSERT_LSN_SQL : "SHOW transaction_isolation");
 	if (rc < 0)
 		return rc;
+	leg->probe_kind = (uint8_t)kind;
 	if (ahead == 0) {
 		leg->hidden_ready++;
 		leg->is_probe_answering = true;
 	} else {
 		leg->probe_behind = ahead;
 	}
-	s->routing.is_write_unprobed = false;
+	if (kind == ROUTE_PROBE_LSN)
+		s->routing.is_write_unprobed = false;
 	return 0;
 }
 
@@ -1007,30 +1230,48 @@ static unsigned route_hidden_type(struct session *s, struct leg *leg, uint8_t ty
 	return type == PROTO_BE_DATA_ROW || type == PROTO_BE_ERROR || type == PROTO_BE_READY ? PROTO_INSPECT : 0;
 }
 
+/* SHOW transaction_isolation's answer; DEFAULT when it is none of PostgreSQL's four. */
+static enum classify_isolation route_isolation_of(const char *text)
+{
+	static const char *const names[] = {
+		[CLASSIFY_READ_UNCOMMITTED] = "read uncommitted",
+		[CLASSIFY_READ_COMMITTED] = "read committed",
+		[CLASSIFY_REPEATABLE_READ] = "repeatable read",
+		[CLASSIFY_SERIALIZABLE] = "serializable",
+	};
+	for (int i = CLASSIFY_READ_UNCOMMITTED; i <= CLASSIFY_SERIALIZABLE; i++)
+		if (strcmp(text, names[i]) == 0)
+			return (enum classify_isolation)i;
+	return CLASSIFY_ISOLATION_DEFAULT;
+}
+
 static int route_hidden_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
 	if (!m->is_hidden || !leg->is_probe_answering)
 		return 0;
+	bool is_lsn = leg->probe_kind == ROUTE_PROBE_LSN;
 	switch (m->type) {
 	case PROTO_BE_DATA_ROW: {
-		/* One column: the LSN as text, "16/B374D848". */
+		/* One column: the LSN as text, "16/B374D848"; or the isolation level, "read committed". */
 		char text[32];
 		uint32_t n = m->len >= 6 ? proto_read_u32(m->body + 2) : UINT32_MAX;
 		unsigned int high, low;
 		if (m->len < 6 || n >= sizeof(text) || n > m->len - 6) {
-			s->routing.is_write_unprobed = true;
+			s->routing.is_write_unprobed |= is_lsn;
 			break;
 		}
 		memcpy(text, m->body + 6, n);
 		text[n] = '\0';
-		if (sscanf(text, "%X/%X", &high, &low) == 2)
+		if (!is_lsn)
+			s->routing.split.tx.server_isolation = route_isolation_of(text);
+		else if (sscanf(text, "%X/%X", &high, &low) == 2)
 			s->routing.write_lsn = TERN_MAX(s->routing.write_lsn, (uint64_t)high << 32 | low);
 		else
 			s->routing.is_write_unprobed = true;
 		break;
 	}
 	case PROTO_BE_ERROR: /* (a failed transaction, a server in recovery): the next session read probes */
-		s->routing.is_write_unprobed = true;
+		s->routing.is_write_unprobed |= is_lsn;
 		break;
 	case PROTO_BE_READY:
 		leg->is_probe_answering = false;
@@ -1045,10 +1286,12 @@ static int route_hidden_message(struct session *s, struct leg *leg, const struct
  * write behind another probe): at the session level, probe first. */
 static bool route_before_release(struct session *s, struct leg *leg)
 {
+	if (leg->role == LEG_REPLICA)
+		return s->routing.split.server && s->phase == SESSION_READY; /* kept for the transaction's reads */
 	if (leg->role != LEG_PRIMARY || !s->routing.is_write_unprobed || s->phase != SESSION_READY ||
 	    route_level(s, runtime_config(s->host->runtime)) != CONFIG_CONSISTENCY_SESSION)
 		return false;
-	if (route_push_probe(s, leg) < 0) {
+	if (route_push_probe(s, leg, ROUTE_PROBE_LSN) < 0) {
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return true;
 	}

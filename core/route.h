@@ -20,8 +20,14 @@
 
 #include "session.h"
 
-/* enum config_consistency of a level's name (any case), or -1. */
-int route_level_from_name(const char *name);
+/* tern's own session parameters, answered by tern and never sent to a server (SET, RESET, SHOW, or the
+ * startup option -c name=value). */
+/* The setting of that name (name_len bytes, any case), or -1. */
+int route_setting_from_name(const char *name, size_t name_len);
+/* The client's value of setting id from its startup: 0, or -1 when value is not one of its values. */
+int route_setting_take(struct session *s, enum route_setting id, const char *value);
+/* "Available values: ..." of setting id. */
+const char *route_setting_hint(enum route_setting id);
 
 /* What becomes of a Query routing read (route_on_query). */
 enum route_query {
@@ -32,9 +38,16 @@ enum route_query {
 	ROUTE_QUERY_REFUSED,   /* tern answered it with an error */
 };
 
-/* A Query (body NUL-terminated as sent) arriving on the primary's leg. *probe_after: queue the write-LSN
- * probe behind it (route_push_probe) once it is queued. */
-enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t len, bool *probe_after);
+/* What a probe tern queues on the primary's leg behind the client's request asks (its answer hidden). */
+enum route_probe {
+	ROUTE_PROBE_NONE = 0,
+	ROUTE_PROBE_LSN,       /* the primary's insert LSN after a write (session level) */
+	ROUTE_PROBE_ISOLATION, /* the isolation level of the transaction a BEGIN opened (transaction_split) */
+};
+
+/* A Query (body NUL-terminated as sent) arriving on the primary's leg. *probe_after: queue that probe
+ * behind it (route_push_probe) once it is queued. */
+enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t len, enum route_probe *probe_after);
 /* In a read-only transaction on a replica (ROUTE_REPLICA_TX): a Sync ends one request; the scan stops
  * behind it until its answer is in (the transaction may have ended with it). */
 static inline bool route_is_replica_tx(const struct session *s) { return s->routing.state == ROUTE_REPLICA_TX; }
@@ -48,8 +61,8 @@ TERN_MUST_USE int route_backlog_append(struct session *s, const uint8_t *data, u
 /* Drives the routed read: dispatch it if its replica is known to be there (or the primary must serve
  * it), then the backlog, until a read waits or runs on a replica, or nothing is left. */
 void route_run(struct session *s);
-/* Queues the write-LSN probe on leg behind what is queued (one at a time). 0 or -ENOMEM. */
-TERN_MUST_USE int route_push_probe(struct session *s, struct leg *leg);
+/* Queues a probe on leg behind what is queued (one at a time: none when one is under way). 0 or -ENOMEM. */
+TERN_MUST_USE int route_push_probe(struct session *s, struct leg *leg, enum route_probe kind);
 /* A request went to leg (Query, Sync, FunctionCall): on the primary's it may have written. */
 static inline void route_note_request(struct session *s, const struct leg *leg)
 {

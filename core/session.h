@@ -124,10 +124,19 @@ struct route_bytes {
 	uint32_t len, cap;
 };
 
+/* tern's own session parameters (route.c). */
+enum route_setting {
+	ROUTE_SETTING_CONSISTENCY = 0, /* tern.consistency: enum config_consistency */
+	ROUTE_SETTING_SPLIT,           /* tern.transaction_split: 0 off, 1 on */
+	ROUTE_SETTING_COUNT
+};
+
 struct session_route {
 	uint8_t state;         /* enum route_state */
-	uint8_t consistency;   /* enum config_consistency: the client's own (SET tern.consistency) ... */
-	bool is_consistency_set; /* ... when it set one, else default_consistency of the moment */
+	/* The client's own values of tern's parameters (SET tern.*), by enum route_setting, for those whose
+	 * bit is in settings_set; the others follow the configuration's defaults of the moment. */
+	uint8_t settings[ROUTE_SETTING_COUNT];
+	uint8_t settings_set;
 	bool is_write_unprobed; /* session: a request on the primary's leg may have written since the last probe */
 	uint64_t write_lsn;     /* session: the primary's insert LSN after the client's last write (0: none) */
 	/* The read being routed (or the SET tern.* waiting its turn): its Query message, header included, or
@@ -156,6 +165,16 @@ struct session_route {
 	uint64_t replica_mark; /* the replica leg's to_client_bytes when the read went to it */
 	struct pool_server *server; /* the replica it goes to */
 	bool is_read_on_primary; /* a routed read is being queued on the primary's leg: it writes nothing */
+	bool is_split;           /* the read being routed is a split read of the client's transaction */
+	bool is_awaiting_isolation; /* split: its transaction's isolation is still to come (SHOW, hidden) */
+	/* transaction_split: the client's transaction on the primary, and the replica its split reads keep. */
+	struct route_split {
+		struct split_tx tx;
+		bool is_open; /* a BEGIN of its own went to the primary, and no COMMIT or ROLLBACK since */
+		/* The replica the transaction's split reads keep until it ends (the replica leg holds a
+		 * connection to it; what that says unasked is hidden) */
+		struct pool_server *server;
+	} split;
 	enum config_consistency level; /* of the read being routed */
 };
 

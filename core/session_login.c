@@ -83,28 +83,27 @@ static const char *login_option_token(const char *p, const char **start, char *t
 	return p;
 }
 
-/* A tern.* setting "name=value" from the client's startup: tern.consistency is the client's level; any
- * other tern.* name is refused. False when the session ended. */
+/* A tern.* setting "name=value" from the client's startup: one of tern's parameters (route.h) is the
+ * client's own; any other tern.* name is refused. False when the session ended. */
 static bool login_take_tern_setting(struct session *s, const char *setting)
 {
 	const char *eq = strchr(setting, '=');
 	const char *value = eq ? eq + 1 : "";
 	size_t name_len = eq ? (size_t)(eq - setting) : strlen(setting);
-	if (name_len != strlen("tern.consistency") || strncasecmp(setting, "tern.consistency", name_len) != 0) {
+	int id = route_setting_from_name(setting, name_len);
+	if (id < 0) {
 		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "42704",
-				       "unrecognized configuration parameter in the startup options: tern knows one "
-				       "parameter of its own, tern.consistency");
+				       "unrecognized configuration parameter in the startup options: tern's own "
+				       "parameters are tern.consistency and tern.transaction_split");
 		return false;
 	}
-	int level = route_level_from_name(value);
-	if (level < 0) {
-		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "22023",
-				       "invalid value for parameter \"tern.consistency\": use primary, eventual, session or "
-				       "strict");
+	if (route_setting_take(s, (enum route_setting)id, value) < 0) {
+		char message[160];
+		snprintf(message, sizeof(message), "invalid value for parameter \"%.*s\": %s", (int)name_len, setting,
+			 route_setting_hint((enum route_setting)id));
+		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "22023", message);
 		return false;
 	}
-	s->routing.consistency = (uint8_t)level;
-	s->routing.is_consistency_set = true;
 	return true;
 }
 

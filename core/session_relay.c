@@ -167,7 +167,7 @@ static int relay_client_read(struct relay_chunk *chunk, uint8_t type, const uint
 static int relay_client_query(struct relay_chunk *chunk, const uint8_t *body, uint32_t len)
 {
 	struct session *s = chunk->s;
-	bool probe = false;
+	enum route_probe probe = ROUTE_PROBE_NONE;
 	enum route_query routed = route_on_query(s, body, len, &probe);
 	switch (routed) {
 	case ROUTE_QUERY_ANSWERED:
@@ -186,7 +186,7 @@ static int relay_client_query(struct relay_chunk *chunk, const uint8_t *body, ui
 	s->routing.is_begin_sent = false;
 	int rc = relay_client_read(chunk, PROTO_FE_QUERY, body, len);
 	if (rc == 0 && probe && chunk->error == 0)
-		chunk->error = route_push_probe(s, chunk->leg);
+		chunk->error = route_push_probe(s, chunk->leg, probe);
 	if (rc == 0 && routed == ROUTE_QUERY_ADMIT_LAST) {
 		route_tx_request_sent(s);
 		return RELAY_STOP_ROUTED; /* the rest waits for its answer */

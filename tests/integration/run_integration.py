@@ -3712,6 +3712,90 @@ def a_read_only_transaction_runs_on_a_replica_and_what_follows_its_commit_does_n
 # ---------------------------------------------------------------- runner
 
 
+def scrape_metrics(http_port):
+    """/metrics on http_port, parsed by prometheus_client's own text parser: {(name, labels): value}."""
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=10).read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def metric(samples, name, **labels):
+    return samples.get((name, tuple(sorted(labels.items()))), 0)
+
+
+@test
+def split_reads_of_a_read_committed_transaction_run_on_the_replica_until_its_first_write(ctx):
+    """transaction_split = on: the plain SELECTs of a read-committed transaction's read-only prefix run on
+    the replica (the server says where: pg_is_in_recovery()), the transaction stays on the primary (its
+    write, its own rows, its COMMIT); after the first write its reads stay on the primary. A transaction
+    under REPEATABLE READ (named, or the database's default), with FOR UPDATE, with a SET, through the
+    extended protocol, or in several statements per query stays on the primary; /metrics counts why."""
+    ctx.pg.psql("drop table if exists split_t; create table split_t(a int)")
+    ctx.pg.psql("drop database if exists split_rr")
+    ctx.pg.psql("create database split_rr")
+    ctx.pg.psql("alter database split_rr set default_transaction_isolation = 'repeatable read'")
+    ctx.pg.wait_replica_caught_up()
+    http_port = free_port()
+    t = routing_tern(ctx, level="primary", routing="transaction_split = on",
+                     pool="[admin]\nhttp_listen = 127.0.0.1:%d" % http_port)
+    where = "select pg_is_in_recovery()"
+    wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica", role="standby") == 1,
+             "the monitor to know the replica", timeout=10)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        check(w.query(where) == [["f"]], "an autocommit read at level primary: the primary")
+        w.query("begin")
+        check(w.query(where) == [["t"]], "a split read: the replica")
+        check(w.query("select count(*), pg_is_in_recovery() from split_t") == [["0", "t"]], "again, the same")
+        w.query("insert into split_t values (1)")
+        check(w.query("select count(*), pg_is_in_recovery() from split_t") == [["1", "f"]],
+              "after the first write: the primary, which sees the transaction's own row")
+        w.query("commit")
+        check(ctx.pg.psql("select count(*) from split_t") == "1", "the transaction committed on the primary")
+        for begin, reads, why in (
+                ("begin isolation level repeatable read", [where], "repeatable read"),
+                ("begin", ["select pg_is_in_recovery() from split_t for update", where], "FOR UPDATE"),
+                ("begin", ["set work_mem = '8MB'", where], "a SET"),
+                ("begin", ["select 1; select pg_is_in_recovery()"], "two statements"),
+                ("begin transaction isolation level serializable", [where], "serializable")):
+            w.query(begin)
+            for sql in reads:
+                rows = w.query(sql)
+            check(rows[-1] == ["f"], "%s: on the primary (%r)" % (why, rows))
+            w.query("rollback")
+        w.query("begin")
+        kinds, rows, err, _ = w.exchange(parse("", where), bind(""), execute(), SYNC)
+        check(rows == [["f"]], "the extended protocol: on the primary (%r %r)" % (kinds, err))
+        w.query("rollback")
+        w.query("begin")
+        w.query("set transaction isolation level repeatable read")  # allowed: tern's SHOW took no snapshot
+        check(w.query(where) == [["f"]], "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ: on the primary")
+        w.query("rollback")
+    with Wire(t.port) as w:
+        w.login("postgres", database="split_rr")
+        w.query("begin")
+        check(w.query(where) == [["f"]], "the database's default, repeatable read: on the primary")
+        check(w.query("show transaction_isolation") == [["repeatable read"]], "as the server says")
+        w.query("commit")
+        w.query("begin isolation level read committed")
+        check(w.query(where) == [["t"]], "read committed named in that database: the replica")
+        w.query("commit")
+    def split_reads():
+        samples = scrape_metrics(http_port)
+        return sum(metric(samples, "tern_split_reads_total", path=path) for path in ("replica", "replica_after_wait"))
+    wait_for(lambda: split_reads() == 3, "three split reads counted (workers publish each tick)", timeout=5)
+    samples = scrape_metrics(http_port)
+    for reason, count in (("not_read_committed", 5), ("not_select", 2), ("set_in_transaction", 1),
+                          ("not_one_command", 1), ("not_splittable", 2)):
+        check(metric(samples, "tern_split_refused_total", reason=reason) == count, "%s counted %d times: %r"
+              % (reason, count, {k: v for k, v in samples.items() if "split_refused" in k[0]}))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-k", action="append", default=[], help="run tests whose name contains this")
