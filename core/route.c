@@ -423,12 +423,37 @@ static int route_begin_move(struct session *s)
 
 /* ---- transaction_split: reads of a read-committed transaction on the primary ---- */
 
-/* All the primary's connection owes is the answer to tern's SHOW transaction_isolation. */
-static bool route_owes_only_isolation(const struct leg *p)
+static bool route_split_is_on(const struct session *s)
 {
-	return p->conn && p->is_probe_answering && p->probe_kind == ROUTE_PROBE_ISOLATION &&
-	       p->pending_ready == p->hidden_ready && p->replies.count == 0 && !p->is_unsynced &&
-	       sendq_is_empty(&p->to_server);
+	return route_setting(s, runtime_config(s->host->runtime), ROUTE_SETTING_SPLIT) && s->host->runtime->monitor;
+}
+
+/* The primary was seen idle (nothing owed, no transaction): what follows is noted afresh. */
+static void route_split_reset_if_idle(struct session *s)
+{
+	const struct leg *p = session_primary(s);
+	if (route_leg_owes_nothing(p) && (!p->conn || p->tx_status == 'I'))
+		s->routing.split.tx = (struct split_tx){0};
+}
+
+/* A statement going to the primary while transaction_split is on: noted (after the idle check). */
+static void route_split_note(struct session *s, const struct classify_result *r)
+{
+	route_split_reset_if_idle(s);
+	split_tx_note(&s->routing.split.tx, r);
+}
+
+/* A message routing could not read (too long): it may have written. */
+static void route_split_note_unread(struct session *s)
+{
+	route_split_reset_if_idle(s);
+	s->routing.split.tx.has_write = true;
+}
+
+void route_note_unread_query(struct session *s)
+{
+	if (route_split_is_on(s))
+		route_split_note_unread(s);
 }
 
 /* The split read may go now: the transaction is open on the primary's connection, which owes nothing
@@ -466,79 +491,58 @@ static void route_split_unpin(struct session *s, bool drop)
 /* The transaction ended (its COMMIT or ROLLBACK answered, or an error ended it): its replica goes. */
 static void route_split_settle(struct session *s)
 {
-	struct route_split *sp = &s->routing.split;
 	const struct leg *p = session_primary(s);
-	if ((!sp->is_open && !sp->server) || !route_leg_owes_nothing(p) || (p->conn && p->tx_status != 'I'))
-		return;
-	sp->is_open = false;
-	route_split_unpin(s, false);
+	if (s->routing.split.server && route_leg_owes_nothing(p) && (!p->conn || p->tx_status == 'I'))
+		route_split_unpin(s, false);
 }
 
-/* A Query while transaction_split is on: a single BEGIN opens a transaction to follow (its isolation
- * asked of the server behind it unless it names one), each statement of it is noted, and a read that
- * meets the five conditions (split.h) is taken for a replica at the strict level (ROUTE_QUERY_TAKEN). */
+/* A Query while transaction_split is on: noted, unless it is a read of the transaction that meets the
+ * five conditions (split.h), which is taken for a replica at the strict level (ROUTE_QUERY_TAKEN). The
+ * transaction's isolation is asked of the server at its first such read (a hidden SHOW
+ * transaction_isolation, which takes no snapshot), while the strict probe goes out. */
 static enum route_query route_split_query(struct session *s, const struct tern_config *cfg, const uint8_t *body,
-					  uint32_t len, enum route_probe *probe_after)
+					  uint32_t len)
 {
 	struct route_split *sp = &s->routing.split;
-	const char *sql = (const char *)body;
+	struct leg *p = session_primary(s);
 	struct classify_result r;
+	const char *sql = (const char *)body;
 	if (!classify_fast_path(sql, &r))
 		route_classify(s, cfg, sql, &r);
-	route_split_settle(s);
-	if (r.kind == CLASSIFY_BEGIN && !sp->is_open) {
-		if (r.statement_count != 1)
-			return ROUTE_QUERY_ADMIT; /* not one to follow */
-		split_tx_begin(&sp->tx, &r);
-		sp->is_open = true;
-		if (r.isolation == CLASSIFY_ISOLATION_DEFAULT)
-			*probe_after = ROUTE_PROBE_ISOLATION;
+	route_split_reset_if_idle(s);
+	bool is_read = r.kind == CLASSIFY_READ || r.kind == CLASSIFY_WRITE; /* what the conditions are about */
+	if (!is_read || !p->conn || p->tx_status != 'T') { /* not a transaction's read (or a failed one's) */
+		split_tx_note(&sp->tx, &r);
 		return ROUTE_QUERY_ADMIT;
 	}
-	if (!sp->is_open)
-		return ROUTE_QUERY_ADMIT;
-	const struct leg *p = session_primary(s);
-	switch (r.kind) {
-	case CLASSIFY_COMMIT:
-	case CLASSIFY_ROLLBACK:
-		sp->is_open = r.statement_count > 1; /* (settled at the answer when several) */
-		return ROUTE_QUERY_ADMIT;
-	case CLASSIFY_BEGIN:
-	case CLASSIFY_TRANSACTION:
-	case CLASSIFY_SET:
-	case CLASSIFY_SET_TRANSACTION:
-	case CLASSIFY_DISCARD:
-		split_tx_note(&sp->tx, &r); /* not reads: nothing to count */
-		return ROUTE_QUERY_ADMIT;
-	default:
-		break;
-	}
-	enum split_refusal why = split_check(&sp->tx, &r, true, false);
-	/* The BEGIN's answer is in, its isolation's is still to come: the read waits for it (route_try). */
-	bool is_isolation_due = why == SPLIT_NOT_READ_COMMITTED && route_owes_only_isolation(p) &&
-				sp->tx.isolation == CLASSIFY_ISOLATION_DEFAULT;
-	if (is_isolation_due) {
-		struct split_tx assumed = sp->tx;
-		assumed.server_isolation = CLASSIFY_READ_COMMITTED;
-		why = split_check(&assumed, &r, true, false);
-	}
+	struct split_tx assumed = sp->tx;
+	bool is_isolation_asked = sp->tx.server_isolation == CLASSIFY_ISOLATION_DEFAULT;
+	if (is_isolation_asked)
+		assumed.server_isolation = CLASSIFY_READ_COMMITTED; /* the rest first: ask only for a read that may go */
+	enum split_refusal why = split_check(&assumed, &r, true, false);
 	if (why != SPLIT_ELIGIBLE) {
 		s->host->stats.split_refused[why]++;
 		split_tx_note(&sp->tx, &r);
 		return ROUTE_QUERY_ADMIT;
 	}
-	if (!p->conn || p->tx_status != 'T')
-		return ROUTE_QUERY_ADMIT; /* a failed transaction (25P02 from the primary), or not one yet */
-	if (!is_isolation_due && !route_split_is_ready(s)) {
+	if (!route_split_is_ready(s)) {
 		s->host->stats.split_pipelined++;
 		return ROUTE_QUERY_ADMIT;
 	}
 	if (route_hold(s, body, len) < 0)
 		return ROUTE_QUERY_ADMIT;
+	if (is_isolation_asked) {
+		if (route_push_probe(s, p, ROUTE_PROBE_ISOLATION) < 0) {
+			s->routing.held.len = 0;
+			return ROUTE_QUERY_ADMIT;
+		}
+		session_mark_dirty(s, &p->to_server);
+		leg_resume(p);
+	}
 	s->routing.is_batch = s->routing.is_tx = false;
 	s->routing.is_split = true;
 	route_read_begins(s, cfg, CONFIG_CONSISTENCY_STRICT); /* every commit acknowledged before it arrived */
-	s->routing.is_awaiting_isolation = is_isolation_due;
+	s->routing.is_awaiting_isolation = is_isolation_asked;
 	return ROUTE_QUERY_TAKEN;
 }
 
@@ -565,8 +569,7 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 		return route_tx_query(s, cfg, sql);
 	enum config_consistency level = route_level(s, cfg);
 	struct classify_result r;
-	if (route_setting(s, cfg, ROUTE_SETTING_SPLIT) && s->host->runtime->monitor &&
-	    route_split_query(s, cfg, body, len, probe_after) == ROUTE_QUERY_TAKEN)
+	if (route_split_is_on(s) && route_split_query(s, cfg, body, len) == ROUTE_QUERY_TAKEN)
 		return ROUTE_QUERY_TAKEN;
 	if (s->routing.is_begin_alone && level != CONFIG_CONSISTENCY_PRIMARY && route_begin_may_move(s, cfg, sql) &&
 	    route_hold(s, body, len) == 0 && route_begin_move(s) == 0) {
@@ -1173,7 +1176,6 @@ void route_end(struct session *s)
 	route_unwait(s);
 	route_release_server(s);
 	s->routing.split.server = NULL; /* (the replica leg's connection goes as the session's do) */
-	s->routing.split.is_open = false;
 }
 
 void route_deinit(struct session *s)
@@ -1221,6 +1223,58 @@ int route_push_probe(struct session *s, struct leg *leg, enum route_probe kind)
 }
 
 static bool route_observer_is_on(const struct session *s) { return s->is_transaction_pooling; }
+
+/* transaction_split notes what each extended-protocol statement and function call sent to the primary
+ * does: a Parse's text, a Bind's named statement (an unnamed one's Parse was noted), a call: a write. */
+static unsigned route_client_type(struct session *s, struct leg *leg, uint8_t type)
+{
+	struct route_split *sp = &s->routing.split;
+	if (leg->role != LEG_PRIMARY || !route_split_is_on(s))
+		return OBSERVER_SKIP;
+	if (sp->is_unread) /* the last one was too long to read */
+		route_split_note_unread(s);
+	sp->is_unread = false;
+	route_split_reset_if_idle(s); /* (the first message of a batch, after an idle moment) */
+	if (type == PROTO_FE_FUNCTION_CALL) {
+		route_split_note_unread(s);
+		return OBSERVER_SKIP;
+	}
+	sp->is_unread = true; /* until read */
+	return OBSERVER_PASS;
+}
+
+static int route_client_message(struct session *s, struct leg *leg, const struct observer_message *m)
+{
+	(void)leg;
+	struct route_split *sp = &s->routing.split;
+	if (!sp->is_unread)
+		return 0;
+	sp->is_unread = false;
+	const struct tern_config *cfg = runtime_config(s->host->runtime);
+	const uint8_t *p = m->body, *end = m->body + m->len;
+	const char *name = route_cstring(&p, end), *text = NULL;
+	if (name && m->type == PROTO_FE_PARSE) {
+		text = route_cstring(&p, end);
+	} else if (name && m->type == PROTO_FE_BIND) {
+		const char *stmt_name = route_cstring(&p, end);
+		if (stmt_name && !stmt_name[0])
+			return 0; /* the unnamed statement: its Parse was noted */
+		const struct stmt *stmt = stmt_name && (s->observers_on & (1u << OBSERVER_STMTS))
+						  ? stmt_map_get(&s->stmts.statements, stmt_name)
+						  : NULL;
+		if (stmt && memchr(stmt->content, '\0', stmt->content_len))
+			text = (const char *)stmt->content;
+	}
+	if (!text) {
+		route_split_note_unread(s);
+		return 0;
+	}
+	struct classify_result r;
+	if (!classify_fast_path(text, &r))
+		route_classify(s, cfg, text, &r);
+	route_split_note(s, &r);
+	return 0;
+}
 
 static unsigned route_hidden_type(struct session *s, struct leg *leg, uint8_t type)
 {
@@ -1303,6 +1357,9 @@ static bool route_before_release(struct session *s, struct leg *leg)
 const struct observer observer_route = {
 	.name = "route",
 	.is_on = route_observer_is_on,
+	.client_types = (const char[]){PROTO_FE_PARSE, PROTO_FE_BIND, PROTO_FE_FUNCTION_CALL, 0},
+	.client_type = route_client_type,
+	.client_message = route_client_message,
 	.server_types = "",
 	.server_message = route_hidden_message,
 	.hidden_type = route_hidden_type,

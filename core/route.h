@@ -42,7 +42,7 @@ enum route_query {
 enum route_probe {
 	ROUTE_PROBE_NONE = 0,
 	ROUTE_PROBE_LSN,       /* the primary's insert LSN after a write (session level) */
-	ROUTE_PROBE_ISOLATION, /* the isolation level of the transaction a BEGIN opened (transaction_split) */
+	ROUTE_PROBE_ISOLATION, /* the isolation level of the client's transaction (transaction_split) */
 };
 
 /* A Query (body NUL-terminated as sent) arriving on the primary's leg. *probe_after: queue that probe
@@ -63,6 +63,8 @@ TERN_MUST_USE int route_backlog_append(struct session *s, const uint8_t *data, u
 void route_run(struct session *s);
 /* Queues a probe on leg behind what is queued (one at a time: none when one is under way). 0 or -ENOMEM. */
 TERN_MUST_USE int route_push_probe(struct session *s, struct leg *leg, enum route_probe kind);
+/* A Query too long for routing to read goes to the primary's leg: it may have written. */
+void route_note_unread_query(struct session *s);
 /* A request went to leg (Query, Sync, FunctionCall): on the primary's it may have written. */
 static inline void route_note_request(struct session *s, const struct leg *leg)
 {

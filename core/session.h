@@ -170,7 +170,7 @@ struct session_route {
 	/* transaction_split: the client's transaction on the primary, and the replica its split reads keep. */
 	struct route_split {
 		struct split_tx tx;
-		bool is_open; /* a BEGIN of its own went to the primary, and no COMMIT or ROLLBACK since */
+		bool is_unread; /* a Parse or Bind it must note was not read yet (too long: then it may write) */
 		/* The replica the transaction's split reads keep until it ends (the replica leg holds a
 		 * connection to it; what that says unasked is hidden) */
 		struct pool_server *server;

@@ -12,24 +12,27 @@ const char *const split_refusal_names[SPLIT_REFUSAL_COUNT] = {
 	[SPLIT_SET_IN_TRANSACTION] = "set_in_transaction",
 };
 
-void split_tx_begin(struct split_tx *tx, const struct classify_result *begin)
+/* PostgreSQL runs READ UNCOMMITTED as READ COMMITTED. */
+static bool split_is_rc(enum classify_isolation level)
 {
-	TERN_ASSERT(begin->kind == CLASSIFY_BEGIN);
-	*tx = (struct split_tx){.isolation = begin->isolation};
+	return level == CLASSIFY_READ_COMMITTED || level == CLASSIFY_READ_UNCOMMITTED;
 }
 
 void split_tx_note(struct split_tx *tx, const struct classify_result *r)
 {
 	switch (r->kind) {
+	case CLASSIFY_BEGIN:
+	case CLASSIFY_SET_TRANSACTION:
+		/* A level named by a BEGIN (a no-op inside a transaction) or a SET TRANSACTION: another than
+		 * read committed is kept whatever follows. */
+		if (r->isolation != CLASSIFY_ISOLATION_DEFAULT &&
+		    (tx->isolation == CLASSIFY_ISOLATION_DEFAULT || split_is_rc(tx->isolation)))
+			tx->isolation = r->isolation;
+		break;
 	case CLASSIFY_READ:
-	case CLASSIFY_BEGIN: /* (inside a transaction: a warning, nothing else) */
 	case CLASSIFY_COMMIT:
 	case CLASSIFY_ROLLBACK:
 	case CLASSIFY_TRANSACTION: /* SAVEPOINT, RELEASE, ROLLBACK TO: nothing written */
-		break;
-	case CLASSIFY_SET_TRANSACTION:
-		if (r->isolation != CLASSIFY_ISOLATION_DEFAULT)
-			tx->isolation = r->isolation;
 		break;
 	case CLASSIFY_SET:
 	case CLASSIFY_DISCARD:
@@ -45,9 +48,7 @@ void split_tx_note(struct split_tx *tx, const struct classify_result *r)
 
 bool split_is_read_committed(const struct split_tx *tx)
 {
-	enum classify_isolation level = tx->isolation != CLASSIFY_ISOLATION_DEFAULT ? tx->isolation : tx->server_isolation;
-	/* PostgreSQL runs READ UNCOMMITTED as READ COMMITTED */
-	return level == CLASSIFY_READ_COMMITTED || level == CLASSIFY_READ_UNCOMMITTED;
+	return split_is_rc(tx->server_isolation) && (tx->isolation == CLASSIFY_ISOLATION_DEFAULT || split_is_rc(tx->isolation));
 }
 
 bool split_is_splittable(const struct split_tx *tx, bool is_polar)

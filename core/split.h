@@ -4,7 +4,9 @@
  * ../shared/reference/000_067b628b093530ef.txt, each a predicate: the transaction is read committed; it
  * is splittable; the statement is a top-level SELECT with no locking clause; it is one command in the
  * simple protocol; and, before the first write, no SET ran in the transaction. route.c tracks the
- * transaction (split_tx) and asks split_check for every statement of it.
+ * transaction (split_tx) and asks split_check for every statement of it. Read committed is what the
+ * server answers for the transaction (a level a BEGIN names can be a no-op), unless a level other
+ * than read committed was named.
  *
  * Threads: any; pure functions of their inputs. Never: says yes to a statement classify.h calls a write.
  */
@@ -29,18 +31,18 @@ extern const char *const split_refusal_names[SPLIT_REFUSAL_COUNT];
 /* The XID-import profile's marker on the last ReadyForQuery (a polar server's; vanilla: none). */
 enum split_xact { SPLIT_XACT_NONE = 0, SPLIT_XACT_SPLITTABLE /* 'x' */, SPLIT_XACT_WAL_PENDING /* 'w' */ };
 
-/* What routing knows of the open transaction. */
+/* What routing knows of the client's transaction on the primary: the union of what every statement
+ * sent since the primary was last seen idle did (route.c resets it there), so a statement of an
+ * earlier transaction pipelined behind it can only make it say no. */
 struct split_tx {
-	enum classify_isolation isolation;        /* named by its BEGIN or a SET TRANSACTION; DEFAULT: not named */
+	enum classify_isolation isolation;        /* named by a BEGIN or SET TRANSACTION; DEFAULT: not named */
 	enum classify_isolation server_isolation; /* the server's answer (SHOW transaction_isolation); DEFAULT: none */
-	bool has_write; /* a statement that may write ran, or one tern did not read (extended protocol, a call) */
-	bool has_set;   /* a SET, RESET or DISCARD ran in it */
+	bool has_write; /* a statement that may write ran, or one tern did not read (too long, a function call) */
+	bool has_set;   /* a SET, RESET or DISCARD ran */
 	enum split_xact xact;
 };
 
-/* A single-statement BEGIN (begin->kind CLASSIFY_BEGIN) opened the transaction. */
-void split_tx_begin(struct split_tx *tx, const struct classify_result *begin);
-/* A statement of the transaction went to the primary: what it changes of the transaction. */
+/* A statement went to the primary: what it changes of the transaction. */
 void split_tx_note(struct split_tx *tx, const struct classify_result *r);
 
 /* The five conditions. */

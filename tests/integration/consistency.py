@@ -6,12 +6,15 @@ Writers commit increasing values through tern; readers read right after and chec
   the INSERT (autocommit) or the COMMIT of a BEGIN ... COMMIT;
 - `strict`: readers on other connections note every value acknowledged so far, then read: the value
   they get must be at least the one noted for that writer.
+- `split` (transaction_split): readers on other connections run read-committed transactions of ten
+  reads each; every read must see every value acknowledged before it was issued (the count of reads
+  the replica served is in "replica", from pg_is_in_recovery() in the read itself).
 `protocol` is `simple` (psycopg's ClientCursor: one Query message) or `extended` (Parse/Bind/Execute).
 A stale read is one that misses a value it must see. Used by run_integration.py and runnable alone:
 
-  consistency.py PORT LEVEL PROTOCOL READS [DBNAME [own|others]]
+  consistency.py PORT LEVEL PROTOCOL READS [DBNAME [own|others|split]]
 
-prints one JSON line {"reads": N, "stale": N, "writes": N, "errors": [...], "seconds": S}."""
+prints one JSON line {"reads": N, "stale": N, "writes": N, "replica": N, "errors": [...], "seconds": S}."""
 import json
 import sys
 import threading
@@ -22,10 +25,11 @@ import psycopg
 TABLE = "consistency_ck"
 
 
-def connect(port, dbname, protocol, level):
-    """A client at `level` (the startup option tern takes as its own)."""
+def connect(port, dbname, protocol, level, split=False):
+    """A client at `level`, splitting its transactions or not (startup options tern takes as its own)."""
+    options = "-c tern.consistency=%s -c tern.transaction_split=%s" % (level, "on" if split else "off")
     conn = psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname=dbname, autocommit=True,
-                           connect_timeout=10, options="-c tern.consistency=%s" % level,
+                           connect_timeout=10, options=options,
                            cursor_factory=psycopg.ClientCursor if protocol == "simple" else psycopg.Cursor)
     return conn
 
@@ -44,7 +48,7 @@ def run(port, level, protocol, reads, dbname="postgres", check=None, writers=4, 
     setup(port, dbname)
     stop = threading.Event()
     lock = threading.Lock()
-    result = {"reads": 0, "stale": 0, "writes": 0, "errors": [], "examples": []}
+    result = {"reads": 0, "stale": 0, "writes": 0, "replica": 0, "errors": [], "examples": []}
     acked = {}  # strict: writer -> highest n acknowledged
     base = int(time.time() * 1000) * 1000  # values never seen before in this table
 
@@ -101,9 +105,33 @@ def run(port, level, protocol, reads, dbname="postgres", check=None, writers=4, 
         except Exception as exc:  # noqa: BLE001
             fail(exc)
 
+    def split_reader(r):
+        try:
+            with connect(port, dbname, "simple", level, split=True) as conn:
+                while not stop.is_set():
+                    with conn.transaction():  # BEGIN ... COMMIT, read committed
+                        for _ in range(10):
+                            with lock:
+                                snapshot = dict(acked)
+                            if not snapshot:
+                                time.sleep(0.001)
+                                continue
+                            w = list(snapshot)[r % len(snapshot)]
+                            got, on_replica = conn.execute(
+                                "SELECT coalesce(max(n), 0), pg_is_in_recovery() FROM %s WHERE writer = %%s"
+                                % TABLE, (w,)).fetchone()
+                            with lock:
+                                result["replica"] += on_replica
+                            count_read(got >= snapshot[w], "in a transaction: writer %d had %d acknowledged, "
+                                       "the read saw %d (%s)" % (w, snapshot[w], got,
+                                                                "replica" if on_replica else "primary"))
+        except Exception as exc:  # noqa: BLE001
+            fail(exc)
+
     threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
-    if check == "others":
-        threads += [threading.Thread(target=reader, args=(r,)) for r in range(readers)]
+    if check in ("others", "split"):
+        threads += [threading.Thread(target=split_reader if check == "split" else reader, args=(r,))
+                    for r in range(readers)]
     started = time.monotonic()
     for t in threads:
         t.start()

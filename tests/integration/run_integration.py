@@ -3796,6 +3796,91 @@ def split_reads_of_a_read_committed_transaction_run_on_the_replica_until_its_fir
               % (reason, count, {k: v for k, v in samples.items() if "split_refused" in k[0]}))
 
 
+@test
+def split_reads_see_every_commit_acknowledged_before_them(ctx):
+    """The consistency checker's split mode: writers commit increasing values (autocommit, on the
+    primary); readers run read-committed transactions of ten reads each with transaction_split on, and
+    every read must see every value acknowledged before it was issued: 5000 checked reads, none stale,
+    most of them served by the replica (it says so itself: pg_is_in_recovery() in the read)."""
+    import consistency
+    if ctx.pg.psql("select count(*) from pg_database where datname = 'routing'") == "0":
+        ctx.pg.psql("create database routing")
+    ctx.pg.wait_replica_caught_up()
+    http_port = free_port()
+    t = routing_tern(ctx, pool="[admin]\nhttp_listen = 127.0.0.1:%d" % http_port)
+    wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica", role="standby") == 1,
+             "the monitor to know the replica", timeout=10)
+    r = consistency.run(t.port, "primary", "simple", 5000, dbname="routing", check="split")
+    print("  split: %d reads, %d stale, %d on the replica, %d writes in %.1fs"
+          % (r["reads"], r["stale"], r["replica"], r["writes"], r["seconds"]), flush=True)
+    check(not r["errors"], "ran without errors: %s" % r["errors"])
+    check(r["reads"] >= 5000, "checked %d reads" % r["reads"])
+    check(r["stale"] == 0, "%d stale reads, e.g. %s" % (r["stale"], r["examples"]))
+    check(r["replica"] >= r["reads"] // 2, "the replica served most of them: %d of %d" % (r["replica"], r["reads"]))
+
+
+@test
+def split_reads_fall_back_to_the_primary_when_the_replica_lags_or_is_lost_and_the_transaction_commits(ctx):
+    """Replay paused mid-transaction: the next split read waits wait_timeout_ms, then the primary serves
+    it (it sees the row committed meanwhile), and the transaction goes on and commits. The replica's
+    backend terminated between two split reads: the next read picks again (here the primary, or the
+    replica afresh) with no client error, and the transaction commits. tern.transaction_split is the
+    client's own setting (SET, SHOW, RESET, the startup option) and reaches no server."""
+    ctx.pg.psql("drop table if exists split_f; create table split_f(a int)")
+    ctx.pg.wait_replica_caught_up()
+    http_port = free_port()
+    t = routing_tern(ctx, routing="wait_timeout_ms = 600", pool="[admin]\nhttp_listen = 127.0.0.1:%d" % http_port)
+    wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica", role="standby") == 1,
+             "the monitor to know the replica", timeout=10)
+    count = "select count(*), pg_is_in_recovery() from split_f"
+    try:
+        with Wire(t.port) as w:
+            w.login("postgres")
+            check(w.query("show tern.transaction_split") == [["off"]], "off by default")
+            w.query("begin")
+            check(w.query(count) == [["0", "f"]], "off: the transaction's reads on the primary")
+            w.query("commit")
+            w.query("set tern.transaction_split = on")
+            check(w.query("show tern.transaction_split") == [["on"]], "the client's own")
+            w.query("begin")
+            check(w.query(count) == [["0", "t"]], "on: the replica")
+            ctx.pg.psql("select pg_wal_replay_pause()", port=ctx.pg.replica_port)
+            ctx.pg.psql("insert into split_f values (1)")  # committed while the transaction runs
+            started = time.monotonic()
+            rows = w.query(count)
+            waited = time.monotonic() - started
+            check(rows == [["1", "f"]], "the primary served the read, with the row committed before it: %r" % rows)
+            check(0.5 <= waited < 5, "after about wait_timeout_ms: %.2fs" % waited)
+            w.query("insert into split_f values (2)")
+            w.query("commit")
+            check(ctx.pg.psql("select count(*) from split_f") == "2", "the transaction committed")
+            ctx.pg.psql("select pg_wal_replay_resume()", port=ctx.pg.replica_port)
+            ctx.pg.wait_replica_caught_up()
+            w.query("begin")
+            check(w.query(count) == [["2", "t"]], "the replica again")
+            ctx.pg.psql("select pg_terminate_backend(pid) from pg_stat_activity where backend_type = 'client backend' "
+                        "and application_name not in ('psql', 'tern monitor') and pid <> pg_backend_pid()",
+                        port=ctx.pg.replica_port)
+            rows = w.query(count)
+            check(rows[0][0] == "2", "the read after the replica was lost: %r" % rows)
+            w.query("insert into split_f values (3)")
+            w.query("commit")
+            check(ctx.pg.psql("select count(*) from split_f") == "3", "the transaction committed")
+            w.query("reset tern.transaction_split")
+            check(w.query("show tern.transaction_split") == [["off"]], "RESET: the configuration's default")
+    finally:
+        ctx.pg.psql("select pg_wal_replay_resume()", port=ctx.pg.replica_port, check=False)
+    with Wire(t.port) as w:
+        w.login("postgres", params={"options": "-c tern.transaction_split=on"})
+        check(w.query("show tern.transaction_split") == [["on"]], "from the startup options")
+        w.query("begin")
+        check(w.query("select pg_is_in_recovery()") == [["t"]], "split")
+        w.query("commit")
+    wait_for(lambda: metric(scrape_metrics(http_port), "tern_split_reads_total", path="primary",
+                            reason="wait_timeout") == 1, "the read after the wait counted", timeout=5)
+    check("the replica its transaction's reads kept was lost" in t.log_tail(100), "tern saw the replica go")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-k", action="append", default=[], help="run tests whose name contains this")

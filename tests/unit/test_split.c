@@ -18,10 +18,10 @@ static struct classify_result classify(const char *sql)
 static struct split_tx tx_after(const char *begin_sql, enum classify_isolation server, const char *const *notes,
 				size_t count)
 {
-	struct split_tx tx;
+	struct split_tx tx = {0};
 	struct classify_result begin = classify(begin_sql);
 	cr_assert_eq(begin.kind, CLASSIFY_BEGIN, "%s", begin_sql);
-	split_tx_begin(&tx, &begin);
+	split_tx_note(&tx, &begin);
 	tx.server_isolation = server;
 	for (size_t i = 0; i < count; i++) {
 		struct classify_result r = classify(notes[i]);
@@ -46,13 +46,18 @@ Test(split, read_committed_comes_from_the_begin_a_set_transaction_or_the_server)
 		{"begin", CLASSIFY_ISOLATION_DEFAULT, "", false}, /* not known: never split */
 		{"begin", CLASSIFY_REPEATABLE_READ, "", false},
 		{"begin", CLASSIFY_SERIALIZABLE, "", false},
-		{"begin isolation level read committed", CLASSIFY_ISOLATION_DEFAULT, "", true},
-		{"start transaction isolation level read uncommitted", CLASSIFY_ISOLATION_DEFAULT, "", true},
+		{"begin isolation level read committed", CLASSIFY_READ_COMMITTED, "", true},
+		{"begin isolation level read committed", CLASSIFY_ISOLATION_DEFAULT, "", false}, /* the server says */
+		{"start transaction isolation level read uncommitted", CLASSIFY_READ_UNCOMMITTED, "", true},
+		{"begin isolation level repeatable read", CLASSIFY_REPEATABLE_READ, "", false},
+		/* a BEGIN inside a transaction is a no-op: a level other than read committed named anywhere holds */
 		{"begin isolation level repeatable read", CLASSIFY_READ_COMMITTED, "", false},
 		{"BEGIN TRANSACTION ISOLATION LEVEL SERIALIZABLE, READ WRITE", CLASSIFY_READ_COMMITTED, "", false},
 		{"begin", CLASSIFY_READ_COMMITTED, "set transaction isolation level repeatable read", false},
-		{"begin", CLASSIFY_REPEATABLE_READ, "set transaction isolation level read committed", true},
+		{"begin isolation level repeatable read", CLASSIFY_READ_COMMITTED,
+		 "set transaction isolation level read committed", false},
 		{"begin", CLASSIFY_READ_COMMITTED, "set transaction read only", true},
+		{"begin", CLASSIFY_READ_COMMITTED, "begin isolation level read committed", true},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct split_tx tx = cases[i].set[0] ? TX(cases[i].begin, cases[i].server, cases[i].set)
