@@ -10,15 +10,20 @@ tables, starts one tern in front of both (transaction pooling) and runs, interle
   session    through tern, session (read-your-writes)
   strict     through tern, strict (every commit acknowledged before the read)
 
-for each workload: `select-only` (pgbench -S) and `read-after-write` (an INSERT, then a SELECT that
+  split      through tern, level primary, tern.transaction_split = on (the `report` workload only)
+
+for each workload: `select-only` (pgbench -S), `read-after-write` (an INSERT, then a SELECT that
 must see it, or pgbench aborts: the read waits for the replica to replay the write, or the primary
-serves it; `eventual` is left out there, as it does not promise read-your-writes). Each run
-reports TPS, latency p50 / p99 (from pgbench's per-transaction log), and the share of reads the
-replica served (tern's /metrics, tern_route_reads_total). Prints medians over the repeats.
+serves it; `eventual` is left out there, as it does not promise read-your-writes), and `report` (a
+report-like transaction: BEGIN, twelve SELECTs, an UPDATE, COMMIT; run direct, through tern with
+splitting off (`primary`) and on (`split`)). Each run reports TPS, latency p50 / p99 (from pgbench's
+per-transaction log), and the share of reads the replica served (tern's /metrics:
+tern_route_reads_total, and for `report` tern_split_reads_total over its twelve reads a transaction).
+Prints medians over the repeats.
 
 usage: replica_bench.py [--clients 16] [--duration 10] [--repeat 3] [--scale 10]
                         [--tern-binary build-release/tern] [--workloads select-only,read-after-write]
-                        [--protocol simple|extended|prepared]
+                        [--protocol simple|extended|prepared] [--targets direct,primary,...,split]
 """
 import argparse
 import os
@@ -35,7 +40,11 @@ sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "integration"))
 from pgcluster import PgCluster, clean_env, free_port  # noqa: E402
 from procs import TernProcess  # noqa: E402
 
-TARGETS = ("direct", "primary", "eventual", "session", "strict")
+TARGETS = ("direct", "primary", "eventual", "session", "strict", "split")
+REPORT_READS = 12
+REPORT = "\\set id random(1, 100000 * :scale)\nBEGIN;\n" + "".join(
+    "SELECT abalance FROM pgbench_accounts WHERE aid = (:id + %d) %% (100000 * :scale) + 1;\n" % (i * 7919)
+    for i in range(REPORT_READS)) + "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :id;\nCOMMIT;\n"
 READ_AFTER_WRITE = """\\set v random(1, 1000000000000)
 INSERT INTO bench_raw VALUES (:v) ON CONFLICT DO NOTHING;
 SELECT 1 / (SELECT count(*) FROM bench_raw WHERE v = :v)::int;
@@ -46,12 +55,12 @@ def log(msg):
     print(msg, flush=True)
 
 
-def metrics(port):
-    """tern_route_reads_total by path (replica paths summed, primary fallbacks summed)."""
+def metrics(port, name="tern_route_reads_total"):
+    """A routing counter by path (replica paths summed, primary fallbacks summed)."""
     text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
     replica = primary = 0.0
     for line in text.splitlines():
-        if line.startswith("tern_route_reads_total{"):
+        if line.startswith(name + "{"):
             value = float(line.rsplit(" ", 1)[1])
             if 'path="primary"' in line:
                 primary += value
@@ -73,7 +82,9 @@ def run_pgbench(port, level, workload, args, workdir, script):
     argv = ["pgbench", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-n", "-M", args.protocol,
             "-c", str(args.clients), "-j", str(args.jobs), "-T", str(args.duration), "-l", "--log-prefix", prefix]
     argv += ["-S"] if workload == "select-only" else ["-f", script]
-    env = clean_env({"PGOPTIONS": "-c tern.consistency=%s" % level} if level != "direct" else {})
+    options = {"direct": None, "split": "-c tern.consistency=primary -c tern.transaction_split=on"}
+    option = options.get(level, "-c tern.consistency=%s" % level)
+    env = clean_env({"PGOPTIONS": option} if option else {})
     r = subprocess.run(argv + ["postgres"], capture_output=True, text=True, env=env, timeout=args.duration + 120)
     tps = transactions = failed = None
     for line in r.stdout.splitlines():
@@ -108,7 +119,7 @@ def main():
     p.add_argument("--pool-size", type=int, default=20)
     p.add_argument("--workers", type=int, default=0, help="tern workers (0 = one per CPU)")
     p.add_argument("--tern-binary", default=os.path.join(REPO_ROOT, "build-release", "tern"))
-    p.add_argument("--workloads", default="select-only,read-after-write")
+    p.add_argument("--workloads", default="select-only,read-after-write,report")
     p.add_argument("--protocol", default="simple", choices=("simple", "extended", "prepared"),
                    help="pgbench -M: extended-protocol batches (unnamed or named statements) are routed too")
     p.add_argument("--targets", default=",".join(TARGETS))
@@ -126,9 +137,11 @@ def main():
                         "-U", "postgres", "postgres"], check=True, capture_output=True, env=clean_env())
         pg.psql("create table bench_raw (v bigint primary key)")
         pg.wait_replica_caught_up()
-        script = os.path.join(workdir, "read_after_write.sql")
-        with open(script, "w") as f:
-            f.write(READ_AFTER_WRITE)
+        scripts = {}
+        for workload, text in (("read-after-write", READ_AFTER_WRITE), ("report", REPORT)):
+            scripts[workload] = os.path.join(workdir, workload + ".sql")
+            with open(scripts[workload], "w") as f:
+                f.write(text)
         http_port = free_port()
         config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = %d\npool_mode = transaction\n[servers]\n"
                   "primary = host=127.0.0.1 port=%d\nreplica = host=127.0.0.1 port=%d\n[routing]\n"
@@ -145,13 +158,19 @@ def main():
                     for target in order:
                         if workload == "read-after-write" and target == "eventual":
                             continue  # not read-your-writes: its stale reads abort pgbench (the checker shows them)
+                        if (target == "split") != (workload == "report") and target not in ("direct", "primary"):
+                            continue  # split is report's; the levels route autocommit reads only
                         port = pg.primary_port if target == "direct" else tern.port
+                        counter = "tern_split_reads_total" if workload == "report" else "tern_route_reads_total"
                         time.sleep(0.3)  # tern publishes its counters every 100 ms
-                        before = metrics(http_port)
-                        tps, p50, p99, n, failed = run_pgbench(port, target, workload, args, workdir, script)
+                        before = metrics(http_port, counter)
+                        tps, p50, p99, n, failed = run_pgbench(port, target, workload, args, workdir,
+                                                               scripts.get(workload))
                         time.sleep(0.3)
-                        after = metrics(http_port)
+                        after = metrics(http_port, counter)
                         routed = (after[0] - before[0]) + (after[1] - before[1])
+                        if workload == "report":
+                            routed = n * REPORT_READS  # every read, split or not
                         share = (after[0] - before[0]) / routed if routed else 0.0
                         results.setdefault((workload, target), []).append((tps, p50, p99, share, failed))
                         log("  round %d %-16s %-8s tps %8.0f  p50 %6.2f ms  p99 %6.2f ms  replica %5.1f%%  failed %d"

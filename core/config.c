@@ -91,6 +91,7 @@ static const char *const config_pool_mode_names[] = {"session", "transaction", N
 static const char *const config_log_level_names[] = {"error", "warning", "info", "debug", NULL};
 static const char *const config_consistency_names[] = {"primary", "eventual", "session", "strict", NULL};
 static const char *const config_switch_names[] = {"off", "on", NULL};
+static const char *const config_strict_target_names[] = {"flush", "insert", NULL};
 static const char *const config_auth_mode_names[] = {"trust", "md5", "scram", NULL};
 static const char *const config_tls_mode_names[] = {"disable", "allow", "prefer", "require", NULL};
 static const char *const config_tls_protocol_names[] = {"TLSv1.2", "TLSv1.3", NULL};
@@ -158,6 +159,13 @@ static const struct config_key config_keys[] = {
 		   "replicas), eventual (a replica within the lag bounds), session (a replica that has the client's "
 		   "own last write), strict (a replica that has every commit acknowledged before the read arrived); "
 		   "transaction pooling only"),
+	CONFIG_KEY("routing", "strict_target", CONFIG_ENUM, "flush", 0, 0, CONFIG_RELOAD, strict_target,
+		   config_strict_target_names,
+		   "what a strict (and split) read waits for a replica to have replayed: flush, the primary's "
+		   "flushed WAL, which holds every commit acknowledged with synchronous_commit on (an asynchronous "
+		   "commit counts once the WAL writer flushed it); insert, all the WAL the primary inserted, "
+		   "asynchronous commits too, which also waits for the WAL of transactions still open to be flushed "
+		   "(up to wal_writer_delay when few commits come)"),
 	CONFIG_KEY("routing", "transaction_split", CONFIG_ENUM, "off", 0, 0, CONFIG_RELOAD, transaction_split,
 		   config_switch_names,
 		   "on: the plain SELECTs of a read-committed transaction's read-only prefix run on a replica that "

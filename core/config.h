@@ -67,6 +67,7 @@ struct tern_config {
 	uint32_t monitor_interval_ms;
 	int default_consistency; /* enum config_consistency */
 	int transaction_split;   /* 0 off, 1 on */
+	int strict_target;       /* 0 flush, 1 insert: the primary LSN a strict read's probe asks */
 	uint32_t wait_timeout_ms; /* 0: a read whose replica is not known to be there goes to the primary */
 	uint64_t max_replica_lag_bytes; /* eventual; 0 = no bound */
 	uint32_t max_replica_lag_ms;

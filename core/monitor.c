@@ -23,7 +23,11 @@ static const char monitor_query[] =
 
 /* The probes: the primary's insert LSN (the end of every record inserted so far, committed or not: a
  * standby that has replayed it has every commit acknowledged before), a standby's replay LSN. */
-static const char monitor_probe_primary_query[] = MONITOR_INSERT_LSN_SQL;
+/* The strict level's target, by [routing] strict_target: the primary's flushed WAL (every commit
+ * acknowledged with synchronous_commit on is in it), or all it inserted (asynchronous commits too, and
+ * the WAL of transactions still open, which a standby gets only once it is flushed). */
+static const char *const monitor_probe_primary_queries[] = {"SELECT pg_catalog.pg_current_wal_flush_lsn()",
+							     MONITOR_INSERT_LSN_SQL};
 static const char monitor_probe_standby_query[] = "SELECT pg_catalog.pg_last_wal_replay_lsn()";
 /* Standby probes for a waiting read: at most one per server this often. */
 #define MONITOR_STANDBY_PROBE_GAP_NS (1000u * 1000u)
@@ -302,7 +306,7 @@ static void monitor_probe_primary(struct monitor *m)
 	uint64_t lsn = 0;
 	for (uint32_t i = 0; i < m->count; i++)
 		if (m->servers[i].server == primary)
-			lsn = monitor_ask_lsn(m, i, monitor_probe_primary_query);
+			lsn = monitor_ask_lsn(m, i, monitor_probe_primary_queries[runtime_config(m->rt)->strict_target]);
 	__atomic_store_n(&m->probe_lsn, lsn ? lsn : UINT64_MAX, __ATOMIC_RELAXED);
 	__atomic_store_n(&m->probe_done, ticket, __ATOMIC_RELEASE);
 }

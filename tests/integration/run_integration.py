@@ -3881,6 +3881,38 @@ def split_reads_fall_back_to_the_primary_when_the_replica_lags_or_is_lost_and_th
     check("the replica its transaction's reads kept was lost" in t.log_tail(100), "tern saw the replica go")
 
 
+@test
+def strict_target_insert_covers_a_commit_acknowledged_before_it_was_flushed(ctx):
+    """strict_target = insert: a commit acknowledged with synchronous_commit = off (its WAL not flushed
+    yet: wal_writer_delay is 10 s here) is seen by a strict read that comes after it — the replica cannot
+    have it, so the read waits wait_timeout_ms and the primary serves it. With the default (flush), the
+    same read is the replica's at once: it need not see an asynchronous commit the WAL writer has not
+    flushed (README: strict_target)."""
+    ctx.pg.psql("drop table if exists strict_async; create table strict_async(a int)")
+    ctx.pg.wait_replica_caught_up()
+    ctx.pg.psql("alter system set wal_writer_delay = '10s'")
+    ctx.pg.psql("select pg_reload_conf()")
+    try:
+        for target, expect in (("insert", [["1", "f"]]), ("flush", None)):
+            t = routing_tern(ctx, level="strict", routing="strict_target = %s\nwait_timeout_ms = 300" % target)
+            with Wire(t.port) as w:
+                w.login("postgres")
+                wait_for(lambda: w.query("select pg_is_in_recovery()") == [["t"]], "the replica to serve reads",
+                         timeout=10)
+                ctx.pg.psql("truncate strict_async")
+                ctx.pg.wait_replica_caught_up()
+                ctx.pg.psql("set synchronous_commit = off; insert into strict_async values (1)")
+                rows = w.query("select count(*), pg_is_in_recovery() from strict_async")
+                if expect:
+                    check(rows == expect, "%s: the read saw the acknowledged commit, on the primary: %r" % (target, rows))
+                else:
+                    check(rows[0][1] == "t", "%s: the read went to the replica at once: %r" % (target, rows))
+            t.stop()
+    finally:
+        ctx.pg.psql("alter system reset wal_writer_delay")
+        ctx.pg.psql("select pg_reload_conf()")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-k", action="append", default=[], help="run tests whose name contains this")
