@@ -92,6 +92,8 @@ static const char *const config_log_level_names[] = {"error", "warning", "info",
 static const char *const config_consistency_names[] = {"primary", "eventual", "session", "strict", NULL};
 static const char *const config_switch_names[] = {"off", "on", NULL};
 static const char *const config_strict_target_names[] = {"flush", "insert", NULL};
+static const char *const config_on_lost_names[] = {"replica", "primary", NULL};
+static const char *const config_on_error_names[] = {"primary", "client", NULL};
 static const char *const config_auth_mode_names[] = {"trust", "md5", "scram", NULL};
 static const char *const config_tls_mode_names[] = {"disable", "allow", "prefer", "require", NULL};
 static const char *const config_tls_protocol_names[] = {"TLSv1.2", "TLSv1.3", NULL};
@@ -166,6 +168,16 @@ static const struct config_key config_keys[] = {
 		   "commit counts once the WAL writer flushed it); insert, all the WAL the primary inserted, "
 		   "asynchronous commits too, which also waits for the WAL of transactions still open to be flushed "
 		   "(up to wal_writer_delay when few commits come)"),
+	CONFIG_KEY("routing", "on_replica_lost", CONFIG_ENUM, "replica", 0, 0, CONFIG_RELOAD, on_replica_lost,
+		   config_on_lost_names,
+		   "a routed read whose replica connection is lost (or refused, or ends with a FATAL error) before "
+		   "any of its answer reached the client: replica, another replica that may serve it (else the "
+		   "primary); primary, the primary at once"),
+	CONFIG_KEY("routing", "on_replica_error", CONFIG_ENUM, "primary", 0, 0, CONFIG_RELOAD, on_replica_error,
+		   config_on_error_names,
+		   "a routed read a replica refuses before its first row with a recovery conflict (40001, 40P01) or "
+		   "25006: primary, the primary serves it (the client sees its answer alone); client, the replica's "
+		   "error reaches the client"),
 	CONFIG_KEY("routing", "transaction_split", CONFIG_ENUM, "off", 0, 0, CONFIG_RELOAD, transaction_split,
 		   config_switch_names,
 		   "on: the plain SELECTs of a read-committed transaction's read-only prefix run on a replica that "

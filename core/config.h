@@ -68,6 +68,8 @@ struct tern_config {
 	int default_consistency; /* enum config_consistency */
 	int transaction_split;   /* 0 off, 1 on */
 	int strict_target;       /* 0 flush, 1 insert: the primary LSN a strict read's probe asks */
+	int on_replica_lost;     /* 0 another replica (else the primary), 1 the primary */
+	int on_replica_error;    /* 0 the primary re-runs it, 1 the client gets the replica's error */
 	uint32_t wait_timeout_ms; /* 0: a read whose replica is not known to be there goes to the primary */
 	uint64_t max_replica_lag_bytes; /* eventual; 0 = no bound */
 	uint32_t max_replica_lag_ms;

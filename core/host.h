@@ -46,6 +46,7 @@ struct host_route_paths {
 	uint64_t timeout;      /* the primary served them after wait_timeout_ms */
 	uint64_t no_replica;   /* the primary served them: no replica up (or within the lag bounds) */
 	uint64_t lost;         /* re-run on the primary after their replica's connection was lost */
+	uint64_t lost_replica; /* re-run on another replica after their replica's connection was lost */
 	uint64_t error;        /* re-run on the primary after their replica refused them (40001, 25006) */
 };
 

@@ -83,6 +83,7 @@ static void http_route_paths(FILE *f, const char *name, const struct host_route_
 	} rows[] = {
 		{"path=\"replica\"", paths->replica},
 		{"path=\"replica_after_wait\"", paths->replica_wait},
+		{"path=\"replica\",reason=\"replica_lost\"", paths->lost_replica},
 		{"path=\"primary\",reason=\"wait_timeout\"", paths->timeout},
 		{"path=\"primary\",reason=\"no_replica\"", paths->no_replica},
 		{"path=\"primary\",reason=\"replica_lost\"", paths->lost},

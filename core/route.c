@@ -623,7 +623,8 @@ static struct pool_server *route_pick(struct session *s, const struct tern_confi
 		const struct monitor_server *ms = monitor_server_at(m, i);
 		struct pool_server *server = &rt->pool->servers[i];
 		if (__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) != MONITOR_STANDBY || server == primary ||
-		    server->weight == 0 || (s->routing.is_split && s->routing.split.server && server != s->routing.split.server))
+		    server->weight == 0 || server == s->routing.excluded ||
+		    (s->routing.is_split && s->routing.split.server && server != s->routing.split.server))
 			continue; /* (a split read: the transaction's replica, once it has one) */
 		if (s->routing.level == CONFIG_CONSISTENCY_EVENTUAL) {
 			struct monitor_lag lag = monitor_lag_of(m, i, primary, now);
@@ -679,6 +680,7 @@ static void route_done(struct session *s)
 	route->held.len = 0;
 	route->client_leg = NULL;
 	route->is_batch = route->is_tx = route->is_split = route->is_awaiting_isolation = false;
+	route->excluded = NULL;
 }
 
 /* The held read (or, is_read false, a batch routing found not to be one) to leg: the relay queues it
@@ -807,12 +809,13 @@ static bool route_try(struct session *s, uint64_t now)
 		if (route->is_split)
 			route->split.server = server; /* the transaction keeps it */
 		__atomic_add_fetch(&server->reads_running, 1, __ATOMIC_RELAXED);
-		(*(route->is_waited ? &route_paths(s)->replica_wait : &route_paths(s)->replica))++;
+		struct host_route_paths *paths = route_paths(s);
+		(*(route->excluded ? &paths->lost_replica : route->is_waited ? &paths->replica_wait : &paths->replica))++;
 		route_dispatch(s, leg, true);
 		return true;
 	}
 	if (!route->probe_ticket && (!any || route->level == CONFIG_CONSISTENCY_EVENTUAL)) {
-		route_to_primary(s, &route_paths(s)->no_replica);
+		route_to_primary(s, route->excluded ? &route_paths(s)->lost : &route_paths(s)->no_replica);
 		return true;
 	}
 	if (cfg->wait_timeout_ms == 0 || now >= route->deadline_ns) {
@@ -1014,7 +1017,7 @@ static bool route_is_rerunnable(const struct session *s, const struct proto_erro
 	const char *code = fields->sqlstate;
 	if (strcmp(fields->severity, "FATAL") == 0 || strcmp(fields->severity, "PANIC") == 0)
 		return true; /* (in a read-only transaction's BEGIN too: route_on_lost re-runs it) */
-	return s->routing.state == ROUTE_ON_REPLICA &&
+	return s->routing.state == ROUTE_ON_REPLICA && runtime_config(s->host->runtime)->on_replica_error == 0 &&
 	       (strcmp(code, "40001") == 0 || strcmp(code, "40P01") == 0 || strcmp(code, "25006") == 0);
 }
 
@@ -1162,11 +1165,24 @@ bool route_on_lost(struct session *s, struct leg *leg)
 	TERN_ASSERT(leg->to_client_bytes == route->replica_mark);
 	if (!session_set_aside_leg(s, LEG_REPLICA))
 		return false;
+	struct pool_server *lost = route->server;
 	route_release_server(s);
 	route->split.server = NULL;
-	TERN_INFO("client %s/%s: a read's replica connection was lost before it answered; the primary serves it",
-		  s->user, s->database);
-	route_rerun(s, &route_paths(s)->lost);
+	if (lost && runtime_config(s->host->runtime)->on_replica_lost == 0) {
+		TERN_INFO("client %s/%s: a read's replica connection (%s) was lost before it answered; another replica "
+			  "serves it if one may, else the primary",
+			  s->user, s->database, lost->name);
+		route->is_rerun = false;
+		route->reply_held.len = 0;
+		route_forget_batch_names(s);
+		route->excluded = lost;
+		route->client_leg = NULL;
+		route->state = ROUTE_WAITING; /* with its target: route_try picks among the others */
+	} else {
+		TERN_INFO("client %s/%s: a read's replica connection was lost before it answered; the primary serves it",
+			  s->user, s->database);
+		route_rerun(s, &route_paths(s)->lost);
+	}
 	route_run(s);
 	return true;
 }

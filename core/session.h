@@ -164,6 +164,7 @@ struct session_route {
 	struct base_list wait_link; /* host->route_waits while ROUTE_WAITING */
 	uint64_t replica_mark; /* the replica leg's to_client_bytes when the read went to it */
 	struct pool_server *server; /* the replica it goes to */
+	struct pool_server *excluded; /* the replica whose connection the read lost: not picked again */
 	bool is_read_on_primary; /* a routed read is being queued on the primary's leg: it writes nothing */
 	bool is_split;           /* the read being routed is a split read of the client's transaction */
 	bool is_awaiting_isolation; /* split: its transaction's isolation is still to come (SHOW, hidden) */

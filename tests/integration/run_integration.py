@@ -5,6 +5,7 @@ client for exact SQLSTATEs. Every wait polls with a deadline; every test is boun
 
 usage: run_integration.py [-k SUBSTRING]...   (TERN_BINARY and TERN_SOURCE_ROOT from meson)"""
 import argparse
+import datetime
 import hashlib
 import os
 import re
@@ -3410,7 +3411,7 @@ def a_read_whose_replica_connection_is_terminated_runs_again_on_the_primary(ctx)
               "the read-only transaction runs on the primary")
         w.query("commit")
         check(w.query("select pg_is_in_recovery()") == [["t"]], "the replica serves reads after it")
-    lost = t.log_tail(400).count("replica connection was lost before it answered; the primary serves it")
+    lost = t.log_tail(400).count("was lost before it answered")
     check(lost == 5, "tern re-ran 5 reads (%d): %s" % (lost, t.log_tail(10)))
 
 
@@ -3911,6 +3912,72 @@ def strict_target_insert_covers_a_commit_acknowledged_before_it_was_flushed(ctx)
     finally:
         ctx.pg.psql("alter system reset wal_writer_delay")
         ctx.pg.psql("select pg_reload_conf()")
+
+
+@test
+def the_failure_policy_sends_a_lost_read_to_another_replica_or_the_primary_and_an_error_where_configured(ctx):
+    """[routing] on_replica_lost = replica (the default): a read whose replica backend is terminated under
+    it runs again on another replica (here a second entry for the same standby), an autocommit read and
+    a split read alike; = primary: on the primary. on_replica_error = client: a replica's 25006 reaches
+    the client as it is (the default, primary, is tested with the re-run test)."""
+    ctx.pg.psql("drop table if exists policy_r; create table policy_r(a int);"
+                "create or replace function policy_writer() returns int language sql as "
+                "'insert into policy_r values (1) returning a'")
+    ctx.pg.wait_replica_caught_up()
+
+    def tern(routing):
+        http_port = free_port()
+        config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+                  "primary = host=127.0.0.1 port=%d\nreplica = host=127.0.0.1 port=%d\n"
+                  "replica2 = host=127.0.0.1 port=%d\n[routing]\nmonitor_interval_ms = 100\n"
+                  "default_consistency = eventual\ntransaction_split = on\n%s\n[admin]\nhttp_listen = 127.0.0.1:%d\n"
+                  % (free_port(), ctx.pg.primary_port, ctx.pg.replica_port, ctx.pg.replica_port, routing, http_port))
+        t = TernProcess(TERN, config)
+        ctx.terns.append(t)
+        t.start()
+        for name in ("replica", "replica2"):
+            wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server=name, role="standby") == 1,
+                     "the monitor to know %s" % name, timeout=10)
+        return t, http_port
+
+    def terminated(w, case, sql):
+        w.send(message(b"Q", sql.encode() + b"\0"))
+        find = ("select pid from pg_stat_activity where query like '%%%s%%' and state = 'active' "
+                "and pid <> pg_backend_pid()" % case)
+        wait_for(lambda: ctx.pg.psql(find, port=ctx.pg.replica_port) != "", "the read %s on the replica" % case,
+                 timeout=10)
+        ctx.pg.psql("select pg_terminate_backend(pid) from (%s) r" % find, port=ctx.pg.replica_port)
+        return [row[1:] for kind, row in ((k, data_row(b)) for k, b in w.read_until_ready() if k == b"D")]
+
+    def sql(case):  # on a replica, sleeps until 1.5 s from now: the first run is terminated, the re-run ends
+        until = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1.5)
+        return ("select pg_sleep(case when pg_is_in_recovery() then greatest(0, extract(epoch from ('%s'::timestamptz "
+                "- clock_timestamp()))) else 0 end), '%s', pg_is_in_recovery()" % (until.isoformat(), case))
+
+    for policy, where in (("replica", "t"), ("primary", "f")):
+        t, http_port = tern("on_replica_lost = %s" % policy)
+        with Wire(t.port) as w:
+            w.login("postgres")
+            rows = terminated(w, "pol_a_" + policy, sql("pol_a_" + policy))
+            check(rows == [["pol_a_" + policy, where]], "%s: an autocommit read re-ran: %r" % (policy, rows))
+            w.query("begin")
+            rows = terminated(w, "pol_s_" + policy, sql("pol_s_" + policy))
+            check(rows == [["pol_s_" + policy, where]], "%s: a split read re-ran: %r" % (policy, rows))
+            w.query("commit")
+        path = {"path": "replica", "reason": "replica_lost"} if policy == "replica" else \
+            {"path": "primary", "reason": "replica_lost"}
+        wait_for(lambda: metric(scrape_metrics(http_port), "tern_route_reads_total", **path) == 1 and
+                 metric(scrape_metrics(http_port), "tern_split_reads_total", **path) == 1,
+                 "%s: each re-run counted" % policy, timeout=5)
+    t, _ = tern("on_replica_error = client\nread_functions = policy_writer")
+    with Wire(t.port) as w:
+        w.login("postgres")
+        try:
+            w.query("select policy_writer()")
+            raise AssertionError("the replica's refusal was hidden")
+        except WireError as err:
+            check(err.sqlstate == "25006", "the replica's error reaches the client: %r" % err.fields)
+    check(ctx.pg.psql("select count(*) from policy_r") == "0", "nothing ran on the primary")
 
 
 def main():
