@@ -801,13 +801,14 @@ static char *config_read_line(char *buffer, int buffer_size, void *stream)
 	return buffer;
 }
 
-/* Takes `weight=N` (0..CONFIG_WEIGHT_MAX; 1 when absent) out of a server's conninfo, in place: it is
- * tern's, libpq would refuse it. Tokens are libpq's: key = value, the value bare or single-quoted with
- * backslash escapes. False when the weight is not a number in range. */
+/* Takes tern's own keys out of a server's conninfo, in place (libpq would refuse them): `weight=N`
+ * (0..CONFIG_WEIGHT_MAX; 1 when absent) and `profile=vanilla|polar` (vanilla when absent). Tokens are
+ * libpq's: key = value, the value bare or single-quoted with backslash escapes. NULL, or what is wrong. */
 #define CONFIG_WEIGHT_MAX 1000u
-static bool config_take_weight(char *conninfo, uint32_t *weight)
+static const char *config_take_server_keys(char *conninfo, uint32_t *weight, bool *is_polar)
 {
 	*weight = 1;
+	*is_polar = false;
 	char *p = conninfo;
 	while (*p) {
 		while (isspace((unsigned char)*p))
@@ -819,7 +820,7 @@ static bool config_take_weight(char *conninfo, uint32_t *weight)
 		while (isspace((unsigned char)*p))
 			p++;
 		if (*p != '=')
-			return key_len == 0; /* not conninfo's grammar: libpq says why later */
+			return NULL; /* not conninfo's grammar (or its end): libpq says why later */
 		for (p++; isspace((unsigned char)*p); p++)
 			;
 		char *value = p;
@@ -833,17 +834,27 @@ static bool config_take_weight(char *conninfo, uint32_t *weight)
 			while (*p && !isspace((unsigned char)*p))
 				p++;
 		}
-		if (key_len == 6 && strncmp(start, "weight", 6) == 0) {
+		bool is_weight = key_len == 6 && strncmp(start, "weight", 6) == 0;
+		bool is_profile = key_len == 7 && strncmp(start, "profile", 7) == 0;
+		if (is_weight) {
 			char *end;
 			unsigned long w = strtoul(value, &end, 10);
 			if (end != p || value == p || w > CONFIG_WEIGHT_MAX)
-				return false;
+				return "weight must be a whole number from 0 to 1000";
 			*weight = (uint32_t)w;
+		} else if (is_profile) {
+			size_t n = (size_t)(p - value);
+			if (n == 5 && strncmp(value, "polar", 5) == 0)
+				*is_polar = true;
+			else if (n != 7 || strncmp(value, "vanilla", 7) != 0)
+				return "profile must be vanilla or polar";
+		}
+		if (is_weight || is_profile) {
 			memmove(start, p, strlen(p) + 1);
 			p = start;
 		}
 	}
-	return true;
+	return NULL;
 }
 
 static int config_on_value(void *user, const char *section, const char *name, const char *value, int line)
@@ -880,9 +891,9 @@ static int config_on_value(void *user, const char *section, const char *name, co
 		}
 		base_strlcpy(server->name, name, sizeof(server->name));
 		cfg->extra_server_count++;
-		if (!config_take_weight(server->conninfo, &server->weight)) {
-			config_fail(parse, line, "[servers] %s: weight must be a whole number from 0 to %u", name,
-				    CONFIG_WEIGHT_MAX);
+		const char *wrong = config_take_server_keys(server->conninfo, &server->weight, &server->is_polar);
+		if (wrong) {
+			config_fail(parse, line, "[servers] %s: %s", name, wrong);
 			return 0;
 		}
 		return 1;
@@ -954,9 +965,12 @@ static void config_check_across_keys(struct config_parse *parse)
 		if (!is_known)
 			config_fail(parse, 0, "[databases] %s: server = %s is not a key of [servers]", e->name, e->server);
 	}
-	if (cfg->primary_conninfo && !config_take_weight(parse->cfg->primary_conninfo, &parse->cfg->primary_weight))
-		config_fail(parse, config_key_line(parse, "servers", "primary"),
-			    "[servers] primary: weight must be a whole number from 0 to %u", CONFIG_WEIGHT_MAX);
+	const char *wrong = cfg->primary_conninfo ? config_take_server_keys(parse->cfg->primary_conninfo,
+									     &parse->cfg->primary_weight,
+									     &parse->cfg->primary_is_polar)
+						  : NULL;
+	if (wrong)
+		config_fail(parse, config_key_line(parse, "servers", "primary"), "[servers] primary: %s", wrong);
 	/* "primary = ;x" reads as an empty value (inih takes " ;" as a comment): never silently no server. */
 	if (cfg->primary_conninfo == NULL || cfg->primary_conninfo[0] == '\0') {
 		config_fail(parse, config_key_line(parse, "servers", "primary"),

@@ -76,10 +76,12 @@ struct tern_config {
 	char *read_functions; /* beyond classify's built-in list; "" = none */
 	struct config_server {
 		char name[64];
-		char *conninfo; /* without its weight= */
+		char *conninfo; /* without its weight= and profile= */
 		uint32_t weight;
+		bool is_polar; /* profile=polar: it speaks the XID-import extension (split.h) */
 	} extra_servers[CONFIG_EXTRA_SERVERS_MAX];
 	uint32_t primary_weight; /* `weight=N` in a server's conninfo (taken out): its share of the reads */
+	bool primary_is_polar;   /* `profile=polar` in a server's conninfo (taken out) */
 	uint32_t extra_server_count;
 	/* [pool] */
 	uint32_t pool_size, min_pool_size; /* min_pool_size <= pool_size */

@@ -90,6 +90,11 @@ struct leg {
 	 * primary (route_guard_type): what precedes its first row or completion waits. */
 	bool is_reply_guarded;
 	uint8_t probe_kind; /* enum route_probe: what tern's probe behind or answering asks */
+	/* A polar server's last ReadyForQuery: its marker ('x', 'w') and the transaction's XIDs ("cid,xid,..."),
+	 * what a split read after a write imports on the replica. */
+	char polar_marker;
+	char polar_xids[128];
+	bool has_polar_settings; /* a split read's SET polar_* went to its connection: RESET before it goes */
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
 	struct leg_copy copy;        /* observer_copy.c */
 	/* Statements queued messages use that the connection must prepare (collected while detached). */

@@ -319,6 +319,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	primary->weight = cfg.primary_weight;
+	primary->is_polar = cfg.primary_is_polar;
 	for (uint32_t i = 0; i < cfg.extra_server_count; i++) {
 		struct pool_server *server;
 		if (pool_server_add(&pool, cfg.extra_servers[i].name, cfg.extra_servers[i].conninfo, &server) < 0) {
@@ -326,6 +327,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		server->weight = cfg.extra_servers[i].weight;
+		server->is_polar = cfg.extra_servers[i].is_polar;
 	}
 	if (pool_opener_start(opener, &pool) < 0) {
 		fprintf(stderr, "tern: could not start the pool thread\n");

@@ -8,6 +8,7 @@
 #include "stmts.h"
 
 #include <ctype.h>
+#include <inttypes.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -370,7 +371,7 @@ void route_tx_request_sent(struct session *s)
 /* Queues tern's own Query behind what leg holds; one more ReadyForQuery owed. 0 or -ENOMEM. */
 static int route_push_query(struct leg *leg, const char *sql)
 {
-	uint8_t msg[64];
+	uint8_t msg[256];
 	size_t n = proto_build_query(msg, sizeof(msg), sql);
 	int rc = n ? sendq_push_copy(&leg->to_server, msg, (uint32_t)n) : -ENOMEM;
 	if (rc == 0)
@@ -516,10 +517,14 @@ static enum route_query route_split_query(struct session *s, const struct tern_c
 		return ROUTE_QUERY_ADMIT;
 	}
 	struct split_tx assumed = sp->tx;
+	bool is_polar = p->conn->server->is_polar; /* its ReadyForQuery says whether the transaction splits */
+	assumed.xact = p->polar_marker == 'x' ? SPLIT_XACT_SPLITTABLE
+		       : p->polar_marker == 'w' ? SPLIT_XACT_WAL_PENDING
+						: SPLIT_XACT_NONE;
 	bool is_isolation_asked = sp->tx.server_isolation == CLASSIFY_ISOLATION_DEFAULT;
 	if (is_isolation_asked)
 		assumed.server_isolation = CLASSIFY_READ_COMMITTED; /* the rest first: ask only for a read that may go */
-	enum split_refusal why = split_check(&assumed, &r, true, false);
+	enum split_refusal why = split_check(&assumed, &r, true, is_polar);
 	if (why != SPLIT_ELIGIBLE) {
 		s->host->stats.split_refused[why]++;
 		split_tx_note(&sp->tx, &r);
@@ -541,6 +546,7 @@ static enum route_query route_split_query(struct session *s, const struct tern_c
 	}
 	s->routing.is_batch = s->routing.is_tx = false;
 	s->routing.is_split = true;
+	s->routing.is_xid_import = is_polar && sp->tx.has_write; /* REPLICA_TXN_SPLIT: a polar replica only */
 	route_read_begins(s, cfg, CONFIG_CONSISTENCY_STRICT); /* every commit acknowledged before it arrived */
 	s->routing.is_awaiting_isolation = is_isolation_asked;
 	return ROUTE_QUERY_TAKEN;
@@ -623,7 +629,7 @@ static struct pool_server *route_pick(struct session *s, const struct tern_confi
 		const struct monitor_server *ms = monitor_server_at(m, i);
 		struct pool_server *server = &rt->pool->servers[i];
 		if (__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) != MONITOR_STANDBY || server == primary ||
-		    server->weight == 0 || server == s->routing.excluded ||
+		    server->weight == 0 || server == s->routing.excluded || (s->routing.is_xid_import && !server->is_polar) ||
 		    (s->routing.is_split && s->routing.split.server && server != s->routing.split.server))
 			continue; /* (a split read: the transaction's replica, once it has one) */
 		if (s->routing.level == CONFIG_CONSISTENCY_EVENTUAL) {
@@ -679,8 +685,28 @@ static void route_done(struct session *s)
 	route->state = ROUTE_IDLE;
 	route->held.len = 0;
 	route->client_leg = NULL;
-	route->is_batch = route->is_tx = route->is_split = route->is_awaiting_isolation = false;
+	route->is_batch = route->is_tx = route->is_split = route->is_awaiting_isolation = route->is_xid_import = false;
 	route->excluded = NULL;
+}
+
+/* The XID-import profile's four settings, hidden, ahead of a split read on a polar replica: the
+ * transaction's XIDs as the primary's last ReadyForQuery gave them (none before its first write), the
+ * strict mode, the wait's bound, and the LSN to have replayed (tern waited for it already). */
+static int route_push_polar_settings(struct session *s, struct leg *leg)
+{
+	const struct tern_config *cfg = runtime_config(s->host->runtime);
+	char sql[4][200];
+	snprintf(sql[0], sizeof(sql[0]), "SET polar_xact_split_xids = '%s'", session_primary(s)->polar_xids);
+	snprintf(sql[1], sizeof(sql[1]), "SET polar_consistency_mode = 'strict'");
+	snprintf(sql[2], sizeof(sql[2]), "SET polar_proxy_wait_timeout_ms = %" PRIu32, cfg->wait_timeout_ms);
+	snprintf(sql[3], sizeof(sql[3]), "SET polar_xact_split_wait_lsn = '%" PRIu64 "'", s->routing.target_lsn);
+	for (size_t i = 0; i < TERN_ARRAY_LEN(sql); i++) {
+		int rc = route_push_hidden(leg, sql[i]);
+		if (rc < 0)
+			return rc;
+	}
+	leg->has_polar_settings = true;
+	return 0;
 }
 
 /* The held read (or, is_read false, a batch routing found not to be one) to leg: the relay queues it
@@ -703,6 +729,10 @@ static void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 			session_end(s, SESSION_END_OUT_OF_MEMORY);
 			return;
 		}
+	}
+	if (is_replica && route->is_split && route->server->is_polar && route_push_polar_settings(s, leg) < 0) {
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
+		return;
 	}
 	/* stmts keeps a batch's replies there, and a transaction's statements go there */
 	route->client_leg = is_replica && (route->is_batch || route->is_tx) ? leg : NULL;
@@ -1295,6 +1325,8 @@ static int route_client_message(struct session *s, struct leg *leg, const struct
 static unsigned route_hidden_type(struct session *s, struct leg *leg, uint8_t type)
 {
 	(void)s;
+	if (leg->role == LEG_REPLICA) /* the answers to a split read's SET polar_*: an error is looked at */
+		return type == PROTO_BE_ERROR && leg->has_polar_settings ? PROTO_INSPECT : 0;
 	if (!leg->is_probe_answering)
 		return 0;
 	return type == PROTO_BE_DATA_ROW || type == PROTO_BE_ERROR || type == PROTO_BE_READY ? PROTO_INSPECT : 0;
@@ -1317,6 +1349,14 @@ static enum classify_isolation route_isolation_of(const char *text)
 
 static int route_hidden_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
+	if (leg->role == LEG_REPLICA && m->is_hidden && m->type == PROTO_BE_ERROR &&
+	    s->routing.state == ROUTE_ON_REPLICA && !s->routing.is_rerun) {
+		/* The replica did not take the transaction's XIDs or its wait: the read must not run there. */
+		TERN_INFO("client %s/%s: a replica refused a split read's settings; the primary serves the read",
+			  s->user, s->database);
+		s->routing.is_rerun = true;
+		return 0;
+	}
 	if (!m->is_hidden || !leg->is_probe_answering)
 		return 0;
 	bool is_lsn = leg->probe_kind == ROUTE_PROBE_LSN;
@@ -1356,8 +1396,24 @@ static int route_hidden_message(struct session *s, struct leg *leg, const struct
  * write behind another probe): at the session level, probe first. */
 static bool route_before_release(struct session *s, struct leg *leg)
 {
+	if (leg->role == LEG_REPLICA && s->routing.split.server && s->phase == SESSION_READY)
+		return true; /* kept for the transaction's reads */
+	if (leg->role == LEG_REPLICA && leg->has_polar_settings) { /* never left to the connection's next user */
+		leg->has_polar_settings = false;
+		static const char *const resets[] = {"RESET polar_xact_split_xids", "RESET polar_consistency_mode",
+						      "RESET polar_proxy_wait_timeout_ms", "RESET polar_xact_split_wait_lsn"};
+		for (size_t i = 0; i < TERN_ARRAY_LEN(resets); i++) {
+			if (route_push_hidden(leg, resets[i]) < 0) {
+				session_end(s, SESSION_END_OUT_OF_MEMORY);
+				return true;
+			}
+		}
+		session_mark_dirty(s, &leg->to_server);
+		leg_resume(leg);
+		return true;
+	}
 	if (leg->role == LEG_REPLICA)
-		return s->routing.split.server && s->phase == SESSION_READY; /* kept for the transaction's reads */
+		return false;
 	if (leg->role != LEG_PRIMARY || !s->routing.is_write_unprobed || s->phase != SESSION_READY ||
 	    route_level(s, runtime_config(s->host->runtime)) != CONFIG_CONSISTENCY_SESSION)
 		return false;

@@ -19,6 +19,7 @@ struct server_auth_exchange {
 	struct server_auth_secret secret;
 	struct scram_client scram;
 	bool is_scram_begun;
+	bool has_secret; /* none: a login tern makes itself only for a server's profile, answering trust alone */
 };
 
 bool server_auth_secret_from(const struct auth_user *entry, const struct scram_server *scram,
@@ -44,10 +45,12 @@ bool server_auth_secret_from(const struct auth_user *entry, const struct scram_s
 
 static void *server_auth_begin(const void *secret, size_t len)
 {
-	TERN_ASSERT(len == sizeof(struct server_auth_secret));
+	TERN_ASSERT(len == sizeof(struct server_auth_secret) || len == 0);
 	struct server_auth_exchange *x = calloc(1, sizeof(*x));
-	if (x)
+	if (x && len > 0) {
 		memcpy(&x->secret, secret, sizeof(x->secret));
+		x->has_secret = true;
+	}
 	return x;
 }
 
@@ -118,6 +121,11 @@ static int server_auth_answer(void *exchange, uint32_t code, const uint8_t *data
 	const char *user = x->secret.user;
 	const char *what = x->secret.kind == AUTH_SECRET_MD5 ? "an md5 hash" : "a SCRAM secret";
 	int n;
+	if (!x->has_secret && code != PROTO_AUTH_OK)
+		return server_auth_refuse(err, "28000",
+					  "the server asks for a password, and tern, which logs in to a profile=polar "
+					  "server itself (to ask for _polar_send_xact), has none: put the user's secret in "
+					  "auth_file");
 	switch (code) {
 	case PROTO_AUTH_OK:
 		if (x->is_scram_begun && x->scram.step != SCRAM_STEP_DONE)

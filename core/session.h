@@ -168,6 +168,7 @@ struct session_route {
 	bool is_read_on_primary; /* a routed read is being queued on the primary's leg: it writes nothing */
 	bool is_split;           /* the read being routed is a split read of the client's transaction */
 	bool is_awaiting_isolation; /* split: its transaction's isolation is still to come (SHOW, hidden) */
+	bool is_xid_import;         /* split after a write (REPLICA_TXN_SPLIT): only a polar replica may serve it */
 	/* transaction_split: the client's transaction on the primary, and the replica its split reads keep. */
 	struct route_split {
 		struct split_tx tx;

@@ -25,6 +25,7 @@ struct relay_chunk {
 	int error; /* a queue push failed (-ENOMEM, -ENOBUFS): the scan goes on, the session ends after it */
 	bool is_routed; /* client → server: a query routing placed already (route_dispatch): not held again */
 	bool is_guard_held; /* server → client: route_guard_type held the message being scanned */
+	bool is_ready_rebuilt; /* server → client: a polar server's ReadyForQuery, shown without its marker */
 };
 
 /* Why a client's chunk ends its session: a scan's or a push's error. */
@@ -306,7 +307,7 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	struct leg *leg = chunk->leg;
 	unsigned counted = type == PROTO_BE_READY ? PROTO_INSPECT : 0; /* the relay counts every ReadyForQuery */
 	leg->server_readers = 0;
-	chunk->is_guard_held = false;
+	chunk->is_guard_held = chunk->is_ready_rebuilt = false;
 	if (leg->hidden_ready > 0) /* the answer to tern's own query: the observer that asked reads it */
 		return dispatch_hidden_type(s, leg, type) | counted; /* the client is shown nothing */
 	uint32_t mask = dispatch_server_mask(s->observers_on, type);
@@ -324,14 +325,28 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	} else if (guard == ROUTE_GUARD_HIDE) {
 		action &= ~(unsigned)PROTO_FORWARD;
 	}
+	/* The client is shown PostgreSQL's own (relay_server_on_message): a polar server's has more in it, and a
+	 * split read's says the replica is idle where the client's transaction goes on on the primary. */
+	chunk->is_ready_rebuilt = type == PROTO_BE_READY && (action & PROTO_FORWARD) &&
+				  (leg->conn->server->is_polar || (leg->role == LEG_REPLICA && s->routing.is_split));
+	if (chunk->is_ready_rebuilt)
+		action &= ~(unsigned)PROTO_FORWARD;
 	return action;
 }
 
-/* A ReadyForQuery: one less owed (and one less hidden, when it answers tern's own query). */
+/* A ReadyForQuery: one less owed (and one less hidden, when it answers tern's own query). A polar
+ * server's carries the transaction's marker ('x' splittable, 'w' its WAL not flushed) and its XIDs. */
 static int relay_count_ready(struct leg *leg, const uint8_t *body, uint32_t len)
 {
-	if (len != 1 || (body[0] != 'I' && body[0] != 'T' && body[0] != 'E'))
+	bool is_polar = leg->conn->server->is_polar;
+	if ((is_polar ? len < 3 || body[len - 1] != '\0' || (body[1] != 'x' && body[1] != 'w') : len != 1) ||
+	    (body[0] != 'I' && body[0] != 'T' && body[0] != 'E'))
 		return -EPROTO;
+	if (is_polar) {
+		leg->polar_marker = (char)body[1];
+		if (!base_strlcpy(leg->polar_xids, (const char *)body + 2, sizeof(leg->polar_xids)))
+			leg->polar_marker = 'w'; /* more XIDs than tern keeps: not splittable */
+	}
 	leg->tx_status = (char)body[0];
 	if (leg->pending_ready > 0)
 		leg->pending_ready--;
@@ -355,6 +370,12 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		int rc = relay_count_ready(leg, body, len);
 		if (rc < 0)
 			return rc;
+	}
+	if (chunk->is_ready_rebuilt) {
+		char status = leg->role == LEG_REPLICA && s->routing.is_split ? session_primary(s)->tx_status : (char)body[0];
+		uint8_t ready[PROTO_HEADER_LEN + 1] = {PROTO_BE_READY, 0, 0, 0, 5, (uint8_t)status};
+		session_send_to_client(s, ready, sizeof(ready));
+		leg->to_client_bytes += sizeof(ready);
 	}
 	if (m.is_hidden)
 		return dispatch_hidden_message(s, leg, &m);

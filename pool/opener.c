@@ -238,11 +238,19 @@ static void opener_fail_job(struct pool_opener *opener, struct opener_job *job, 
  * server's conninfo brings a password or passfile of its own. True when that path took the job. */
 static bool opener_start_raw_login(struct pool_opener *opener, struct opener_job *job, const struct pool_conninfo *c)
 {
-	if (!opener->auth || job->db->password || pool_conninfo_get(c, "password") || pool_conninfo_get(c, "passfile"))
-		return false;
+	bool is_polar = job->server->is_polar; /* libpq cannot send its startup parameter: tern logs in itself */
+	if (!opener->auth || job->db->password || pool_conninfo_get(c, "password") || pool_conninfo_get(c, "passfile")) {
+		if (!is_polar)
+			return false;
+		struct pool_error err = {"28000", "a profile=polar server is logged in to by tern itself, with the "
+						  "user's secret from auth_file (or trust), not a password in the "
+						  "conninfo or [databases]"};
+		opener_fail_job(opener, job, &err);
+		return true;
+	}
 	uint8_t secret[POOL_SECRET_MAX];
 	size_t secret_len = pool_db_copy_secret(opener->pool, job->db, secret);
-	if (secret_len == 0)
+	if (secret_len == 0 && !is_polar)
 		return false;
 	struct pool_login *login = malloc(sizeof(*login));
 	if (!login) {
@@ -250,7 +258,8 @@ static bool opener_start_raw_login(struct pool_opener *opener, struct opener_job
 		opener_fail_job(opener, job, &err);
 		return true;
 	}
-	int rc = pool_login_start(login, job->server->conninfo, job->db, secret, secret_len, opener->auth);
+	int rc = pool_login_start(login, job->server->conninfo, job->server->is_polar, job->db, secret, secret_len,
+				  opener->auth);
 	explicit_bzero(secret, sizeof(secret));
 	if (rc < 0) {
 		opener_fail_job(opener, job, &login->error);

@@ -175,6 +175,9 @@ struct pool_server {
 	 * now, the load power-of-two choices compares (pick.h). */
 	uint32_t weight;
 	uint32_t reads_running;
+	/* profile=polar (set at startup): its connections ask for the XID-import extension at login
+	 * (_polar_send_xact) and its ReadyForQuery carries the transaction's marker and XIDs. */
+	bool is_polar;
 };
 
 /* What the pool asks of its environment. The real pool thread implements these; tests record. */

@@ -3752,7 +3752,10 @@ def split_reads_of_a_read_committed_transaction_run_on_the_replica_until_its_fir
         check(w.query(where) == [["f"]], "an autocommit read at level primary: the primary")
         w.query("begin")
         check(w.query(where) == [["t"]], "a split read: the replica")
-        check(w.query("select count(*), pg_is_in_recovery() from split_t") == [["0", "t"]], "again, the same")
+        w.send(message(b"Q", b"select count(*), pg_is_in_recovery() from split_t\0"))
+        messages = w.read_until_ready()
+        check([data_row(b) for k, b in messages if k == b"D"] == [["0", "t"]], "again, the same")
+        check(messages[-1][1] == b"T", "the client is told its transaction goes on: %r" % messages[-1][1])
         w.query("insert into split_t values (1)")
         check(w.query("select count(*), pg_is_in_recovery() from split_t") == [["1", "f"]],
               "after the first write: the primary, which sees the transaction's own row")
@@ -3978,6 +3981,79 @@ def the_failure_policy_sends_a_lost_read_to_another_replica_or_the_primary_and_a
         except WireError as err:
             check(err.sqlstate == "25006", "the replica's error reaches the client: %r" % err.fields)
     check(ctx.pg.psql("select count(*) from policy_r") == "0", "nothing ran on the primary")
+
+
+@test
+def polar_split_reads_import_the_transaction_s_xids_on_a_polar_replica(ctx):
+    """The XID-import profile against a protocol-level fake of a polar primary and standby
+    (tests/integration/polar_fake.py; no installable server speaks it): tern logs in with
+    _polar_send_xact, reads the marker and XIDs off the primary's ReadyForQuery and shows the client a
+    plain one; a split read before the first write (REPLICA_WITH_WAIT) and after it (REPLICA_TXN_SPLIT)
+    goes to the standby behind the four hidden SETs (the XIDs, strict, the wait's bound, the LSN); a
+    transaction whose WAL is not flushed ('w') keeps its reads on the primary; the settings are reset
+    before the standby's connection goes back. With a vanilla standby, reads after the first write stay
+    on the primary."""
+    from polar_fake import FakePolarServer
+    fakes = [FakePolarServer(False, "primary"), FakePolarServer(True, "standby")]
+    primary, standby = fakes
+    read = ("select pg_is_in_recovery(), current_setting('polar_xact_split_xids'), "
+            "current_setting('polar_consistency_mode'), current_setting('polar_proxy_wait_timeout_ms'), "
+            "current_setting('polar_xact_split_wait_lsn')")
+    lsn = str(0x3000000)  # the fake's LSN, 0/3000000, as the setting carries it
+
+    def tern(standby_profile):
+        http_port = free_port()
+        config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+                  "primary = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable profile=polar\n"
+                  "replica = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable profile=%s\n"
+                  "[routing]\nmonitor_interval_ms = 100\ntransaction_split = on\nwait_timeout_ms = 700\n"
+                  "[admin]\nhttp_listen = 127.0.0.1:%d\n"
+                  % (free_port(), primary.port, standby.port, standby_profile, http_port))
+        t = TernProcess(TERN, config)
+        ctx.terns.append(t)
+        t.start()
+        wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica", role="standby") == 1,
+                 "the monitor to know the fake standby", timeout=10)
+        return t
+
+    def query_plain(w, sql):  # rows, and the ReadyForQuery's body as the client got it
+        w.send(message(b"Q", sql.encode() + b"\0"))
+        messages = w.read_until_ready()
+        return [data_row(b) for k, b in messages if k == b"D"], messages[-1][1]
+
+    try:
+        t = tern("polar")
+        with Wire(t.port) as w:
+            w.login("postgres")
+            w.query("begin")
+            rows, ready = query_plain(w, read)
+            check(ready == b"T", "the client's ReadyForQuery is PostgreSQL's own: %r" % ready)
+            check(rows == [["t", "", "strict", "700", lsn]], "before the first write: the standby, no XIDs: %r" % rows)
+            rows, ready = query_plain(w, "insert into t values (1)")
+            check(ready == b"T", "after a write too: %r" % ready)
+            rows, _ = query_plain(w, read)
+            check(rows == [["t", "1,1000", "strict", "700", lsn]], "after it: the standby imports the XIDs: %r" % rows)
+            query_plain(w, "insert into wal_pending values (2)")
+            rows, _ = query_plain(w, read)
+            check(rows == [["f", "", "", "", ""]], "its WAL not flushed ('w'): the primary: %r" % rows)
+            query_plain(w, "commit")
+        check(primary.polar_connections >= 1 and standby.polar_connections >= 1, "tern asked both for the profile")
+        wait_for(lambda: "RESET polar_xact_split_xids" in standby.seen(), "the settings reset before the connection "
+                 "goes back: %r" % standby.seen()[-6:], timeout=5)
+        check(not [text for text in primary.seen() if text.lower().startswith("set polar")],
+              "the primary never got the settings")
+        t.stop()
+        t = tern("vanilla")
+        with Wire(t.port) as w:
+            w.login("postgres")
+            w.query("begin")
+            check(w.query(read)[0][0] == "t", "a vanilla standby: before the first write, split")
+            w.query("insert into t values (3)")
+            check(w.query(read)[0][0] == "f", "after it: the primary (a vanilla standby cannot import XIDs)")
+            w.query("commit")
+    finally:
+        for fake in fakes:
+            fake.stop()
 
 
 def main():

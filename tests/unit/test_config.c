@@ -666,3 +666,19 @@ Test(config, a_server_weight_is_taken_out_of_its_conninfo)
 	expect_error_at("[servers]\nprimary = host=a\nreplica = host=b weight=1001\n", 3, "weight must be a whole number");
 	expect_error_at("[servers]\nprimary = host=a weight=-1\n", 2, "[servers] primary: weight");
 }
+
+Test(config, a_server_profile_is_taken_out_of_its_conninfo)
+{
+	struct tern_config cfg = load_ok("[servers]\nprimary = host=a profile=polar\nreplica = host=b profile = vanilla "
+					 "weight=2\nreplica2 = host=c\n");
+	cr_assert(cfg.primary_is_polar);
+	cr_assert_str_eq(cfg.primary_conninfo, "host=a ");
+	cr_assert_not(cfg.extra_servers[0].is_polar);
+	cr_assert_eq(cfg.extra_servers[0].weight, 2);
+	cr_assert_str_eq(cfg.extra_servers[0].conninfo, "host=b  ");
+	cr_assert_not(cfg.extra_servers[1].is_polar, "vanilla when absent");
+	config_deinit(&cfg);
+	expect_error_at("[servers]\nprimary = host=a\nreplica = host=b profile=aurora\n", 3,
+			"[servers] replica: profile must be vanilla or polar");
+	expect_error_at("[servers]\nprimary = host=a profile=\n", 2, "[servers] primary: profile must be");
+}
