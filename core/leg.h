@@ -95,6 +95,8 @@ struct leg {
 	char polar_marker;
 	char polar_xids[128];
 	bool has_polar_settings; /* a split read's SET polar_* went to its connection: RESET before it goes */
+	bool is_waiting_for_lsn; /* a hidden WAIT FOR LSN is ahead of the read: its status is looked at */
+	bool is_wait_status_next; /* ... and its RowDescription came: the next DataRow is the status */
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
 	struct leg_copy copy;        /* observer_copy.c */
 	/* Statements queued messages use that the connection must prepare (collected while detached). */

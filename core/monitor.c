@@ -21,9 +21,7 @@ static const char monitor_query[] =
 	"ELSE pg_catalog.pg_current_wal_lsn() END, "
 	"(SELECT timeline_id FROM pg_catalog.pg_control_checkpoint())";
 
-/* The probes: the primary's insert LSN (the end of every record inserted so far, committed or not: a
- * standby that has replayed it has every commit acknowledged before), a standby's replay LSN. */
-/* The strict level's target, by [routing] strict_target: the primary's flushed WAL (every commit
+/* The probes: the primary's LSN for a strict read, a standby's replay LSN. The strict level's target, by [routing] strict_target: the primary's flushed WAL (every commit
  * acknowledged with synchronous_commit on is in it), or all it inserted (asynchronous commits too, and
  * the WAL of transactions still open, which a standby gets only once it is flushed). */
 static const char *const monitor_probe_primary_queries[] = {"SELECT pg_catalog.pg_current_wal_flush_lsn()",
@@ -180,8 +178,11 @@ static void monitor_check(struct monitor *m, uint32_t i)
 	uint32_t before = __atomic_load_n(&state->role, __ATOMIC_RELAXED);
 	PGresult *res = NULL;
 	for (int attempt = 0; attempt < 2 && !res; attempt++) { /* a kept connection the server closed: once more */
-		if (!m->conns[i])
+		if (!m->conns[i]) {
 			m->conns[i] = monitor_connect(m, state->server);
+			if (m->conns[i])
+				__atomic_store_n(&state->version, (uint32_t)PQserverVersion(m->conns[i]), __ATOMIC_RELAXED);
+		}
 		if (!m->conns[i])
 			break;
 		res = PQexec(m->conns[i], monitor_query);

@@ -31,7 +31,10 @@ struct monitor_server {
 	/* A standby: when the primary was last seen at or below the LSN it has replayed (its lag in time is
 	 * now minus this, as precise as the rounds); 0 when unknown. */
 	uint64_t replayed_ns;
+	uint32_t version; /* PQserverVersion of its last connection (190000: PostgreSQL 19, WAIT FOR LSN); 0 unknown */
 };
+/* The first server version with WAIT FOR LSN, which a replica read waits with in-band (route.c). */
+#define MONITOR_WAIT_FOR_LSN_VERSION 190000u
 
 struct monitor;
 

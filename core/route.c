@@ -616,7 +616,8 @@ int route_backlog_append(struct session *s, const uint8_t *data, uint32_t len)
 /* The replica to serve the read (pick.h) among the standbys that may: up, not the primary, a weight
  * above 0, at the target (or, eventual, within the lag bounds). *any: a standby may serve reads at all
  * (at some LSN). */
-static struct pool_server *route_pick(struct session *s, const struct tern_config *cfg, uint64_t now, bool *any)
+static struct pool_server *route_pick(struct session *s, const struct tern_config *cfg, uint64_t now, bool *any,
+				      bool is_wait_for)
 {
 	const struct monitor *m = s->host->runtime->monitor;
 	struct tern_runtime *rt = s->host->runtime;
@@ -640,8 +641,9 @@ static struct pool_server *route_pick(struct session *s, const struct tern_confi
 				continue;
 		}
 		*any = true;
-		if (__atomic_load_n(&ms->lsn, __ATOMIC_RELAXED) < s->routing.target_lsn)
-			continue;
+		if (is_wait_for ? __atomic_load_n(&ms->version, __ATOMIC_RELAXED) < MONITOR_WAIT_FOR_LSN_VERSION
+				: __atomic_load_n(&ms->lsn, __ATOMIC_RELAXED) < s->routing.target_lsn)
+			continue; /* (not at the target; or, waiting in-band, a server without WAIT FOR LSN) */
 		ready[ready_count++] = (struct pick_candidate){
 			.server = i, .weight = server->weight, .load = __atomic_load_n(&server->reads_running, __ATOMIC_RELAXED)};
 	}
@@ -686,6 +688,7 @@ static void route_done(struct session *s)
 	route->held.len = 0;
 	route->client_leg = NULL;
 	route->is_batch = route->is_tx = route->is_split = route->is_awaiting_isolation = route->is_xid_import = false;
+	route->is_wait_for_lsn = false;
 	route->excluded = NULL;
 }
 
@@ -709,6 +712,22 @@ static int route_push_polar_settings(struct session *s, struct leg *leg)
 	return 0;
 }
 
+/* PostgreSQL 19's in-band wait, hidden, ahead of the read on a replica not known to be at its target
+ * yet: the replica waits (holding no snapshot) up to the read's deadline, and says how it ended; any
+ * answer but success re-runs the read on the primary (route_hidden_message). */
+static int route_push_wait_for_lsn(struct session *s, struct leg *leg)
+{
+	uint64_t lsn = s->routing.target_lsn, now = base_now_ns();
+	uint64_t left_ms = s->routing.deadline_ns > now ? (s->routing.deadline_ns - now + BASE_NS_PER_MS - 1) / BASE_NS_PER_MS : 1;
+	char sql[128];
+	snprintf(sql, sizeof(sql), "WAIT FOR LSN '%X/%08X' WITH (TIMEOUT '%" PRIu64 "ms', NO_THROW)",
+		 (unsigned int)(lsn >> 32), (unsigned int)lsn, left_ms);
+	int rc = route_push_hidden(leg, sql);
+	if (rc == 0)
+		leg->is_waiting_for_lsn = true;
+	return rc;
+}
+
 /* The held read (or, is_read false, a batch routing found not to be one) to leg: the relay queues it
  * there as any message, and the leg asks for a connection. */
 static void route_dispatch(struct session *s, struct leg *leg, bool is_read)
@@ -729,6 +748,10 @@ static void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 			session_end(s, SESSION_END_OUT_OF_MEMORY);
 			return;
 		}
+	}
+	if (is_replica && route->is_wait_for_lsn && route_push_wait_for_lsn(s, leg) < 0) {
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
+		return;
 	}
 	if (is_replica && route->is_split && route->server->is_polar && route_push_polar_settings(s, leg) < 0) {
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
@@ -828,7 +851,14 @@ static bool route_try(struct session *s, uint64_t now)
 	if (route->is_split && route->split.server && !route_is_standby(m, host->runtime, route->split.server))
 		route_split_unpin(s, true); /* the transaction's replica is down (or promoted): another one */
 	bool any = false;
-	struct pool_server *server = route->probe_ticket ? NULL : route_pick(s, cfg, now, &any);
+	struct pool_server *server = route->probe_ticket ? NULL : route_pick(s, cfg, now, &any, false);
+	if (!server && !route->probe_ticket && route->target_lsn && !route->is_tx && route->level != CONFIG_CONSISTENCY_EVENTUAL &&
+	    cfg->wait_timeout_ms > 0 && now < route->deadline_ns) {
+		bool also = false; /* a replica with WAIT FOR LSN waits for its target itself, the read behind it */
+		server = route_pick(s, cfg, now, &also, true);
+		route->is_wait_for_lsn = server != NULL;
+		route->is_waited |= route->is_wait_for_lsn; /* (counted as a read served after its wait) */
+	}
 	if (server) {
 		struct leg *leg = session_replica_leg(s);
 		if (!leg) {
@@ -1164,6 +1194,7 @@ void route_on_progress(struct session *s, struct leg *leg)
 		if (leg->role != LEG_REPLICA || leg->is_request_pending || (leg->conn && !is_kept))
 			return;
 		route_release_server(s);
+		leg->is_waiting_for_lsn = leg->is_wait_status_next = false; /* (a WAIT FOR that failed with an error) */
 		if (route->is_rerun) { /* its refusal is hidden and its connection went back: the primary's turn */
 			leg->is_reply_guarded = false;
 			route_rerun(s, &route_paths(s)->error);
@@ -1325,8 +1356,12 @@ static int route_client_message(struct session *s, struct leg *leg, const struct
 static unsigned route_hidden_type(struct session *s, struct leg *leg, uint8_t type)
 {
 	(void)s;
-	if (leg->role == LEG_REPLICA) /* the answers to a split read's SET polar_*: an error is looked at */
-		return type == PROTO_BE_ERROR && leg->has_polar_settings ? PROTO_INSPECT : 0;
+	if (leg->role == LEG_REPLICA) /* a split read's SET polar_* (an error), WAIT FOR LSN (its status, too) */
+		return (type == PROTO_BE_ERROR && (leg->has_polar_settings || leg->is_waiting_for_lsn)) ||
+				       ((type == PROTO_BE_DATA_ROW || type == PROTO_BE_ROW_DESCRIPTION) &&
+					leg->is_waiting_for_lsn)
+			       ? PROTO_INSPECT
+			       : 0;
 	if (!leg->is_probe_answering)
 		return 0;
 	return type == PROTO_BE_DATA_ROW || type == PROTO_BE_ERROR || type == PROTO_BE_READY ? PROTO_INSPECT : 0;
@@ -1349,6 +1384,24 @@ static enum classify_isolation route_isolation_of(const char *text)
 
 static int route_hidden_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
+	if (leg->role == LEG_REPLICA && m->is_hidden && leg->is_waiting_for_lsn && m->type != PROTO_BE_ERROR) {
+		static const uint8_t status_column[] = {0, 1, 's', 't', 'a', 't', 'u', 's', 0};
+		if (m->type == PROTO_BE_ROW_DESCRIPTION) { /* WAIT FOR's one column, among other hidden answers */
+			leg->is_wait_status_next = m->len >= sizeof(status_column) &&
+						   memcmp(m->body, status_column, sizeof(status_column)) == 0;
+			return 0;
+		}
+		if (!leg->is_wait_status_next)
+			return 0;
+		leg->is_waiting_for_lsn = leg->is_wait_status_next = false;
+		if (s->routing.state == ROUTE_ON_REPLICA && !s->routing.is_rerun &&
+		    !(m->len == 2 + 4 + 7 && memcmp(m->body + 6, "success", 7) == 0)) {
+			TERN_INFO("client %s/%s: a replica's WAIT FOR LSN did not succeed; the primary serves the read",
+				  s->user, s->database);
+			s->routing.is_rerun = true; /* (timeout, not in recovery) */
+		}
+		return 0;
+	}
 	if (leg->role == LEG_REPLICA && m->is_hidden && m->type == PROTO_BE_ERROR &&
 	    s->routing.state == ROUTE_ON_REPLICA && !s->routing.is_rerun) {
 		/* The replica did not take the transaction's XIDs or its wait: the read must not run there. */

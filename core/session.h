@@ -169,6 +169,7 @@ struct session_route {
 	bool is_split;           /* the read being routed is a split read of the client's transaction */
 	bool is_awaiting_isolation; /* split: its transaction's isolation is still to come (SHOW, hidden) */
 	bool is_xid_import;         /* split after a write (REPLICA_TXN_SPLIT): only a polar replica may serve it */
+	bool is_wait_for_lsn;       /* it goes to a replica behind WAIT FOR LSN (PostgreSQL 19), not yet at its target */
 	/* transaction_split: the client's transaction on the primary, and the replica its split reads keep. */
 	struct route_split {
 		struct split_tx tx;

@@ -9,6 +9,7 @@ protocol, just what tern and a test send it:
   on a standby; in a transaction it gets an XID, and a text naming `wal_pending` leaves its WAL
   unflushed), and SELECTs of a list of `pg_is_in_recovery()`, `current_setting('name')` and quoted
   literals; tern's monitor and probe queries get a fixed LSN;
+- `WAIT FOR LSN` when its server_version is 19 or later, answered with a set status;
 - the profile's ReadyForQuery: the status byte, then the marker ('x' splittable, 'w' its own WAL not
   flushed), then the transaction's XIDs as text ("command id,xid", empty before its first write),
   NUL-terminated. tern reads this layout (core/session_relay.c, relay_count_ready).
@@ -23,9 +24,14 @@ LSN = "0/3000000"
 
 
 class FakePolarServer:
-    def __init__(self, is_standby, name):
+    def __init__(self, is_standby, name, version="15.0", lsn=LSN, wait_status="success"):
+        """version: its server_version (19.0 has WAIT FOR LSN, answered with wait_status); lsn: what it
+        reports as its WAL position (a standby's replay LSN)."""
         self.is_standby = is_standby
         self.name = name
+        self.version = version
+        self.lsn = lsn
+        self.wait_status = wait_status
         self.statements = []  # (connection number, statement text)
         self.polar_connections = 0
         self.lock = threading.Lock()
@@ -108,7 +114,7 @@ class FakePolarServer:
                 self.polar_connections += 1
         state = {"tx": "I", "xid": None, "cid": 0, "wal_pending": False, "settings": {}, "polar": polar}
         out = self._msg(b"R", struct.pack("!I", 0))
-        for key, value in (("server_version", "15.0"), ("server_encoding", "UTF8"), ("client_encoding", "UTF8"),
+        for key, value in (("server_version", self.version), ("server_encoding", "UTF8"), ("client_encoding", "UTF8"),
                            ("DateStyle", "ISO, MDY"), ("integer_datetimes", "on"), ("IntervalStyle", "postgres"),
                            ("standard_conforming_strings", "on"), ("TimeZone", "UTC"), ("is_superuser", "on"),
                            ("session_authorization", params.get("user", "")),
@@ -153,10 +159,11 @@ class FakePolarServer:
         out.append(cur)
         return [s.strip() for s in out if s.strip()]
 
-    def _rows(self, columns):
+    def _rows(self, columns, names=None):
         desc = struct.pack("!H", len(columns))
         for i in range(len(columns)):
-            desc += ("c%d" % i).encode() + b"\0" + struct.pack("!IHIhih", 0, 0, 25, -1, -1, 0)
+            name = names[i] if names else "c%d" % i
+            desc += name.encode() + b"\0" + struct.pack("!IHIhih", 0, 0, 25, -1, -1, 0)
         row = struct.pack("!H", len(columns))
         for value in columns:
             row += struct.pack("!I", len(value.encode())) + value.encode()
@@ -165,9 +172,9 @@ class FakePolarServer:
     def _select(self, state, text):
         lower = text.lower()
         if "pg_control_checkpoint" in lower:  # tern's monitor round
-            return self._rows(["t" if self.is_standby else "f", LSN, "1"])
+            return self._rows(["t" if self.is_standby else "f", self.lsn, "1"])
         if "wal_flush_lsn" in lower or "wal_insert_lsn" in lower or "replay_lsn" in lower:
-            return self._rows([LSN])
+            return self._rows([self.lsn])
         items = [item.strip() for item in text[len("select"):].split(",")]
         values = []
         for item in items:
@@ -223,6 +230,8 @@ class FakePolarServer:
                     state["cid"] += 1
                     state["wal_pending"] = state["wal_pending"] or "wal_pending" in statement.lower()
                 out += self._msg(b"C", (b"INSERT 0 1\0" if verb == "INSERT" else verb.encode() + b" 1\0"))
+            elif verb == "WAIT" and self.version >= "19":  # WAIT FOR LSN '...' WITH (..., NO_THROW)
+                out += self._rows([self.wait_status], names=["status"])
             elif verb == "SELECT":
                 out += self._select(state, statement)
             else:
