@@ -3828,7 +3828,8 @@ def split_reads_fall_back_to_the_primary_when_the_replica_lags_or_is_lost_and_th
     """Replay paused mid-transaction: the next split read waits wait_timeout_ms, then the primary serves
     it (it sees the row committed meanwhile), and the transaction goes on and commits. The replica's
     backend terminated between two split reads: the next read picks again (here the primary, or the
-    replica afresh) with no client error, and the transaction commits. tern.transaction_split is the
+    replica afresh) with no client error, and the transaction commits; the same with the replica
+    itself stopped (immediate) between two split reads. tern.transaction_split is the
     client's own setting (SET, SHOW, RESET, the startup option) and reaches no server."""
     ctx.pg.psql("drop table if exists split_f; create table split_f(a int)")
     ctx.pg.wait_replica_caught_up()
@@ -3870,6 +3871,17 @@ def split_reads_fall_back_to_the_primary_when_the_replica_lags_or_is_lost_and_th
             w.query("insert into split_f values (3)")
             w.query("commit")
             check(ctx.pg.psql("select count(*) from split_f") == "3", "the transaction committed")
+            ctx.pg.wait_replica_caught_up()
+            w.query("begin")
+            check(w.query(count) == [["3", "t"]], "the replica again")
+            ctx.pg.stop_replica("immediate")  # the replica itself killed between two split reads
+            try:
+                check(w.query(count) == [["3", "f"]], "the next read: the primary (no other replica), no error")
+                w.query("insert into split_f values (4)")
+                w.query("commit")
+                check(ctx.pg.psql("select count(*) from split_f") == "4", "the transaction committed")
+            finally:
+                ctx.pg.start_replica()
             w.query("reset tern.transaction_split")
             check(w.query("show tern.transaction_split") == [["off"]], "RESET: the configuration's default")
     finally:
@@ -3877,9 +3889,13 @@ def split_reads_fall_back_to_the_primary_when_the_replica_lags_or_is_lost_and_th
     with Wire(t.port) as w:
         w.login("postgres", params={"options": "-c tern.transaction_split=on"})
         check(w.query("show tern.transaction_split") == [["on"]], "from the startup options")
-        w.query("begin")
-        check(w.query("select pg_is_in_recovery()") == [["t"]], "split")
-        w.query("commit")
+
+        def split_read():
+            w.query("begin")
+            rows = w.query("select pg_is_in_recovery()")
+            w.query("commit")
+            return rows
+        wait_for(lambda: split_read() == [["t"]], "a split read on the replica, back", timeout=30, interval=0.2)
     wait_for(lambda: metric(scrape_metrics(http_port), "tern_split_reads_total", path="primary",
                             reason="wait_timeout") == 1, "the read after the wait counted", timeout=5)
     check("the replica its transaction's reads kept was lost" in t.log_tail(100), "tern saw the replica go")
