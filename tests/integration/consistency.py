@@ -88,20 +88,27 @@ def run(port, level, protocol, reads, dbname="postgres", check=None, writers=4, 
         except Exception as exc:  # noqa: BLE001 - reported, and fails the check
             fail(exc)
 
+    def read_one(conn, r, where):
+        """One checked read of the highest value of the writer reader r follows (none acknowledged yet: a
+        short sleep)."""
+        with lock:
+            snapshot = dict(acked)
+        if not snapshot:
+            time.sleep(0.001)
+            return
+        w = list(snapshot)[r % len(snapshot)]
+        got, on_replica = conn.execute("SELECT coalesce(max(n), 0), pg_is_in_recovery() FROM %s WHERE writer = %%s"
+                                       % TABLE, (w,)).fetchone()
+        with lock:
+            result["replica"] += on_replica
+        count_read(got >= snapshot[w], "%s: writer %d had %d acknowledged, the read saw %d (on the %s)"
+                   % (where, w, snapshot[w], got, "replica" if on_replica else "primary"))
+
     def reader(r):
         try:
             with connect(port, dbname, protocol, level) as conn:
                 while not stop.is_set():
-                    with lock:
-                        snapshot = dict(acked)
-                    if not snapshot:
-                        time.sleep(0.001)
-                        continue
-                    w = list(snapshot)[r % len(snapshot)]
-                    got = conn.execute("SELECT coalesce(max(n), 0) FROM %s WHERE writer = %%s" % TABLE,
-                                       (w,)).fetchone()[0]
-                    count_read(got >= snapshot[w],
-                               "writer %d had %d acknowledged, reader saw %d" % (w, snapshot[w], got))
+                    read_one(conn, r, "autocommit")
         except Exception as exc:  # noqa: BLE001
             fail(exc)
 
@@ -111,20 +118,7 @@ def run(port, level, protocol, reads, dbname="postgres", check=None, writers=4, 
                 while not stop.is_set():
                     with conn.transaction():  # BEGIN ... COMMIT, read committed
                         for _ in range(10):
-                            with lock:
-                                snapshot = dict(acked)
-                            if not snapshot:
-                                time.sleep(0.001)
-                                continue
-                            w = list(snapshot)[r % len(snapshot)]
-                            got, on_replica = conn.execute(
-                                "SELECT coalesce(max(n), 0), pg_is_in_recovery() FROM %s WHERE writer = %%s"
-                                % TABLE, (w,)).fetchone()
-                            with lock:
-                                result["replica"] += on_replica
-                            count_read(got >= snapshot[w], "in a transaction: writer %d had %d acknowledged, "
-                                       "the read saw %d (%s)" % (w, snapshot[w], got,
-                                                                "replica" if on_replica else "primary"))
+                            read_one(conn, r, "in a transaction")
         except Exception as exc:  # noqa: BLE001
             fail(exc)
 

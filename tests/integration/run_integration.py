@@ -3424,7 +3424,6 @@ def metrics_and_status_count_the_reads_sent_and_show_servers_names_roles(ctx):
     import json
     import urllib.error
     import urllib.request
-    from prometheus_client.parser import text_string_to_metric_families
     ctx.pg.psql("drop table if exists routing_m; create table routing_m(a int)")
     ctx.pg.wait_replica_caught_up()
     http_port = free_port()
@@ -3432,22 +3431,11 @@ def metrics_and_status_count_the_reads_sent_and_show_servers_names_roles(ctx):
                      pool="[admin]\nhttp_listen = 127.0.0.1:%d\nadmin_users = postgres" % http_port)
     base = "http://127.0.0.1:%d" % http_port
 
-    def scrape():
-        text = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
-        samples = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-        return samples
-
-    def value(samples, name, **labels):
-        return samples.get((name, tuple(sorted(labels.items()))), 0)
-
-    before = scrape()
-    check(value(before, "tern_server_up", server="primary") == 1 and value(before, "tern_server_up", server="replica") == 1,
+    before = scrape_metrics(http_port)
+    check(metric(before, "tern_server_up", server="primary") == 1 and metric(before, "tern_server_up", server="replica") == 1,
           "both servers up")
-    check(value(before, "tern_server_role", server="replica", role="standby") == 1, "the replica is a standby")
-    check(value(before, "tern_server_writes", server="primary") == 1, "writes go to the primary")
+    check(metric(before, "tern_server_role", server="replica", role="standby") == 1, "the replica is a standby")
+    check(metric(before, "tern_server_writes", server="primary") == 1, "writes go to the primary")
     eventual, session = 40, 30
     with Wire(t.port) as w:
         w.login("postgres")
@@ -3459,27 +3447,27 @@ def metrics_and_status_count_the_reads_sent_and_show_servers_names_roles(ctx):
             check(w.query("select count(*) from routing_m where a = %d" % i) == [["1"]], "session read %d" % i)
 
     def routed(samples):
-        return (value(samples, "tern_route_reads_total", path="replica") - value(before, "tern_route_reads_total", path="replica"),
-                value(samples, "tern_route_reads_total", path="replica_after_wait")
-                - value(before, "tern_route_reads_total", path="replica_after_wait"))
-    wait_for(lambda: sum(routed(scrape())) == eventual + session, "the counters to take in %d reads (have %r)"
-             % (eventual + session, routed(scrape())), timeout=10)
-    after = scrape()
+        return (metric(samples, "tern_route_reads_total", path="replica") - metric(before, "tern_route_reads_total", path="replica"),
+                metric(samples, "tern_route_reads_total", path="replica_after_wait")
+                - metric(before, "tern_route_reads_total", path="replica_after_wait"))
+    wait_for(lambda: sum(routed(scrape_metrics(http_port))) == eventual + session, "the counters to take in %d reads (have %r)"
+             % (eventual + session, routed(scrape_metrics(http_port))), timeout=10)
+    after = scrape_metrics(http_port)
     direct, waited = routed(after)
     check(direct >= eventual, "eventual reads went to the replica at once: %d" % direct)
-    check(value(after, "tern_route_wait_seconds_count") == value(after, "tern_route_reads_total", path="replica_after_wait")
-          + value(after, "tern_route_reads_total", path="primary", reason="wait_timeout"),
+    check(metric(after, "tern_route_wait_seconds_count") == metric(after, "tern_route_reads_total", path="replica_after_wait")
+          + metric(after, "tern_route_reads_total", path="primary", reason="wait_timeout"),
           "every waited read is in the histogram")
     for reason in ("wait_timeout", "no_replica", "replica_lost"):
-        check(value(after, "tern_route_reads_total", path="primary", reason=reason) == 0, "no fallback: %s" % reason)
-    check(value(after, "tern_pool_connections", server="replica", state="free")
-          + value(after, "tern_pool_connections", server="replica", state="used") >= 1, "a pool on the replica")
-    check(value(after, "tern_pool_opened_total", server="replica") >= 1, "the replica's connections counted")
+        check(metric(after, "tern_route_reads_total", path="primary", reason=reason) == 0, "no fallback: %s" % reason)
+    check(metric(after, "tern_pool_connections", server="replica", state="free")
+          + metric(after, "tern_pool_connections", server="replica", state="used") >= 1, "a pool on the replica")
+    check(metric(after, "tern_pool_opened_total", server="replica") >= 1, "the replica's connections counted")
     status = json.loads(urllib.request.urlopen(base + "/api/status", timeout=10).read())
     roles = {server["name"]: server["role"] for server in status["servers"]}
     check(roles == {"primary": "primary", "replica": "standby"}, "status roles: %r" % roles)
     check(status["routing"]["replica"] + status["routing"]["replica_after_wait"]
-          >= value(before, "tern_route_reads_total", path="replica") + eventual + session, "status counts the reads")
+          >= metric(before, "tern_route_reads_total", path="replica") + eventual + session, "status counts the reads")
     for path, method, code in (("/nope", "GET", 404), ("/metrics", "POST", 405)):
         try:
             urllib.request.urlopen(urllib.request.Request(base + path, method=method, data=b"" if method == "POST" else None),
