@@ -433,8 +433,10 @@ static bool route_split_is_on(const struct session *s)
 static void route_split_reset_if_idle(struct session *s)
 {
 	const struct leg *p = session_primary(s);
-	if (route_leg_owes_nothing(p) && (!p->conn || p->tx_status == 'I'))
+	if (route_leg_owes_nothing(p) && (!p->conn || p->tx_status == 'I')) {
 		s->routing.split.tx = (struct split_tx){0};
+		s->routing.split.is_followed = true;
+	}
 }
 
 /* A statement going to the primary while transaction_split is on: noted (after the idle check). */
@@ -455,6 +457,8 @@ void route_note_unread_query(struct session *s)
 {
 	if (route_split_is_on(s))
 		route_split_note_unread(s);
+	else
+		s->routing.split.is_followed = false;
 }
 
 /* The split read may go now: the transaction is open on the primary's connection, which owes nothing
@@ -482,19 +486,25 @@ static void route_split_unpin(struct session *s, bool drop)
 	struct leg *leg = s->legs[LEG_REPLICA];
 	if (!leg || !leg->conn || s->routing.state == ROUTE_ON_REPLICA)
 		return;
-	leg->is_reply_guarded = false;
-	if (drop)
-		(void)session_replace_leg(s, LEG_REPLICA);
-	else
+	if (drop) { /* set aside, not freed: this may run inside that leg's own completion */
+		leg_drop(leg);
+		(void)session_set_aside_leg(s, LEG_REPLICA);
+	} else {
+		/* (if it cannot go back now, a later progress lets it go; what it says unasked stays hidden) */
 		session_try_release(s, leg);
+	}
 }
 
-/* The transaction ended (its COMMIT or ROLLBACK answered, or an error ended it): its replica goes. */
+/* The transaction ended (its COMMIT or ROLLBACK answered, or an error ended it): its replica goes. A
+ * replica connection nothing keeps and that could not go back when let go goes now if it can. */
 static void route_split_settle(struct session *s)
 {
 	const struct leg *p = session_primary(s);
+	struct leg *r = s->legs[LEG_REPLICA];
 	if (s->routing.split.server && route_leg_owes_nothing(p) && (!p->conn || p->tx_status == 'I'))
 		route_split_unpin(s, false);
+	else if (!s->routing.split.server && s->routing.state == ROUTE_IDLE && r && r->conn)
+		session_try_release(s, r);
 }
 
 /* A Query while transaction_split is on: noted, unless it is a read of the transaction that meets the
@@ -510,7 +520,13 @@ static enum route_query route_split_query(struct session *s, const struct tern_c
 	const char *sql = (const char *)body;
 	if (!classify_fast_path(sql, &r))
 		route_classify(s, cfg, sql, &r);
+	if (sp->is_unread) { /* a Parse or Bind too long to read went before it */
+		route_split_note_unread(s);
+		sp->is_unread = false;
+	}
 	route_split_reset_if_idle(s);
+	if (!sp->is_followed) /* splitting was off for some of the transaction: what it did is not known */
+		sp->tx.has_write = true;
 	bool is_read = r.kind == CLASSIFY_READ || r.kind == CLASSIFY_WRITE; /* what the conditions are about */
 	if (!is_read || !p->conn || p->tx_status != 'T') { /* not a transaction's read (or a failed one's) */
 		split_tx_note(&sp->tx, &r);
@@ -575,7 +591,9 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 		return route_tx_query(s, cfg, sql);
 	enum config_consistency level = route_level(s, cfg);
 	struct classify_result r;
-	if (route_split_is_on(s) && route_split_query(s, cfg, body, len) == ROUTE_QUERY_TAKEN)
+	if (!route_split_is_on(s))
+		s->routing.split.is_followed = false; /* a statement it did not note */
+	else if (route_split_query(s, cfg, body, len) == ROUTE_QUERY_TAKEN)
 		return ROUTE_QUERY_TAKEN;
 	if (s->routing.is_begin_alone && level != CONFIG_CONSISTENCY_PRIMARY && route_begin_may_move(s, cfg, sql) &&
 	    route_hold(s, body, len) == 0 && route_begin_move(s) == 0) {
@@ -851,6 +869,7 @@ static bool route_try(struct session *s, uint64_t now)
 	if (route->is_split && route->split.server && !route_is_standby(m, host->runtime, route->split.server))
 		route_split_unpin(s, true); /* the transaction's replica is down (or promoted): another one */
 	bool any = false;
+	route->is_wait_for_lsn = false;
 	struct pool_server *server = route->probe_ticket ? NULL : route_pick(s, cfg, now, &any, false);
 	if (!server && !route->probe_ticket && route->target_lsn && !route->is_tx && route->level != CONFIG_CONSISTENCY_EVENTUAL &&
 	    cfg->wait_timeout_ms > 0 && now < route->deadline_ns) {
@@ -1212,11 +1231,12 @@ bool route_on_lost(struct session *s, struct leg *leg)
 {
 	struct session_route *route = &s->routing;
 	bool is_routed = route->state == ROUTE_ON_REPLICA || route->state == ROUTE_REPLICA_TX_BUSY;
-	if (leg->role == LEG_REPLICA && !is_routed && route->split.server && leg == s->legs[LEG_REPLICA] &&
+	if (leg->role == LEG_REPLICA && !is_routed && route->state != ROUTE_REPLICA_TX && leg == s->legs[LEG_REPLICA] &&
 	    s->phase == SESSION_READY && !leg->is_request_pending) {
-		/* The transaction's replica, between two split reads: the next one picks another. */
-		TERN_INFO("client %s/%s: the replica its transaction's reads kept was lost; the next read picks again",
-			  s->user, s->database);
+		/* An idle replica connection (the one a transaction's split reads keep, or one on its way back):
+		 * nothing of the client's was on it; the next read picks again. */
+		TERN_INFO("client %s/%s: an idle replica connection was lost; the next read picks again", s->user,
+			  s->database);
 		route->split.server = NULL;
 		return session_set_aside_leg(s, LEG_REPLICA) != NULL;
 	}
@@ -1238,6 +1258,7 @@ bool route_on_lost(struct session *s, struct leg *leg)
 		route_forget_batch_names(s);
 		route->excluded = lost;
 		route->client_leg = NULL;
+		route->is_wait_for_lsn = false;
 		route->state = ROUTE_WAITING; /* with its target: route_try picks among the others */
 	} else {
 		TERN_INFO("client %s/%s: a read's replica connection was lost before it answered; the primary serves it",
@@ -1306,8 +1327,12 @@ static bool route_observer_is_on(const struct session *s) { return s->is_transac
 static unsigned route_client_type(struct session *s, struct leg *leg, uint8_t type)
 {
 	struct route_split *sp = &s->routing.split;
-	if (leg->role != LEG_PRIMARY || !route_split_is_on(s))
+	if (leg->role != LEG_PRIMARY)
 		return OBSERVER_SKIP;
+	if (!route_split_is_on(s)) {
+		sp->is_followed = false; /* a statement it did not note */
+		return OBSERVER_SKIP;
+	}
 	if (sp->is_unread) /* the last one was too long to read */
 		route_split_note_unread(s);
 	sp->is_unread = false;

@@ -371,7 +371,8 @@ static void session_leg_on_progress(struct leg *leg)
 		session_settle(s, leg);
 	else
 		session_try_release(s, leg);
-	if ((s->routing.state != ROUTE_IDLE || s->routing.split.server) && s->phase == SESSION_READY)
+	const struct leg *replica = s->legs[LEG_REPLICA];
+	if ((s->routing.state != ROUTE_IDLE || (replica && replica->conn)) && s->phase == SESSION_READY)
 		s->parts->leg_progress(s, leg); /* a read's answer is in (or a transaction ended): what waits goes on */
 	/* SIGTERM: a client goes at the ReadyForQuery that leaves it idle, so one that starts its next
 	 * transaction right after each COMMIT is let go between two, not cut at shutdown_timeout. */

@@ -174,6 +174,7 @@ struct session_route {
 	struct route_split {
 		struct split_tx tx;
 		bool is_unread; /* a Parse or Bind it must note was not read yet (too long: then it may write) */
+		bool is_followed; /* every statement since the primary was last seen idle was noted */
 		/* The replica the transaction's split reads keep until it ends (the replica leg holds a
 		 * connection to it; what that says unasked is hidden) */
 		struct pool_server *server;

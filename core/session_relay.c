@@ -371,7 +371,7 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		if (rc < 0)
 			return rc;
 	}
-	if (chunk->is_ready_rebuilt) {
+	if (chunk->is_ready_rebuilt && s->phase != SESSION_CLOSING) {
 		char status = leg->role == LEG_REPLICA && s->routing.is_split ? session_primary(s)->tx_status : (char)body[0];
 		uint8_t ready[PROTO_HEADER_LEN + 1] = {PROTO_BE_READY, 0, 0, 0, 5, (uint8_t)status};
 		session_send_to_client(s, ready, sizeof(ready));
