@@ -145,7 +145,8 @@ static bool classify_fast(const char *sql, struct classify_result *out)
 		return false; /* something follows: more statements, or not this grammar */
 	out->kind = kind;
 	out->is_local = is_local;
-	out->is_show = kind == CLASSIFY_READ;
+	out->is_show = out->is_select_only = kind == CLASSIFY_READ;
+	out->has_commit = kind == CLASSIFY_COMMIT;
 	out->statement_count = 1;
 	out->is_fast_path = true;
 	return true;
@@ -265,6 +266,8 @@ static enum classify_kind classify_statement(json_t *stmt, const char *sql, size
 	json_t *body = json_object_iter_value(json_object_iter(stmt));
 	if (!type)
 		return CLASSIFY_WRITE;
+	if (strcmp(type, "SelectStmt") != 0 && strcmp(type, "VariableShowStmt") != 0)
+		out->is_select_only = false;
 	if (strcmp(type, "SelectStmt") == 0) {
 		struct classify_result why = {0};
 		classify_walk(body, sql, sql_len, read_functions, &why, 0);
@@ -293,6 +296,9 @@ static enum classify_kind classify_statement(json_t *stmt, const char *sql, size
 			classify_transaction_options(json_object_get(body, "options"), out);
 			return CLASSIFY_BEGIN;
 		}
+		if (strcmp(kind, "TRANS_STMT_COMMIT") == 0 || strcmp(kind, "TRANS_STMT_PREPARE") == 0 ||
+		    strcmp(kind, "TRANS_STMT_COMMIT_PREPARED") == 0)
+			out->has_commit = true;
 		if (strcmp(kind, "TRANS_STMT_COMMIT") == 0)
 			return CLASSIFY_COMMIT;
 		if (strcmp(kind, "TRANS_STMT_ROLLBACK") == 0)
@@ -338,6 +344,7 @@ void classify_query(const char *sql, const char *read_functions, struct classify
 	}
 	out->statement_count = (uint32_t)json_array_size(stmts);
 	out->kind = out->statement_count ? CLASSIFY_READ : CLASSIFY_WRITE;
+	out->is_select_only = out->statement_count > 0;
 	size_t i;
 	json_t *item;
 	json_array_foreach(stmts, i, item)
@@ -349,6 +356,37 @@ void classify_query(const char *sql, const char *read_functions, struct classify
 			out->kind = CLASSIFY_WRITE; /* a multi-statement text is a read only if every one is */
 	}
 	json_decref(tree);
+}
+
+enum tr_kind classify_tr_kind(const struct classify_result *r)
+{
+	if (r->has_commit)
+		return TR_KIND_COMMIT;
+	if (r->has_copy)
+		return TR_KIND_COPY;
+	if (r->is_parse_error)
+		return TR_KIND_WRITE;
+	if (r->statement_count == 0)
+		return TR_KIND_CONTROL; /* an empty query */
+	switch (r->kind) {
+	case CLASSIFY_READ:
+		return TR_KIND_READ_SAFE;
+	case CLASSIFY_ROLLBACK:
+		return TR_KIND_ROLLBACK;
+	case CLASSIFY_BEGIN:
+	case CLASSIFY_TRANSACTION:
+	case CLASSIFY_SET:
+	case CLASSIFY_SET_TRANSACTION:
+	case CLASSIFY_DISCARD:
+		return TR_KIND_CONTROL;
+	case CLASSIFY_COMMIT:
+		return TR_KIND_COMMIT;
+	case CLASSIFY_WRITE:
+		break;
+	}
+	bool is_opaque_read = r->is_select_only && r->calls_unsafe_function && !r->has_locking_clause &&
+			      !r->has_write_cte && !r->is_select_into;
+	return is_opaque_read ? TR_KIND_READ_OPAQUE : TR_KIND_WRITE;
 }
 
 /* ---- the cache ---- */

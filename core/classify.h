@@ -14,6 +14,7 @@
 #define TERN_CLASSIFY_H
 
 #include "base/base.h"
+#include "replay/decide.h"
 
 /* Query texts classified at all; a longer one is taken as a write without parsing (parsing costs). */
 #define CLASSIFY_TEXT_MAX (64u * 1024u)
@@ -54,6 +55,8 @@ struct classify_result {
 	bool calls_unsafe_function;
 	bool is_parse_error; /* or too long, or too many statements: a write */
 	bool has_copy;       /* a COPY (a write): nothing may be queued behind it before its end */
+	bool has_commit;     /* a statement that commits: COMMIT, END, PREPARE TRANSACTION, COMMIT PREPARED */
+	bool is_select_only; /* every statement a SELECT, VALUES or SHOW */
 	bool is_fast_path;   /* answered by the lexer, without the parser */
 };
 
@@ -62,6 +65,12 @@ struct classify_result {
 void classify_query(const char *sql, const char *read_functions, struct classify_result *out);
 /* The lexer's part alone (no parse): true when it knows the text (a bare COMMIT, ROLLBACK, SHOW). */
 bool classify_fast_path(const char *sql, struct classify_result *out);
+
+/* What Transaction Replay's decision (replay/decide.h) calls the statement: a commit wherever it hides
+ * (behind a comment, END WORK, in a text of several statements, PREPARE TRANSACTION), a read whose only
+ * flaw is a call outside the side-effect-free list (opaque: never run twice), a control statement that
+ * is harmless to run again, a COPY, or a write. */
+enum tr_kind classify_tr_kind(const struct classify_result *r);
 
 /* ---- a worker's cache of classifications, by the query's shape ---- */
 

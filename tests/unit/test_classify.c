@@ -262,3 +262,54 @@ Test(classify, copy_is_a_write_that_says_so)
 	classify_query("insert into t values (1)", NULL, &r);
 	cr_assert(!r.has_copy);
 }
+
+Test(classify, transaction_replay_kinds_find_a_commit_wherever_it_hides)
+{
+	/* The cases a peer's own audit found broken (DESIGN §6): each a COMMIT, never run twice. */
+	static const struct {
+		const char *sql;
+		enum tr_kind kind;
+	} cases[] = {
+		{"COMMIT", TR_KIND_COMMIT},
+		{"/* a comment */ COMMIT", TR_KIND_COMMIT},
+		{"-- a comment\ncommit;", TR_KIND_COMMIT},
+		{"END WORK", TR_KIND_COMMIT},
+		{"end", TR_KIND_COMMIT},
+		{"select 1; commit", TR_KIND_COMMIT},
+		{"COMMIT; BEGIN", TR_KIND_COMMIT},
+		{"commit and chain", TR_KIND_COMMIT},
+		{"PREPARE TRANSACTION 'tx1'", TR_KIND_COMMIT},
+		{"COMMIT PREPARED 'tx1'", TR_KIND_COMMIT},
+		{"select 'commit'", TR_KIND_READ_SAFE},
+		{"select $$commit$$, 1", TR_KIND_READ_SAFE},
+		{"select * from t where a = 1", TR_KIND_READ_SAFE},
+		{"show work_mem", TR_KIND_READ_SAFE},
+		{"select nextval('s')", TR_KIND_READ_OPAQUE},
+		{"select app_fn()", TR_KIND_READ_SAFE},
+		{"select user_fn(1)", TR_KIND_READ_OPAQUE},
+		{"select \"Quoted\"()", TR_KIND_READ_OPAQUE},
+		{"select set_config('a.b', 'c', false)", TR_KIND_READ_OPAQUE},
+		{"select * from t for update", TR_KIND_WRITE},
+		{"select 1 into t2", TR_KIND_WRITE},
+		{"select nextval('s'); insert into t values (1)", TR_KIND_WRITE},
+		{"insert into t values (1)", TR_KIND_WRITE},
+		{"selec 1", TR_KIND_WRITE},
+		{"copy t from stdin", TR_KIND_COPY},
+		{"begin", TR_KIND_CONTROL},
+		{"BEGIN ISOLATION LEVEL SERIALIZABLE", TR_KIND_CONTROL},
+		{"set work_mem = '8MB'", TR_KIND_CONTROL},
+		{"savepoint a", TR_KIND_CONTROL},
+		{"rollback to savepoint a", TR_KIND_CONTROL},
+		{"release a", TR_KIND_CONTROL},
+		{"rollback", TR_KIND_ROLLBACK},
+		{"ABORT", TR_KIND_ROLLBACK},
+		{"rollback; begin", TR_KIND_WRITE},
+		{"", TR_KIND_CONTROL},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct classify_result r;
+		classify_query(cases[i].sql, "app_fn", &r);
+		cr_assert_eq(classify_tr_kind(&r), cases[i].kind, "%s: %d, expected %d", cases[i].sql,
+			     classify_tr_kind(&r), cases[i].kind);
+	}
+}
