@@ -39,7 +39,8 @@ struct monitor_server {
 struct monitor;
 
 /* The primary's insert LSN: past the end of every record inserted so far, committed or not; a standby
- * that has replayed it has every commit acknowledged before it was asked (strict and session targets). */
+ * that has replayed it has every commit acknowledged before it was asked (the session level's write
+ * probe, and the strict level's with strict_target = insert). */
 #define MONITOR_INSERT_LSN_SQL "SELECT pg_catalog.pg_current_wal_insert_lsn()"
 
 /* Runs the first round, then starts the thread; the primary it found is stored in rt->primary (the
