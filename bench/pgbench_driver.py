@@ -32,7 +32,9 @@ import pgcluster  # noqa: E402
 from pgcluster import PgCluster, clean_env, free_port  # noqa: E402
 from procs import PgBouncerProcess, ProcessError, TernProcess  # noqa: E402
 
-TARGETS = ("tern", "direct", "pgbouncer")
+# tern-tr-none: a second tern with [replay] tr_mode = none, for the cost of Transaction Replay's record.
+TARGETS = ("tern", "direct", "pgbouncer", "tern-tr-none")
+DEFAULT_TARGETS = ("tern", "direct", "pgbouncer")
 WORKLOADS = ("select-only", "tpcb-like")
 MODES = ("simple", "extended", "prepared")
 
@@ -81,7 +83,8 @@ def parse_args(argv):
         description="Benchmark tern vs PgBouncer vs direct PostgreSQL with "
                     "pgbench.")
     p.add_argument("--targets", type=csv_list("target", TARGETS),
-                   default=list(TARGETS), help="comma list of %s" % ",".join(TARGETS))
+                   default=list(DEFAULT_TARGETS), help="comma list of %s (default %s)"
+                   % (",".join(TARGETS), ",".join(DEFAULT_TARGETS)))
     p.add_argument("--workloads", type=csv_list("workload", WORKLOADS),
                    default=list(WORKLOADS),
                    help="comma list of %s" % ",".join(WORKLOADS))
@@ -258,7 +261,7 @@ def add_ratios(rows):
         d = by_key.get(k + ("direct",))
         if d and d["tps"]:
             r["tps_vs_direct"] = r["tps"] / d["tps"]
-        if r["target"] == "tern":
+        if r["target"].startswith("tern"):
             b = by_key.get(k + ("pgbouncer",))
             if b and b["proxy_cpu_us_per_txn"] and \
                     r["proxy_cpu_us_per_txn"] is not None:
@@ -317,7 +320,7 @@ def write_csv(path, rows, args):
 def bench(args, stack):
     pgbench = find_pgbench()
     tern_binary = None
-    if "tern" in args.targets:
+    if any(t.startswith("tern") for t in args.targets):
         tern_binary = resolve_tern_binary(args.tern_binary)
         if not os.access(tern_binary, os.X_OK):
             raise SetupError(
@@ -381,14 +384,16 @@ def bench(args, stack):
     tls = make_tls_certificate(stack) if args.tls else None
     if tls:
         log("clients use TLS to tern and PgBouncer (sslmode=require); direct runs stay plaintext")
-    if "tern" in args.targets:
+    for target in [t for t in args.targets if t.startswith("tern")]:
         cfg = tern_config(free_port(), pg_port, args.tern_workers,
                           args.pool_size, tls, args.tern_set)
-        log("starting tern (%s, workers=%d, pool_size=%d) ..."
-            % (tern_binary, args.tern_workers, args.pool_size))
+        if target == "tern-tr-none":
+            cfg += "[replay]\ntr_mode = none\n"
+        log("starting %s (%s, workers=%d, pool_size=%d) ..."
+            % (target, tern_binary, args.tern_workers, args.pool_size))
         t = stack.enter_context(TernProcess(tern_binary, cfg))
-        procs["tern"], ports["tern"] = t, t.port
-        log("  tern pid %d on 127.0.0.1:%d" % (t.pid, t.port))
+        procs[target], ports[target] = t, t.port
+        log("  %s pid %d on 127.0.0.1:%d" % (target, t.pid, t.port))
     if "pgbouncer" in args.targets:
         log("starting pgbouncer (pool_size=%d, transaction pooling) ..."
             % args.pool_size)

@@ -94,6 +94,7 @@ static const char *const config_switch_names[] = {"off", "on", NULL};
 static const char *const config_strict_target_names[] = {"flush", "insert", NULL};
 static const char *const config_on_lost_names[] = {"replica", "primary", NULL};
 static const char *const config_on_error_names[] = {"primary", "client", NULL};
+static const char *const config_tr_mode_names[] = {"none", "session", "select", "transaction", NULL};
 static const char *const config_auth_mode_names[] = {"trust", "md5", "scram", NULL};
 static const char *const config_tls_mode_names[] = {"disable", "allow", "prefer", "require", NULL};
 static const char *const config_tls_protocol_names[] = {"TLSv1.2", "TLSv1.3", NULL};
@@ -110,7 +111,7 @@ static const char *const config_bool_names[] = {"true", "false", "on", "off", "y
 
 /* Sections without keys yet still load, so a file can be written once for the releases that fill them. */
 static const char *const config_sections[] = {"tern",   "servers", "routing", "pool",	"auth",
-					      "limits", "journal", "admin",   "tls", "databases", "users"};
+					      "limits", "journal", "admin",   "tls", "databases", "users", "replay"};
 
 static const struct config_key config_keys[] = {
 	CONFIG_KEY("tern", "listen", CONFIG_LISTEN, "127.0.0.1:6432", 0, 0, CONFIG_RESTART, listen_host, NULL,
@@ -196,6 +197,21 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("routing", "read_functions", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, read_functions, NULL,
 		   "comma-separated functions (schema ignored) a replica read may call beyond the built-in "
 		   "side-effect-free list; a read calling any other function goes to the primary"),
+	CONFIG_KEY("replay", "tr_enabled", CONFIG_BOOL, "true", 0, 0, CONFIG_RELOAD, tr_enabled, NULL,
+		   "Transaction Replay's master switch: false makes tr_mode none whatever it says"),
+	CONFIG_KEY("replay", "tr_mode", CONFIG_ENUM, "session", 0, 0, CONFIG_RELOAD, tr_mode, config_tr_mode_names,
+		   "what a client sees when its primary connection is lost: none, the session ends (57P01); "
+		   "session, it moves to the primary of the moment with its SET state and prepared statements, a "
+		   "statement that never reached the server runs there, one whose outcome is unknown gets one "
+		   "error (08007, or 57P01 inside a transaction, which is then aborted: 25P02 until ROLLBACK); "
+		   "select, also a side-effect-free read in flight runs again; transaction (replaying the "
+		   "uncommitted transaction) is not built yet and refused; transaction pooling only"),
+	CONFIG_KEY("replay", "write_timeout_secs", CONFIG_INT, "30", 1, 3600, CONFIG_RELOAD, write_timeout_secs, NULL,
+		   "the one deadline of a recovery: a session whose primary connection was lost waits this long "
+		   "for a primary (the monitor's) before it ends with 08006"),
+	CONFIG_KEY("replay", "tr_read_functions", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, tr_read_functions, NULL,
+		   "tr_mode = select: comma-separated functions (unquoted names, any case, schema ignored) a read in "
+		   "flight may call and still run again, beyond the built-in side-effect-free list"),
 	CONFIG_KEY("pool", "pool_size", CONFIG_INT, "20", 1, 10000, CONFIG_RELOAD, pool_size, NULL,
 		   "server connections per user/database pair on each server (PgBouncer's default_pool_size); "
 		   "lowered by a reload, connections above it close as they are released"),
@@ -982,6 +998,11 @@ static void config_check_across_keys(struct config_parse *parse)
 		config_fail(parse, config_key_line(parse, "tls", "client_tls_sslmode"),
 			    "[tls] client_tls_sslmode: %s needs client_tls_cert_file and client_tls_key_file",
 			    config_tls_mode_names[cfg->client_tls_sslmode]);
+	}
+	if (cfg->tr_mode == CONFIG_TR_TRANSACTION) {
+		config_fail(parse, config_key_line(parse, "replay", "tr_mode"),
+			    "[replay] tr_mode: transaction (replaying an uncommitted transaction) is not built yet; "
+			    "use none, session or select");
 	}
 	/* The provided-buffer ring indexes its entries with a mask. */
 	if ((cfg->buffer_count & (cfg->buffer_count - 1)) != 0) {

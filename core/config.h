@@ -30,6 +30,8 @@ enum config_consistency {
 	CONFIG_CONSISTENCY_SESSION = 2,  /* read-your-writes: the client's own last write */
 	CONFIG_CONSISTENCY_STRICT = 3,   /* every commit acknowledged before the read arrived */
 };
+/* [replay] tr_mode, in replay/decide.h's enum tr_mode order. */
+enum config_tr_mode { CONFIG_TR_NONE = 0, CONFIG_TR_SESSION, CONFIG_TR_SELECT, CONFIG_TR_TRANSACTION };
 enum config_auth_mode { CONFIG_AUTH_TRUST = 0, CONFIG_AUTH_MD5 = 1, CONFIG_AUTH_SCRAM = 2 };
 /* client_tls_sslmode: allow and prefer behave alike on the server side (TLS when the client asks). */
 enum config_tls_mode { CONFIG_TLS_DISABLE = 0, CONFIG_TLS_ALLOW = 1, CONFIG_TLS_PREFER = 2, CONFIG_TLS_REQUIRE = 3 };
@@ -74,6 +76,11 @@ struct tern_config {
 	uint64_t max_replica_lag_bytes; /* eventual; 0 = no bound */
 	uint32_t max_replica_lag_ms;
 	char *read_functions; /* beyond classify's built-in list; "" = none */
+	/* [replay] */
+	bool tr_enabled;
+	int tr_mode; /* enum config_tr_mode (as replay/decide.h's enum tr_mode) */
+	uint32_t write_timeout_secs;
+	char *tr_read_functions; /* "" = none */
 	struct config_server {
 		char name[64];
 		char *conninfo; /* without its weight= and profile= */

@@ -15,6 +15,7 @@ static const struct observer *const dispatch_registry[OBSERVER_COUNT] = {
 	[OBSERVER_STATS] = &observer_stats,
 	[OBSERVER_ROUTE] = &observer_route,
 	[OBSERVER_DIGEST] = &observer_digest,
+	[OBSERVER_REPLAY] = &observer_replay,
 };
 static_assert(OBSERVER_COUNT <= 32, "a mask of 32 bits");
 

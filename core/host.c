@@ -14,6 +14,7 @@ void host_init(struct host *host, uint32_t index, struct tern_runtime *runtime, 
 	base_list_init(&host->ending);
 	base_list_init(&host->holds);
 	base_list_init(&host->route_waits);
+	base_list_init(&host->recover_waits);
 	pick_init(&host->pick, ((uint64_t)index + 1) * 0x9e3779b97f4a7c15ull);
 }
 

@@ -66,6 +66,11 @@ struct host_stats {
 	uint64_t route_wait_buckets[HOST_ROUTE_WAIT_BUCKETS + 1];
 	uint64_t route_wait_us_sum;
 	uint64_t classify_hits, classify_misses; /* the classification cache's */
+	/* Transaction Replay (recover.c), as the reference names them (tr_*_total on /metrics). */
+	uint64_t tr_failovers;           /* lost primary connections a session survived */
+	uint64_t tr_reexecuted;          /* statements run again on the next primary */
+	uint64_t tr_replay_failures;     /* recoveries the client got an error from (or that ended it) */
+	uint64_t tr_unknown_outcome;     /* 08007 errors: a statement, or a COMMIT, whose outcome is unknown */
 };
 
 struct host_ops {
@@ -98,6 +103,13 @@ struct host {
 	struct base_list route_waits;
 	uint32_t route_waiting; /* atomic for readers on other threads */
 	uint32_t route_generation;
+	/* Sessions whose primary leg waits for a primary after its connection was lost (recover.c), and
+	 * their count (atomic for the monitor, which wakes only the workers that wait); the monitor
+	 * generation and the primary they were last looked at for. */
+	struct base_list recover_waits;
+	uint32_t recover_waiting;
+	uint32_t recover_generation;
+	struct pool_server *recover_primary; /* atomic for readers on other threads */
 	struct pick_state pick; /* which replica serves the next read (pick.h) */
 	struct classify_cache *classify_cache; /* routing's, made at the first read routed (NULL until then) */
 	struct digest_local *digests; /* this worker's query digests, merged into runtime->digests each tick */

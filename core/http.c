@@ -195,6 +195,21 @@ char *http_metrics_text(struct tern_runtime *rt)
 	fprintf(f, "tern_route_wait_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cumulative);
 	fprintf(f, "tern_route_wait_seconds_sum %.6f\n", (double)t->route_wait_us_sum / 1e6);
 	fprintf(f, "tern_route_wait_seconds_count %llu\n", (unsigned long long)cumulative);
+	http_help(f, "tr_failovers_total", "counter", "lost primary connections a session survived (Transaction Replay)");
+	fprintf(f, "tr_failovers_total %llu\n", (unsigned long long)t->tr_failovers);
+	http_help(f, "tr_statements_reexecuted_total", "counter",
+		  "statements in flight at a lost primary connection that ran again on the next primary");
+	fprintf(f, "tr_statements_reexecuted_total %llu\n", (unsigned long long)t->tr_reexecuted);
+	http_help(f, "tr_transactions_replayed_total", "counter",
+		  "uncommitted transactions replayed on the next primary (tr_mode = transaction: not built yet, 0)");
+	fprintf(f, "tr_transactions_replayed_total 0\n");
+	http_help(f, "tr_replay_failures_total", "counter",
+		  "lost primary connections the client got an error from, or that ended its session (tr_mode other "
+		  "than none), and recoveries that found no primary within write_timeout_secs");
+	fprintf(f, "tr_replay_failures_total %llu\n", (unsigned long long)t->tr_replay_failures);
+	http_help(f, "tr_unknown_outcome_errors_total", "counter",
+		  "08007 errors: a statement or COMMIT in flight at a lost primary connection, its outcome unknown");
+	fprintf(f, "tr_unknown_outcome_errors_total %llu\n", (unsigned long long)t->tr_unknown_outcome);
 	http_help(f, "tern_classify_cache_total", "counter", "query classifications, by whether the shape cache had them");
 	fprintf(f, "tern_classify_cache_total{result=\"hit\"} %llu\n", (unsigned long long)t->classify_hits);
 	fprintf(f, "tern_classify_cache_total{result=\"miss\"} %llu\n", (unsigned long long)t->classify_misses);

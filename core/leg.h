@@ -33,6 +33,7 @@ enum leg_fault {
 	LEG_FAULT_NONE = 0,
 	LEG_FAULT_CLOSED,    /* the server closed the connection, or a receive or send on it failed */
 	LEG_FAULT_MALFORMED, /* it sent a message tern cannot account for, or one over max_backend_frame_bytes */
+	LEG_FAULT_REFUSED,   /* the pool could not give it a connection (request.error says why) */
 };
 
 struct leg;

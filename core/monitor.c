@@ -49,6 +49,7 @@ struct monitor {
 	uint64_t probe_requested, probe_sent, probe_done, probe_lsn;
 	uint64_t want_lsn, want_until_ns; /* the highest replay LSN a read waits for, and until when */
 	uint32_t generation;
+	bool is_round_asked; /* atomic: a round now, not at the interval (a primary connection was lost) */
 	/* The thread's own: the primary's last positions, oldest first in a ring. */
 	struct monitor_sample samples[MONITOR_SAMPLES];
 	uint32_t sample_count, sample_next;
@@ -77,6 +78,15 @@ struct monitor_lag monitor_lag_of(const struct monitor *m, uint32_t index, const
 }
 
 uint32_t monitor_generation(const struct monitor *m) { return __atomic_load_n(&m->generation, __ATOMIC_ACQUIRE); }
+
+void monitor_round_request(struct monitor *m)
+{
+	if (__atomic_exchange_n(&m->is_round_asked, true, __ATOMIC_RELAXED))
+		return; /* asked already: that round serves this one too */
+	pthread_mutex_lock(&m->lock);
+	pthread_cond_signal(&m->wake);
+	pthread_mutex_unlock(&m->lock);
+}
 
 uint64_t monitor_probe_request(struct monitor *m)
 {
@@ -362,6 +372,8 @@ static void *monitor_main(void *arg)
 		uint64_t now = base_now_ns();
 		uint64_t standby_ns;
 		bool is_standby_due = monitor_standby_due(m, now, &standby_ns);
+		if (__atomic_load_n(&m->is_round_asked, __ATOMIC_RELAXED))
+			next_round_ns = now;
 		if (now < next_round_ns && !is_standby_due && !monitor_probe_is_asked(m)) {
 			/* Until the round is due, a standby may be asked again, or a probe is asked for. */
 			uint64_t wait_ns = TERN_MIN(next_round_ns, standby_ns) - now;
@@ -375,6 +387,7 @@ static void *monitor_main(void *arg)
 		}
 		pthread_mutex_unlock(&m->lock);
 		if (now >= next_round_ns) {
+			__atomic_store_n(&m->is_round_asked, false, __ATOMIC_RELAXED); /* later asks get a later round */
 			monitor_round(m);
 			next_round_ns = base_now_ns() + runtime_config(m->rt)->monitor_interval_ms * BASE_NS_PER_MS;
 		}

@@ -66,6 +66,9 @@ struct monitor_lag monitor_lag_of(const struct monitor *m, uint32_t index, const
 /* Every round and probe bumps the generation once its answers are stored, then calls the runtime's
  * topology_changed hook: a worker with waiting reads looks again when it changed. */
 uint32_t monitor_generation(const struct monitor *m);
+/* A primary connection was lost: asks for a round now rather than at the interval (one for every ask
+ * that came before it started). */
+void monitor_round_request(struct monitor *m);
 /* A strict read arrived: asks for a probe of the primary's WAL insert LSN sent after now. The ticket
  * names it; every read that asks before it is sent shares it. */
 uint64_t monitor_probe_request(struct monitor *m);

@@ -7,7 +7,8 @@
  *   observer_pins.c    LISTEN and SQL PREPARE, which keep the client on its connection (s->pins);
  *   observer_stats.c   SHOW STATS (s->stats);
  *   route.c            the write-LSN probe of reads on replicas (s->routing);
- *   observer_digest.c  query digests (s->digest).
+ *   observer_digest.c  query digests (s->digest);
+ *   observer_replay.c  Transaction Replay: the client's requests in flight on the primary (s->replay).
  * The relay moves bytes and asks them through dispatch.c, which calls an observer only for the message
  * types it registered, only in the sessions it is on for, in the registry's order. Later concerns (the
  * commit-LSN probe, response digests, the journal) plug in the same way: a file, and a line in the
@@ -39,6 +40,7 @@ enum observer_id {
 	OBSERVER_STATS,
 	OBSERVER_ROUTE,
 	OBSERVER_DIGEST,
+	OBSERVER_REPLAY,
 	OBSERVER_COUNT
 };
 
@@ -106,5 +108,14 @@ extern const struct observer observer_pins;
 extern const struct observer observer_stats;
 extern const struct observer observer_route; /* route.c: the write-LSN probe's hidden answers */
 extern const struct observer observer_digest;
+extern const struct observer observer_replay; /* Transaction Replay's record of the requests in flight */
+
+/* observer_replay.c, from the relay: a client message of `type` goes to leg (any leg; it keeps those
+ * of the primary's). */
+void replay_note_message(struct session *s, struct leg *leg, uint8_t type);
+/* Held ahead of the first row or completion of the primary's answer (whole messages); 0 or -ENOMEM. */
+TERN_MUST_USE int replay_hold_preamble(struct session *s, const void *data, uint32_t len);
+/* What is held goes to the client (counted as leg's), ahead of what leg says next. */
+void replay_flush_preamble(struct session *s, struct leg *leg);
 
 #endif

@@ -161,6 +161,13 @@ struct proto_error_fields {
 /* Reads S/V, C and M fields of an ErrorResponse or NoticeResponse body (truncating long text). */
 TERN_MUST_USE int proto_error_parse(const uint8_t *body, uint32_t len, struct proto_error_fields *out);
 
+/* What a server says ahead of a statement's first row or completion (nothing of its outcome yet). */
+static inline bool proto_be_is_preamble(uint8_t type)
+{
+	return type == PROTO_BE_ROW_DESCRIPTION || type == PROTO_BE_PARSE_COMPLETE || type == PROTO_BE_BIND_COMPLETE ||
+	       type == PROTO_BE_CLOSE_COMPLETE || type == PROTO_BE_PARAMETER_DESCRIPTION || type == PROTO_BE_NO_DATA;
+}
+
 /* ---- builders: each returns the message length, or 0 when `cap` is too small ---- */
 size_t proto_build_error(uint8_t *out, size_t cap, const char *severity, const char *sqlstate, const char *message,
 			 const char *hint);

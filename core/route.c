@@ -277,7 +277,7 @@ static bool route_wants(const struct session *s, enum config_consistency level)
 }
 
 /* Appends to b. 0 or -ENOMEM. */
-static int route_bytes_append(struct route_bytes *b, const void *data, uint32_t len)
+int route_bytes_append(struct route_bytes *b, const void *data, uint32_t len)
 {
 	if (b->len + len > b->cap) {
 		uint32_t cap = TERN_MAX(b->cap * 2, b->len + len);
@@ -1124,18 +1124,12 @@ static void route_guard_release(struct session *s, struct leg *leg)
 }
 
 /* What an answer says before its first row or completion: the primary would say it too. */
-static bool route_is_preamble(uint8_t type)
-{
-	return type == PROTO_BE_ROW_DESCRIPTION || type == PROTO_BE_PARSE_COMPLETE || type == PROTO_BE_BIND_COMPLETE ||
-	       type == PROTO_BE_CLOSE_COMPLETE || type == PROTO_BE_PARAMETER_DESCRIPTION || type == PROTO_BE_NO_DATA;
-}
-
 enum route_guard route_guard_type(struct session *s, struct leg *leg, uint8_t type)
 {
 	enum route_state state = (enum route_state)s->routing.state;
 	if (s->routing.is_rerun || (state != ROUTE_ON_REPLICA && state != ROUTE_REPLICA_TX_BUSY))
 		return ROUTE_GUARD_HIDE; /* the rest of a refused answer; what a kept replica says unasked */
-	if (route_is_preamble(type) || type == PROTO_BE_ERROR)
+	if (proto_be_is_preamble(type) || type == PROTO_BE_ERROR)
 		return ROUTE_GUARD_HOLD;
 	route_guard_release(s, leg); /* a row, a CommandComplete, a notice: the answer is the client's */
 	return ROUTE_GUARD_PASS;
@@ -1167,6 +1161,11 @@ int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const 
 
 void route_hold_reply(struct session *s, const void *data, uint32_t len)
 {
+	if (!session_client_leg(s)->is_reply_guarded) {
+		if (replay_hold_preamble(s, data, len) < 0) /* the primary's answer Transaction Replay holds */
+			session_end_later(s, SESSION_END_OUT_OF_MEMORY);
+		return;
+	}
 	if (!s->routing.is_rerun && route_bytes_append(&s->routing.reply_held, data, len) < 0)
 		session_end_later(s, SESSION_END_OUT_OF_MEMORY);
 }

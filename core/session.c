@@ -86,8 +86,8 @@ void session_send_to_client(struct session *s, const void *data, uint32_t len)
 
 void session_send_reply(struct session *s, const void *data, uint32_t len)
 {
-	if (session_client_leg(s)->is_reply_guarded)
-		s->parts->hold_reply(s, data, len);
+	if (session_client_leg(s)->is_reply_guarded || s->replay.preamble.len > 0)
+		s->parts->hold_reply(s, data, len); /* behind the answer held so far */
 	else
 		session_send_to_client(s, data, len);
 }
@@ -387,10 +387,29 @@ static void session_leg_on_starved(struct leg *leg) { session_starve(leg->sessio
 struct session_lost_decision session_decide_lost(const struct session *s, const struct leg *leg,
 						 enum leg_fault fault)
 {
-	(void)s;
-	(void)leg;
-	TERN_ASSERT(fault == LEG_FAULT_CLOSED || fault == LEG_FAULT_MALFORMED);
-	return (struct session_lost_decision){.action = SESSION_LOST_END, .reason = SESSION_END_SERVER_LOST};
+	TERN_ASSERT(fault != LEG_FAULT_NONE);
+	if (s->parts->decide_lost)
+		return s->parts->decide_lost(s, leg, fault);
+	return (struct session_lost_decision){
+		.action = SESSION_LOST_END,
+		.reason = fault == LEG_FAULT_REFUSED ? SESSION_END_SERVER_REFUSED : SESSION_END_SERVER_LOST};
+}
+
+/* Carries out the decision about leg's lost or refused connection. */
+static void session_lost(struct session *s, struct leg *leg, enum leg_fault fault)
+{
+	struct session_lost_decision decision = session_decide_lost(s, leg, fault);
+	if (decision.action == SESSION_LOST_RECOVER) {
+		s->parts->recover(s, leg, &decision);
+		return;
+	}
+	TERN_ASSERT(decision.action == SESSION_LOST_END);
+	if (fault == LEG_FAULT_REFUSED)
+		s->end_error = leg->request.error; /* the server's own refusal, or why it could not be reached */
+	if (decision.sqlstate)
+		session_end_with_error(s, decision.reason, decision.sqlstate, decision.message);
+	else
+		session_end(s, decision.reason);
 }
 
 static void session_leg_on_lost(struct leg *leg, enum leg_fault fault)
@@ -399,9 +418,7 @@ static void session_leg_on_lost(struct leg *leg, enum leg_fault fault)
 	session_assert_invariants(s);
 	if (s->parts->leg_lost(s, leg))
 		return; /* a read that reached no client byte runs again on the primary */
-	struct session_lost_decision decision = session_decide_lost(s, leg, fault);
-	TERN_ASSERT(decision.action == SESSION_LOST_END);
-	session_end(s, decision.reason);
+	session_lost(s, leg, fault);
 }
 
 static const struct leg_ops session_leg_ops = {
@@ -467,6 +484,16 @@ bool session_pause_gate(struct session *s)
 	return false;
 }
 
+/* A connection out of the pool whose server has gone: an idle server says nothing unasked but its last
+ * words (a FATAL such as 57P01 from a terminated backend or a shutdown, then its FIN), so anything waiting
+ * unread means it is gone. One recv that never blocks. */
+static bool session_conn_is_closed(const struct pool_conn *conn)
+{
+	uint8_t byte;
+	ssize_t n = recv(conn->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 void session_acquire(struct session *s, struct leg *leg)
 {
 	struct host *host = s->host;
@@ -475,6 +502,8 @@ void session_acquire(struct session *s, struct leg *leg)
 	bool is_replica = leg->role == LEG_REPLICA;
 	if (!is_replica && session_pause_gate(s))
 		return; /* PAUSE: the worker asks again at RESUME (reads on replicas go on) */
+	if (!is_replica && s->parts->awaits_primary && s->parts->awaits_primary(s, leg))
+		return; /* its primary connection was lost: the worker asks again once a primary is there */
 	if (!is_replica)
 		session_stats_close_assignment(s);
 	struct pool_server *server = is_replica ? s->routing.server : session_server(s);
@@ -493,7 +522,16 @@ void session_acquire(struct session *s, struct leg *leg)
 	req->owner = leg;
 	host->stats.pool_checkouts++;
 	uint64_t now = base_now_ns();
-	if (pool_checkout(host->runtime->pool, req, now) == POOL_CHECKOUT_GOT) {
+	while (pool_checkout(host->runtime->pool, req, now) == POOL_CHECKOUT_GOT) {
+		if (session_conn_is_closed(req->conn)) {
+			/* The server closed it while it sat in the pool (a terminated backend, a server that went
+			 * down) before the opener noticed: a request sent on it would never be known not to
+			 * have run. */
+			TERN_LOG(BASE_LOG_DEBUG, "server %s had closed idle connection pid %u", req->conn->server->name,
+				 req->conn->backend_pid);
+			pool_conn_discard(host->runtime->pool, req->conn);
+			continue;
+		}
 		s->stats.assigned_ns = now;
 		s->parts->attach(s, leg, req->conn);
 		return;
@@ -541,8 +579,7 @@ void session_on_request_done(struct leg *leg)
 	}
 	if (s->parts->leg_lost(s, leg))
 		return; /* a replica refused: the primary serves the read */
-	s->end_error = leg->request.error;
-	session_end(s, SESSION_END_SERVER_REFUSED);
+	session_lost(s, leg, LEG_FAULT_REFUSED);
 }
 
 void session_on_wait_timeout(struct leg *leg)
@@ -684,6 +721,19 @@ static void session_leg_finish(struct session *s, struct leg *leg)
 	session_try_release(s, leg);
 }
 
+/* A server message was being forwarded to the client when the stream stopped: the client has part of
+ * it, and anything tern sent now would be read as its rest. */
+static bool session_client_is_mid_message(const struct session *s)
+{
+	const struct leg *leg;
+	SESSION_EACH_LEG(s, leg)
+	{
+		if (leg->stream.header_have > 0 && (leg->stream.action & PROTO_FORWARD))
+			return true;
+	}
+	return false;
+}
+
 void session_end(struct session *s, enum session_end_reason reason)
 {
 	if (s->phase == SESSION_CLOSING)
@@ -694,7 +744,7 @@ void session_end(struct session *s, enum session_end_reason reason)
 	const struct session_end_info *info = session_end_info(reason);
 	s->end_reason = reason;
 	host->stats.ended[reason]++;
-	bool tell_client = info->sqlstate != NULL && !s->client_eof;
+	bool tell_client = info->sqlstate != NULL && !s->client_eof && !session_client_is_mid_message(s);
 	if (tell_client) {
 		if (s->end_error.sqlstate[0])
 			session_send_error(s, "FATAL", s->end_error.sqlstate, s->end_error.message, NULL);

@@ -23,6 +23,8 @@
 #include "sendq.h"
 #include "stmts.h"
 
+#include "replay/decide.h"
+
 struct scram_server;
 struct auth_lookup;
 struct auth_user;
@@ -102,8 +104,15 @@ struct session_parts {
 	void (*leg_progress)(struct session *s, struct leg *leg);
 	bool (*leg_lost)(struct session *s, struct leg *leg);
 	void (*ending)(struct session *s);
-	/* Routing's: a reply tern made up for the client's leg while it guards that leg's answer. */
+	/* Routing's: a reply tern made up for the client's leg while it guards that leg's answer (or while
+	 * Transaction Replay holds the start of the primary's: s->replay.preamble). */
 	void (*hold_reply)(struct session *s, const void *data, uint32_t len);
+	/* Transaction Replay's (recover.h): the decision about a lost or refused primary connection, the
+	 * recovery it starts, and the gate a primary leg passes before it asks the pool. */
+	struct session_lost_decision (*decide_lost)(const struct session *s, const struct leg *leg,
+						    enum leg_fault fault);
+	void (*recover)(struct session *s, struct leg *leg, const struct session_lost_decision *d);
+	bool (*awaits_primary)(struct session *s, struct leg *leg);
 };
 extern const struct session_parts session_relay_parts;
 
@@ -196,6 +205,38 @@ struct session_digest {
 	uint64_t mark_ns; /* when the oldest of them began: the first Execute, or the last one's completion */
 };
 
+/* Transaction Replay (DESIGN §6): what observer_replay.c records of the client's requests on the primary's
+ * leg, and the recovery recover.c runs when that leg's connection is lost. */
+enum replay_aborted {
+	REPLAY_TX_LIVE = 0,  /* the client's transaction, if any, is on a server */
+	REPLAY_TX_LOST_NEXT, /* it was lost between statements: the next one gets fail_sqlstate, then 25P02 */
+	REPLAY_TX_ABORTED,   /* it was lost and the client told: 25P02 until ROLLBACK (or COMMIT) ends it */
+};
+struct session_replay {
+	/* The client's requests on the primary's leg since it last owed the client nothing. */
+	bool is_open;
+	bool is_extended;     /* ... an extended-protocol message or a FunctionCall among them */
+	char tx_status;       /* the leg's transaction status before them: 'I', 'T', 'E' (0: no connection yet) */
+	uint32_t requests;    /* ... their Query, Sync and FunctionCall messages not yet answered */
+	uint32_t unlogged;    /* ... their Queries too long to keep */
+	uint64_t client_mark; /* the leg's to_client_bytes when they began: more means part of an answer went */
+	uint64_t sent_mark;   /* where they begin in the leg's stream toward the server (sendq.sent_bytes_total) */
+	struct route_bytes inflight; /* their Query messages, headers included */
+	/* What the primary said ahead of the first row or completion of its answer (proto_be_is_preamble),
+	 * and the replies tern made up among it, held until then: a loss before it leaves no byte at the
+	 * client, so the statement may run again. */
+	struct route_bytes preamble;
+	/* A recovery: the server whose connection was lost, until a primary takes the session's next request. */
+	struct pool_server *lost_server;
+	uint64_t lost_ns, deadline_ns; /* deadline: write_timeout_secs after the loss */
+	bool is_waiting;               /* on host->recover_waits: its primary leg waits for a primary */
+	struct base_list wait_link;
+	uint8_t aborted;       /* enum replay_aborted */
+	char fail_sqlstate[6]; /* REPLAY_TX_LOST_NEXT: what the next statement is told */
+	bool is_skipping;      /* an extended-protocol batch tern failed: its messages are dropped to its Sync */
+	bool is_batch_ending;  /* ... a batch that ends the lost transaction (a ROLLBACK, COMMIT or END) */
+};
+
 /* A protocol 3.2 client's cancel key: 32 random bytes, as PostgreSQL 18 gives (the pid names the worker). */
 #define SESSION_CANCEL_KEY_LEN 32u
 /* Protocol 3.0's key is 4 bytes. */
@@ -268,6 +309,7 @@ struct session {
 	struct stmts_state stmts;       /* observer_stmts.c: the client's named statements */
 	struct session_route routing;   /* route.c: reads on replicas */
 	struct session_digest digest;   /* observer_digest.c: the Query being timed */
+	struct session_replay replay;   /* observer_replay.c, recover.c: Transaction Replay */
 
 	enum session_end_reason end_reason;
 	uint64_t closing_ns;
@@ -346,13 +388,20 @@ static inline struct leg *session_client_leg(const struct session *s)
 {
 	return s->routing.client_leg ? s->routing.client_leg : s->legs[LEG_PRIMARY];
 }
-/* What a lost server connection means for the session. Today always its end with SERVER_LOST (08006,
- * after whatever the server itself said, such as 57P01 on a shutdown). Transaction Replay replaces this
- * decision, never the paths that report a loss (they all come through leg_fail → session_leg_lost). */
-enum session_lost_action { SESSION_LOST_END = 1 };
+/* What a lost server connection means for the session: its end (for any leg outside transaction
+ * pooling, or with the reason's or a given SQLSTATE), or Transaction Replay's recovery (recover.h), as
+ * tr_decide says. A pool's refusal to connect a leg (LEG_FAULT_REFUSED) is decided the same way. The
+ * paths that report a loss all come through leg_fail → session_leg_on_lost, or session_on_request_done. */
+enum session_lost_action { SESSION_LOST_END = 1, SESSION_LOST_RECOVER };
 struct session_lost_decision {
 	enum session_lost_action action;
-	enum session_end_reason reason; /* SESSION_LOST_END */
+	enum session_end_reason reason; /* END */
+	const char *sqlstate, *message; /* END: what the client is told instead of the reason's (NULL: its own) */
+	struct tr_decision tr;          /* RECOVER */
+	enum tr_phase phase;            /* RECOVER: how far the request in flight got */
+	bool is_in_tx;                  /* RECOVER: the client's transaction was open */
+	bool is_commit;                 /* RECOVER: the statement in flight is known to be a COMMIT (it ends the
+					 * transaction, whatever became of it) */
 };
 struct session_lost_decision session_decide_lost(const struct session *s, const struct leg *leg,
 						 enum leg_fault fault);

@@ -3,6 +3,7 @@
  * to tern's own queries) and asks the observers (dispatch.h) about the messages they registered; it
  * knows nothing of what they keep. ReadyForQuery ends a transaction: the leg may go back. */
 #include "dispatch.h"
+#include "recover.h"
 #include "route.h"
 #include "session.h"
 
@@ -26,6 +27,9 @@ struct relay_chunk {
 	bool is_routed; /* client → server: a query routing placed already (route_dispatch): not held again */
 	bool is_guard_held; /* server → client: route_guard_type held the message being scanned */
 	bool is_ready_rebuilt; /* server → client: a polar server's ReadyForQuery, shown without its marker */
+	bool is_notice_held; /* server → client: an error or notice of the primary's, shown unless it says the
+			      * server is going away (recover_shows_notice) */
+	bool is_preamble_held; /* server → client: the primary's, ahead of its answer's first row (s->replay) */
 };
 
 /* Why a client's chunk ends its session: a scan's or a push's error. */
@@ -52,6 +56,9 @@ static enum session_end_reason relay_client_reason(int rc)
 /* What the leg owes for a client message the observers left to the relay. */
 static unsigned relay_client_count(struct session *s, struct leg *leg, uint8_t type)
 {
+	if ((s->observers_on & (1u << OBSERVER_REPLAY)) && type != PROTO_FE_TERMINATE && type != PROTO_FE_COPY_DATA &&
+	    type != PROTO_FE_COPY_DONE && type != PROTO_FE_COPY_FAIL && leg->role == LEG_PRIMARY)
+		replay_note_message(s, leg, type);
 	switch (type) {
 	case PROTO_FE_TERMINATE:
 		return PROTO_INSPECT; /* not forwarded: the server connection outlives the client */
@@ -108,6 +115,8 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
 	struct leg *leg = chunk->leg;
+	if (recover_is_answering(s))
+		return recover_client_type(s, type); /* its transaction was lost: tern answers */
 	if (leg->is_skipping_to_sync && type != PROTO_FE_SYNC && type != PROTO_FE_TERMINATE)
 		return 0; /* as the server would after an error tern made up */
 	if (type == PROTO_FE_SYNC)
@@ -213,14 +222,16 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 {
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
+	if (type == PROTO_FE_TERMINATE)
+		return RELAY_STOP_TERMINATE;
+	if (recover_is_answering(s))
+		return recover_client_message(s, type, body, len);
 	if (type == PROTO_FE_QUERY && !chunk->is_routed)
 		return relay_client_query(chunk, body, len);
 	if (type == PROTO_FE_SYNC && route_is_replica_tx(s))
 		return relay_client_tx_sync(chunk, body, len);
 	if (s->client_readers)
 		return relay_client_read(chunk, type, body, len);
-	if (type == PROTO_FE_TERMINATE)
-		return RELAY_STOP_TERMINATE;
 	return RELAY_UNKNOWN_TYPE;
 }
 
@@ -230,6 +241,8 @@ static int relay_client_on_head(void *ctx, uint8_t type, const uint8_t *head, ui
 {
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
+	if (recover_is_answering(s))
+		return recover_client_message(s, type, head, head_len); /* 0: the rest is dropped */
 	if (type != PROTO_FE_QUERY || chunk->is_routed)
 		return dispatch_client_head(s, chunk->leg, s->client_taker, type, head, head_len, body_len);
 	unsigned action = relay_client_admit(s, chunk->leg, type);
@@ -331,6 +344,17 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 				  (leg->conn->server->is_polar || (leg->role == LEG_REPLICA && s->routing.is_split));
 	if (chunk->is_ready_rebuilt)
 		action &= ~(unsigned)PROTO_FORWARD;
+	/* Under Transaction Replay the client is not shown the server going away: a recovery may follow. */
+	chunk->is_preamble_held = false;
+	if (!(action & PROTO_FORWARD) || leg->role != LEG_PRIMARY || !(s->observers_on & (1u << OBSERVER_REPLAY)) ||
+	    leg->is_reply_guarded)
+		return action;
+	chunk->is_notice_held = type == PROTO_BE_ERROR || type == PROTO_BE_NOTICE;
+	/* (only ahead of a completion that is sure to come: after a Flush the client waits for these) */
+	chunk->is_preamble_held = proto_be_is_preamble(type) && s->replay.requests > 0 && !leg->is_unsynced;
+	if (chunk->is_notice_held || chunk->is_preamble_held)
+		return (action & ~(unsigned)PROTO_FORWARD) | PROTO_INSPECT;
+	replay_flush_preamble(s, leg); /* the answer's first row or completion: what it held goes first */
 	return action;
 }
 
@@ -374,11 +398,23 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	if (chunk->is_ready_rebuilt && s->phase != SESSION_CLOSING) {
 		char status = leg->role == LEG_REPLICA && s->routing.is_split ? session_primary(s)->tx_status : (char)body[0];
 		uint8_t ready[PROTO_HEADER_LEN + 1] = {PROTO_BE_READY, 0, 0, 0, 5, (uint8_t)status};
+		replay_flush_preamble(s, leg); /* (a ParseComplete, say, ahead of it) */
 		session_send_to_client(s, ready, sizeof(ready));
 		leg->to_client_bytes += sizeof(ready);
 	}
 	if (m.is_hidden)
 		return dispatch_hidden_message(s, leg, &m);
+	if ((chunk->is_notice_held && recover_shows_notice(s, body, len)) || chunk->is_preamble_held) {
+		uint8_t header[PROTO_HEADER_LEN] = {type};
+		proto_write_u32(header + 1, len + 4);
+		if (chunk->is_notice_held)
+			replay_flush_preamble(s, leg);
+		if (route_bytes_append(&s->replay.preamble, header, sizeof(header)) < 0 ||
+		    route_bytes_append(&s->replay.preamble, body, len) < 0)
+			chunk->error = -ENOMEM;
+		if (chunk->is_notice_held)
+			replay_flush_preamble(s, leg);
+	}
 	if (chunk->is_guard_held) {
 		int rc = route_guard_message(s, leg, type, body, len);
 		if (rc < 0) {
@@ -441,6 +477,13 @@ void session_relay_attach(struct session *s, struct leg *leg, struct pool_conn *
 	session_assert_invariants(s);
 }
 
+/* The session ends: routing's waits and backlog, and a recovery's wait. */
+static void session_relay_ending(struct session *s)
+{
+	route_end(s);
+	recover_end(s);
+}
+
 const struct session_parts session_relay_parts = {
 	.on_login_bytes = session_login_on_bytes,
 	.on_client_chunk = session_relay_on_client_chunk,
@@ -451,6 +494,9 @@ const struct session_parts session_relay_parts = {
 	.deinit = dispatch_destroy,
 	.leg_progress = route_on_progress,
 	.leg_lost = route_on_lost,
-	.ending = route_end,
+	.ending = session_relay_ending,
 	.hold_reply = route_hold_reply,
+	.decide_lost = recover_decide,
+	.recover = recover_start,
+	.awaits_primary = recover_awaits_primary,
 };

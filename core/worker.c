@@ -4,6 +4,7 @@
 #include "classify.h"
 #include "digest.h"
 #include "monitor.h"
+#include "recover.h"
 #include "route.h"
 #include "pool/opener.h"
 #include "session.h"
@@ -546,6 +547,9 @@ static void worker_on_tick(struct ring *ring)
 		worker_pause_scan(worker, now);
 	if (worker->host.route_waiting > 0)
 		route_check_waits(&worker->host, now); /* wait_timeout_ms: the primary serves them */
+	recover_repoint_parked(&worker->host); /* requests parked on a primary the monitor says is down */
+	if (worker->host.recover_waiting > 0)
+		recover_check_waits(&worker->host, now); /* write_timeout_secs: they end */
 	if (worker->host.console_waiting_count > 0)
 		worker->host.runtime->console->on_tick(&worker->host);
 	if (now >= worker->next_stats_period_ns)
@@ -586,6 +590,15 @@ static void worker_end_pass(struct worker *worker)
 		if (generation != worker->host.route_generation) {
 			worker->host.route_generation = generation;
 			route_check_waits(&worker->host, base_now_ns());
+		}
+	}
+	if (runtime_primary(rt) != worker->host.recover_primary)
+		recover_repoint_parked(&worker->host); /* requests parked on the primary of before ask again */
+	if (worker->host.recover_waiting > 0) {
+		uint32_t generation = monitor_generation(rt->monitor);
+		if (generation != worker->host.recover_generation) {
+			worker->host.recover_generation = generation;
+			recover_check_waits(&worker->host, base_now_ns());
 		}
 	}
 	while ((node = base_list_pop_head(&worker->host.holds)) != NULL)
@@ -796,9 +809,13 @@ void worker_stop(struct worker *worker) { worker_wake(worker); }
 void worker_topology_changed(struct tern_runtime *rt)
 {
 	uint32_t count = __atomic_load_n(&rt->worker_count, __ATOMIC_ACQUIRE);
-	for (uint32_t i = 0; i < count; i++)
-		if (__atomic_load_n(&rt->workers[i]->host.route_waiting, __ATOMIC_RELAXED) > 0)
+	for (uint32_t i = 0; i < count; i++) {
+		struct host *host = &rt->workers[i]->host;
+		if (__atomic_load_n(&host->route_waiting, __ATOMIC_RELAXED) > 0 ||
+		    __atomic_load_n(&host->recover_waiting, __ATOMIC_RELAXED) > 0 ||
+		    __atomic_load_n(&host->recover_primary, __ATOMIC_RELAXED) != runtime_primary(rt))
 			worker_wake(rt->workers[i]);
+	}
 }
 
 bool worker_is_drained(struct worker *worker) { return __atomic_load_n(&worker->is_drained, __ATOMIC_ACQUIRE); }

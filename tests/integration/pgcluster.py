@@ -528,6 +528,39 @@ class PgCluster:
         self._pg_start(self._replica)
         self._wait_sql(self._replica.port, "select pg_is_in_recovery()", "t", 60, "replica up")
 
+    def promote_replica(self, stop_primary="immediate"):
+        """A failover as an HA manager does it: the primary stopped (``stop_primary``
+        mode; None leaves it running, a stale primary), the replica promoted
+        (pg_ctl promote -w). Afterwards the roles are swapped: ``primary_port``
+        is the promoted server's, ``replica_port`` the old primary's (stopped,
+        unless stop_primary is None; rebuild_standby makes it a standby)."""
+        if self._replica is None:
+            raise PgClusterError("no replica to promote")
+        if stop_primary:
+            self._pg_stop(self._primary, stop_primary)
+            self._primary.running = False
+        self._run([self._bin("pg_ctl"), "-D", self._replica.datadir, "-w", "-t", "60", "promote"],
+                  timeout=90, what="pg_ctl promote")
+        self._wait_sql(self._replica.port, "select pg_is_in_recovery()", "f", 60, "promoted")
+        self._primary, self._replica = self._replica, self._primary
+        self._primary.name, self._replica.name = "primary", "replica"
+        self.primary_port, self.replica_port = self._primary.port, self._replica.port
+
+    def rebuild_standby(self):
+        """The server at ``replica_port`` (stopped, or a stale primary: stopped
+        here) is made again a streaming standby of the primary, from a fresh
+        base backup, on the same port."""
+        srv = self._replica
+        self._pg_stop(srv, "immediate", force=True)
+        srv.running = False
+        shutil.rmtree(srv.datadir)
+        self._run([self._bin("pg_basebackup"), "-R", "-X", "stream", "--checkpoint=fast", "-h", self.host,
+                   "-p", str(self.primary_port), "-U", "postgres", "-D", srv.datadir] + self._nosync(),
+                  timeout=300, what="pg_basebackup (rebuild)")
+        self._append(os.path.join(srv.datadir, "postgresql.conf"), ["port = %d" % srv.port, "hot_standby = on"])
+        self._pg_start(srv)
+        self._wait_sql(srv.port, "select pg_is_in_recovery()", "t", 60, "rebuilt standby in recovery")
+
     def postmaster_pids(self):
         """{'primary': pid, 'replica': pid} for servers with a postmaster.pid."""
         out = {}

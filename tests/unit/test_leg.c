@@ -271,14 +271,16 @@ Test(leg, a_leg_starved_for_buffers_when_its_session_ends_reads_its_reset_answer
 	close(server_end);
 }
 
-Test(leg, the_decision_ends_the_session_with_server_lost_for_every_fault)
+Test(leg, without_transaction_replay_the_decision_ends_the_session_for_every_fault)
 {
-	struct session s = {0};
+	static const struct session_parts parts = {0}; /* no decide_lost: what a session below the relay gets */
+	struct session s = {.parts = &parts};
 	struct leg leg = {0};
-	enum leg_fault faults[] = {LEG_FAULT_CLOSED, LEG_FAULT_MALFORMED};
+	enum leg_fault faults[] = {LEG_FAULT_CLOSED, LEG_FAULT_MALFORMED, LEG_FAULT_REFUSED};
+	enum session_end_reason reasons[] = {SESSION_END_SERVER_LOST, SESSION_END_SERVER_LOST, SESSION_END_SERVER_REFUSED};
 	for (size_t i = 0; i < TERN_ARRAY_LEN(faults); i++) {
 		struct session_lost_decision d = session_decide_lost(&s, &leg, faults[i]);
 		cr_assert_eq(d.action, SESSION_LOST_END);
-		cr_assert_eq(d.reason, SESSION_END_SERVER_LOST);
+		cr_assert_eq(d.reason, reasons[i]);
 	}
 }

@@ -1,0 +1,503 @@
+/* Transaction Replay's recovery of a session whose primary connection was lost (see recover.h). */
+#include "recover.h"
+
+#include "classify.h"
+#include "monitor.h"
+#include "observer.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char recover_msg_not_sent[] =
+	"the connection to the primary was lost before the statement reached it; it did not run (the session "
+	"goes on with the primary of the moment)";
+static const char recover_msg_unknown[] =
+	"transaction resolution unknown: the connection to the primary was lost while the statement ran; it may "
+	"or may not have taken effect (check before retrying)";
+static const char recover_msg_lost_tx[] =
+	"the connection to the primary was lost: the transaction is aborted (nothing of it committed)";
+static const char recover_msg_aborted[] =
+	"current transaction is aborted, commands ignored until end of transaction block";
+
+static const char *const recover_phase_names[TR_PHASE_COUNT] = {"idle", "not sent", "sent", "partly answered",
+								   "copy"};
+
+static enum tr_mode recover_mode(const struct tern_config *cfg)
+{
+	return cfg->tr_enabled ? (enum tr_mode)cfg->tr_mode : TR_MODE_NONE;
+}
+
+static struct session_lost_decision recover_end_with(enum session_end_reason reason, const char *sqlstate,
+						     const char *message)
+{
+	return (struct session_lost_decision){
+		.action = SESSION_LOST_END, .reason = reason, .sqlstate = sqlstate, .message = message};
+}
+
+/* A pool error that says the server could not be reached (not that it refused the login). */
+static bool recover_is_unreachable(const struct pool_error *err)
+{
+	return strncmp(err->sqlstate, "08", 2) == 0 || strcmp(err->sqlstate, "57P03") == 0;
+}
+
+/* What the request in flight is, from its one logged Query (or the worst it may be when tern did not
+ * keep it: a COMMIT inside a transaction, a write outside one). */
+/* The request in flight is one Query tern kept (what it can run again). */
+static bool recover_is_logged_query(const struct session_replay *r)
+{
+	return !r->is_extended && r->unlogged == 0 && r->requests == 1 && r->inflight.len > PROTO_HEADER_LEN &&
+	       r->inflight.data[r->inflight.len - 1] == '\0';
+}
+
+static enum tr_kind recover_kind(const struct session *s, const struct tern_config *cfg, bool is_in_tx)
+{
+	const struct session_replay *r = &s->replay;
+	if (!recover_is_logged_query(r))
+		return is_in_tx ? TR_KIND_COMMIT : TR_KIND_WRITE;
+	struct classify_result c; /* the Query's body is its NUL-terminated text */
+	classify_query((const char *)r->inflight.data + PROTO_HEADER_LEN,
+		       cfg->tr_read_functions[0] ? cfg->tr_read_functions : NULL, &c);
+	return classify_tr_kind(&c);
+}
+
+/* How far the request in flight got. */
+static enum tr_phase recover_phase(const struct session *s, const struct leg *leg)
+{
+	const struct session_replay *r = &s->replay;
+	if (!r->is_open)
+		return TR_PHASE_IDLE;
+	if (leg->copy.is_copy_in)
+		return TR_PHASE_COPY;
+	if (leg->to_client_bytes != r->client_mark)
+		return TR_PHASE_PARTIAL;
+	return leg->to_server.sent_bytes_total <= r->sent_mark ? TR_PHASE_NOT_SENT : TR_PHASE_SENT;
+}
+
+/* One request in flight, whole (a Query, or a batch up to its Sync), or one batch not yet synced. */
+static bool recover_is_one_request(const struct session *s, const struct leg *leg)
+{
+	const struct session_replay *r = &s->replay;
+	return (r->requests == 1 && !leg->is_unsynced) || (r->requests == 0 && leg->is_unsynced);
+}
+
+/* Server state the session holds that no other connection has: it cannot move. */
+static bool recover_is_pinned(const struct session *s)
+{
+	const struct leg *replica = s->legs[LEG_REPLICA];
+	return s->pinned_server || s->pins.is_listening || s->pins.is_sql_prepared || s->routing.state != ROUTE_IDLE ||
+	       s->routing.split.server || (replica && (replica->conn || replica->is_request_pending));
+}
+
+struct session_lost_decision recover_decide(const struct session *s, const struct leg *leg, enum leg_fault fault)
+{
+	const struct tern_config *cfg = runtime_config(s->host->runtime);
+	/* Recorded from the session's start (observer_replay is on when tr_mode was not none then), and the
+	 * mode of the moment allows it. */
+	enum tr_mode mode = (s->observers_on & (1u << OBSERVER_REPLAY)) ? recover_mode(cfg) : TR_MODE_NONE;
+	bool is_primary = leg->role == LEG_PRIMARY && s->is_transaction_pooling && s->phase == SESSION_READY;
+	if (fault == LEG_FAULT_REFUSED) {
+		/* Never sent: it waits for a primary, as long as the one it asked for cannot be reached. */
+		if (!is_primary || mode == TR_MODE_NONE || recover_is_pinned(s) ||
+		    !recover_is_unreachable(&leg->request.error))
+			return recover_end_with(SESSION_END_SERVER_REFUSED, NULL, NULL);
+		return (struct session_lost_decision){.action = SESSION_LOST_RECOVER,
+						      .tr = {.action = TR_REEXECUTE},
+						      .phase = TR_PHASE_NOT_SENT};
+	}
+	if (!is_primary)
+		return recover_end_with(SESSION_END_SERVER_LOST, NULL, NULL);
+	if (mode == TR_MODE_NONE)
+		return recover_end_with(SESSION_END_SERVER_LOST, "57P01",
+					"terminating connection: the connection to the primary was lost");
+	enum tr_phase phase = recover_phase(s, leg);
+	char status = s->replay.is_open ? s->replay.tx_status : leg->tx_status;
+	bool is_in_tx = status == 'T' || status == 'E';
+	enum tr_tx tx = status == 'E' ? TR_TX_FAILED : is_in_tx ? TR_TX_WRITTEN : TR_TX_NONE;
+	enum tr_kind kind = phase == TR_PHASE_IDLE ? TR_KIND_NONE : recover_kind(s, cfg, is_in_tx);
+	struct tr_decision tr = tr_decide(mode, phase, tx, kind);
+	if (tr.action == TR_CLOSE) {
+		s->host->stats.tr_replay_failures++;
+		return recover_end_with(SESSION_END_SERVER_LOST, tr.sqlstate,
+					"the connection to the primary was lost with part of the answer sent, or during "
+					"a COPY: the session cannot go on");
+	}
+	if (recover_is_pinned(s) || (phase != TR_PHASE_IDLE && !recover_is_one_request(s, leg))) {
+		s->host->stats.tr_replay_failures++;
+		return recover_end_with(SESSION_END_SERVER_LOST, NULL, NULL);
+	}
+	/* Not built yet: a transaction's replay. It is lost: as the table says when it may not replay. */
+	if (tr.action == TR_REPLAY)
+		tr = phase == TR_PHASE_IDLE ? (struct tr_decision){TR_FAIL_NEXT, "57P01"}
+					    : (struct tr_decision){TR_FAIL, "57P01"};
+	/* Only a logged Query runs again, and only through a client stream between messages (it goes through
+	 * the relay as the client's); another request never sent fails as never run. */
+	if (tr.action == TR_REEXECUTE &&
+	    (!recover_is_logged_query(&s->replay) || !proto_stream_is_at_boundary(&s->client_stream)))
+		tr = (struct tr_decision){TR_FAIL, phase == TR_PHASE_NOT_SENT ? "57P01" : "08007"};
+	return (struct session_lost_decision){.action = SESSION_LOST_RECOVER,
+					      .tr = tr,
+					      .phase = phase,
+					      .is_in_tx = is_in_tx,
+					      .is_commit = kind == TR_KIND_COMMIT && recover_is_logged_query(&s->replay)};
+}
+
+/* ---- the wait for a primary ---- */
+
+/* A primary the monitor vouches for: another server it says is the primary, or the lost one answering as
+ * the primary after the loss. */
+static bool recover_primary_is_there(const struct session *s)
+{
+	struct tern_runtime *rt = s->host->runtime;
+	struct pool_server *primary = runtime_primary(rt);
+	if (!rt->monitor)
+		return true;
+	const struct monitor_server *ms = monitor_server_at(rt->monitor, primary->index);
+	uint64_t checked_ns = __atomic_load_n(&ms->checked_ns, __ATOMIC_ACQUIRE);
+	if (__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) != MONITOR_PRIMARY)
+		return false;
+	return primary != s->replay.lost_server || checked_ns > s->replay.lost_ns;
+}
+
+/* What the monitor last said of the server writes go to. */
+static uint32_t recover_primary_role(const struct tern_runtime *rt)
+{
+	if (!rt->monitor)
+		return MONITOR_PRIMARY;
+	return __atomic_load_n(&monitor_server_at(rt->monitor, runtime_primary(rt)->index)->role, __ATOMIC_ACQUIRE);
+}
+
+/* The session's primary is gone (its connection was lost, or the monitor says it is down): it waits. */
+static void recover_lose(struct session *s, struct pool_server *server, uint64_t now_ns)
+{
+	if (!s->replay.lost_server) {
+		s->replay.lost_server = server;
+		s->replay.lost_ns = now_ns;
+	}
+}
+
+static void recover_unwait(struct session *s)
+{
+	if (!s->replay.is_waiting)
+		return;
+	s->replay.is_waiting = false;
+	base_list_remove(&s->replay.wait_link);
+	__atomic_sub_fetch(&s->host->recover_waiting, 1, __ATOMIC_RELAXED);
+}
+
+bool recover_awaits_primary(struct session *s, struct leg *leg)
+{
+	struct session_replay *r = &s->replay;
+	TERN_ASSERT(leg == session_primary(s));
+	if (!r->lost_server) {
+		/* The monitor says the primary is down: wait here for the next (write_timeout_secs), not in the
+		 * pool for a login that cannot work (query_wait_timeout). */
+		if (s->pinned_server || !(s->observers_on & (1u << OBSERVER_REPLAY)) ||
+		    recover_primary_role(s->host->runtime) != MONITOR_DOWN)
+			return false;
+		recover_lose(s, runtime_primary(s->host->runtime), base_now_ns());
+	}
+	if (recover_primary_is_there(s)) {
+		recover_unwait(s);
+		r->lost_server = NULL;
+		return false;
+	}
+	if (!r->is_waiting) {
+		/* The one deadline runs from when the session needs a primary. */
+		r->deadline_ns = base_now_ns() +
+				 (uint64_t)runtime_config(s->host->runtime)->write_timeout_secs * BASE_NS_PER_SEC;
+		r->is_waiting = true;
+		base_list_insert_tail(&s->host->recover_waits, &r->wait_link);
+		__atomic_add_fetch(&s->host->recover_waiting, 1, __ATOMIC_RELAXED);
+		if (s->host->runtime->monitor)
+			monitor_round_request(s->host->runtime->monitor);
+	}
+	session_hold_parked_bytes(s); /* a waiting client holds no receive buffers */
+	return true;
+}
+
+void recover_check_waits(struct host *host, uint64_t now_ns)
+{
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &host->recover_waits)
+	{
+		struct session *s = TERN_CONTAINER_OF(node, struct session, replay.wait_link);
+		TERN_ASSERT(s->replay.is_waiting && s->phase == SESSION_READY);
+		if (recover_primary_is_there(s)) {
+			recover_unwait(s);
+			s->replay.lost_server = NULL;
+			struct leg *leg = session_primary(s);
+			if (!leg->conn && !leg->is_request_pending && !sendq_is_empty(&leg->to_server))
+				session_acquire(s, leg);
+		} else if (now_ns >= s->replay.deadline_ns) {
+			recover_unwait(s);
+			host->stats.tr_replay_failures++;
+			char message[160];
+			snprintf(message, sizeof(message),
+				 "no primary answered within write_timeout_secs (%" PRIu32
+				 " s) after the connection to the primary was lost",
+				 runtime_config(host->runtime)->write_timeout_secs);
+			session_end_with_error(s, SESSION_END_SERVER_LOST, "08006", message);
+		}
+	}
+}
+
+void recover_repoint_parked(struct host *host)
+{
+	struct tern_runtime *rt = host->runtime;
+	struct pool_server *primary = runtime_primary(rt);
+	bool is_primary_change = primary != host->recover_primary;
+	bool is_down = recover_primary_role(rt) == MONITOR_DOWN;
+	__atomic_store_n(&host->recover_primary, primary, __ATOMIC_RELAXED);
+	struct base_list *node, *tmp;
+	base_list_for_each_safe(node, tmp, &host->parked)
+	{
+		/* A request parked on the primary of before (never sent) asks the primary of the moment; one
+		 * parked on a primary the monitor says is down waits for the next (recover_awaits_primary). */
+		struct leg *leg = TERN_CONTAINER_OF(node, struct leg, parked_link);
+		struct session *s = leg->session;
+		if (leg->role != LEG_PRIMARY || s->pinned_server || s->phase != SESSION_READY ||
+		    (leg->request.server == primary && !(is_down && (s->observers_on & (1u << OBSERVER_REPLAY)))))
+			continue;
+		if (!pool_request_cancel(rt->pool, &leg->request))
+			continue; /* granted meanwhile: the mailbox has it */
+		leg->is_request_pending = false;
+		base_list_remove(&leg->parked_link);
+		session_acquire(s, leg);
+	}
+	if (!is_primary_change)
+		return;
+	/* Fencing: a transaction still open on a server that is no longer the primary (a promote left it
+	 * behind, a lower timeline) writes nothing more there; its session decides as for a loss. */
+	base_list_for_each_safe(node, tmp, &host->sessions)
+	{
+		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
+		struct leg *leg = session_primary(s);
+		if (s->is_transaction_pooling && !s->pinned_server && s->phase == SESSION_READY && leg && leg->conn &&
+		    !leg->is_dropping && leg->conn->server != primary) {
+			TERN_WARN("client %s/%s: server %s is no longer the primary: its connection is dropped", s->user,
+				  s->database, leg->conn->server->name);
+			leg_fail(leg, LEG_FAULT_CLOSED);
+		}
+	}
+}
+
+void recover_end(struct session *s) { recover_unwait(s); }
+
+/* ---- the decision carried out ---- */
+
+static void recover_send_ready(struct session *s, char status)
+{
+	uint8_t ready[PROTO_HEADER_LEN + 1];
+	size_t n = proto_build_ready(ready, sizeof(ready), status);
+	session_send_to_client(s, ready, (uint32_t)n);
+}
+
+/* The statement in flight gets its one error: with its ReadyForQuery, or (a batch not yet synced) the
+ * batch is skipped to its Sync, which tern answers. */
+static void recover_fail(struct session *s, const struct leg *lost, const struct session_lost_decision *d)
+{
+	struct session_replay *r = &s->replay;
+	const char *sqlstate = d->tr.sqlstate;
+	const char *message = strcmp(sqlstate, "08007") == 0   ? recover_msg_unknown
+			      : strcmp(sqlstate, "25P02") == 0 ? recover_msg_aborted
+			      : d->is_in_tx			 ? recover_msg_lost_tx
+								 : recover_msg_not_sent;
+	if (strcmp(sqlstate, "08007") == 0)
+		s->host->stats.tr_unknown_outcome++;
+	session_send_error(s, "ERROR", sqlstate, message, NULL);
+	/* A COMMIT ends the transaction whatever became of it; any other error leaves it aborted (an
+	 * unknown statement in a transaction may not have been its COMMIT: aborted, the safe side). */
+	bool is_aborted = d->is_in_tx && !d->is_commit;
+	r->aborted = is_aborted ? REPLAY_TX_ABORTED : REPLAY_TX_LIVE;
+	if (lost->is_unsynced)
+		r->is_skipping = true;
+	else
+		recover_send_ready(s, is_aborted ? 'E' : 'I');
+}
+
+void recover_start(struct session *s, struct leg *leg, const struct session_lost_decision *d)
+{
+	struct session_replay *r = &s->replay;
+	struct host *host = s->host;
+	uint64_t now = base_now_ns();
+	TERN_ASSERT(d->action == SESSION_LOST_RECOVER && leg == session_primary(s));
+	struct pool_server *server = leg->conn ? leg->conn->server : leg->request.server;
+	recover_lose(s, server, now);
+	if (d->phase == TR_PHASE_NOT_SENT && !leg->conn) {
+		/* The pool could not reach it: the request, still queued, waits for a primary. */
+		TERN_INFO("client %s/%s: server %s cannot be reached (%s); the request waits for a primary", s->user,
+			  s->database, server->name, leg->request.error.message);
+		session_acquire(s, leg);
+		return;
+	}
+	host->stats.tr_failovers++;
+	TERN_INFO("client %s/%s: the connection to server %s was lost (%s); %s%s%s", s->user, s->database,
+		  server->name, recover_phase_names[d->phase], tr_action_names[d->tr.action],
+		  d->tr.sqlstate ? " with " : "", d->tr.sqlstate ? d->tr.sqlstate : "");
+	struct route_bytes again = r->inflight; /* the Query in flight, for TR_REEXECUTE */
+	r->inflight = (struct route_bytes){0};
+	r->is_open = r->is_extended = false;
+	r->requests = r->unlogged = 0;
+	r->preamble.len = 0; /* the start of the lost answer, never shown */
+	struct leg *fresh = session_set_aside_leg(s, LEG_PRIMARY); /* set aside: this runs in its completion */
+	if (!fresh) {
+		free(again.data);
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
+		return;
+	}
+	switch (d->tr.action) {
+	case TR_REHOME:
+		break;
+	case TR_REEXECUTE:
+		host->stats.tr_reexecuted++;
+		s->parts->feed(s, fresh, true, again.data, again.len);
+		break;
+	case TR_FAIL:
+		host->stats.tr_replay_failures++;
+		recover_fail(s, leg, d);
+		break;
+	case TR_FAIL_NEXT:
+		host->stats.tr_replay_failures++;
+		r->aborted = REPLAY_TX_LOST_NEXT;
+		base_strlcpy(r->fail_sqlstate, d->tr.sqlstate, sizeof(r->fail_sqlstate));
+		break;
+	default:
+		TERN_ASSERT(false);
+	}
+	free(again.data);
+}
+
+/* ---- the client's messages while its transaction is lost ---- */
+
+/* A text that ends the transaction: ROLLBACK (ABORT), or COMMIT (END), which answers ROLLBACK in an
+ * aborted transaction. */
+static bool recover_ends_tx(const uint8_t *body, uint32_t len)
+{
+	if (len == 0 || body[len - 1] != '\0')
+		return false; /* a long text's head */
+	struct classify_result c;
+	classify_query((const char *)body, NULL, &c);
+	return c.statement_count == 1 && (c.kind == CLASSIFY_ROLLBACK || c.kind == CLASSIFY_COMMIT);
+}
+
+static void recover_send_rollback(struct session *s)
+{
+	static const uint8_t complete[] = {PROTO_BE_COMMAND_COMPLETE, 0, 0, 0, 13, 'R', 'O', 'L', 'L', 'B', 'A', 'C', 'K', 0};
+	session_send_to_client(s, complete, sizeof(complete));
+}
+
+/* The transaction's one error (the loss's, first) or 25P02. */
+static void recover_send_aborted(struct session *s)
+{
+	struct session_replay *r = &s->replay;
+	if (r->aborted == REPLAY_TX_LOST_NEXT) {
+		session_send_error(s, "ERROR", r->fail_sqlstate, recover_msg_lost_tx, NULL);
+		r->aborted = REPLAY_TX_ABORTED;
+	} else {
+		session_send_error(s, "ERROR", "25P02", recover_msg_aborted, NULL);
+	}
+}
+
+unsigned recover_client_type(struct session *s, uint8_t type)
+{
+	(void)s;
+	switch (type) {
+	case PROTO_FE_COPY_DATA:
+	case PROTO_FE_COPY_DONE:
+	case PROTO_FE_COPY_FAIL:
+	case PROTO_FE_FLUSH:
+		return 0; /* dropped */
+	case PROTO_FE_TERMINATE:
+		return PROTO_INSPECT;
+	default:
+		return PROTO_HOLD | PROTO_HOLD_HEAD; /* a long one's head is enough */
+	}
+}
+
+int recover_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	static const uint8_t parse_complete[] = {PROTO_BE_PARSE_COMPLETE, 0, 0, 0, 4};
+	static const uint8_t bind_complete[] = {PROTO_BE_BIND_COMPLETE, 0, 0, 0, 4};
+	static const uint8_t no_data[] = {PROTO_BE_NO_DATA, 0, 0, 0, 4};
+	static const uint8_t close_complete[] = {PROTO_BE_CLOSE_COMPLETE, 0, 0, 0, 4};
+	struct session_replay *r = &s->replay;
+	bool is_aborted = r->aborted != REPLAY_TX_LIVE;
+	if (type == PROTO_FE_SYNC) {
+		r->is_skipping = false;
+		if (r->is_batch_ending)
+			r->aborted = REPLAY_TX_LIVE;
+		r->is_batch_ending = false;
+		recover_send_ready(s, r->aborted != REPLAY_TX_LIVE ? 'E' : 'I');
+		return 0;
+	}
+	if (r->is_skipping)
+		return 0; /* the rest of a batch that failed */
+	TERN_ASSERT(is_aborted);
+	switch (type) {
+	case PROTO_FE_QUERY:
+		if (recover_ends_tx(body, len)) {
+			recover_send_rollback(s);
+			r->aborted = REPLAY_TX_LIVE;
+			recover_send_ready(s, 'I');
+		} else {
+			recover_send_aborted(s);
+			recover_send_ready(s, 'E');
+		}
+		return 0;
+	case PROTO_FE_PARSE: {
+		/* name\0 text\0 ...: a ROLLBACK or COMMIT batch (as drivers send them) is answered */
+		const uint8_t *end = body + len;
+		const uint8_t *name_end = memchr(body, '\0', len);
+		const uint8_t *text = name_end ? name_end + 1 : end;
+		const uint8_t *text_end = memchr(text, '\0', (size_t)(end - text));
+		if (text_end && recover_ends_tx(text, (uint32_t)(text_end - text) + 1)) {
+			r->is_batch_ending = true;
+			session_send_to_client(s, parse_complete, sizeof(parse_complete));
+			return 0;
+		}
+		break;
+	}
+	case PROTO_FE_BIND:
+		if (r->is_batch_ending) {
+			session_send_to_client(s, bind_complete, sizeof(bind_complete));
+			return 0;
+		}
+		break;
+	case PROTO_FE_DESCRIBE:
+		if (r->is_batch_ending) {
+			session_send_to_client(s, no_data, sizeof(no_data));
+			return 0;
+		}
+		break;
+	case PROTO_FE_EXECUTE:
+		if (r->is_batch_ending) {
+			recover_send_rollback(s);
+			return 0;
+		}
+		break;
+	case PROTO_FE_CLOSE:
+		session_send_to_client(s, close_complete, sizeof(close_complete));
+		return 0;
+	case PROTO_FE_FUNCTION_CALL:
+		recover_send_aborted(s);
+		recover_send_ready(s, 'E');
+		return 0;
+	default:
+		break;
+	}
+	recover_send_aborted(s);
+	r->is_skipping = true;
+	r->is_batch_ending = false;
+	return 0;
+}
+
+bool recover_shows_notice(const struct session *s, const uint8_t *body, uint32_t len)
+{
+	(void)s;
+	struct proto_error_fields f;
+	if (proto_error_parse(body, len, &f) < 0 || strncmp(f.sqlstate, "57P0", 4) != 0 || f.sqlstate[4] > '3')
+		return true;
+	return strcmp(f.severity, "FATAL") != 0 && strcmp(f.severity, "PANIC") != 0 && strcmp(f.severity, "WARNING") != 0;
+}

@@ -1,0 +1,61 @@
+/*
+ * recover.h — Transaction Replay's recovery of a session whose primary connection was lost (DESIGN §6;
+ * ../shared/reference/004_c44c290a4cd34a46.txt is the contract), in transaction pooling. The loss is
+ * decided once (session_decide_lost asks recover_decide): how far the request in flight got
+ * (observer_replay.c's record: nothing in flight, never sent, sent with no byte of its answer at the
+ * client, part of its answer at the client, a COPY), the client's transaction, and what the statement
+ * is (classify_tr_kind) go to tr_decide (replay/decide.h). Then the session moves (recover_start): its
+ * primary leg is set aside, and a new one waits (recover_awaits_primary, on host->recover_waits) until a
+ * primary the monitor vouches for is there — another server the monitor says is the primary, or the lost
+ * one seen answering as the primary after the loss — for at most write_timeout_secs from when the session
+ * needs it (08006 then). Its parameters and named prepared statements come back on the new connection as
+ * on any other (observer_params, observer_stmts). A statement that never reached the server, or that has
+ * no effect, runs there; one whose outcome is unknown gets one error (08007; a COMMIT in flight always);
+ * a transaction that was lost is answered by tern as PostgreSQL answers an aborted one (25P02 until
+ * ROLLBACK, which tern answers too). A pool refusal for a primary that cannot be reached goes through
+ * the same decision: the request, never sent, waits for the next primary.
+ *
+ * Not built yet: replaying an uncommitted transaction (tr_mode = transaction is refused at load; a
+ * read-only transaction under select fails as under session), re-running extended-protocol requests
+ * (they fail with 57P01 when never sent, 08007 when sent), SET tracking beyond the parameters tern
+ * restores on every connection.
+ *
+ * Threads: the session's worker. Never: runs a statement twice that may have written, retries a COMMIT,
+ * or writes to a server the monitor has not seen answer as the primary since the loss.
+ */
+#ifndef TERN_RECOVER_H
+#define TERN_RECOVER_H
+
+#include "session.h"
+
+/* session_parts.decide_lost: what a lost (or refused) primary connection means for the session. */
+struct session_lost_decision recover_decide(const struct session *s, const struct leg *leg, enum leg_fault fault);
+/* session_parts.recover: carries out a SESSION_LOST_RECOVER decision for the lost leg. */
+void recover_start(struct session *s, struct leg *leg, const struct session_lost_decision *d);
+/* session_parts.awaits_primary: a primary leg about to ask the pool: true when it waits for a primary
+ * instead (the session is on host->recover_waits). */
+bool recover_awaits_primary(struct session *s, struct leg *leg);
+/* The worker, at its tick and when the monitor published new answers: waiting sessions whose primary is
+ * there go on, those past their deadline end; primary legs parked on a server that is no longer the
+ * primary ask again for the one that is. */
+void recover_check_waits(struct host *host, uint64_t now_ns);
+void recover_repoint_parked(struct host *host);
+/* The session ends: off the waits. */
+void recover_end(struct session *s);
+
+/* While the client's transaction is lost (or a batch that failed is skipped to its Sync): tern answers
+ * the client's messages itself. */
+static inline bool recover_is_answering(const struct session *s)
+{
+	return s->replay.aborted != REPLAY_TX_LIVE || s->replay.is_skipping;
+}
+/* The relay's type hook then: how the message is read (whole, or its head when long). */
+unsigned recover_client_type(struct session *s, uint8_t type);
+/* ... and its content (a long one's head): answered. 0. */
+int recover_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len);
+/* An ErrorResponse or NoticeResponse the primary's leg sent: false when it is the server going away
+ * (57P01, 57P02, 57P03 as FATAL, or the WARNING an immediate shutdown sends), which the client is not
+ * shown while a recovery may follow. */
+bool recover_shows_notice(const struct session *s, const uint8_t *body, uint32_t len);
+
+#endif

@@ -1,0 +1,699 @@
+#!/usr/bin/env python3
+"""Transaction Replay's failover battery: a real primary + streaming replica (started here), three terns
+(tr_mode none, session, select) in front of both servers, raw wire clients. Each case puts a client of
+every tern in a state (idle, in a transaction, a statement or a COMMIT running), then the connection is
+lost in one of two ways: its backend terminated (pg_terminate_backend: the server stays the primary), or
+the primary stopped with pg_ctl -m immediate and the replica promoted (pg_ctl promote), after which the
+old primary is rebuilt as the new one's standby for the next case. Each case checks what the client saw
+(SQLSTATE, rows, the session alive or closed, ReadyForQuery status) and the database's real state (no
+duplicate write, nothing the client was told had failed, every acknowledged write present: the replica
+here is a synchronous standby, so a promote loses nothing acknowledged).
+
+usage: run_failover.py [-k SUBSTRING]...   (TERN_BINARY and TERN_SOURCE_ROOT from meson)"""
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from pgcluster import PgCluster, find_pg_bindir, free_port  # noqa: E402
+from procs import TernProcess  # noqa: E402
+from wire import SYNC, Wire, bind, data_row, error_fields, execute, message, parse  # noqa: E402
+
+ROOT = os.environ.get("TERN_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
+TERN = os.environ.get("TERN_BINARY", os.path.join(ROOT, "build", "tern"))
+SUITE_DEADLINE_S = 900
+MODES = ("none", "session", "select")
+FAULTS = ("terminate", "promote")
+SLEEP_S = 2  # how long a statement "in flight" runs on the server
+
+
+def check(condition, what):
+    if not condition:
+        raise AssertionError(what)
+
+
+def wait_for(predicate, what, timeout=30.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception as exc:  # a server restarting, say
+            last = exc
+        time.sleep(interval)
+    raise AssertionError("timed out waiting for %s (last error: %r)" % (what, last))
+
+
+class Outcome:
+    """What a client read for one request: kind ok / error / closed, the SQLSTATE of the first error,
+    the data rows, the ReadyForQuery status."""
+
+    def __init__(self, kind, sqlstate=None, rows=(), status=None):
+        self.kind, self.sqlstate, self.rows, self.status = kind, sqlstate, list(rows), status
+
+    def __repr__(self):
+        return "Outcome(%s, %s, rows=%r, status=%s)" % (self.kind, self.sqlstate, self.rows, self.status)
+
+
+def read_outcome(w):
+    sqlstate, rows = None, []
+    while True:
+        try:
+            msg = w.read_message()
+        except (ConnectionResetError, OSError):
+            msg = None
+        if msg is None:
+            return Outcome("closed", sqlstate, rows)
+        kind, body = msg
+        if kind == b"E" and sqlstate is None:
+            sqlstate = error_fields(body).get("C")
+        elif kind == b"D":
+            rows.append(data_row(body))
+        elif kind == b"Z":
+            return Outcome("error" if sqlstate else "ok", sqlstate, rows, body.decode())
+
+
+def send_query(w, sql):
+    w.send(message(b"Q", sql.encode() + b"\0"))
+
+
+def run(w, sql):
+    send_query(w, sql)
+    return read_outcome(w)
+
+
+class Battery:
+    def __init__(self, pg):
+        self.pg = pg
+        self.terns = {}
+        self.counts = {"cases": 0, "unknown_committed": 0, "unknown_absent": 0}
+        pg.psql("create table if not exists tr(m text, n int);"
+                "create table if not exists trc(m text);"
+                "create sequence if not exists trs;"
+                "create or replace function tr_slow() returns trigger language plpgsql as "
+                "$$ begin perform pg_sleep(%d); return null; end $$;"
+                "drop trigger if exists tr_slow on trc;"
+                "create constraint trigger tr_slow after insert on trc deferrable initially deferred "
+                "for each row execute function tr_slow();" % SLEEP_S)
+        ports = sorted([pg.primary_port, pg.replica_port])
+        for mode in MODES:
+            http = free_port()
+            config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n"
+                      "primary = host=127.0.0.1 port=%d\nother = host=127.0.0.1 port=%d\n"
+                      "[routing]\nmonitor_interval_ms = 100\n[pool]\npool_size = 8\n"
+                      "[replay]\ntr_mode = %s\nwrite_timeout_secs = 20\n"
+                      "[admin]\nhttp_listen = 127.0.0.1:%d\n" % (free_port(), ports[0], ports[1], mode, http))
+            self.ports = {"primary": ports[0], "other": ports[1]}
+            t = TernProcess(TERN, config)
+            t.start()
+            t.http_port = http
+            self.terns[mode] = t
+
+    def stop(self):
+        for t in self.terns.values():
+            t.stop()
+        for mode, t in self.terns.items():
+            check(t.returncode == 0, "tern (%s) exited with %s:\n%s" % (mode, t.returncode, t.log_tail(40)))
+
+    def primary_sql(self, sql):
+        return self.pg.psql(sql).strip()
+
+    def count(self, table, marker):
+        return int(self.primary_sql("select count(*) from %s where m = '%s'" % (table, marker)))
+
+    def client(self, mode):
+        w = Wire(self.terns[mode].port, timeout=30)
+        w.login("postgres")
+        return w
+
+    def wait_running(self, markers):
+        """Every marked statement is running on the primary (pg_stat_activity says active)."""
+        def running():
+            out = self.primary_sql("select count(*) from pg_stat_activity where state = 'active' and (%s)" %
+                                   " or ".join("query like '%%%s%%'" % m for m in markers)
+                                   + " and pid <> pg_backend_pid()")
+            return int(out) >= len(markers)
+        wait_for(running, "the statements in flight to run: %r" % (markers,), timeout=15)
+
+    def writes_go_to_port(self, mode):
+        """The port of the server the tern of `mode` sends writes to (its /metrics)."""
+        import urllib.request
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.terns[mode].http_port,
+                                      timeout=10).read().decode()
+        for line in text.splitlines():
+            if line.startswith("tern_server_writes{") and line.endswith(" 1"):
+                name = line.split('server="', 1)[1].split('"', 1)[0]
+                return self.ports[name]
+        return None
+
+    def fault(self, fault, markers):
+        if fault in ("down_then_promote",):
+            self.pg.stop_primary("immediate")
+            return
+        if fault == "stale_primary":
+            self.pg.promote_replica(stop_primary=None)
+            self.primary_sql("alter system set synchronous_standby_names = ''")
+            self.primary_sql("select pg_reload_conf()")
+            return
+        if fault == "terminate":
+            cond = " or ".join("query like '%%%s%%'" % m for m in markers)
+            self.primary_sql("select count(pg_terminate_backend(pid, 10000)) from pg_stat_activity where (%s) "
+                             "and pid <> pg_backend_pid()" % cond)
+        else:
+            self.pg.promote_replica()
+            # Until its standby is rebuilt, the new primary's commits must not wait for one.
+            self.primary_sql("alter system set synchronous_standby_names = ''")
+            self.primary_sql("select pg_reload_conf()")
+
+    def after_fault(self, fault):
+        if fault != "terminate":
+            self.pg.rebuild_standby()
+            self.primary_sql("alter system reset synchronous_standby_names")
+            self.primary_sql("select pg_reload_conf()")
+
+
+# ---- the cases: each returns a function that checks one client after the fault ----
+
+def marker_of(case, fault, mode):
+    return "m_%s_%s_%s" % (case, fault, mode)
+
+
+def expect_closed(o, sqlstate, what):
+    check(o.kind == "closed" and o.sqlstate == sqlstate, "%s: closed with %s, got %r" % (what, sqlstate, o))
+
+
+def expect_session_goes_on(b, w, what):
+    o = run(w, "select 1")
+    check(o.kind == "ok" and o.rows == [["1"]] and o.status == "I", "%s: the session goes on: %r" % (what, o))
+
+
+def case_idle_autocommit(b, w, mode, fault, m):
+    """Idle, nothing in flight: the next write runs on the primary of the moment, in every mode (the
+    session held no server connection; the pool drops the dead ones)."""
+    check(run(w, "select 1 /*%s*/" % m).kind == "ok", "setup")
+    yield
+    o = run(w, "insert into tr values ('%s', 1)" % m)
+    check(o.kind == "ok" and o.status == "I", "the write after the fault runs: %r" % o)
+    check(b.count("tr", m) == 1, "written once")
+
+
+def case_idle_in_transaction(b, w, mode, fault, m):
+    """Idle inside a transaction: none closes (57P01); session and select tell the next statement
+    57P01 (the transaction is gone), then 25P02 until ROLLBACK, which tern answers; then the session
+    goes on. Nothing of the transaction committed."""
+    check(run(w, "begin").kind == "ok", "begin")
+    check(run(w, "insert into tr values ('%s', 1) /*%s*/" % (m, m)).kind == "ok", "insert")
+    yield
+    o = run(w, "insert into tr values ('%s', 2)" % m)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    else:
+        check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01 in a failed block: %r" % o)
+        o = run(w, "select 1")
+        check(o.kind == "error" and o.sqlstate == "25P02" and o.status == "E", "then 25P02: %r" % o)
+        o = run(w, "rollback")
+        check(o.kind == "ok" and o.status == "I", "ROLLBACK ends it: %r" % o)
+        expect_session_goes_on(b, w, mode)
+    check(b.count("tr", m) == 0, "nothing of the lost transaction committed")
+
+
+def inflight(sql):
+    """A case whose statement is in flight at the fault."""
+    def deco(fn):
+        fn.inflight = sql
+        return fn
+    return deco
+
+
+@inflight("insert into tr select '{m}', 1 from pg_sleep(%d)" % SLEEP_S)
+def case_autocommit_write_running(b, w, mode, fault, m):
+    """An autocommit write running: its outcome is unknown (08007), never run again; the session goes
+    on except under none (57P01, closed)."""
+    o = read_outcome(w)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    else:
+        check(o.kind == "error" and o.sqlstate == "08007" and o.status == "I", "08007: %r" % o)
+        expect_session_goes_on(b, w, mode)
+    n = b.count("tr", m)
+    check(n <= 1, "never twice: %d" % n)
+    b.counts["unknown_committed" if n else "unknown_absent"] += mode != "none"
+
+
+@inflight("select 42 as answer, pg_sleep(%d) /*{m}*/" % SLEEP_S)
+def case_autocommit_safe_read_running(b, w, mode, fault, m):
+    """A side-effect-free read running: select runs it again on the new primary (its rows, once);
+    session says 08007; none closes."""
+    o = read_outcome(w)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    elif mode == "session":
+        check(o.kind == "error" and o.sqlstate == "08007" and o.status == "I", "08007: %r" % o)
+        expect_session_goes_on(b, w, mode)
+    else:
+        check(o.kind == "ok" and o.rows == [["42", ""]] and o.status == "I", "run again, rows once: %r" % o)
+        expect_session_goes_on(b, w, mode)
+
+
+@inflight("select nextval('trs'), pg_sleep(%d) /*{m}*/" % SLEEP_S)
+def case_autocommit_opaque_read_running(b, w, mode, fault, m):
+    """A read calling nextval (a side effect): never run twice, 08007 in session and select."""
+    before = int(b.primary_sql("select last_value from trs"))
+    o = read_outcome(w)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    else:
+        check(o.kind == "error" and o.sqlstate == "08007", "08007: %r" % o)
+        expect_session_goes_on(b, w, mode)
+    after = int(b.primary_sql("select last_value from trs"))
+    check(after <= before + 1, "nextval ran at most once: %d -> %d" % (before, after))
+
+
+@inflight("insert into tr select '{m}', 2 from pg_sleep(%d)" % SLEEP_S)
+def case_write_running_in_transaction(b, w, mode, fault, m):
+    """A write running inside a transaction: one error (57P01), the transaction aborted (25P02 until
+    ROLLBACK); nothing of it committed."""
+    o = read_outcome(w)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    else:
+        check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01, aborted: %r" % o)
+        o = run(w, "insert into tr values ('%s', 3)" % m)
+        check(o.kind == "error" and o.sqlstate == "25P02" and o.status == "E", "25P02: %r" % o)
+        check(run(w, "rollback").status == "I", "rollback")
+        expect_session_goes_on(b, w, mode)
+    check(b.count("tr", m) == 0, "nothing committed")
+
+
+case_write_running_in_transaction.setup = ["begin", "insert into tr values ('{m}', 1)"]
+
+
+@inflight("commit /*{m}*/")
+def case_commit_running(b, w, mode, fault, m):
+    """A COMMIT running (a deferred trigger sleeps in it): its outcome is unknown, 08007, never retried;
+    the session goes on (none: closed)."""
+    o = read_outcome(w)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    else:
+        check(o.kind == "error" and o.sqlstate == "08007", "08007: %r" % o)
+        check(o.status in ("I",), "the transaction is over either way: %r" % o)
+        expect_session_goes_on(b, w, mode)
+    n = b.count("trc", m)
+    check(n <= 1, "committed at most once: %d" % n)
+    b.counts["unknown_committed" if n else "unknown_absent"] += mode != "none"
+
+
+case_commit_running.setup = ["begin", "insert into trc values ('{m}')"]
+
+
+def case_session_state_survives(b, w, mode, fault, m):
+    """SET state (tracked parameters) and a named prepared statement survive the move in session and
+    select modes."""
+    check(run(w, "set application_name = 'app_%s'" % m[-20:]).kind == "ok", "set")
+    w.send(parse("st_%s" % m[-8:], "select $1::int + 1 /*%s*/" % m) + SYNC)
+    check(read_outcome(w).kind == "ok", "parse")
+    w.send(bind("st_%s" % m[-8:], ["1"]) + execute() + SYNC)
+    o = read_outcome(w)
+    check(o.rows == [["2"]], "prepared before: %r" % o)
+    yield
+    w.send(bind("st_%s" % m[-8:], ["41"]) + execute() + SYNC)
+    o = read_outcome(w)
+    check(o.kind == "ok" and o.rows == [["42"]], "the prepared statement after the move: %r" % o)
+    o = run(w, "show application_name")
+    check(o.rows == [["app_%s" % m[-20:]]], "application_name restored: %r" % o)
+
+
+def case_extended_write_running(b, w, mode, fault, m):
+    """An extended-protocol write running (Parse/Bind/Execute/Sync, autocommit): tern does not keep
+    extended requests to run again, so its outcome is unknown: 08007; the session goes on."""
+    yield "send", (parse("", "insert into tr select '%s', 1 from pg_sleep(%d)" % (m, SLEEP_S)) + bind("") +
+                   execute() + SYNC)
+    o = read_outcome(w)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    else:
+        check(o.kind == "error" and o.sqlstate == "08007" and o.status == "I", "08007: %r" % o)
+        expect_session_goes_on(b, w, mode)
+    check(b.count("tr", m) <= 1, "never twice")
+
+
+def case_extended_in_transaction_then_extended_rollback(b, w, mode, fault, m):
+    """An extended-protocol statement running inside a transaction: 08007 (tern cannot tell it from
+    its COMMIT), the transaction aborted; a ROLLBACK sent as drivers send it (Parse/Bind/Execute/Sync)
+    is answered by tern (ParseComplete, BindComplete, ROLLBACK, ReadyForQuery I)."""
+    check(run(w, "begin").kind == "ok", "begin")
+    yield "send", (parse("", "insert into tr select '%s', 1 from pg_sleep(%d)" % (m, SLEEP_S)) + bind("") +
+                   execute() + SYNC)
+    o = read_outcome(w)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+        return
+    check(o.kind == "error" and o.sqlstate == "08007" and o.status == "E", "08007, aborted: %r" % o)
+    kinds, rows, err, status = w.exchange(parse("", "select 1"), bind(""), execute(), SYNC)
+    check(err == "25P02" and status == "E", "25P02 to an extended statement: %r" % ((kinds, err, status),))
+    kinds, rows, err, status = w.exchange(parse("", "ROLLBACK"), bind(""), execute(), SYNC)
+    check((kinds, err, status) == ("12CZ", None, "I"), "the ROLLBACK batch: %r" % ((kinds, err, status),))
+    expect_session_goes_on(b, w, mode)
+    check(b.count("tr", m) == 0, "nothing committed")
+
+
+@inflight("select g, repeat('x', 9000), pg_sleep(case when g = 2 then %d else 0 end) /*{m}*/ "
+          "from generate_series(1, 2) g" % SLEEP_S)
+def case_partial_result(b, w, mode, fault, m):
+    """Part of the answer (a first row of 9 kB, which the server flushes) reached the client: the
+    session closes (08006) rather than send a second answer after the first; none: 57P01."""
+    o = read_outcome(w)
+    check(o.kind == "closed" and o.sqlstate == ("57P01" if mode == "none" else "08006"),
+          "closed: %r" % o)
+    check(len(o.rows) <= 1, "no row twice: %r" % len(o.rows))
+
+
+def case_copy_in_progress(b, w, mode, fault, m):
+    """A COPY FROM STDIN under way: 08006, closed (57P01 under none); nothing of it committed."""
+    send_query(w, "copy tr from stdin /*%s*/" % m)
+    msg = w.read_message()
+    check(msg and msg[0] == b"G", "CopyInResponse: %r" % (msg,))
+    w.send(message(b"d", ("%s\t1\n" % m).encode()))
+    yield
+    try:
+        w.send(message(b"d", ("%s\t2\n" % m).encode()) + message(b"c"))
+    except OSError:
+        pass
+    o = read_outcome(w)
+    check(o.kind == "closed" and o.sqlstate == ("57P01" if mode == "none" else "08006"), "closed: %r" % o)
+    check(b.count("tr", m) == 0, "nothing of the COPY committed")
+
+
+def case_written_while_the_primary_is_down(b, w, mode, fault, m):
+    """The primary is down (stopped, not yet replaced) when an autocommit write arrives: it never
+    reached a server, so it waits for the next primary and runs there once, in every mode (a request
+    parked for the primary of before follows the primary of the moment)."""
+    check(run(w, "select 1").kind == "ok", "setup")
+    yield
+    send_query(w, "insert into tr values ('%s', 1)" % m)
+    yield
+    o = read_outcome(w)
+    check(o.kind == "ok" and o.status == "I", "it ran on the new primary: %r" % o)
+    check(b.count("tr", m) == 1, "once")
+
+
+case_written_while_the_primary_is_down.faults = ("down_then_promote",)
+
+
+def case_stale_primary_is_fenced(b, w, mode, fault, m):
+    """A promote that leaves the old primary up (a lower timeline): writes go to the new one; a
+    transaction still open on the old one is cut there (none: closed with 57P01; session, select: its
+    next statement gets 57P01, then 25P02 until ROLLBACK) and nothing of it is written on either."""
+    check(run(w, "begin").kind == "ok", "begin")
+    check(run(w, "insert into tr values ('%s', 1)" % m).kind == "ok", "insert on the old primary")
+    yield
+    wait_for(lambda: b.writes_go_to_port(mode) == b.pg.primary_port, "tern to follow the promote", timeout=15)
+    o = run(w, "insert into tr values ('%s', 2)" % m)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    else:
+        check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01: %r" % o)
+        check(run(w, "rollback").status == "I", "rollback")
+        o = run(w, "insert into tr values ('%s', 3)" % m)
+        check(o.kind == "ok", "a write after it: %r" % o)
+        check(b.count("tr", m) == 1, "on the new primary")
+    old = int(b.pg.psql("select count(*) from tr where m = '%s'" % m, port=b.pg.replica_port).strip())
+    check(old == 0, "nothing of it on the old primary: %d" % old)
+
+
+case_stale_primary_is_fenced.faults = ("stale_primary",)
+
+
+CASES = [case_idle_autocommit, case_idle_in_transaction, case_autocommit_write_running,
+         case_autocommit_safe_read_running, case_autocommit_opaque_read_running,
+         case_write_running_in_transaction, case_commit_running, case_session_state_survives,
+         case_extended_write_running, case_extended_in_transaction_then_extended_rollback, case_partial_result,
+         case_copy_in_progress, case_written_while_the_primary_is_down, case_stale_primary_is_fenced]
+
+
+def run_case(b, case, fault):
+    """The case on a client of each tern at once, one fault for all of them."""
+    name = case.__name__[len("case_"):]
+    clients, gens, markers, running = {}, {}, [], []
+    try:
+        for mode in MODES:
+            m = marker_of(name, fault, mode)
+            w = clients[mode] = b.client(mode)
+            for sql in getattr(case, "setup", []):
+                o = run(w, sql.format(m=m))
+                check(o.kind == "ok", "setup %r: %r" % (sql, o))
+            sql = getattr(case, "inflight", None)
+            if sql:
+                send_query(w, sql.format(m=m))
+                markers.append(m)
+                gens[mode] = None
+            else:
+                gens[mode] = case(b, w, mode, fault, m)
+                step = next(gens[mode])  # up to its yield: the state before the fault
+                if step and step[0] == "send":
+                    w.send(step[1])
+                    running.append(m)
+                markers.append(m)
+        if getattr(case, "inflight", None):
+            b.wait_running(markers)
+        elif running:
+            b.wait_running(running)
+        b.fault(fault, markers)
+        if fault == "down_then_promote":
+            for mode in MODES:
+                next(gens[mode])  # the request the down primary cannot take
+            time.sleep(0.3)  # (it waits meanwhile; how long does not matter)
+            b.pg.promote_replica(stop_primary=None)
+            b.primary_sql("alter system set synchronous_standby_names = ''")
+            b.primary_sql("select pg_reload_conf()")
+        for mode in MODES:
+            m = marker_of(name, fault, mode)
+            if gens[mode] is None:
+                case(b, clients[mode], mode, fault, m)
+            else:
+                try:
+                    next(gens[mode])
+                except StopIteration:
+                    pass
+            b.counts["cases"] += 1
+    finally:
+        for w in clients.values():
+            w.close()
+        b.after_fault(fault)
+
+
+def no_primary_within_write_timeout_secs_ends_the_session_with_08006(b):
+    """No primary comes back within write_timeout_secs (2 s here): the write that waited for one gets
+    08006 and its session closes, after the deadline and not long after it."""
+    pg = b.pg
+    ports = sorted([pg.primary_port, pg.replica_port])
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+              "primary = host=127.0.0.1 port=%d\nother = host=127.0.0.1 port=%d\n"
+              "[routing]\nmonitor_interval_ms = 100\n[replay]\ntr_mode = session\nwrite_timeout_secs = 2\n"
+              % (free_port(), ports[0], ports[1]))
+    t = TernProcess(TERN, config)
+    t.start()
+    try:
+        w = Wire(t.port, timeout=30)
+        w.login("postgres")
+        check(run(w, "select 1").kind == "ok", "setup")
+        pg.stop_primary("immediate")
+        started = time.monotonic()
+        o = run(w, "insert into tr values ('deadline', 1)")
+        waited = time.monotonic() - started
+        check(o.kind == "closed" and o.sqlstate == "08006", "08006, closed: %r" % o)
+        check(2.0 <= waited < 8.0, "after the deadline: %.1fs" % waited)
+        w.close()
+    finally:
+        t.stop()
+        pg.start_primary()
+    check(t.returncode == 0, "tern exited with %s" % t.returncode)
+    check(b.count("tr", "deadline") == 0, "the write never ran")
+
+
+def fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says(b):
+    """Deterministic fault points (the fake server of tests/integration/polar_fake.py, cutting its
+    connection after the first k bytes of an answer, once per statement): for every k, what reached the
+    client decides. A read (RowDescription, DataRow, CommandComplete, ReadyForQuery): while the client has
+    nothing of it (k within the RowDescription, which tern holds) select runs it again on the next
+    connection and the client gets its row once, session says 08007; from the first byte of the DataRow
+    on, 08006 and closed. A write (CommandComplete, ReadyForQuery) and a COMMIT: k = 0 gives 08007 (the
+    COMMIT's transaction over: 'I'), any byte at the client 08006. No k gives a row twice, a second
+    RowDescription, or a write run twice."""
+    import re
+    from polar_fake import FakePolarServer
+
+    class Cutter:
+        def __init__(self, conn, local):
+            self.conn, self.local = conn, local
+
+        def sendall(self, data):
+            cut = getattr(self.local, "cut", None)
+            if cut is None:
+                return self.conn.sendall(data)
+            self.local.cut = None
+            self.conn.sendall(data[:cut])
+            self.conn.shutdown(2)
+            raise EOFError
+
+        def __getattr__(self, name):
+            return getattr(self.conn, name)
+
+    class CuttingFake(FakePolarServer):
+        def __init__(self):
+            super().__init__(False, "primary")
+            self.local = threading.local()
+            self.cut_done = set()
+
+        def _serve(self, conn, number):
+            super()._serve(Cutter(conn, self.local), number)
+
+        def _query(self, state, number, text):
+            out = super()._query(state, number, text)
+            m = re.search(r"cut:(\d+)", text)
+            if m:
+                with self.lock:
+                    first = text not in self.cut_done
+                    self.cut_done.add(text)
+                if first:
+                    self.local.cut = int(m.group(1))
+            return out
+
+    fake = CuttingFake()
+    terns = {}
+    try:
+        for mode in ("session", "select"):
+            config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+                      "primary = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable\n"
+                      "[routing]\nmonitor_interval_ms = 100\n[replay]\ntr_mode = %s\nwrite_timeout_secs = 10\n"
+                      % (free_port(), fake.port, mode))
+            terns[mode] = TernProcess(TERN, config)
+            terns[mode].start()
+        read_len = len(fake._rows(["x"]) + fake._msg(b"Z", b"I"))
+        head = len(fake._rows(["x"]).split(b"D\0")[0])  # the RowDescription's bytes
+        cases = 0
+        for mode, t in terns.items():
+            for k in range(read_len):
+                with Wire(t.port, timeout=20) as w:
+                    w.login("postgres")
+                    sql = "select 'x' /*cut:%d %s*/" % (k, mode)
+                    send_query(w, sql)
+                    kinds, sqlstate = "", None
+                    while True:
+                        msg = w.read_message()
+                        if msg is None:
+                            break
+                        kinds += msg[0].decode()
+                        if msg[0] == b"E" and sqlstate is None:
+                            sqlstate = error_fields(msg[1]).get("C")
+                        if msg[0] == b"Z":
+                            break
+                    check(kinds.count("T") <= 1 and kinds.count("D") <= 1, "k=%d: nothing twice: %r" % (k, kinds))
+                    if k <= head and mode == "select":
+                        check(kinds == "TDCZ", "%s k=%d: run again, once: %r" % (mode, k, kinds))
+                    elif k <= head:
+                        check(kinds == "EZ" and sqlstate == "08007", "%s k=%d: 08007: %r %s" % (mode, k, kinds, sqlstate))
+                    else:
+                        # Closed: with 08006 when the cut fell between two messages (inside one, the
+                        # client has half a message and can only be cut off).
+                        tail = w.read_message() if msg is not None else None
+                        check(tail is None and (sqlstate in (None, "08006")) and "Z" not in kinds,
+                              "%s k=%d: closed: %r %s" % (mode, k, kinds, sqlstate))
+                    cases += 1
+            for verb, tag in (("insert", b"INSERT 0 1\0"), ("commit", b"COMMIT\0")):
+                for k in range(len(fake._msg(b"C", tag) + fake._msg(b"Z", b"I"))):
+                    with Wire(t.port, timeout=20) as w:
+                        w.login("postgres")
+                        if verb == "commit":
+                            check(run(w, "begin").kind == "ok", "begin")
+                            sql = "commit /*cut:%d %s*/" % (k, mode)
+                        else:
+                            sql = "insert into t values (1) /*cut:%d %s*/" % (k, mode)
+                        o = run(w, sql)
+                        if k == 0:
+                            check(o.kind == "error" and o.sqlstate == "08007" and o.status == "I",
+                                  "%s %s k=0: 08007: %r" % (mode, verb, o))
+                        else:
+                            check(o.kind == "closed" and o.sqlstate in (None, "08006"),
+                                  "%s %s k=%d: closed: %r" % (mode, verb, k, o))
+                    check(fake.seen().count(sql) == 1, "%s k=%d: ran once: %d" % (verb, k, fake.seen().count(sql)))
+                    cases += 1
+        b.counts["cases"] += cases - 1  # (the caller counts one)
+        print("  byte offsets: %d cases" % cases)
+    finally:
+        for t in terns.values():
+            t.stop()
+        fake.stop()
+
+
+SPECIAL = [no_primary_within_write_timeout_secs_ends_the_session_with_08006,
+           fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("-k", action="append", default=[], help="run cases whose name contains this")
+    args = parser.parse_args()
+    if not os.path.exists(TERN):
+        print("tern binary not found at %s" % TERN)
+        return 1
+    try:
+        find_pg_bindir()
+    except Exception as exc:
+        print("SKIP: no PostgreSQL server binaries on this machine (%s)" % exc)
+        return 77
+    signal.alarm(SUITE_DEADLINE_S)
+    passed = failed = 0
+    started = time.monotonic()
+    # The replica is a synchronous standby: an acknowledged commit is on it, so a promote loses none.
+    with PgCluster(with_replica=True, extra_conf={"synchronous_commit": "on",
+                                                  "synchronous_standby_names": "'*'"}) as pg:
+        b = Battery(pg)
+        try:
+            for case in CASES:
+                for fault in getattr(case, "faults", FAULTS):
+                    name = "%s/%s" % (case.__name__[len("case_"):], fault)
+                    if args.k and not any(k in name for k in args.k):
+                        continue
+                    t0 = time.monotonic()
+                    try:
+                        run_case(b, case, fault)
+                        passed += len(MODES)  # (a case under one fault, in each mode)
+                        print("PASS %s x %d modes (%.1fs)" % (name, len(MODES), time.monotonic() - t0), flush=True)
+                    except Exception:
+                        failed += len(MODES)
+                        print("FAIL %s (%.1fs)\n%s" % (name, time.monotonic() - t0, traceback.format_exc()))
+                        for mode, t in b.terns.items():
+                            print("--- tern (%s) log tail ---\n%s" % (mode, t.log_tail(15)))
+                        print(flush=True)
+            for fn in SPECIAL:
+                if args.k and not any(k in fn.__name__ for k in args.k):
+                    continue
+                t0 = time.monotonic()
+                try:
+                    before = b.counts["cases"]
+                    fn(b)
+                    b.counts["cases"] += 1
+                    passed += b.counts["cases"] - before
+                    print("PASS %s (%.1fs)" % (fn.__name__, time.monotonic() - t0), flush=True)
+                except Exception:
+                    failed += 1
+                    print("FAIL %s (%.1fs)\n%s" % (fn.__name__, time.monotonic() - t0, traceback.format_exc()))
+        finally:
+            b.stop()
+    print("failover battery: %d cases (mode x fault x state); outcome-unknown writes: %d committed, %d absent; "
+          "%.0fs" % (b.counts["cases"], b.counts["unknown_committed"], b.counts["unknown_absent"],
+                     time.monotonic() - started))
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
