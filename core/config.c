@@ -204,8 +204,10 @@ static const struct config_key config_keys[] = {
 		   "session, it moves to the primary of the moment with its SET state and prepared statements, a "
 		   "statement that never reached the server runs there, one whose outcome is unknown gets one "
 		   "error (08007, or 57P01 inside a transaction, which is then aborted: 25P02 until ROLLBACK); "
-		   "select, also a side-effect-free read in flight runs again; transaction (replaying the "
-		   "uncommitted transaction) is not built yet and refused; transaction pooling only"),
+		   "select, also a side-effect-free read in flight runs again and a read-only transaction is replayed; "
+		   "transaction, any read-committed transaction is replayed from its BEGIN on the new primary, each "
+		   "answer checked against what the client was shown (a difference: ROLLBACK, 40001); transaction "
+		   "pooling only"),
 	CONFIG_KEY("replay", "write_timeout_secs", CONFIG_INT, "30", 1, 3600, CONFIG_RELOAD, write_timeout_secs, NULL,
 		   "the one deadline of a recovery: a session whose primary connection was lost waits this long "
 		   "for a primary (the monitor's) before it ends with 08006"),
@@ -326,6 +328,17 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("limits", "max_client_frame_bytes", CONFIG_SIZE, "1GB", CONFIG_KB, CONFIG_GB,
 		   CONFIG_RESTART, max_client_frame_bytes, NULL,
 		   "largest protocol message a client may send (larger closes that connection with 08P01)"),
+	CONFIG_KEY("limits", "tr_max_replay_statements", CONFIG_INT, "1000", 1, 1000000, CONFIG_RELOAD,
+		   tr_max_replay_statements, NULL,
+		   "Transaction Replay: statements kept per transaction; a transaction with more is not replayed"),
+	CONFIG_KEY("limits", "tr_max_replay_bytes", CONFIG_SIZE, "4MB", CONFIG_KB, CONFIG_GB, CONFIG_RELOAD,
+		   tr_max_replay_bytes, NULL,
+		   "Transaction Replay: bytes of statements kept per transaction; a transaction with more is not "
+		   "replayed"),
+	CONFIG_KEY("limits", "tr_max_observation_bytes", CONFIG_SIZE, "1MB", CONFIG_KB, CONFIG_GB, CONFIG_RELOAD,
+		   tr_max_observation_bytes, NULL,
+		   "Transaction Replay: bytes of one statement's answer digested; a transaction with a longer answer "
+		   "is not replayed (there is nothing to check its replay against)"),
 	CONFIG_KEY("limits", "max_backend_frame_bytes", CONFIG_SIZE, "100MB", CONFIG_KB, CONFIG_GB,
 		   CONFIG_RESTART, max_backend_frame_bytes, NULL,
 		   "largest protocol message a server may send (larger closes that server connection)"),
@@ -998,11 +1011,6 @@ static void config_check_across_keys(struct config_parse *parse)
 		config_fail(parse, config_key_line(parse, "tls", "client_tls_sslmode"),
 			    "[tls] client_tls_sslmode: %s needs client_tls_cert_file and client_tls_key_file",
 			    config_tls_mode_names[cfg->client_tls_sslmode]);
-	}
-	if (cfg->tr_mode == CONFIG_TR_TRANSACTION) {
-		config_fail(parse, config_key_line(parse, "replay", "tr_mode"),
-			    "[replay] tr_mode: transaction (replaying an uncommitted transaction) is not built yet; "
-			    "use none, session or select");
 	}
 	/* The provided-buffer ring indexes its entries with a mask. */
 	if ((cfg->buffer_count & (cfg->buffer_count - 1)) != 0) {

@@ -71,6 +71,8 @@ struct host_stats {
 	uint64_t tr_reexecuted;          /* statements run again on the next primary */
 	uint64_t tr_replay_failures;     /* recoveries the client got an error from (or that ended it) */
 	uint64_t tr_unknown_outcome;     /* 08007 errors: a statement, or a COMMIT, whose outcome is unknown */
+	uint64_t tr_replayed;            /* transactions replayed and verified on the next primary */
+	uint64_t tr_cap_exceeded;        /* transactions a [limits] tr_max_* bound made unreplayable */
 };
 
 struct host_ops {

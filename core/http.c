@@ -201,12 +201,16 @@ char *http_metrics_text(struct tern_runtime *rt)
 		  "statements in flight at a lost primary connection that ran again on the next primary");
 	fprintf(f, "tr_statements_reexecuted_total %llu\n", (unsigned long long)t->tr_reexecuted);
 	http_help(f, "tr_transactions_replayed_total", "counter",
-		  "uncommitted transactions replayed on the next primary (tr_mode = transaction: not built yet, 0)");
-	fprintf(f, "tr_transactions_replayed_total 0\n");
+		  "uncommitted transactions replayed and verified on the next primary");
+	fprintf(f, "tr_transactions_replayed_total %llu\n", (unsigned long long)t->tr_replayed);
 	http_help(f, "tr_replay_failures_total", "counter",
 		  "lost primary connections the client got an error from, or that ended its session (tr_mode other "
 		  "than none), and recoveries that found no primary within write_timeout_secs");
 	fprintf(f, "tr_replay_failures_total %llu\n", (unsigned long long)t->tr_replay_failures);
+	http_help(f, "tr_replay_cap_exceeded_total", "counter",
+		  "transactions made unreplayable by a [limits] tr_max_replay_statements, tr_max_replay_bytes or "
+		  "tr_max_observation_bytes bound");
+	fprintf(f, "tr_replay_cap_exceeded_total %llu\n", (unsigned long long)t->tr_cap_exceeded);
 	http_help(f, "tr_unknown_outcome_errors_total", "counter",
 		  "08007 errors: a statement or COMMIT in flight at a lost primary connection, its outcome unknown");
 	fprintf(f, "tr_unknown_outcome_errors_total %llu\n", (unsigned long long)t->tr_unknown_outcome);

@@ -133,6 +133,16 @@ bool leg_reap(struct leg *leg)
 	return true;
 }
 
+int leg_push_hidden(struct leg *leg, const void *query, uint32_t len)
+{
+	int rc = sendq_push_copy(&leg->to_server, query, len);
+	if (rc < 0)
+		return rc;
+	leg->pending_ready++;
+	leg->hidden_ready++;
+	return 0;
+}
+
 void leg_fail(struct leg *leg, enum leg_fault fault)
 {
 	if (leg->is_dropping) {

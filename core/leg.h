@@ -148,6 +148,9 @@ bool leg_is_reapable(const struct leg *leg);
 /* Receive-buffer slices queued toward the server become owned copies (a parked client must hold no
  * receive buffers). 0 or -ENOMEM. */
 TERN_MUST_USE int leg_hold_queued(struct leg *leg);
+/* tern's own Query message (whole) behind what leg holds, its answer hidden from the client. 0 or
+ * -ENOMEM. */
+TERN_MUST_USE int leg_push_hidden(struct leg *leg, const void *query, uint32_t len);
 /* A request went out (Query, Sync, FunctionCall): one more ReadyForQuery is owed. */
 static inline void leg_expect_ready(struct leg *leg, uint64_t now_ns)
 {

@@ -3,23 +3,64 @@
  * they got, and their Query messages, so one that never reached the server (or may run twice) runs on
  * the next primary. The record opens at the first message the leg gets while it owes the client nothing
  * and closes at the ReadyForQuery that leaves it owing nothing; it holds the client's Queries only
- * (an extended-protocol request is marked, never kept). Transaction pooling only. */
+ * (an extended-protocol request is marked, never kept). Transaction pooling only.
+ *
+ * Under tr_mode select and transaction it also keeps the transaction open on the primary, from its
+ * start: each request (one Query) with an XXH3 digest of the bytes of its answer as the client was shown
+ * them, ReadyForQuery included. A replay (recover.c) sends them again, hidden, on the new primary, then
+ * asks the transaction's isolation; this observer digests the hidden answers the same way and says
+ * whether each matches. */
 #include "observer.h"
+#include "classify.h"
+#include "recover.h"
 #include "route.h"
 #include "session.h"
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
 
-/* The record opens: the leg's position in both directions, and its transaction status before. */
+static bool replay_is_recording(const struct session *s)
+{
+	const struct tern_config *cfg = runtime_config(s->host->runtime);
+	return cfg->tr_enabled && cfg->tr_mode >= CONFIG_TR_SELECT;
+}
+
+/* The transaction's record stops here: what it holds cannot be replayed. */
+static void replay_give_up(struct session_replay *r)
+{
+	r->is_tx_unreplayable = true;
+	r->is_hashing = false;
+	r->tx_log.len = 0;
+	r->step_count = 0;
+}
+
+/* The record opens: the leg's position in both directions, and its transaction status before (a
+ * detached primary leg holds no transaction in transaction pooling). */
 void replay_note_message(struct session *s, struct leg *leg, uint8_t type)
 {
 	struct session_replay *r = &s->replay;
 	if (!r->is_open) {
 		r->is_open = true;
-		r->tx_status = leg->conn ? leg->tx_status : 0;
+		r->tx_status = leg->conn ? leg->tx_status : 'I';
 		r->client_mark = leg->to_client_bytes;
 		r->sent_mark = leg->to_server.sent_bytes_total + leg->to_server.bytes;
+		r->is_hashing = false;
+		if (r->tx_status != 'T') { /* a transaction may start: its record with it */
+			r->is_tx_recorded = replay_is_recording(s);
+			r->is_tx_unreplayable = false;
+			r->tx_log.len = 0;
+			r->step_count = 0;
+		}
+		if (r->is_tx_recorded && !r->is_tx_unreplayable) {
+			if (!r->hash)
+				r->hash = XXH3_createState();
+			r->is_hashing = r->hash && XXH3_64bits_reset(r->hash) == XXH_OK;
+			r->hashed_bytes = 0;
+			if (!r->is_hashing)
+				replay_give_up(r);
+		}
 	}
 	switch (type) {
 	case PROTO_FE_QUERY:
@@ -37,6 +78,19 @@ void replay_note_message(struct session *s, struct leg *leg, uint8_t type)
 	}
 }
 
+void replay_hash(struct session *s, const void *data, uint32_t len)
+{
+	struct session_replay *r = &s->replay;
+	TERN_ASSERT(r->is_hashing);
+	r->hashed_bytes += len;
+	if (r->hashed_bytes > runtime_config(s->host->runtime)->tr_max_observation_bytes) {
+		s->host->stats.tr_cap_exceeded++;
+		replay_give_up(r);
+		return;
+	}
+	(void)XXH3_64bits_update(r->hash, data, len);
+}
+
 int replay_hold_preamble(struct session *s, const void *data, uint32_t len)
 {
 	return route_bytes_append(&s->replay.preamble, data, len);
@@ -49,21 +103,87 @@ void replay_flush_preamble(struct session *s, struct leg *leg)
 		return;
 	if (s->phase != SESSION_CLOSING)
 		session_send_to_client(s, held->data, held->len);
+	if (s->replay.is_hashing)
+		replay_hash(s, held->data, held->len);
 	leg->to_client_bytes += held->len;
 	held->len = 0;
 }
 
 static void replay_close(struct session_replay *r)
 {
-	r->is_open = r->is_extended = false;
+	r->is_open = r->is_extended = r->is_hashing = false;
 	r->requests = r->unlogged = 0;
 	r->inflight.len = 0;
 }
 
-/* On for a session that starts while Transaction Replay may recover it: a reload that turns it on
- * reaches the sessions that start after it. */
+/* The request just answered becomes the transaction's next step (its one Query, its answer's digest),
+ * or the record gives up: a bound, or nothing to replay it from. */
+static void replay_add_step(struct session *s)
+{
+	struct session_replay *r = &s->replay;
+	const struct tern_config *cfg = runtime_config(s->host->runtime);
+	if (r->is_extended || r->unlogged > 0 || r->requests != 0 || !r->is_hashing) {
+		replay_give_up(r);
+		return;
+	}
+	if (r->step_count + 1 > cfg->tr_max_replay_statements || r->tx_log.len + r->inflight.len > cfg->tr_max_replay_bytes) {
+		s->host->stats.tr_cap_exceeded++;
+		replay_give_up(r);
+		return;
+	}
+	if (r->step_count == r->step_cap) {
+		uint32_t cap = r->step_cap ? r->step_cap * 2 : 16;
+		struct replay_step *grown = realloc(r->steps, cap * sizeof(*grown));
+		if (!grown) {
+			replay_give_up(r);
+			return;
+		}
+		r->steps = grown;
+		r->step_cap = cap;
+	}
+	if (route_bytes_append(&r->tx_log, r->inflight.data, r->inflight.len) < 0) {
+		replay_give_up(r);
+		return;
+	}
+	r->steps[r->step_count++] = (struct replay_step){.end = r->tx_log.len, .digest = XXH3_64bits_digest(r->hash)};
+}
+
+enum tr_tx replay_tx_state(const struct session *s, char status)
+{
+	const struct session_replay *r = &s->replay;
+	if (status == 'E')
+		return TR_TX_FAILED;
+	if (status != 'T')
+		return TR_TX_NONE;
+	if (!r->is_tx_recorded || r->is_tx_unreplayable)
+		return TR_TX_NOT_REPLAYABLE;
+	enum tr_tx tx = TR_TX_READ_ONLY;
+	uint32_t start = 0;
+	for (uint32_t i = 0; i < r->step_count; i++) {
+		struct classify_result c; /* each step: a Query message, its body a NUL-terminated text */
+		classify_query((const char *)r->tx_log.data + start + PROTO_HEADER_LEN, NULL, &c);
+		start = r->steps[i].end;
+		if ((c.kind == CLASSIFY_BEGIN || c.kind == CLASSIFY_SET_TRANSACTION) &&
+		    (c.isolation == CLASSIFY_REPEATABLE_READ || c.isolation == CLASSIFY_SERIALIZABLE))
+			return TR_TX_SNAPSHOT;
+		enum tr_kind kind = classify_tr_kind(&c);
+		if (kind != TR_KIND_READ_SAFE && kind != TR_KIND_CONTROL)
+			tx = TR_TX_WRITTEN;
+	}
+	return tx;
+}
+
+void replay_forget_tx(struct session_replay *r)
+{
+	r->is_tx_recorded = false;
+	r->tx_log.len = 0;
+	r->step_count = 0;
+}
+
 static bool replay_is_on(const struct session *s)
 {
+	/* On for a session that starts while Transaction Replay may recover it: a reload that turns it on
+	 * reaches the sessions that start after it. */
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	return s->is_transaction_pooling && cfg->tr_enabled && cfg->tr_mode != CONFIG_TR_NONE;
 }
@@ -82,24 +202,110 @@ static int replay_client_message(struct session *s, struct leg *leg, const struc
 	return 0;
 }
 
+/* ---- a replay's hidden answers (recover.c sent them) ---- */
+
+/* The isolation the replayed transaction runs at: a DataRow of one text column. */
+static bool replay_is_read_committed(const uint8_t *body, uint32_t len)
+{
+	static const char want[] = "read committed";
+	return len == 2 + 4 + sizeof(want) - 1 && proto_read_u32(body + 2) == sizeof(want) - 1 &&
+	       memcmp(body + 6, want, sizeof(want) - 1) == 0;
+}
+
+static int replay_hidden_message(struct session *s, struct leg *leg, const struct observer_message *m)
+{
+	struct session_replay *r = &s->replay;
+	if (r->replay_skip > 0) { /* the answer to what another observer restored first */
+		r->replay_skip -= m->type == PROTO_BE_READY;
+		return 0;
+	}
+	r->replay_read++;
+	bool is_check = r->replay_next == r->step_count; /* the SHOW transaction_isolation after the steps */
+	if (m->type == PROTO_BE_ERROR || (is_check && m->type == PROTO_BE_DATA_ROW && !replay_is_read_committed(m->body, m->len)))
+		r->is_replay_failed = true;
+	if (!is_check && r->is_hashing) {
+		uint8_t header[PROTO_HEADER_LEN] = {m->type};
+		proto_write_u32(header + 1, m->len + 4);
+		(void)XXH3_64bits_update(r->hash, header, sizeof(header));
+		(void)XXH3_64bits_update(r->hash, m->body, m->len);
+	}
+	if (m->type != PROTO_BE_READY)
+		return 0;
+	if (r->replay_messages != r->replay_read ||
+	    (!is_check && (!r->is_hashing || XXH3_64bits_digest(r->hash) != r->steps[r->replay_next].digest)))
+		r->is_replay_failed = true; /* a message too long to read, or an answer that differs */
+	r->replay_messages = r->replay_read = 0;
+	r->is_hashing = r->hash && XXH3_64bits_reset(r->hash) == XXH_OK;
+	if (r->replay_next++ == r->step_count)
+		recover_replay_done(s, leg);
+	return 0;
+}
+
+static unsigned replay_hidden_type(struct session *s, struct leg *leg, uint8_t type)
+{
+	(void)type;
+	if (leg->role != LEG_PRIMARY || !s->replay.is_replaying || s->replay.replay_next > s->replay.step_count ||
+	    s->replay.replay_skip > 0)
+		return 0; /* (what others restored: the relay reads its ReadyForQuery, which reaches us too) */
+	s->replay.replay_messages++;
+	return PROTO_INSPECT_SMALL; /* one too long to read fails the replay (replay_messages counts it) */
+}
+
 static int replay_server_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
 	struct session_replay *r = &s->replay;
+	if (m->is_hidden)
+		return leg->role == LEG_PRIMARY && r->is_replaying ? replay_hidden_message(s, leg, m) : 0;
 	TERN_ASSERT(m->type == PROTO_BE_READY);
 	if (leg->role != LEG_PRIMARY || !r->is_open)
 		return 0;
 	if (r->requests > 0)
 		r->requests--;
-	if (r->requests == 0 && !leg->is_unsynced)
-		replay_close(r);
+	if (r->requests > 0 || leg->is_unsynced)
+		return 0;
+	/* The answer is complete (its ReadyForQuery digested: it went out before this call). */
+	if (leg->tx_status == 'T' && r->is_tx_recorded && !r->is_tx_unreplayable)
+		replay_add_step(s);
+	else if (leg->tx_status != 'T')
+		replay_forget_tx(r); /* the transaction ended (or failed: it is never replayed) */
+	replay_close(r);
 	return 0;
+}
+
+/* The leg got a connection for a replay: the transaction's steps go first, hidden, then the check of its
+ * isolation (behind what the other observers restore, which they push to the front). */
+static int replay_attach(struct session *s, struct leg *leg)
+{
+	struct session_replay *r = &s->replay;
+	if (leg->role != LEG_PRIMARY || !r->is_replaying || r->replay_next != 0)
+		return 0;
+	r->replay_skip = leg->hidden_ready; /* the others attached first: their hidden answers come first */
+	uint32_t start = 0;
+	for (uint32_t i = 0; i < r->step_count; i++) {
+		int rc = leg_push_hidden(leg, r->tx_log.data + start, r->steps[i].end - start);
+		if (rc < 0)
+			return rc;
+		start = r->steps[i].end;
+	}
+	uint8_t show[64];
+	size_t n = proto_build_query(show, sizeof(show), "SHOW transaction_isolation");
+	r->is_hashing = r->hash && XXH3_64bits_reset(r->hash) == XXH_OK;
+	r->replay_messages = r->replay_read = 0;
+	return leg_push_hidden(leg, show, (uint32_t)n);
 }
 
 static void replay_destroy(struct session *s)
 {
-	free(s->replay.inflight.data);
-	free(s->replay.preamble.data);
-	s->replay.inflight = s->replay.preamble = (struct route_bytes){0};
+	struct session_replay *r = &s->replay;
+	free(r->inflight.data);
+	free(r->preamble.data);
+	free(r->tx_log.data);
+	free(r->held_back.data);
+	free(r->steps);
+	XXH3_freeState(r->hash);
+	r->inflight = r->preamble = r->tx_log = r->held_back = (struct route_bytes){0};
+	r->steps = NULL;
+	r->hash = NULL;
 }
 
 const struct observer observer_replay = {
@@ -109,5 +315,7 @@ const struct observer observer_replay = {
 	.client_message = replay_client_message,
 	.server_types = "Z",
 	.server_message = replay_server_message,
+	.hidden_type = replay_hidden_type,
+	.attach = replay_attach,
 	.destroy = replay_destroy,
 };

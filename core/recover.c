@@ -18,6 +18,9 @@ static const char recover_msg_unknown[] =
 	"or may not have taken effect (check before retrying)";
 static const char recover_msg_lost_tx[] =
 	"the connection to the primary was lost: the transaction is aborted (nothing of it committed)";
+static const char recover_msg_diverged[] =
+	"could not serialize access: the connection to the primary was lost and the transaction's replay on the "
+	"new primary did not give the answers the client was shown; it is rolled back";
 static const char recover_msg_aborted[] =
 	"current transaction is aborted, commands ignored until end of transaction block";
 
@@ -114,7 +117,10 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 	enum tr_phase phase = recover_phase(s, leg);
 	char status = s->replay.is_open ? s->replay.tx_status : leg->tx_status;
 	bool is_in_tx = status == 'T' || status == 'E';
-	enum tr_tx tx = status == 'E' ? TR_TX_FAILED : is_in_tx ? TR_TX_WRITTEN : TR_TX_NONE;
+	enum tr_tx tx = mode >= TR_MODE_SELECT ? replay_tx_state(s, status)
+			: status == 'E'	      ? TR_TX_FAILED
+			: is_in_tx	      ? TR_TX_WRITTEN
+					      : TR_TX_NONE;
 	enum tr_kind kind = phase == TR_PHASE_IDLE ? TR_KIND_NONE : recover_kind(s, cfg, is_in_tx);
 	struct tr_decision tr = tr_decide(mode, phase, tx, kind);
 	if (tr.action == TR_CLOSE) {
@@ -127,10 +133,10 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 		s->host->stats.tr_replay_failures++;
 		return recover_end_with(SESSION_END_SERVER_LOST, NULL, NULL);
 	}
-	/* Not built yet: a transaction's replay. It is lost: as the table says when it may not replay. */
-	if (tr.action == TR_REPLAY)
-		tr = phase == TR_PHASE_IDLE ? (struct tr_decision){TR_FAIL_NEXT, "57P01"}
-					    : (struct tr_decision){TR_FAIL, "57P01"};
+	/* A replay re-runs the statement in flight after the transaction: only a Query tern kept. */
+	if (tr.action == TR_REPLAY && phase != TR_PHASE_IDLE &&
+	    (!recover_is_logged_query(&s->replay) || !proto_stream_is_at_boundary(&s->client_stream)))
+		tr = (struct tr_decision){TR_FAIL, "57P01"};
 	/* Only a logged Query runs again, and only through a client stream between messages (it goes through
 	 * the relay as the client's); another request never sent fails as never run. */
 	if (tr.action == TR_REEXECUTE &&
@@ -228,7 +234,8 @@ void recover_check_waits(struct host *host, uint64_t now_ns)
 			recover_unwait(s);
 			s->replay.lost_server = NULL;
 			struct leg *leg = session_primary(s);
-			if (!leg->conn && !leg->is_request_pending && !sendq_is_empty(&leg->to_server))
+			if (!leg->conn && !leg->is_request_pending &&
+			    (!sendq_is_empty(&leg->to_server) || s->replay.is_replaying))
 				session_acquire(s, leg);
 		} else if (now_ns >= s->replay.deadline_ns) {
 			recover_unwait(s);
@@ -347,7 +354,21 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}
+	if (d->tr.action != TR_REPLAY)
+		replay_forget_tx(r); /* the transaction, if one was open, is lost */
 	switch (d->tr.action) {
+	case TR_REPLAY:
+		/* The transaction's steps go first, hidden, once a connection is there (observer_replay's
+		 * attach); the statement in flight, and what the client sends meanwhile, wait until they are
+		 * verified (recover_replay_done). */
+		r->is_replaying = true;
+		r->is_replay_failed = false;
+		r->replay_next = 0;
+		r->held_back = again;
+		r->held_inflight = d->phase == TR_PHASE_IDLE ? 0 : again.len;
+		again = (struct route_bytes){0};
+		session_acquire(s, fresh);
+		break;
 	case TR_REHOME:
 		break;
 	case TR_REEXECUTE:
@@ -367,6 +388,50 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 		TERN_ASSERT(false);
 	}
 	free(again.data);
+}
+
+void recover_replay_done(struct session *s, struct leg *leg)
+{
+	struct session_replay *r = &s->replay;
+	TERN_ASSERT(r->is_replaying);
+	r->is_replaying = false;
+	struct route_bytes held = r->held_back;
+	uint32_t inflight = r->held_inflight;
+	r->held_back = (struct route_bytes){0};
+	r->held_inflight = 0;
+	if (!r->is_replay_failed) {
+		s->host->stats.tr_replayed++;
+		TERN_INFO("client %s/%s: its transaction was replayed on server %s (%u statements, verified)", s->user,
+			  s->database, leg->conn->server->name, r->step_count);
+	} else {
+		/* It diverged (or failed, or runs at another isolation): it is rolled back there, and the
+		 * client's transaction is lost with 40001, as PostgreSQL's serialization failure. */
+		s->host->stats.tr_replay_failures++;
+		TERN_INFO("client %s/%s: the replay of its transaction on server %s differed from what the client saw; "
+			  "it is rolled back (40001)", s->user, s->database, leg->conn->server->name);
+		replay_forget_tx(r);
+		uint8_t rollback[32];
+		size_t n = proto_build_query(rollback, sizeof(rollback), "ROLLBACK");
+		if (leg_push_hidden(leg, rollback, (uint32_t)n) < 0) {
+			free(held.data);
+			session_end_later(s, SESSION_END_OUT_OF_MEMORY);
+			return;
+		}
+		session_mark_dirty(s, &leg->to_server);
+		if (inflight > 0) {
+			session_send_error(s, "ERROR", "40001", recover_msg_diverged, NULL);
+			recover_send_ready(s, 'E');
+			r->aborted = REPLAY_TX_ABORTED;
+		} else {
+			r->aborted = REPLAY_TX_LOST_NEXT;
+			base_strlcpy(r->fail_sqlstate, "40001", sizeof(r->fail_sqlstate));
+		}
+		memmove(held.data, held.data + inflight, held.len - inflight); /* the statement in flight is answered */
+		held.len -= inflight;
+	}
+	if (held.len > 0)
+		s->parts->feed(s, leg, true, held.data, held.len);
+	free(held.data);
 }
 
 /* ---- the client's messages while its transaction is lost ---- */

@@ -15,10 +15,15 @@
  * ROLLBACK, which tern answers too). A pool refusal for a primary that cannot be reached goes through
  * the same decision: the request, never sent, waits for the next primary.
  *
- * Not built yet: replaying an uncommitted transaction (tr_mode = transaction is refused at load; a
- * read-only transaction under select fails as under session), re-running extended-protocol requests
- * (they fail with 57P01 when never sent, 08007 when sent), SET tracking beyond the parameters tern
- * restores on every connection.
+ * Under tr_mode transaction (select: a read-only one) the transaction open at the loss is replayed:
+ * observer_replay.c kept its requests and the digests of their answers; they run again, hidden, on the
+ * new connection, then its isolation is asked; each answer must match, and the isolation be read
+ * committed, before the statement in flight and what the client sent meanwhile go on; else ROLLBACK there
+ * and 40001.
+ *
+ * Not built yet: re-running extended-protocol requests (they fail with 57P01 when never sent, 08007
+ * when sent, and make a transaction unreplayable), SET tracking beyond the parameters tern restores on
+ * every connection.
  *
  * Threads: the session's worker. Never: runs a statement twice that may have written, retries a COMMIT,
  * or writes to a server the monitor has not seen answer as the primary since the loss.
@@ -42,6 +47,9 @@ void recover_check_waits(struct host *host, uint64_t now_ns);
 void recover_repoint_parked(struct host *host);
 /* The session ends: off the waits. */
 void recover_end(struct session *s);
+/* observer_replay, at the last hidden answer of a replay: verified, the statement in flight and what the
+ * client sent meanwhile go on; not, the transaction is rolled back there and lost with 40001. */
+void recover_replay_done(struct session *s, struct leg *leg);
 
 /* While the client's transaction is lost (or a batch that failed is skipped to its Sync): tern answers
  * the client's messages itself. */

@@ -235,6 +235,29 @@ struct session_replay {
 	char fail_sqlstate[6]; /* REPLAY_TX_LOST_NEXT: what the next statement is told */
 	bool is_skipping;      /* an extended-protocol batch tern failed: its messages are dropped to its Sync */
 	bool is_batch_ending;  /* ... a batch that ends the lost transaction (a ROLLBACK, COMMIT or END) */
+	/* tr_mode select or transaction: the client's transaction on the primary, to replay it. Its requests
+	 * (one Query each) in order, each with the digest of the answer the client was shown. */
+	struct route_bytes tx_log;
+	struct replay_step {
+		uint32_t end;    /* where its Query ends in tx_log */
+		uint64_t digest; /* XXH3 of the answer's bytes, ReadyForQuery included */
+	} *steps;
+	uint32_t step_count, step_cap;
+	bool is_tx_recorded;   /* the transaction open on the primary is in tx_log from its start */
+	bool is_tx_unreplayable; /* ... but something of it cannot be replayed (an extended request, a long
+				  * Query, a bound of [limits], an answer over tr_max_observation_bytes) */
+	bool is_hashing;       /* the answer of the request in flight is being digested */
+	struct XXH3_state_s *hash;
+	uint64_t hashed_bytes;
+	/* A replay under way on the new primary: the hidden answers still to verify, and what the client
+	 * sent meanwhile (the statement in flight first), sent once the replay is verified. */
+	bool is_replaying;
+	bool is_replay_failed;
+	uint32_t replay_next;   /* the step whose hidden answer comes next; step_count: the isolation check */
+	uint32_t replay_messages, replay_read; /* hidden messages of the answer seen, and read (a long one is not) */
+	uint32_t replay_skip;   /* hidden answers ahead of the replay's (what the other observers restored) */
+	struct route_bytes held_back;
+	uint32_t held_inflight; /* held_back's first bytes: the statement in flight at the loss (0: none) */
 };
 
 /* A protocol 3.2 client's cancel key: 32 random bytes, as PostgreSQL 18 gives (the pid names the worker). */

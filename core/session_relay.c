@@ -286,6 +286,11 @@ void session_relay_feed_held(struct session *s, struct leg *leg, bool is_routed,
 void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)
 {
 	s->client_active_ns = base_now_ns();
+	if (s->replay.is_replaying) { /* its transaction is being replayed: what it sends waits for the verdict */
+		if (route_bytes_append(&s->replay.held_back, data, len) < 0)
+			session_end(s, SESSION_END_OUT_OF_MEMORY);
+		return;
+	}
 	if (route_is_replica_tx(s) && s->routing.backlog.len == 0) { /* a read-only transaction's next request */
 		session_relay_feed(s, session_client_leg(s), false, buffer_id, data, len);
 		if (!route_is_replica_tx(s))
@@ -437,6 +442,8 @@ static void relay_server_forward(void *ctx, uint32_t offset, uint32_t len)
 		return;
 	}
 	chunk->leg->to_client_bytes += len;
+	if (s->replay.is_hashing && chunk->leg->role == LEG_PRIMARY)
+		replay_hash(s, chunk->data + offset, len); /* the transaction's answer, for its replay */
 	session_mark_dirty(s, &s->to_client);
 }
 

@@ -27,7 +27,7 @@ from wire import SYNC, Wire, bind, data_row, error_fields, execute, message, par
 ROOT = os.environ.get("TERN_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
 TERN = os.environ.get("TERN_BINARY", os.path.join(ROOT, "build", "tern"))
 SUITE_DEADLINE_S = 900
-MODES = ("none", "session", "select")
+MODES = ("none", "session", "select", "transaction")
 FAULTS = ("terminate", "promote")
 SLEEP_S = 2  # how long a statement "in flight" runs on the server
 
@@ -101,6 +101,9 @@ class Battery:
                 "drop trigger if exists tr_slow on trc;"
                 "create constraint trigger tr_slow after insert on trc deferrable initially deferred "
                 "for each row execute function tr_slow();" % SLEEP_S)
+        pg.psql("drop database if exists tr_rr")
+        pg.psql("create database tr_rr")
+        pg.psql("alter database tr_rr set default_transaction_isolation = 'repeatable read'")
         ports = sorted([pg.primary_port, pg.replica_port])
         for mode in MODES:
             http = free_port()
@@ -127,9 +130,9 @@ class Battery:
     def count(self, table, marker):
         return int(self.primary_sql("select count(*) from %s where m = '%s'" % (table, marker)))
 
-    def client(self, mode):
+    def client(self, mode, database="postgres"):
         w = Wire(self.terns[mode].port, timeout=30)
-        w.login("postgres")
+        w.login("postgres", database)
         return w
 
     def wait_running(self, markers):
@@ -204,15 +207,22 @@ def case_idle_autocommit(b, w, mode, fault, m):
 
 
 def case_idle_in_transaction(b, w, mode, fault, m):
-    """Idle inside a transaction: none closes (57P01); session and select tell the next statement
-    57P01 (the transaction is gone), then 25P02 until ROLLBACK, which tern answers; then the session
-    goes on. Nothing of the transaction committed."""
+    """Idle inside a transaction that wrote: none closes (57P01); session and select tell the next
+    statement 57P01 (the transaction is gone), then 25P02 until ROLLBACK, which tern answers; then the
+    session goes on, and nothing of the transaction committed. transaction replays it on the new
+    primary (its INSERT's answer checked): the next statement and the COMMIT work, both rows once."""
     check(run(w, "begin").kind == "ok", "begin")
     check(run(w, "insert into tr values ('%s', 1) /*%s*/" % (m, m)).kind == "ok", "insert")
     yield
     o = run(w, "insert into tr values ('%s', 2)" % m)
     if mode == "none":
         expect_closed(o, "57P01", "none")
+    elif mode == "transaction":
+        check(o.kind == "ok" and o.status == "T", "the transaction goes on: %r" % o)
+        o = run(w, "commit")
+        check(o.kind == "ok" and o.status == "I", "commit: %r" % o)
+        check(b.count("tr", m) == 2, "both rows, once each: %d" % b.count("tr", m))
+        return
     else:
         check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01 in a failed block: %r" % o)
         o = run(w, "select 1")
@@ -256,7 +266,7 @@ def case_autocommit_safe_read_running(b, w, mode, fault, m):
     elif mode == "session":
         check(o.kind == "error" and o.sqlstate == "08007" and o.status == "I", "08007: %r" % o)
         expect_session_goes_on(b, w, mode)
-    else:
+    else:  # select, transaction
         check(o.kind == "ok" and o.rows == [["42", ""]] and o.status == "I", "run again, rows once: %r" % o)
         expect_session_goes_on(b, w, mode)
 
@@ -278,10 +288,16 @@ def case_autocommit_opaque_read_running(b, w, mode, fault, m):
 @inflight("insert into tr select '{m}', 2 from pg_sleep(%d)" % SLEEP_S)
 def case_write_running_in_transaction(b, w, mode, fault, m):
     """A write running inside a transaction: one error (57P01), the transaction aborted (25P02 until
-    ROLLBACK); nothing of it committed."""
+    ROLLBACK); nothing of it committed. transaction: the transaction is replayed and the write runs
+    again inside it; its COMMIT keeps both rows, once each."""
     o = read_outcome(w)
     if mode == "none":
         expect_closed(o, "57P01", "none")
+    elif mode == "transaction":
+        check(o.kind == "ok" and o.status == "T", "the write ran again in the replayed transaction: %r" % o)
+        check(run(w, "commit").status == "I", "commit")
+        check(b.count("tr", m) == 2, "both rows, once each: %d" % b.count("tr", m))
+        return
     else:
         check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01, aborted: %r" % o)
         o = run(w, "insert into tr values ('%s', 3)" % m)
@@ -328,6 +344,76 @@ def case_session_state_survives(b, w, mode, fault, m):
     check(o.kind == "ok" and o.rows == [["42"]], "the prepared statement after the move: %r" % o)
     o = run(w, "show application_name")
     check(o.rows == [["app_%s" % m[-20:]]], "application_name restored: %r" % o)
+
+
+def case_read_only_transaction(b, w, mode, fault, m):
+    """A read-only transaction, idle at the fault: select and transaction replay it (its read's answer
+    checked) and it goes on; session: 57P01, then 25P02 until ROLLBACK."""
+    check(run(w, "begin").kind == "ok", "begin")
+    check(run(w, "select count(*) from tr where m = 'nothing' /*%s*/" % m).rows == [["0"]], "read")
+    yield
+    o = run(w, "select 7")
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    elif mode == "session":
+        check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01: %r" % o)
+        check(run(w, "rollback").status == "I", "rollback")
+    else:
+        check(o.kind == "ok" and o.rows == [["7"]] and o.status == "T", "replayed, goes on: %r" % o)
+        check(run(w, "commit").status == "I", "commit")
+
+
+def case_replay_that_differs_is_rolled_back_with_40001(b, w, mode, fault, m):
+    """A transaction whose read gave a value the replay cannot give again (random()): select and
+    transaction roll the replay back, and the client's next statement gets 40001, then 25P02 until
+    ROLLBACK; session: 57P01."""
+    check(run(w, "begin").kind == "ok", "begin")
+    check(run(w, "select random() /*%s*/" % m).kind == "ok", "read")
+    yield
+    o = run(w, "select 1")
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+        return
+    want = "57P01" if mode == "session" else "40001"
+    check(o.kind == "error" and o.sqlstate == want and o.status == "E", "%s: %r" % (want, o))
+    o = run(w, "select 1")
+    check(o.kind == "error" and o.sqlstate == "25P02", "then 25P02: %r" % o)
+    check(run(w, "rollback").status == "I", "rollback")
+    expect_session_goes_on(b, w, mode)
+
+
+def case_repeatable_read_is_never_replayed(b, w, mode, fault, m):
+    """A REPEATABLE READ transaction (named at BEGIN) is never replayed: 57P01 for its next statement
+    in every mode that moves the session."""
+    check(run(w, "begin isolation level repeatable read").kind == "ok", "begin")
+    check(run(w, "select count(*) from tr /*%s*/" % m).kind == "ok", "read")
+    yield
+    o = run(w, "select 1")
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+        return
+    check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01: %r" % o)
+    check(run(w, "rollback").status == "I", "rollback")
+
+
+def case_default_repeatable_read_is_found_at_replay(b, w, mode, fault, m):
+    """A transaction opened by a plain BEGIN in a database whose default isolation is REPEATABLE READ:
+    nothing in its text says so, and the replay asks the new primary (a hidden SHOW
+    transaction_isolation after the replayed statements): not read committed, so it is rolled back there
+    and the client gets 40001 (select, transaction); session: 57P01."""
+    check(run(w, "begin").kind == "ok", "begin")
+    check(run(w, "select 1 /*%s*/" % m).kind == "ok", "read")
+    yield
+    o = run(w, "select 2")
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+        return
+    want = "57P01" if mode == "session" else "40001"
+    check(o.kind == "error" and o.sqlstate == want and o.status == "E", "%s: %r" % (want, o))
+    check(run(w, "rollback").status == "I", "rollback")
+
+
+case_default_repeatable_read_is_found_at_replay.database = "tr_rr"
 
 
 def case_extended_write_running(b, w, mode, fault, m):
@@ -418,6 +504,10 @@ def case_stale_primary_is_fenced(b, w, mode, fault, m):
     o = run(w, "insert into tr values ('%s', 2)" % m)
     if mode == "none":
         expect_closed(o, "57P01", "none")
+    elif mode == "transaction":
+        check(o.kind == "ok" and o.status == "T", "replayed on the new primary: %r" % o)
+        check(run(w, "commit").status == "I", "commit")
+        check(b.count("tr", m) == 2, "on the new primary: %d" % b.count("tr", m))
     else:
         check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01: %r" % o)
         check(run(w, "rollback").status == "I", "rollback")
@@ -434,6 +524,8 @@ case_stale_primary_is_fenced.faults = ("stale_primary",)
 CASES = [case_idle_autocommit, case_idle_in_transaction, case_autocommit_write_running,
          case_autocommit_safe_read_running, case_autocommit_opaque_read_running,
          case_write_running_in_transaction, case_commit_running, case_session_state_survives,
+         case_read_only_transaction, case_replay_that_differs_is_rolled_back_with_40001,
+         case_repeatable_read_is_never_replayed, case_default_repeatable_read_is_found_at_replay,
          case_extended_write_running, case_extended_in_transaction_then_extended_rollback, case_partial_result,
          case_copy_in_progress, case_written_while_the_primary_is_down, case_stale_primary_is_fenced]
 
@@ -445,7 +537,7 @@ def run_case(b, case, fault):
     try:
         for mode in MODES:
             m = marker_of(name, fault, mode)
-            w = clients[mode] = b.client(mode)
+            w = clients[mode] = b.client(mode, getattr(case, "database", "postgres"))
             for sql in getattr(case, "setup", []):
                 o = run(w, sql.format(m=m))
                 check(o.kind == "ok", "setup %r: %r" % (sql, o))

@@ -503,11 +503,11 @@ Test(config, every_described_value_loads_back_to_the_same_value)
 			"server_connect_timeout = 3min\n[auth]\nmode = md5\nauth_file = /u.txt\n"
 			"[limits]\nmax_client_conn = 5\nmax_client_frame_bytes = 3000\n"
 			"max_backend_frame_bytes = 5MB\n");
-	static char text[4096];
+	static char text[8192];
 	size_t used = 0;
 	const char *previous_section = "";
-	char first[64][256];
-	cr_assert_leq(config_key_count(), 64);
+	char first[96][256];
+	cr_assert_leq(config_key_count(), 96);
 	for (size_t i = 0; i < config_key_count(); i++) {
 		const char *section, *key, *default_text;
 		bool reloadable;

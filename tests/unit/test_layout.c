@@ -49,7 +49,7 @@ static const char *const core_order[] = {
 	"proto", "sendq", "reasons", "sql", "classify", "split", "digest", "params", "stmts", "databases", "config", "import", "listen", "scram", "auth", "server_auth", "auth_query", "tls",
 	"gates", "runtime", "monitor", "host", "leg",
 	"session", "session_tls", "observer", "observer_copy", "observer_stmts", "observer_params", "observer_pins",
-	"observer_stats", "observer_digest", "dispatch", "route", "observer_replay", "recover",
+	"observer_stats", "observer_digest", "dispatch", "route", "recover", "observer_replay",
 	"session_login", "session_relay",
 	"worker", "http", "admin_reply", "admin_show", "admin", "main",
 };
