@@ -22,12 +22,9 @@
 
 #include "base/base.h"
 
-#include "replay/decide.h"
-
 #include <stdint.h>
 
 struct session;
-struct session_replay;
 struct leg;
 
 /* A type hook's answers when it does not take the message over: PASS leaves it to the relay and reads it
@@ -116,17 +113,10 @@ extern const struct observer observer_replay; /* Transaction Replay's record of 
 /* observer_replay.c, from the relay: a client message of `type` goes to leg (any leg; it keeps those
  * of the primary's). */
 void replay_note_message(struct session *s, struct leg *leg, uint8_t type);
-/* Held ahead of the first row or completion of the primary's answer (whole messages); 0 or -ENOMEM. */
-TERN_MUST_USE int replay_hold_preamble(struct session *s, const void *data, uint32_t len);
 /* What is held goes to the client (counted as leg's), ahead of what leg says next. */
 void replay_flush_preamble(struct session *s, struct leg *leg);
 /* Bytes of the primary's answer the client is shown, while s->replay.is_hashing. */
 void replay_hash(struct session *s, const void *data, uint32_t len);
-/* What the transaction open on the primary is, for a replay (tr_mode select, transaction), from the
- * primary's status ('I', 'T', 'E') and the steps kept: none, failed, not replayable, snapshot, read-only
- * or written. */
-enum tr_tx replay_tx_state(const struct session *s, char status);
-/* The transaction's record is dropped (it ended, or was lost). */
-void replay_forget_tx(struct session_replay *r);
+
 
 #endif

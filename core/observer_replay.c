@@ -91,11 +91,6 @@ void replay_hash(struct session *s, const void *data, uint32_t len)
 	(void)XXH3_64bits_update(r->hash, data, len);
 }
 
-int replay_hold_preamble(struct session *s, const void *data, uint32_t len)
-{
-	return route_bytes_append(&s->replay.preamble, data, len);
-}
-
 void replay_flush_preamble(struct session *s, struct leg *leg)
 {
 	struct route_bytes *held = &s->replay.preamble;
@@ -141,43 +136,11 @@ static void replay_add_step(struct session *s)
 		r->steps = grown;
 		r->step_cap = cap;
 	}
-	if (route_bytes_append(&r->tx_log, r->inflight.data, r->inflight.len) < 0) {
+	if (session_bytes_append(&r->tx_log, r->inflight.data, r->inflight.len) < 0) {
 		replay_give_up(r);
 		return;
 	}
 	r->steps[r->step_count++] = (struct replay_step){.end = r->tx_log.len, .digest = XXH3_64bits_digest(r->hash)};
-}
-
-enum tr_tx replay_tx_state(const struct session *s, char status)
-{
-	const struct session_replay *r = &s->replay;
-	if (status == 'E')
-		return TR_TX_FAILED;
-	if (status != 'T')
-		return TR_TX_NONE;
-	if (!r->is_tx_recorded || r->is_tx_unreplayable)
-		return TR_TX_NOT_REPLAYABLE;
-	enum tr_tx tx = TR_TX_READ_ONLY;
-	uint32_t start = 0;
-	for (uint32_t i = 0; i < r->step_count; i++) {
-		struct classify_result c; /* each step: a Query message, its body a NUL-terminated text */
-		classify_query((const char *)r->tx_log.data + start + PROTO_HEADER_LEN, NULL, &c);
-		start = r->steps[i].end;
-		if ((c.kind == CLASSIFY_BEGIN || c.kind == CLASSIFY_SET_TRANSACTION) &&
-		    (c.isolation == CLASSIFY_REPEATABLE_READ || c.isolation == CLASSIFY_SERIALIZABLE))
-			return TR_TX_SNAPSHOT;
-		enum tr_kind kind = classify_tr_kind(&c);
-		if (kind != TR_KIND_READ_SAFE && kind != TR_KIND_CONTROL)
-			tx = TR_TX_WRITTEN;
-	}
-	return tx;
-}
-
-void replay_forget_tx(struct session_replay *r)
-{
-	r->is_tx_recorded = false;
-	r->tx_log.len = 0;
-	r->step_count = 0;
 }
 
 static bool replay_is_on(const struct session *s)
@@ -195,8 +158,8 @@ static int replay_client_message(struct session *s, struct leg *leg, const struc
 		return 0;
 	uint8_t header[PROTO_HEADER_LEN] = {PROTO_FE_QUERY};
 	proto_write_u32(header + 1, m->len + 4);
-	if (route_bytes_append(&r->inflight, header, sizeof(header)) < 0 ||
-	    route_bytes_append(&r->inflight, m->body, m->len) < 0)
+	if (session_bytes_append(&r->inflight, header, sizeof(header)) < 0 ||
+	    session_bytes_append(&r->inflight, m->body, m->len) < 0)
 		return -ENOMEM;
 	r->unlogged--;
 	return 0;
@@ -267,7 +230,7 @@ static int replay_server_message(struct session *s, struct leg *leg, const struc
 	if (leg->tx_status == 'T' && r->is_tx_recorded && !r->is_tx_unreplayable)
 		replay_add_step(s);
 	else if (leg->tx_status != 'T')
-		replay_forget_tx(r); /* the transaction ended (or failed: it is never replayed) */
+		recover_forget_tx(r); /* the transaction ended (or failed: it is never replayed) */
 	replay_close(r);
 	return 0;
 }

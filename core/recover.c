@@ -117,7 +117,7 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 	enum tr_phase phase = recover_phase(s, leg);
 	char status = s->replay.is_open ? s->replay.tx_status : leg->tx_status;
 	bool is_in_tx = status == 'T' || status == 'E';
-	enum tr_tx tx = mode >= TR_MODE_SELECT ? replay_tx_state(s, status)
+	enum tr_tx tx = mode >= TR_MODE_SELECT ? recover_tx_state(s, status)
 			: status == 'E'	      ? TR_TX_FAILED
 			: is_in_tx	      ? TR_TX_WRITTEN
 					      : TR_TX_NONE;
@@ -147,6 +147,38 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 					      .phase = phase,
 					      .is_in_tx = is_in_tx,
 					      .is_commit = kind == TR_KIND_COMMIT && recover_is_logged_query(&s->replay)};
+}
+
+enum tr_tx recover_tx_state(const struct session *s, char status)
+{
+	const struct session_replay *r = &s->replay;
+	if (status == 'E')
+		return TR_TX_FAILED;
+	if (status != 'T')
+		return TR_TX_NONE;
+	if (!r->is_tx_recorded || r->is_tx_unreplayable)
+		return TR_TX_NOT_REPLAYABLE;
+	enum tr_tx tx = TR_TX_READ_ONLY;
+	uint32_t start = 0;
+	for (uint32_t i = 0; i < r->step_count; i++) {
+		struct classify_result c; /* each step: a Query message, its body a NUL-terminated text */
+		classify_query((const char *)r->tx_log.data + start + PROTO_HEADER_LEN, NULL, &c);
+		start = r->steps[i].end;
+		if ((c.kind == CLASSIFY_BEGIN || c.kind == CLASSIFY_SET_TRANSACTION) &&
+		    (c.isolation == CLASSIFY_REPEATABLE_READ || c.isolation == CLASSIFY_SERIALIZABLE))
+			return TR_TX_SNAPSHOT;
+		enum tr_kind kind = classify_tr_kind(&c);
+		if (kind != TR_KIND_READ_SAFE && kind != TR_KIND_CONTROL)
+			tx = TR_TX_WRITTEN;
+	}
+	return tx;
+}
+
+void recover_forget_tx(struct session_replay *r)
+{
+	r->is_tx_recorded = false;
+	r->tx_log.len = 0;
+	r->step_count = 0;
 }
 
 /* ---- the wait for a primary ---- */
@@ -355,7 +387,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 		return;
 	}
 	if (d->tr.action != TR_REPLAY)
-		replay_forget_tx(r); /* the transaction, if one was open, is lost */
+		recover_forget_tx(r); /* the transaction, if one was open, is lost */
 	switch (d->tr.action) {
 	case TR_REPLAY:
 		/* The transaction's steps go first, hidden, once a connection is there (observer_replay's
@@ -409,7 +441,7 @@ void recover_replay_done(struct session *s, struct leg *leg)
 		s->host->stats.tr_replay_failures++;
 		TERN_INFO("client %s/%s: the replay of its transaction on server %s differed from what the client saw; "
 			  "it is rolled back (40001)", s->user, s->database, leg->conn->server->name);
-		replay_forget_tx(r);
+		recover_forget_tx(r);
 		uint8_t rollback[32];
 		size_t n = proto_build_query(rollback, sizeof(rollback), "ROLLBACK");
 		if (leg_push_hidden(leg, rollback, (uint32_t)n) < 0) {

@@ -45,6 +45,12 @@ bool recover_awaits_primary(struct session *s, struct leg *leg);
  * primary ask again for the one that is. */
 void recover_check_waits(struct host *host, uint64_t now_ns);
 void recover_repoint_parked(struct host *host);
+/* What the transaction open on the primary is, for a replay (tr_mode select, transaction), from the
+ * primary's status ('I', 'T', 'E') and the steps observer_replay kept: none, failed, not replayable,
+ * snapshot, read-only or written. */
+enum tr_tx recover_tx_state(const struct session *s, char status);
+/* The transaction's record is dropped (it ended, or was lost). */
+void recover_forget_tx(struct session_replay *r);
 /* The session ends: off the waits. */
 void recover_end(struct session *s);
 /* observer_replay, at the last hidden answer of a replay: verified, the statement in flight and what the

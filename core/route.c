@@ -277,29 +277,14 @@ static bool route_wants(const struct session *s, enum config_consistency level)
 }
 
 /* Appends to b. 0 or -ENOMEM. */
-int route_bytes_append(struct route_bytes *b, const void *data, uint32_t len)
-{
-	if (b->len + len > b->cap) {
-		uint32_t cap = TERN_MAX(b->cap * 2, b->len + len);
-		uint8_t *grown = realloc(b->data, cap);
-		if (!grown)
-			return -ENOMEM;
-		b->data = grown;
-		b->cap = cap;
-	}
-	memcpy(b->data + b->len, data, len);
-	b->len += len;
-	return 0;
-}
-
 /* The Query (body as sent) becomes the held message, header included. */
 static int route_hold(struct session *s, const uint8_t *body, uint32_t len)
 {
 	uint8_t header[PROTO_HEADER_LEN] = {PROTO_FE_QUERY};
 	proto_write_u32(header + 1, len + 4);
 	s->routing.held.len = 0;
-	return route_bytes_append(&s->routing.held, header, sizeof(header)) < 0 ? -ENOMEM
-									: route_bytes_append(&s->routing.held, body, len);
+	return session_bytes_append(&s->routing.held, header, sizeof(header)) < 0 ? -ENOMEM
+									: session_bytes_append(&s->routing.held, body, len);
 }
 
 /* The read's target: strict, a primary LSN probed after now; session, the client's last write's
@@ -628,7 +613,7 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 
 int route_backlog_append(struct session *s, const uint8_t *data, uint32_t len)
 {
-	return len ? route_bytes_append(&s->routing.backlog, data, len) : 0;
+	return len ? session_bytes_append(&s->routing.backlog, data, len) : 0;
 }
 
 /* The replica to serve the read (pick.h) among the standbys that may: up, not the primary, a weight
@@ -1035,7 +1020,7 @@ static bool route_collect(struct session *s)
 			break; /* not a batch routing reads: the relay takes it from here */
 		if (route->backlog.len < 1 + length)
 			return false;
-		if (route_bytes_append(&route->held, route->backlog.data, 1 + length) < 0)
+		if (session_bytes_append(&route->held, route->backlog.data, 1 + length) < 0)
 			break;
 		route->backlog.len -= 1 + length;
 		memmove(route->backlog.data, route->backlog.data + 1 + length, route->backlog.len);
@@ -1141,8 +1126,8 @@ int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const 
 	if (type != PROTO_BE_ERROR) {
 		uint8_t header[PROTO_HEADER_LEN] = {type};
 		proto_write_u32(header + 1, len + 4);
-		if (route_bytes_append(&route->reply_held, header, sizeof(header)) < 0 ||
-		    route_bytes_append(&route->reply_held, body, len) < 0)
+		if (session_bytes_append(&route->reply_held, header, sizeof(header)) < 0 ||
+		    session_bytes_append(&route->reply_held, body, len) < 0)
 			return -ENOMEM;
 		return 0;
 	}
@@ -1162,11 +1147,11 @@ int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const 
 void route_hold_reply(struct session *s, const void *data, uint32_t len)
 {
 	if (!session_client_leg(s)->is_reply_guarded) {
-		if (replay_hold_preamble(s, data, len) < 0) /* the primary's answer Transaction Replay holds */
+		if (session_bytes_append(&s->replay.preamble, data, len) < 0) /* what Transaction Replay holds */
 			session_end_later(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}
-	if (!s->routing.is_rerun && route_bytes_append(&s->routing.reply_held, data, len) < 0)
+	if (!s->routing.is_rerun && session_bytes_append(&s->routing.reply_held, data, len) < 0)
 		session_end_later(s, SESSION_END_OUT_OF_MEMORY);
 }
 

@@ -29,9 +29,6 @@ int route_setting_take(struct session *s, enum route_setting id, const char *val
 /* "Available values: ..." of setting id. */
 const char *route_setting_hint(enum route_setting id);
 
-/* Appends to bytes routing (or another part of the relay) keeps. 0 or -ENOMEM. */
-TERN_MUST_USE int route_bytes_append(struct route_bytes *b, const void *data, uint32_t len);
-
 /* What becomes of a Query routing read (route_on_query). */
 enum route_query {
 	ROUTE_QUERY_ADMIT = 0, /* to the primary's leg, as any message */

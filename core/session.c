@@ -84,6 +84,21 @@ void session_send_to_client(struct session *s, const void *data, uint32_t len)
 	session_mark_dirty(s, &s->to_client);
 }
 
+int session_bytes_append(struct route_bytes *b, const void *data, uint32_t len)
+{
+	if (b->len + len > b->cap) {
+		uint32_t cap = TERN_MAX(b->cap * 2, b->len + len);
+		uint8_t *grown = realloc(b->data, cap);
+		if (!grown)
+			return -ENOMEM;
+		b->data = grown;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, data, len);
+	b->len += len;
+	return 0;
+}
+
 void session_send_reply(struct session *s, const void *data, uint32_t len)
 {
 	if (session_client_leg(s)->is_reply_guarded || s->replay.preamble.len > 0)

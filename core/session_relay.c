@@ -287,7 +287,7 @@ void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const 
 {
 	s->client_active_ns = base_now_ns();
 	if (s->replay.is_replaying) { /* its transaction is being replayed: what it sends waits for the verdict */
-		if (route_bytes_append(&s->replay.held_back, data, len) < 0)
+		if (session_bytes_append(&s->replay.held_back, data, len) < 0)
 			session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}
@@ -414,8 +414,8 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		proto_write_u32(header + 1, len + 4);
 		if (chunk->is_notice_held)
 			replay_flush_preamble(s, leg);
-		if (route_bytes_append(&s->replay.preamble, header, sizeof(header)) < 0 ||
-		    route_bytes_append(&s->replay.preamble, body, len) < 0)
+		if (session_bytes_append(&s->replay.preamble, header, sizeof(header)) < 0 ||
+		    session_bytes_append(&s->replay.preamble, body, len) < 0)
 			chunk->error = -ENOMEM;
 		if (chunk->is_notice_held)
 			replay_flush_preamble(s, leg);
