@@ -96,6 +96,7 @@ class Battery:
         pg.psql("create table if not exists tr(m text, n int);"
                 "create table if not exists trc(m text);"
                 "create sequence if not exists trs;"
+                "create or replace function tr_pure(int) returns int language sql immutable as 'select $1';"
                 "create or replace function tr_slow() returns trigger language plpgsql as "
                 "$$ begin perform pg_sleep(%d); return null; end $$;"
                 "drop trigger if exists tr_slow on trc;"
@@ -110,8 +111,10 @@ class Battery:
             config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n"
                       "primary = host=127.0.0.1 port=%d\nother = host=127.0.0.1 port=%d\n"
                       "[routing]\nmonitor_interval_ms = 100\n[pool]\npool_size = 8\n"
-                      "[replay]\ntr_mode = %s\nwrite_timeout_secs = 20\n"
-                      "[admin]\nhttp_listen = 127.0.0.1:%d\n" % (free_port(), ports[0], ports[1], mode, http))
+                      "[replay]\ntr_mode = %s\nwrite_timeout_secs = 20\n%s"
+                      "[admin]\nhttp_listen = 127.0.0.1:%d\n"
+                      % (free_port(), ports[0], ports[1], mode,
+                         "tr_read_functions = Tr_Pure\n" if mode == "select" else "", http))
             self.ports = {"primary": ports[0], "other": ports[1]}
             t = TernProcess(TERN, config)
             t.start()
@@ -283,6 +286,22 @@ def case_autocommit_opaque_read_running(b, w, mode, fault, m):
         expect_session_goes_on(b, w, mode)
     after = int(b.primary_sql("select last_value from trs"))
     check(after <= before + 1, "nextval ran at most once: %d -> %d" % (before, after))
+
+
+@inflight("select public.tr_pure(5), pg_sleep(%d) /*{m}*/" % SLEEP_S)
+def case_read_calling_a_function_in_tr_read_functions(b, w, mode, fault, m):
+    """A read calling a user function: the select tern lists it in tr_read_functions (in another case,
+    schema-qualified here), so it runs the read again; the transaction tern does not, so the read is
+    opaque there: 08007, never run twice."""
+    o = read_outcome(w)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    elif mode == "select":
+        check(o.kind == "ok" and o.rows == [["5", ""]], "run again: %r" % o)
+    else:
+        check(o.kind == "error" and o.sqlstate == "08007", "opaque: 08007: %r" % o)
+    if mode != "none":
+        expect_session_goes_on(b, w, mode)
 
 
 @inflight("insert into tr select '{m}', 2 from pg_sleep(%d)" % SLEEP_S)
@@ -523,6 +542,7 @@ case_stale_primary_is_fenced.faults = ("stale_primary",)
 
 CASES = [case_idle_autocommit, case_idle_in_transaction, case_autocommit_write_running,
          case_autocommit_safe_read_running, case_autocommit_opaque_read_running,
+         case_read_calling_a_function_in_tr_read_functions,
          case_write_running_in_transaction, case_commit_running, case_session_state_survives,
          case_read_only_transaction, case_replay_that_differs_is_rolled_back_with_40001,
          case_repeatable_read_is_never_replayed, case_default_repeatable_read_is_found_at_replay,

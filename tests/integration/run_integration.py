@@ -943,10 +943,13 @@ def malformed_and_oversized_frames_close_only_that_connection(ctx):
 @test
 def a_server_killed_mid_query_gives_its_client_an_error_not_a_hang(ctx):
     """A backend terminated under a running query: with Transaction Replay's default (tr_mode = session)
-    the query gets 08007 (its outcome unknown) and the session goes on; with tr_mode = none the session
-    ends with 57P01, as a plain pooler's would. Promptly, either way."""
-    for mode, sqlstate in (("session", "08007"), ("none", "57P01")):
-        t = ctx.tern(pool_mode="transaction", pool_size=2, more="[replay]\ntr_mode = %s" % mode)
+    the query gets 08007 (its outcome unknown) and the session goes on; with tr_mode = none, or
+    tr_enabled = false whatever the mode, the session ends with 57P01, as a plain pooler's would.
+    Promptly, either way."""
+    for mode, sqlstate, extra in (("session", "08007", ""), ("none", "57P01", ""),
+                                  ("none", "57P01", "tr_mode = select\ntr_enabled = false")):
+        t = ctx.tern(pool_mode="transaction", pool_size=2,
+                     more="[replay]\n%s" % (extra or "tr_mode = %s" % mode))
         with Wire(t.port) as w:
             w.login("postgres")
             pid = w.query("select pg_backend_pid()")[0][0]
