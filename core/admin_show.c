@@ -124,6 +124,33 @@ void admin_show_digests(struct admin_reply *r, struct tern_runtime *rt)
 	free(entries);
 }
 
+void admin_show_failovers(struct admin_reply *r, struct tern_runtime *rt)
+{
+	static const struct admin_column columns[] = {{"at", ADMIN_TEXT},	  {"user", ADMIN_TEXT},
+						      {"database", ADMIN_TEXT}, {"server", ADMIN_TEXT},
+						      {"phase", ADMIN_TEXT},	  {"action", ADMIN_TEXT},
+						      {"sqlstate", ADMIN_TEXT}};
+	admin_reply_columns(r, ADMIN_COLUMNS(columns));
+	struct failover_entry *entries = malloc(FAILOVERS_KEPT * sizeof(*entries));
+	if (!entries) {
+		r->overflow = true;
+		return;
+	}
+	uint32_t count = failover_log_copy(&rt->failovers, entries);
+	for (uint32_t i = 0; i < count; i++) {
+		const struct failover_entry *e = &entries[i];
+		char at[40];
+		time_t t = (time_t)(e->wall_ns / BASE_NS_PER_SEC);
+		struct tm tm;
+		gmtime_r(&t, &tm);
+		size_t n = strftime(at, sizeof(at), "%Y-%m-%d %H:%M:%S", &tm);
+		snprintf(at + n, sizeof(at) - n, ".%03u UTC", (unsigned)(e->wall_ns % BASE_NS_PER_SEC / 1000000));
+		const char *values[] = {at, e->user, e->database, e->server, e->phase, e->action, e->sqlstate};
+		admin_reply_row(r, values, TERN_ARRAY_LEN(values));
+	}
+	free(entries);
+}
+
 void admin_show_config(struct admin_reply *r, struct tern_runtime *rt)
 {
 	const struct tern_config *cfg = runtime_config(rt); /* SIGHUP swaps it */

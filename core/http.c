@@ -254,6 +254,29 @@ char *http_metrics_text(struct tern_runtime *rt)
 
 /* ---- /api/status ---- */
 
+/* Transaction Replay: its mode, counters and the last failovers (failovers.h), newest first. */
+static json_t *http_replay_json(struct tern_runtime *rt, const struct host_stats *t)
+{
+	const struct tern_config *cfg = runtime_config(rt);
+	static const char *const modes[] = {"none", "session", "select", "transaction"};
+	json_t *recent = json_array();
+	struct failover_entry *entries = malloc(FAILOVERS_KEPT * sizeof(*entries));
+	uint32_t count = entries ? failover_log_copy(&rt->failovers, entries) : 0;
+	for (uint32_t i = 0; i < count; i++) {
+		const struct failover_entry *e = &entries[i];
+		json_array_append_new(recent, json_pack("{s:f, s:s, s:s, s:s, s:s, s:s, s:s}", "at",
+							(double)e->wall_ns / 1e9, "user", e->user, "database", e->database,
+							"server", e->server, "phase", e->phase, "action", e->action,
+							"sqlstate", e->sqlstate));
+	}
+	free(entries);
+	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "mode", modes[cfg->tr_enabled ? cfg->tr_mode : 0],
+			 "failovers", (json_int_t)t->tr_failovers, "statements_reexecuted", (json_int_t)t->tr_reexecuted,
+			 "transactions_replayed", (json_int_t)t->tr_replayed, "replay_failures",
+			 (json_int_t)t->tr_replay_failures, "unknown_outcome_errors", (json_int_t)t->tr_unknown_outcome,
+			 "replay_cap_exceeded", (json_int_t)t->tr_cap_exceeded, "recent", recent);
+}
+
 char *http_status_json(struct tern_runtime *rt)
 {
 	struct http_snapshot snap;
@@ -298,6 +321,8 @@ char *http_status_json(struct tern_runtime *rt)
 		json_object_set_new(status, "split", split);
 	else
 		json_decref(split);
+	if (status)
+		json_object_set_new(status, "replay", http_replay_json(rt, t));
 	char *text = status ? json_dumps(status, JSON_INDENT(2)) : NULL;
 	json_decref(status);
 	return text;

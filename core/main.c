@@ -342,6 +342,7 @@ int main(int argc, char **argv)
 	rt.opener = opener;
 	rt.primary = primary; /* until the monitor's first round says which server is the primary */
 	rt.topology_changed = worker_topology_changed;
+	failover_log_init(&rt.failovers);
 	static struct digest_shared digests;
 	if (cfg.query_digests) {
 		if (digest_shared_init(&digests) < 0) {
@@ -478,6 +479,7 @@ int main(int argc, char **argv)
 	monitor_stop(rt.monitor);
 	if (rt.digests)
 		digest_shared_deinit(rt.digests); /* the workers and the HTTP thread have stopped */
+	failover_log_deinit(&rt.failovers);
 	/* The pool thread stops before pool_deinit (it must not touch what that frees) and before the
 	 * workers are freed (a late answer to a parked request still lands in a worker's mailbox). */
 	pool_opener_stop(opener);

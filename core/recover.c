@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char recover_msg_not_sent[] =
 	"the connection to the primary was lost before the statement reached it; it did not run (the session "
@@ -93,6 +94,22 @@ static bool recover_is_pinned(const struct session *s)
 	       s->routing.split.server || (replica && (replica->conn || replica->is_request_pending));
 }
 
+/* One line of SHOW FAILOVERS. */
+static void recover_log(const struct session *s, const struct pool_server *server, enum tr_phase phase, const char *action,
+			const char *sqlstate)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	struct failover_entry e = {.wall_ns = (uint64_t)now.tv_sec * BASE_NS_PER_SEC + (uint64_t)now.tv_nsec};
+	base_strlcpy(e.user, s->user, sizeof(e.user));
+	base_strlcpy(e.database, s->database, sizeof(e.database));
+	base_strlcpy(e.server, server ? server->name : "", sizeof(e.server));
+	base_strlcpy(e.phase, recover_phase_names[phase], sizeof(e.phase));
+	base_strlcpy(e.action, action, sizeof(e.action));
+	base_strlcpy(e.sqlstate, sqlstate ? sqlstate : "", sizeof(e.sqlstate));
+	failover_log_add(&s->host->runtime->failovers, &e);
+}
+
 struct session_lost_decision recover_decide(const struct session *s, const struct leg *leg, enum leg_fault fault)
 {
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
@@ -111,9 +128,12 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 	}
 	if (!is_primary)
 		return recover_end_with(SESSION_END_SERVER_LOST, NULL, NULL);
-	if (mode == TR_MODE_NONE)
+	struct pool_server *server = leg->conn ? leg->conn->server : NULL;
+	if (mode == TR_MODE_NONE) {
+		recover_log(s, server, recover_phase(s, leg), "close", "57P01");
 		return recover_end_with(SESSION_END_SERVER_LOST, "57P01",
 					"terminating connection: the connection to the primary was lost");
+	}
 	enum tr_phase phase = recover_phase(s, leg);
 	char status = s->replay.is_open ? s->replay.tx_status : leg->tx_status;
 	bool is_in_tx = status == 'T' || status == 'E';
@@ -125,12 +145,14 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 	struct tr_decision tr = tr_decide(mode, phase, tx, kind);
 	if (tr.action == TR_CLOSE) {
 		s->host->stats.tr_replay_failures++;
+		recover_log(s, server, phase, "close", tr.sqlstate);
 		return recover_end_with(SESSION_END_SERVER_LOST, tr.sqlstate,
 					"the connection to the primary was lost with part of the answer sent, or during "
 					"a COPY: the session cannot go on");
 	}
 	if (recover_is_pinned(s) || (phase != TR_PHASE_IDLE && !recover_is_one_request(s, leg))) {
 		s->host->stats.tr_replay_failures++;
+		recover_log(s, server, phase, "close", "08006");
 		return recover_end_with(SESSION_END_SERVER_LOST, NULL, NULL);
 	}
 	/* A replay re-runs the statement in flight after the transaction: only a Query tern kept. */
@@ -372,6 +394,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 		return;
 	}
 	host->stats.tr_failovers++;
+	recover_log(s, server, d->phase, tr_action_names[d->tr.action], d->tr.sqlstate);
 	TERN_INFO("client %s/%s: the connection to server %s was lost (%s); %s%s%s", s->user, s->database,
 		  server->name, recover_phase_names[d->phase], tr_action_names[d->tr.action],
 		  d->tr.sqlstate ? " with " : "", d->tr.sqlstate ? d->tr.sqlstate : "");

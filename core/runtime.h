@@ -11,6 +11,7 @@
 #define TERN_RUNTIME_H
 
 #include "config.h"
+#include "failovers.h"
 #include "gates.h"
 #include "params.h"
 
@@ -33,6 +34,7 @@ struct tern_runtime {
 	struct pool_server *primary; /* atomic: where writes go, as the topology monitor last saw (runtime_primary) */
 	struct monitor *monitor;
 	struct digest_shared *digests; /* query digests ([admin] query_digests; NULL: off) */
+	struct failover_log failovers; /* the last lost primary connections (recover.c) */
 	/* The monitor stored new answers (monitor_generation moved): wake the workers with reads waiting for
 	 * a replica. Set by main; any thread. */
 	void (*topology_changed)(struct tern_runtime *rt);

@@ -112,7 +112,7 @@ class Battery:
                       "primary = host=127.0.0.1 port=%d\nother = host=127.0.0.1 port=%d\n"
                       "[routing]\nmonitor_interval_ms = 100\n[pool]\npool_size = 8\n"
                       "[replay]\ntr_mode = %s\nwrite_timeout_secs = 20\n%s"
-                      "[admin]\nhttp_listen = 127.0.0.1:%d\n"
+                      "[admin]\nhttp_listen = 127.0.0.1:%d\nadmin_users = postgres\n"
                       % (free_port(), ports[0], ports[1], mode,
                          "tr_read_functions = Tr_Pure\n" if mode == "select" else "", http))
             self.ports = {"primary": ports[0], "other": ports[1]}
@@ -745,7 +745,35 @@ def fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says(b
         fake.stop()
 
 
-SPECIAL = [no_primary_within_write_timeout_secs_ends_the_session_with_08006,
+def show_failovers_and_api_status_list_what_the_battery_did(b):
+    """After the cases: the admin console's SHOW FAILOVERS and /api/status's replay section list the
+    failovers each tern handled, newest first, with what it did (the transaction tern replayed some,
+    the none tern only closed sessions), and the counters agree with /metrics."""
+    import json
+    import urllib.request
+    for mode, t in b.terns.items():
+        with Wire(t.port) as w:
+            w.login("postgres", "tern")
+            rows = w.query("show failovers")
+        status = json.loads(urllib.request.urlopen("http://127.0.0.1:%d/api/status" % t.http_port,
+                                                   timeout=10).read())["replay"]
+        actions = {row[5] for row in rows}
+        check(len(rows) > 0 and [r["action"] for r in status["recent"]] == [row[5] for row in rows],
+              "%s: the console and /api/status list the same failovers: %r %r" % (mode, rows[:3], status["recent"][:3]))
+        check(status["mode"] == mode, "%s: the mode: %r" % (mode, status["mode"]))
+        if mode == "none":
+            check(actions == {"close"} and status["failovers"] == 0, "none only closes: %r %r" % (actions, status))
+        else:
+            check("replay" in actions if mode == "transaction" else "replay" not in actions,
+                  "%s: its actions: %r" % (mode, actions))
+            check(status["failovers"] >= len([r for r in rows if r[5] != "close"]), "%s: counted: %r" % (mode, status))
+        if mode == "transaction":
+            check(status["transactions_replayed"] > 0 and status["unknown_outcome_errors"] > 0,
+                  "replayed and 08007 counted: %r" % status)
+
+
+SPECIAL = [show_failovers_and_api_status_list_what_the_battery_did,
+           no_primary_within_write_timeout_secs_ends_the_session_with_08006,
            fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says]
 
 
