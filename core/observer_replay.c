@@ -1,12 +1,14 @@
 /* Transaction Replay's record of the client's requests on the primary's leg (s->replay; recover.c reads
  * it when that leg's connection is lost): where they began in both streams, so the loss can tell how far
- * they got, and their Query messages, so one that never reached the server (or may run twice) runs on
- * the next primary. The record opens at the first message the leg gets while it owes the client nothing
- * and closes at the ReadyForQuery that leaves it owing nothing; it holds the client's Queries only
- * (an extended-protocol request is marked, never kept). Transaction pooling only.
+ * they got, and their messages as the client sent them, so one that never reached the server (or may run
+ * twice) runs on the next primary. The record opens at the first message the leg gets while it owes the
+ * client nothing and closes at the ReadyForQuery that leaves it owing nothing. It keeps Queries and
+ * unnamed extended-protocol messages; a name (a statement or portal lives on one connection), a Bind of
+ * a statement parsed before, a FunctionCall or a message too long to read leaves it unkept. Transaction
+ * pooling only.
  *
  * Under tr_mode select and transaction it also keeps the transaction open on the primary, from its
- * start: each request (one Query) with an XXH3 digest of the bytes of its answer as the client was shown
+ * start: each request (a Query, or unnamed messages up to their Sync) with an XXH3 digest of the bytes of its answer as the client was shown
  * them, ReadyForQuery included. A replay (recover.c) sends them again, hidden, on the new primary, then
  * asks the transaction's isolation; this observer digests the hidden answers the same way and says
  * whether each matches. */
@@ -38,43 +40,86 @@ static void replay_give_up(struct session_replay *r)
 
 /* The record opens: the leg's position in both directions, and its transaction status before (a
  * detached primary leg holds no transaction in transaction pooling). */
+static void replay_open(struct session *s, struct leg *leg)
+{
+	struct session_replay *r = &s->replay;
+	if (r->is_open)
+		return;
+	r->is_open = true;
+	r->tx_status = leg->conn ? leg->tx_status : 'I';
+	r->client_mark = leg->to_client_bytes;
+	r->sent_mark = leg->to_server.sent_bytes_total + leg->to_server.bytes;
+	r->is_hashing = false;
+	if (r->tx_status != 'T') { /* a transaction may start: its record with it */
+		r->is_tx_recorded = replay_is_recording(s);
+		r->is_tx_unreplayable = false;
+		r->tx_log.len = 0;
+		r->step_count = 0;
+	}
+	if (r->is_tx_recorded && !r->is_tx_unreplayable) {
+		if (!r->hash)
+			r->hash = XXH3_createState();
+		r->is_hashing = r->hash && XXH3_64bits_reset(r->hash) == XXH_OK;
+		r->hashed_bytes = 0;
+		if (!r->is_hashing)
+			replay_give_up(r);
+	}
+}
+
 void replay_note_message(struct session *s, struct leg *leg, uint8_t type)
 {
 	struct session_replay *r = &s->replay;
-	if (!r->is_open) {
-		r->is_open = true;
-		r->tx_status = leg->conn ? leg->tx_status : 'I';
-		r->client_mark = leg->to_client_bytes;
-		r->sent_mark = leg->to_server.sent_bytes_total + leg->to_server.bytes;
-		r->is_hashing = false;
-		if (r->tx_status != 'T') { /* a transaction may start: its record with it */
-			r->is_tx_recorded = replay_is_recording(s);
-			r->is_tx_unreplayable = false;
-			r->tx_log.len = 0;
-			r->step_count = 0;
-		}
-		if (r->is_tx_recorded && !r->is_tx_unreplayable) {
-			if (!r->hash)
-				r->hash = XXH3_createState();
-			r->is_hashing = r->hash && XXH3_64bits_reset(r->hash) == XXH_OK;
-			r->hashed_bytes = 0;
-			if (!r->is_hashing)
-				replay_give_up(r);
-		}
+	replay_open(s, leg);
+	if (type == PROTO_FE_QUERY || type == PROTO_FE_SYNC || type == PROTO_FE_FUNCTION_CALL)
+		r->requests++;
+	if (type == PROTO_FE_FUNCTION_CALL)
+		r->is_unloggable = true;
+}
+
+/* Every client message of its types, whoever takes it (observer_stmts forwards Parse, Bind, Describe and
+ * Close itself): counted, so one too long to be read leaves the request unkept. */
+static unsigned replay_client_type(struct session *s, struct leg *leg, uint8_t type)
+{
+	(void)type;
+	if (leg->role == LEG_PRIMARY) {
+		replay_open(s, leg);
+		s->replay.noted++;
 	}
+	return OBSERVER_PASS;
+}
+
+/* A C string at *p within end, which moves past it; NULL when there is none. */
+static const char *replay_cstring(const uint8_t **p, const uint8_t *end)
+{
+	const uint8_t *nul = memchr(*p, '\0', (size_t)(end - *p));
+	if (!nul)
+		return NULL;
+	const char *s = (const char *)*p;
+	*p = nul + 1;
+	return s;
+}
+
+/* An extended-protocol message another connection could not run as it is: a name of a statement or portal
+ * (each lives on one connection), or a Bind of an unnamed statement parsed in an earlier request. */
+static bool replay_is_connection_bound(const struct session_replay *r, uint8_t type, const uint8_t *body, uint32_t len)
+{
+	const uint8_t *p = body, *end = body + len;
 	switch (type) {
-	case PROTO_FE_QUERY:
-		r->requests++;
-		r->unlogged++; /* until its text is read (replay_client_message): a long one never is */
-		break;
-	case PROTO_FE_SYNC:
-	case PROTO_FE_FUNCTION_CALL:
-		r->requests++;
-		r->is_extended = true;
-		break;
+	case PROTO_FE_PARSE:
+	case PROTO_FE_EXECUTE: {
+		const char *name = replay_cstring(&p, end);
+		return !name || name[0] != '\0';
+	}
+	case PROTO_FE_BIND: {
+		const char *portal = replay_cstring(&p, end);
+		const char *stmt = portal ? replay_cstring(&p, end) : NULL;
+		return !stmt || portal[0] != '\0' || stmt[0] != '\0' || !r->has_parse;
+	}
+	case PROTO_FE_DESCRIBE:
+	case PROTO_FE_CLOSE:
+		return len < 2 || body[1] != '\0';
 	default:
-		r->is_extended = true;
-		break;
+		return false;
 	}
 }
 
@@ -106,8 +151,8 @@ void replay_flush_preamble(struct session *s, struct leg *leg)
 
 static void replay_close(struct session_replay *r)
 {
-	r->is_open = r->is_extended = r->is_hashing = false;
-	r->requests = r->unlogged = 0;
+	r->is_open = r->is_unloggable = r->has_parse = r->is_hashing = false;
+	r->requests = r->noted = r->logged = 0;
 	r->inflight.len = 0;
 }
 
@@ -117,7 +162,7 @@ static void replay_add_step(struct session *s)
 {
 	struct session_replay *r = &s->replay;
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
-	if (r->is_extended || r->unlogged > 0 || r->requests != 0 || !r->is_hashing) {
+	if (r->is_unloggable || r->noted != r->logged || r->requests != 0 || !r->is_hashing) {
 		replay_give_up(r);
 		return;
 	}
@@ -154,14 +199,19 @@ static bool replay_is_on(const struct session *s)
 static int replay_client_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
 	struct session_replay *r = &s->replay;
-	if (leg->role != LEG_PRIMARY || !r->is_open || r->unlogged == 0)
+	if (leg->role != LEG_PRIMARY || !r->is_open || r->is_unloggable)
 		return 0;
-	uint8_t header[PROTO_HEADER_LEN] = {PROTO_FE_QUERY};
+	if (replay_is_connection_bound(r, m->type, m->body, m->len)) {
+		r->is_unloggable = true;
+		return 0;
+	}
+	r->has_parse |= m->type == PROTO_FE_PARSE;
+	uint8_t header[PROTO_HEADER_LEN] = {m->type};
 	proto_write_u32(header + 1, m->len + 4);
 	if (session_bytes_append(&r->inflight, header, sizeof(header)) < 0 ||
 	    session_bytes_append(&r->inflight, m->body, m->len) < 0)
 		return -ENOMEM;
-	r->unlogged--;
+	r->logged++;
 	return 0;
 }
 
@@ -274,7 +324,8 @@ static void replay_destroy(struct session *s)
 const struct observer observer_replay = {
 	.name = "replay",
 	.is_on = replay_is_on,
-	.client_types = "Q",
+	.client_types = "QPBDECSH",
+	.client_type = replay_client_type,
 	.client_message = replay_client_message,
 	.server_types = "Z",
 	.server_message = replay_server_message,

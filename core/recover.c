@@ -46,23 +46,46 @@ static bool recover_is_unreachable(const struct pool_error *err)
 	return strncmp(err->sqlstate, "08", 2) == 0 || strcmp(err->sqlstate, "57P03") == 0;
 }
 
-/* What the request in flight is, from its one logged Query (or the worst it may be when tern did not
- * keep it: a COMMIT inside a transaction, a write outside one). */
-/* The request in flight is one Query tern kept (what it can run again). */
-static bool recover_is_logged_query(const struct session_replay *r)
+/* The request in flight is one request tern kept whole (a Query, or unnamed extended-protocol messages up
+ * to their Sync): what it can run again. */
+static bool recover_is_logged_request(const struct session_replay *r)
 {
-	return !r->is_extended && r->unlogged == 0 && r->requests == 1 && r->inflight.len > PROTO_HEADER_LEN &&
-	       r->inflight.data[r->inflight.len - 1] == '\0';
+	return !r->is_unloggable && r->noted == r->logged && r->requests == 1 && r->inflight.len > PROTO_HEADER_LEN;
 }
 
+/* The text of the one statement in messages (a Query's, or a Parse's); NULL when there is none or more
+ * than one. */
+static const char *recover_text_of(const uint8_t *msgs, uint32_t len)
+{
+	const char *text = NULL;
+	for (uint32_t at = 0; at + PROTO_HEADER_LEN <= len;) {
+		uint8_t type = msgs[at];
+		uint32_t body = proto_read_u32(msgs + at + 1) - 4;
+		const uint8_t *p = msgs + at + PROTO_HEADER_LEN, *end = p + body;
+		if (type == PROTO_FE_PARSE) {
+			const uint8_t *name_end = memchr(p, '\0', body);
+			p = name_end ? name_end + 1 : end;
+		}
+		if (type == PROTO_FE_QUERY || type == PROTO_FE_PARSE) {
+			if (text || !memchr(p, '\0', (size_t)(end - p)))
+				return NULL;
+			text = (const char *)p;
+		}
+		at += PROTO_HEADER_LEN + body;
+	}
+	return text;
+}
+
+/* What the request in flight is, from its one statement (or the worst it may be when tern did not keep it
+ * or it holds several: a COMMIT inside a transaction, a write outside one). */
 static enum tr_kind recover_kind(const struct session *s, const struct tern_config *cfg, bool is_in_tx)
 {
 	const struct session_replay *r = &s->replay;
-	if (!recover_is_logged_query(r))
+	const char *text = recover_is_logged_request(r) ? recover_text_of(r->inflight.data, r->inflight.len) : NULL;
+	if (!text)
 		return is_in_tx ? TR_KIND_COMMIT : TR_KIND_WRITE;
-	struct classify_result c; /* the Query's body is its NUL-terminated text */
-	classify_query((const char *)r->inflight.data + PROTO_HEADER_LEN,
-		       cfg->tr_read_functions[0] ? cfg->tr_read_functions : NULL, &c);
+	struct classify_result c;
+	classify_query(text, cfg->tr_read_functions[0] ? cfg->tr_read_functions : NULL, &c);
 	return classify_tr_kind(&c);
 }
 
@@ -155,20 +178,21 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 		recover_log(s, server, phase, "close", "08006");
 		return recover_end_with(SESSION_END_SERVER_LOST, NULL, NULL);
 	}
-	/* A replay re-runs the statement in flight after the transaction: only a Query tern kept. */
+	/* A replay re-runs the statement in flight after the transaction: only a request tern kept. */
 	if (tr.action == TR_REPLAY && phase != TR_PHASE_IDLE &&
-	    (!recover_is_logged_query(&s->replay) || !proto_stream_is_at_boundary(&s->client_stream)))
+	    (!recover_is_logged_request(&s->replay) || !proto_stream_is_at_boundary(&s->client_stream)))
 		tr = (struct tr_decision){TR_FAIL, "57P01"};
-	/* Only a logged Query runs again, and only through a client stream between messages (it goes through
-	 * the relay as the client's); another request never sent fails as never run. */
+	/* Only a request tern kept runs again, and only through a client stream between messages (it goes
+	 * through the relay as the client's); another request never sent fails as never run. */
 	if (tr.action == TR_REEXECUTE &&
-	    (!recover_is_logged_query(&s->replay) || !proto_stream_is_at_boundary(&s->client_stream)))
+	    (!recover_is_logged_request(&s->replay) || !proto_stream_is_at_boundary(&s->client_stream)))
 		tr = (struct tr_decision){TR_FAIL, phase == TR_PHASE_NOT_SENT ? "57P01" : "08007"};
 	return (struct session_lost_decision){.action = SESSION_LOST_RECOVER,
 					      .tr = tr,
 					      .phase = phase,
 					      .is_in_tx = is_in_tx,
-					      .is_commit = kind == TR_KIND_COMMIT && recover_is_logged_query(&s->replay)};
+					      .is_commit = kind == TR_KIND_COMMIT && recover_is_logged_request(&s->replay) &&
+							   recover_text_of(s->replay.inflight.data, s->replay.inflight.len)};
 }
 
 enum tr_tx recover_tx_state(const struct session *s, char status)
@@ -180,12 +204,18 @@ enum tr_tx recover_tx_state(const struct session *s, char status)
 		return TR_TX_NONE;
 	if (!r->is_tx_recorded || r->is_tx_unreplayable)
 		return TR_TX_NOT_REPLAYABLE;
+	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	enum tr_tx tx = TR_TX_READ_ONLY;
 	uint32_t start = 0;
 	for (uint32_t i = 0; i < r->step_count; i++) {
-		struct classify_result c; /* each step: a Query message, its body a NUL-terminated text */
-		classify_query((const char *)r->tx_log.data + start + PROTO_HEADER_LEN, NULL, &c);
+		const char *text = recover_text_of(r->tx_log.data + start, r->steps[i].end - start);
 		start = r->steps[i].end;
+		if (!text) {
+			tx = TR_TX_WRITTEN; /* (several statements in one step: what they are is not looked into) */
+			continue;
+		}
+		struct classify_result c;
+		classify_query(text, cfg->tr_read_functions[0] ? cfg->tr_read_functions : NULL, &c);
 		if ((c.kind == CLASSIFY_BEGIN || c.kind == CLASSIFY_SET_TRANSACTION) &&
 		    (c.isolation == CLASSIFY_REPEATABLE_READ || c.isolation == CLASSIFY_SERIALIZABLE))
 			return TR_TX_SNAPSHOT;
@@ -400,8 +430,8 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 		  d->tr.sqlstate ? " with " : "", d->tr.sqlstate ? d->tr.sqlstate : "");
 	struct route_bytes again = r->inflight; /* the Query in flight, for TR_REEXECUTE */
 	r->inflight = (struct route_bytes){0};
-	r->is_open = r->is_extended = false;
-	r->requests = r->unlogged = 0;
+	r->is_open = r->is_unloggable = r->has_parse = false;
+	r->requests = r->noted = r->logged = 0;
 	r->preamble.len = 0; /* the start of the lost answer, never shown */
 	struct leg *fresh = session_set_aside_leg(s, LEG_PRIMARY); /* set aside: this runs in its completion */
 	if (!fresh) {

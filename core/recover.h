@@ -21,9 +21,9 @@
  * committed, before the statement in flight and what the client sent meanwhile go on; else ROLLBACK there
  * and 40001.
  *
- * Not built yet: re-running extended-protocol requests (they fail with 57P01 when never sent, 08007
- * when sent, and make a transaction unreplayable), SET tracking beyond the parameters tern restores on
- * every connection.
+ * Not built yet: re-running requests that use a named prepared statement or portal (they fail with
+ * 57P01 when never sent, 08007 when sent, and make a transaction unreplayable), SET tracking beyond the
+ * parameters tern restores on every connection.
  *
  * Threads: the session's worker. Never: runs a statement twice that may have written, retries a COMMIT,
  * or writes to a server the monitor has not seen answer as the primary since the loss.

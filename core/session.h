@@ -215,10 +215,12 @@ enum replay_aborted {
 struct session_replay {
 	/* The client's requests on the primary's leg since it last owed the client nothing. */
 	bool is_open;
-	bool is_extended;     /* ... an extended-protocol message or a FunctionCall among them */
-	char tx_status;       /* the leg's transaction status before them: 'I', 'T', 'E' (0: no connection yet) */
+	bool is_unloggable;   /* ... something of them tern cannot send again: a FunctionCall, a name (a named
+			       * statement or portal lives on one connection), a Bind of a statement parsed before */
+	bool has_parse;       /* ... an unnamed Parse among them (what their Binds bind) */
+	char tx_status;       /* the leg's transaction status before them: 'I', 'T', 'E' */
 	uint32_t requests;    /* ... their Query, Sync and FunctionCall messages not yet answered */
-	uint32_t unlogged;    /* ... their Queries too long to keep */
+	uint32_t noted, logged; /* ... their messages, and those kept whole (a long one is not read) */
 	uint64_t client_mark; /* the leg's to_client_bytes when they began: more means part of an answer went */
 	uint64_t sent_mark;   /* where they begin in the leg's stream toward the server (sendq.sent_bytes_total) */
 	struct route_bytes inflight; /* their Query messages, headers included */

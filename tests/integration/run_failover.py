@@ -449,10 +449,49 @@ def case_extended_write_running(b, w, mode, fault, m):
     check(b.count("tr", m) <= 1, "never twice")
 
 
+def case_extended_safe_read_running(b, w, mode, fault, m):
+    """An extended-protocol read (unnamed, with a parameter) running: select and transaction send it again
+    as the client did (Parse, Bind, Describe, Execute, Sync) and the client gets its answer once."""
+    yield "send", (parse("", "select $1::int + 1, pg_sleep(%d) /*%s*/" % (SLEEP_S, m)) + bind("", ["41"]) +
+                   message(b"D", b"P\0") + execute() + SYNC)
+    o = read_outcome(w)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    elif mode == "session":
+        check(o.kind == "error" and o.sqlstate == "08007", "08007: %r" % o)
+    else:
+        check(o.kind == "ok" and o.rows == [["42", ""]] and o.status == "I", "run again, once: %r" % o)
+
+
+def case_named_statement_in_transaction_is_not_replayed(b, w, mode, fault, m):
+    """A transaction that used a named prepared statement (it lives on one connection) is not replayed:
+    57P01 for its next statement in session, select and transaction alike; the statement itself works
+    again after ROLLBACK (prepared anew on the new primary)."""
+    name = "n_" + m[-12:]
+    w.send(parse(name, "insert into tr values ($1, 1) /*%s*/" % m) + SYNC)
+    check(read_outcome(w).kind == "ok", "parse")
+    check(run(w, "begin").kind == "ok", "begin")
+    w.send(bind(name, [m]) + execute() + SYNC)
+    check(read_outcome(w).kind == "ok", "insert through the named statement")
+    yield
+    o = run(w, "select 1")
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+        return
+    check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01: %r" % o)
+    check(run(w, "rollback").status == "I", "rollback")
+    w.send(bind(name, [m]) + execute() + SYNC)
+    o = read_outcome(w)
+    check(o.kind == "ok" and o.status == "I", "the named statement after the move: %r" % o)
+    check(b.count("tr", m) == 1, "only the row after the move: %d" % b.count("tr", m))
+
+
 def case_extended_in_transaction_then_extended_rollback(b, w, mode, fault, m):
-    """An extended-protocol statement running inside a transaction: 08007 (tern cannot tell it from
-    its COMMIT), the transaction aborted; a ROLLBACK sent as drivers send it (Parse/Bind/Execute/Sync)
-    is answered by tern (ParseComplete, BindComplete, ROLLBACK, ReadyForQuery I)."""
+    """An extended-protocol write (unnamed Parse/Bind/Execute/Sync, as pgbench -M extended sends it)
+    running inside a transaction: session and select give it 57P01 and abort the transaction (25P02 to
+    the next extended statement), and a ROLLBACK sent as drivers send it (Parse/Bind/Execute/Sync) is
+    answered by tern (ParseComplete, BindComplete, ROLLBACK, ReadyForQuery I); transaction replays the
+    transaction and runs the write again in it, and the same ROLLBACK reaches the server."""
     check(run(w, "begin").kind == "ok", "begin")
     yield "send", (parse("", "insert into tr select '%s', 1 from pg_sleep(%d)" % (m, SLEEP_S)) + bind("") +
                    execute() + SYNC)
@@ -460,9 +499,14 @@ def case_extended_in_transaction_then_extended_rollback(b, w, mode, fault, m):
     if mode == "none":
         expect_closed(o, "57P01", "none")
         return
-    check(o.kind == "error" and o.sqlstate == "08007" and o.status == "E", "08007, aborted: %r" % o)
-    kinds, rows, err, status = w.exchange(parse("", "select 1"), bind(""), execute(), SYNC)
-    check(err == "25P02" and status == "E", "25P02 to an extended statement: %r" % ((kinds, err, status),))
+    if mode == "transaction":
+        check(o.kind == "ok" and o.status == "T", "replayed, the write ran again: %r" % o)
+        kinds, rows, err, status = w.exchange(parse("", "select 1"), bind(""), execute(), SYNC)
+        check(err is None and rows == [["1"]] and status == "T", "the transaction goes on: %r" % ((kinds, rows, err),))
+    else:
+        check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01, aborted: %r" % o)
+        kinds, rows, err, status = w.exchange(parse("", "select 1"), bind(""), execute(), SYNC)
+        check(err == "25P02" and status == "E", "25P02 to an extended statement: %r" % ((kinds, err, status),))
     kinds, rows, err, status = w.exchange(parse("", "ROLLBACK"), bind(""), execute(), SYNC)
     check((kinds, err, status) == ("12CZ", None, "I"), "the ROLLBACK batch: %r" % ((kinds, err, status),))
     expect_session_goes_on(b, w, mode)
@@ -546,7 +590,8 @@ CASES = [case_idle_autocommit, case_idle_in_transaction, case_autocommit_write_r
          case_write_running_in_transaction, case_commit_running, case_session_state_survives,
          case_read_only_transaction, case_replay_that_differs_is_rolled_back_with_40001,
          case_repeatable_read_is_never_replayed, case_default_repeatable_read_is_found_at_replay,
-         case_extended_write_running, case_extended_in_transaction_then_extended_rollback, case_partial_result,
+         case_extended_write_running, case_extended_safe_read_running, case_named_statement_in_transaction_is_not_replayed,
+         case_extended_in_transaction_then_extended_rollback, case_partial_result,
          case_copy_in_progress, case_written_while_the_primary_is_down, case_stale_primary_is_fenced]
 
 
