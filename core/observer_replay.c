@@ -129,7 +129,7 @@ void replay_hash(struct session *s, const void *data, uint32_t len)
 	TERN_ASSERT(r->is_hashing);
 	r->hashed_bytes += len;
 	if (r->hashed_bytes > runtime_config(s->host->runtime)->tr_max_observation_bytes) {
-		s->host->stats.tr_cap_exceeded++;
+		s->host->stats.tr_cap_exceeded += r->tx_status == 'T'; /* (an autocommit answer is no transaction's) */
 		replay_give_up(r);
 		return;
 	}
@@ -236,7 +236,7 @@ static int replay_hidden_message(struct session *s, struct leg *leg, const struc
 	bool is_check = r->replay_next == r->step_count; /* the SHOW transaction_isolation after the steps */
 	if (m->type == PROTO_BE_ERROR || (is_check && m->type == PROTO_BE_DATA_ROW && !replay_is_read_committed(m->body, m->len)))
 		r->is_replay_failed = true;
-	if (!is_check && r->is_hashing) {
+	if (!is_check && r->is_hashing && m->type != PROTO_BE_NOTICE) { /* (the client is shown notices unhashed) */
 		uint8_t header[PROTO_HEADER_LEN] = {m->type};
 		proto_write_u32(header + 1, m->len + 4);
 		(void)XXH3_64bits_update(r->hash, header, sizeof(header));

@@ -158,6 +158,11 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 					"terminating connection: the connection to the primary was lost");
 	}
 	enum tr_phase phase = recover_phase(s, leg);
+	if (s->replay.is_replaying) { /* lost again during a replay: what it held back cannot be placed */
+		s->host->stats.tr_replay_failures++;
+		recover_log(s, server, phase, "close", "08006");
+		return recover_end_with(SESSION_END_SERVER_LOST, NULL, NULL);
+	}
 	char status = s->replay.is_open ? s->replay.tx_status : leg->tx_status;
 	bool is_in_tx = status == 'T' || status == 'E';
 	enum tr_tx tx = mode >= TR_MODE_SELECT ? recover_tx_state(s, status)
@@ -511,8 +516,10 @@ void recover_replay_done(struct session *s, struct leg *leg)
 			r->aborted = REPLAY_TX_LOST_NEXT;
 			base_strlcpy(r->fail_sqlstate, "40001", sizeof(r->fail_sqlstate));
 		}
-		memmove(held.data, held.data + inflight, held.len - inflight); /* the statement in flight is answered */
-		held.len -= inflight;
+		if (inflight > 0) { /* the statement in flight is answered */
+			memmove(held.data, held.data + inflight, held.len - inflight);
+			held.len -= inflight;
+		}
 	}
 	if (held.len > 0)
 		s->parts->feed(s, leg, true, held.data, held.len);

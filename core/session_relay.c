@@ -412,13 +412,17 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	if ((chunk->is_notice_held && recover_shows_notice(s, body, len)) || chunk->is_preamble_held) {
 		uint8_t header[PROTO_HEADER_LEN] = {type};
 		proto_write_u32(header + 1, len + 4);
-		if (chunk->is_notice_held)
+		if (chunk->is_preamble_held) {
+			if (session_bytes_append(&s->replay.preamble, header, sizeof(header)) < 0 ||
+			    session_bytes_append(&s->replay.preamble, body, len) < 0)
+				chunk->error = -ENOMEM;
+		} else if (s->phase != SESSION_CLOSING) {
+			/* (a notice or an error is not digested: a replay need not raise the same notices) */
 			replay_flush_preamble(s, leg);
-		if (session_bytes_append(&s->replay.preamble, header, sizeof(header)) < 0 ||
-		    session_bytes_append(&s->replay.preamble, body, len) < 0)
-			chunk->error = -ENOMEM;
-		if (chunk->is_notice_held)
-			replay_flush_preamble(s, leg);
+			session_send_to_client(s, header, sizeof(header));
+			session_send_to_client(s, body, len);
+			leg->to_client_bytes += PROTO_HEADER_LEN + len;
+		}
 	}
 	if (chunk->is_guard_held) {
 		int rc = route_guard_message(s, leg, type, body, len);

@@ -382,6 +382,26 @@ def case_read_only_transaction(b, w, mode, fault, m):
         check(run(w, "commit").status == "I", "commit")
 
 
+def case_notices_do_not_fail_a_replay(b, w, mode, fault, m):
+    """A transaction whose statement raised a NOTICE (CREATE TABLE IF NOT EXISTS of a table that exists)
+    replays under transaction although the replay's notice is not shown again: notices are not digested."""
+    check(run(w, "begin").kind == "ok", "begin")
+    check(run(w, "create table if not exists tr(m text, n int) /*%s*/" % m).kind == "ok", "a notice")
+    check(run(w, "insert into tr values ('%s', 1)" % m).kind == "ok", "insert")
+    yield
+    o = run(w, "select 1")
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+        return
+    if mode == "transaction":
+        check(o.kind == "ok" and o.status == "T", "replayed: %r" % o)
+        check(run(w, "commit").status == "I", "commit")
+        check(b.count("tr", m) == 1, "once")
+    else:
+        check(o.kind == "error" and o.sqlstate == "57P01", "57P01: %r" % o)
+        check(run(w, "rollback").status == "I", "rollback")
+
+
 def case_replay_that_differs_is_rolled_back_with_40001(b, w, mode, fault, m):
     """A transaction whose read gave a value the replay cannot give again (random()): select and
     transaction roll the replay back, and the client's next statement gets 40001, then 25P02 until
@@ -588,7 +608,7 @@ CASES = [case_idle_autocommit, case_idle_in_transaction, case_autocommit_write_r
          case_autocommit_safe_read_running, case_autocommit_opaque_read_running,
          case_read_calling_a_function_in_tr_read_functions,
          case_write_running_in_transaction, case_commit_running, case_session_state_survives,
-         case_read_only_transaction, case_replay_that_differs_is_rolled_back_with_40001,
+         case_read_only_transaction, case_replay_that_differs_is_rolled_back_with_40001, case_notices_do_not_fail_a_replay,
          case_repeatable_read_is_never_replayed, case_default_repeatable_read_is_found_at_replay,
          case_extended_write_running, case_extended_safe_read_running, case_named_statement_in_transaction_is_not_replayed,
          case_extended_in_transaction_then_extended_rollback, case_partial_result,
