@@ -339,6 +339,16 @@ static const struct config_key config_keys[] = {
 		   tr_max_observation_bytes, NULL,
 		   "Transaction Replay: bytes of one statement's answer digested; a transaction with a longer answer "
 		   "is not replayed (there is nothing to check its replay against)"),
+	CONFIG_KEY("limits", "tr_max_session_set_statements", CONFIG_INT, "256", 1, 100000, CONFIG_RELOAD,
+		   tr_max_session_set_statements, NULL,
+		   "Transaction Replay: distinct session variables a session may have set (the parameters tern "
+		   "restores on every connection, search_path among them); past it a lost primary connection ends "
+		   "the session with 08006 rather than move it with part of its state"),
+	CONFIG_KEY("limits", "backend_response_timeout_secs", CONFIG_INT, "0", 0, 86400, CONFIG_RELOAD,
+		   backend_response_timeout_secs, NULL,
+		   "a primary connection whose answer to a request has not ended this many seconds after the request "
+		   "went out (a server dripping bytes, or stuck) is closed and decided as a lost connection "
+		   "(Transaction Replay: 08007 for the statement, the session goes on); 0 = never"),
 	CONFIG_KEY("limits", "max_backend_frame_bytes", CONFIG_SIZE, "100MB", CONFIG_KB, CONFIG_GB,
 		   CONFIG_RESTART, max_backend_frame_bytes, NULL,
 		   "largest protocol message a server may send (larger closes that server connection)"),

@@ -118,6 +118,8 @@ struct tern_config {
 	uint64_t client_idle_timeout_ms, idle_transaction_timeout_ms, query_timeout_ms, client_login_timeout_ms;
 	uint64_t max_client_frame_bytes, max_backend_frame_bytes;
 	uint32_t tr_max_replay_statements;
+	uint32_t backend_response_timeout_secs; /* 0: none */
+	uint32_t tr_max_session_set_statements;
 	uint64_t tr_max_replay_bytes, tr_max_observation_bytes;
 
 	char *path; /* the file it was loaded from, or NULL for pure defaults */

@@ -73,6 +73,7 @@ struct host_stats {
 	uint64_t tr_unknown_outcome;     /* 08007 errors: a statement, or a COMMIT, whose outcome is unknown */
 	uint64_t tr_replayed;            /* transactions replayed and verified on the next primary */
 	uint64_t tr_cap_exceeded;        /* transactions a [limits] tr_max_* bound made unreplayable */
+	uint64_t tr_set_cap_exceeded;    /* failovers refused: the session's SET state over its bound */
 };
 
 struct host_ops {

@@ -211,6 +211,10 @@ char *http_metrics_text(struct tern_runtime *rt)
 		  "transactions made unreplayable by a [limits] tr_max_replay_statements, tr_max_replay_bytes or "
 		  "tr_max_observation_bytes bound");
 	fprintf(f, "tr_replay_cap_exceeded_total %llu\n", (unsigned long long)t->tr_cap_exceeded);
+	http_help(f, "tr_session_set_cap_exceeded_total", "counter",
+		  "lost primary connections whose session had set more variables than tr_max_session_set_statements "
+		  "(refused with 08006)");
+	fprintf(f, "tr_session_set_cap_exceeded_total %llu\n", (unsigned long long)t->tr_set_cap_exceeded);
 	http_help(f, "tr_unknown_outcome_errors_total", "counter",
 		  "08007 errors: a statement or COMMIT in flight at a lost primary connection, its outcome unknown");
 	fprintf(f, "tr_unknown_outcome_errors_total %llu\n", (unsigned long long)t->tr_unknown_outcome);

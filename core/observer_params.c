@@ -82,6 +82,8 @@ static void params_learn(struct session *s, struct leg *leg, const struct observ
 		return; /* the answer to tern's own SET: the values the fingerprint already says */
 	leg->conn->restored_fingerprint = 0;
 	int i = params_tracked_index(&s->host->runtime->tracked, name);
+	if (i >= 0)
+		s->params.changed |= 1u << i; /* the client's own statements changed it (Transaction Replay's cap) */
 	if (i < 0)
 		return;
 	s->params.fingerprint = 0;

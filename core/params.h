@@ -41,6 +41,7 @@ struct params_values {
 /* A client's parameters and search_path, as observer_params.c keeps them in transaction pooling. */
 struct params_state {
 	struct params_values values; /* the tracked parameters */
+	uint32_t changed; /* bit i: the client's own statements changed tracked parameter i since its login */
 	/* search_path as the client last SET it outside a transaction ("" = never), and the value of a SET
 	 * sent whose success (its CommandComplete, then ReadyForQuery 'I' with no error) is awaited. */
 	char search_path[PARAMS_VALUE_MAX];

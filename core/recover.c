@@ -158,6 +158,14 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 					"terminating connection: the connection to the primary was lost");
 	}
 	enum tr_phase phase = recover_phase(s, leg);
+	uint32_t set_count = (uint32_t)__builtin_popcount(s->params.changed) + (s->params.search_path[0] != '\0');
+	if (set_count > cfg->tr_max_session_set_statements) { /* it would move with part of its state */
+		s->host->stats.tr_set_cap_exceeded++;
+		recover_log(s, server, phase, "close", "08006");
+		return recover_end_with(SESSION_END_SERVER_LOST, "08006",
+					"the connection to the primary was lost and the session set more variables than "
+					"[limits] tr_max_session_set_statements: it cannot move with all of them");
+	}
 	if (s->replay.is_replaying) { /* lost again during a replay: what it held back cannot be placed */
 		s->host->stats.tr_replay_failures++;
 		recover_log(s, server, phase, "close", "08006");

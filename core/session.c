@@ -852,8 +852,14 @@ void session_check_timeouts(struct session *s, uint64_t now_ns)
 	uint64_t idle_tx_ns = cfg->idle_transaction_timeout_ms * BASE_NS_PER_MS;
 	uint64_t idle_ns = cfg->client_idle_timeout_ms * BASE_NS_PER_MS;
 	if (leg->pending_ready > 0) {
-		if (query_ns && leg->conn && now_ns - leg->request_sent_ns > query_ns)
+		uint64_t response_ns = (uint64_t)cfg->backend_response_timeout_secs * BASE_NS_PER_SEC;
+		if (query_ns && leg->conn && now_ns - leg->request_sent_ns > query_ns) {
 			session_end(s, SESSION_END_QUERY_TIMEOUT);
+		} else if (response_ns && leg->conn && !leg->is_dropping && now_ns - leg->request_sent_ns > response_ns) {
+			TERN_WARN("client %s/%s: server %s did not finish an answer within backend_response_timeout_secs; "
+				  "its connection is closed", s->user, s->database, leg->conn->server->name);
+			leg_fail(leg, LEG_FAULT_CLOSED); /* decided as a lost connection (session_leg_on_lost) */
+		}
 		return;
 	}
 	uint64_t quiet_since = TERN_MAX(s->client_active_ns, leg->ready_ns);

@@ -365,6 +365,23 @@ def case_session_state_survives(b, w, mode, fault, m):
     check(o.rows == [["app_%s" % m[-20:]]], "application_name restored: %r" % o)
 
 
+def case_set_state_is_what_committed(b, w, mode, fault, m):
+    """SET state restored on the new connection is what committed: a SET in a transaction rolled back, a
+    SET rolled back to a savepoint, and a RESET ALL rolled back all leave the value set before them."""
+    check(run(w, "set application_name = 'kept_%s'" % m[-12:]).kind == "ok", "set")
+    for sql in ("begin", "set application_name = 'rolled_back'", "rollback",
+                "begin", "savepoint s", "set application_name = 'to_savepoint'", "rollback to savepoint s", "commit",
+                "begin", "reset all", "rollback", "select 1 /*%s*/" % m):
+        o = run(w, sql)
+        check(o.kind == "ok", "%s: %r" % (sql, o))
+    yield
+    o = run(w, "show application_name")
+    if mode == "none":
+        check(o.kind == "closed" or o.rows == [["kept_%s" % m[-12:]]], "none: %r" % o)
+        return
+    check(o.rows == [["kept_%s" % m[-12:]]], "the committed value: %r" % o)
+
+
 def case_read_only_transaction(b, w, mode, fault, m):
     """A read-only transaction, idle at the fault: select and transaction replay it (its read's answer
     checked) and it goes on; session: 57P01, then 25P02 until ROLLBACK."""
@@ -608,7 +625,7 @@ CASES = [case_idle_autocommit, case_idle_in_transaction, case_autocommit_write_r
          case_autocommit_safe_read_running, case_autocommit_opaque_read_running,
          case_read_calling_a_function_in_tr_read_functions,
          case_write_running_in_transaction, case_commit_running, case_session_state_survives,
-         case_read_only_transaction, case_replay_that_differs_is_rolled_back_with_40001, case_notices_do_not_fail_a_replay,
+         case_set_state_is_what_committed, case_read_only_transaction, case_replay_that_differs_is_rolled_back_with_40001, case_notices_do_not_fail_a_replay,
          case_repeatable_read_is_never_replayed, case_default_repeatable_read_is_found_at_replay,
          case_extended_write_running, case_extended_safe_read_running, case_named_statement_in_transaction_is_not_replayed,
          case_extended_in_transaction_then_extended_rollback, case_partial_result,
@@ -837,7 +854,69 @@ def show_failovers_and_api_status_list_what_the_battery_did(b):
                   "replayed and 08007 counted: %r" % status)
 
 
+def backend_response_timeout_secs_closes_a_stuck_answer_and_the_session_goes_on(b):
+    """[limits] backend_response_timeout_secs = 1: a statement whose answer has not ended a second after
+    it went out (pg_sleep(30)) loses its connection there, decided as a lost connection: 08007 for it
+    (session mode) after about a second, and the session goes on."""
+    pg = b.pg
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+              "primary = host=127.0.0.1 port=%d\n[replay]\ntr_mode = session\n[limits]\n"
+              "backend_response_timeout_secs = 1\n" % (free_port(), pg.primary_port))
+    t = TernProcess(TERN, config)
+    t.start()
+    try:
+        with Wire(t.port, timeout=30) as w:
+            w.login("postgres")
+            started = time.monotonic()
+            o = run(w, "select pg_sleep(30)")
+            took = time.monotonic() - started
+            check(o.kind == "error" and o.sqlstate == "08007" and o.status == "I", "08007: %r" % o)
+            check(1.0 <= took < 5.0, "about a second (the worker's tick): %.1fs" % took)
+            expect_session_goes_on(b, w, "backend_response_timeout_secs")
+    finally:
+        t.stop()
+    check(t.returncode == 0, "tern exited with %s" % t.returncode)
+
+
+def tr_max_session_set_statements_refuses_the_move_with_08006(b):
+    """[limits] tr_max_session_set_statements = 1: a session that set two variables (application_name,
+    DateStyle) and loses its primary connection inside a transaction is closed with 08006 instead of
+    moving with part of its state; one that set one moves (57P01 for its lost transaction)."""
+    pg = b.pg
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+              "primary = host=127.0.0.1 port=%d\n[replay]\ntr_mode = session\n[limits]\n"
+              "tr_max_session_set_statements = 1\n[admin]\nhttp_listen = 127.0.0.1:%d\n"
+              % (free_port(), pg.primary_port, free_port()))
+    t = TernProcess(TERN, config)
+    t.start()
+    try:
+        for sets, want in ((["set application_name = 'one'"], "57P01"),
+                           (["set application_name = 'two'", "set datestyle = 'German'"], "08006")):
+            with Wire(t.port, timeout=30) as w:
+                w.login("postgres")
+                for sql in sets + ["begin"]:
+                    check(run(w, sql).kind == "ok", sql)
+                marker = "setcap_%d" % len(sets)
+                check(run(w, "select 1 /*%s*/" % marker).kind == "ok", "in the transaction")
+                pg.psql("select pg_terminate_backend(pid, 10000) from pg_stat_activity where query like "
+                        "'%%%s%%' and pid <> pg_backend_pid()" % marker)
+                o = run(w, "select 2")
+                if want == "08006":
+                    check(o.kind == "closed" and o.sqlstate == "08006", "refused: %r" % o)
+                else:
+                    check(o.kind == "error" and o.sqlstate == "57P01", "moved: %r\n%s" % (o, t.log_tail(8)))
+        import urllib.request
+        http = int(config.split("http_listen = 127.0.0.1:")[1].split("\n")[0])
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http, timeout=10).read().decode()
+        check("tr_session_set_cap_exceeded_total 1" in text, "counted")
+    finally:
+        t.stop()
+    check(t.returncode == 0, "tern exited with %s" % t.returncode)
+
+
 SPECIAL = [show_failovers_and_api_status_list_what_the_battery_did,
+           tr_max_session_set_statements_refuses_the_move_with_08006,
+           backend_response_timeout_secs_closes_a_stuck_answer_and_the_session_goes_on,
            no_primary_within_write_timeout_secs_ends_the_session_with_08006,
            fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says]
 
