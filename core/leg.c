@@ -138,7 +138,7 @@ int leg_push_hidden(struct leg *leg, const void *query, uint32_t len)
 	int rc = sendq_push_copy(&leg->to_server, query, len);
 	if (rc < 0)
 		return rc;
-	leg->pending_ready++;
+	leg_expect_ready(leg, base_now_ns());
 	leg->hidden_ready++;
 	return 0;
 }

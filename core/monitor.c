@@ -186,6 +186,7 @@ static void monitor_check(struct monitor *m, uint32_t i)
 {
 	struct monitor_server *state = &m->servers[i];
 	uint32_t before = __atomic_load_n(&state->role, __ATOMIC_RELAXED);
+	uint64_t asked_ns = base_now_ns(); /* what the answer says holds from here (not from when it came) */
 	PGresult *res = NULL;
 	for (int attempt = 0; attempt < 2 && !res; attempt++) { /* a kept connection the server closed: once more */
 		if (!m->conns[i]) {
@@ -211,7 +212,8 @@ static void monitor_check(struct monitor *m, uint32_t i)
 		PQclear(res);
 	}
 	__atomic_store_n(&state->role, role, __ATOMIC_RELEASE);
-	__atomic_store_n(&state->checked_ns, base_now_ns(), __ATOMIC_RELAXED);
+	/* Release: a reader that sees this time (acquire) sees the role stored before it. */
+	__atomic_store_n(&state->checked_ns, asked_ns, __ATOMIC_RELEASE);
 	if (role != before && before != MONITOR_UNKNOWN)
 		TERN_WARN("server %s is now %s (was %s)", state->server->name, monitor_role_name(role),
 			  monitor_role_name(before));

@@ -151,9 +151,35 @@ void replay_flush_preamble(struct session *s, struct leg *leg)
 
 static void replay_close(struct session_replay *r)
 {
-	r->is_open = r->is_unloggable = r->has_parse = r->is_hashing = false;
+	r->is_open = r->is_unloggable = r->has_parse = r->is_hashing = r->has_tx_ended = false;
 	r->requests = r->noted = r->logged = 0;
 	r->inflight.len = 0;
+}
+
+/* A step whose statements end a transaction (a COMMIT, END, ROLLBACK or PREPARE TRANSACTION among
+ * several, "COMMIT; BEGIN" say): the transaction now open began inside it, and its record cannot start
+ * there. */
+static bool replay_ends_a_transaction(struct session *s, const struct tern_config *cfg)
+{
+	const struct session_replay *r = &s->replay;
+	for (uint32_t at = 0; at + PROTO_HEADER_LEN <= r->inflight.len;) {
+		uint8_t type = r->inflight.data[at];
+		uint32_t body = proto_read_u32(r->inflight.data + at + 1) - 4;
+		const uint8_t *p = r->inflight.data + at + PROTO_HEADER_LEN, *end = p + body;
+		if (type == PROTO_FE_PARSE) {
+			const uint8_t *name_end = memchr(p, '\0', body);
+			p = name_end ? name_end + 1 : end;
+		}
+		if ((type == PROTO_FE_QUERY || type == PROTO_FE_PARSE) && memchr(p, '\0', (size_t)(end - p))) {
+			struct classify_result c;
+			route_classify(s, cfg, (const char *)p, &c);
+			if (c.has_commit || c.kind == CLASSIFY_ROLLBACK || c.kind == CLASSIFY_COMMIT ||
+			    (c.statement_count > 1 && (strcasestr((const char *)p, "rollback") || strcasestr((const char *)p, "abort"))))
+				return true;
+		}
+		at += PROTO_HEADER_LEN + body;
+	}
+	return false;
 }
 
 /* The request just answered becomes the transaction's next step (its one Query, its answer's digest),
@@ -162,8 +188,9 @@ static void replay_add_step(struct session *s)
 {
 	struct session_replay *r = &s->replay;
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
-	if (r->is_unloggable || r->noted != r->logged || r->requests != 0 || !r->is_hashing) {
-		replay_give_up(r);
+	if (r->is_unloggable || r->noted != r->logged || r->requests != 0 || !r->is_hashing || r->has_tx_ended ||
+	    replay_ends_a_transaction(s, cfg)) {
+		replay_give_up(r); /* (a transaction that ended inside the record: replaying it would commit it again) */
 		return;
 	}
 	if (r->step_count + 1 > cfg->tr_max_replay_statements || r->tx_log.len + r->inflight.len > cfg->tr_max_replay_bytes) {
@@ -203,6 +230,10 @@ static int replay_client_message(struct session *s, struct leg *leg, const struc
 		return 0;
 	if (replay_is_connection_bound(r, m->type, m->body, m->len)) {
 		r->is_unloggable = true;
+		return 0;
+	}
+	if (r->inflight.len + PROTO_HEADER_LEN + m->len > runtime_config(s->host->runtime)->tr_max_replay_bytes) {
+		r->is_unloggable = true; /* (a pipelined batch longer than a transaction may be) */
 		return 0;
 	}
 	r->has_parse |= m->type == PROTO_FE_PARSE;
@@ -274,9 +305,12 @@ static int replay_server_message(struct session *s, struct leg *leg, const struc
 		return 0;
 	if (r->requests > 0)
 		r->requests--;
-	if (r->requests > 0 || leg->is_unsynced)
+	if (r->requests > 0 || leg->is_unsynced) {
+		r->has_tx_ended |= leg->tx_status != 'T'; /* (a pipelined request ended a transaction) */
 		return 0;
+	}
 	/* The answer is complete (its ReadyForQuery digested: it went out before this call). */
+	r->deadline_ns = 0; /* a primary answered: a recovery's deadline is over */
 	if (leg->tx_status == 'T' && r->is_tx_recorded && !r->is_tx_unreplayable)
 		replay_add_step(s);
 	else if (leg->tx_status != 'T')

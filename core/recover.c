@@ -99,7 +99,9 @@ static enum tr_phase recover_phase(const struct session *s, const struct leg *le
 		return TR_PHASE_COPY;
 	if (leg->to_client_bytes != r->client_mark)
 		return TR_PHASE_PARTIAL;
-	return leg->to_server.sent_bytes_total <= r->sent_mark ? TR_PHASE_NOT_SENT : TR_PHASE_SENT;
+	/* (a send still armed may have handed the kernel bytes that still reach the server) */
+	return leg->to_server.sent_bytes_total <= r->sent_mark && !leg->to_server.op.is_armed ? TR_PHASE_NOT_SENT
+												: TR_PHASE_SENT;
 }
 
 /* One request in flight, whole (a Query, or a batch up to its Sync), or one batch not yet synced. */
@@ -158,6 +160,12 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 					"terminating connection: the connection to the primary was lost");
 	}
 	enum tr_phase phase = recover_phase(s, leg);
+	if (!proto_stream_is_at_boundary(&s->client_stream)) {
+		/* The rest of a client message that went to the lost leg would reach the new one headless. */
+		s->host->stats.tr_replay_failures++;
+		recover_log(s, server, phase, "close", "08006");
+		return recover_end_with(SESSION_END_SERVER_LOST, NULL, NULL);
+	}
 	uint32_t set_count = (uint32_t)__builtin_popcount(s->params.changed) + (s->params.search_path[0] != '\0');
 	if (set_count > cfg->tr_max_session_set_statements) { /* it would move with part of its state */
 		s->host->stats.tr_set_cap_exceeded++;
@@ -192,13 +200,11 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 		return recover_end_with(SESSION_END_SERVER_LOST, NULL, NULL);
 	}
 	/* A replay re-runs the statement in flight after the transaction: only a request tern kept. */
-	if (tr.action == TR_REPLAY && phase != TR_PHASE_IDLE &&
-	    (!recover_is_logged_request(&s->replay) || !proto_stream_is_at_boundary(&s->client_stream)))
+	if (tr.action == TR_REPLAY && phase != TR_PHASE_IDLE && !recover_is_logged_request(&s->replay))
 		tr = (struct tr_decision){TR_FAIL, "57P01"};
-	/* Only a request tern kept runs again, and only through a client stream between messages (it goes
-	 * through the relay as the client's); another request never sent fails as never run. */
-	if (tr.action == TR_REEXECUTE &&
-	    (!recover_is_logged_request(&s->replay) || !proto_stream_is_at_boundary(&s->client_stream)))
+	/* Only a request tern kept runs again (through the relay, as the client's); another request never sent
+	 * fails as never run. */
+	if (tr.action == TR_REEXECUTE && !recover_is_logged_request(&s->replay))
 		tr = (struct tr_decision){TR_FAIL, phase == TR_PHASE_NOT_SENT ? "57P01" : "08007"};
 	return (struct session_lost_decision){.action = SESSION_LOST_RECOVER,
 					      .tr = tr,
@@ -307,9 +313,11 @@ bool recover_awaits_primary(struct session *s, struct leg *leg)
 		return false;
 	}
 	if (!r->is_waiting) {
-		/* The one deadline runs from when the session needs a primary. */
-		r->deadline_ns = base_now_ns() +
-				 (uint64_t)runtime_config(s->host->runtime)->write_timeout_secs * BASE_NS_PER_SEC;
+		/* The one deadline runs from when the session first needs a primary after the loss, until an
+		 * answer comes from one (observer_replay clears it): a refused login does not restart it. */
+		if (r->deadline_ns == 0)
+			r->deadline_ns = base_now_ns() +
+					 (uint64_t)runtime_config(s->host->runtime)->write_timeout_secs * BASE_NS_PER_SEC;
 		r->is_waiting = true;
 		base_list_insert_tail(&s->host->recover_waits, &r->wait_link);
 		__atomic_add_fetch(&s->host->recover_waiting, 1, __ATOMIC_RELAXED);
@@ -443,7 +451,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 		  d->tr.sqlstate ? " with " : "", d->tr.sqlstate ? d->tr.sqlstate : "");
 	struct route_bytes again = r->inflight; /* the Query in flight, for TR_REEXECUTE */
 	r->inflight = (struct route_bytes){0};
-	r->is_open = r->is_unloggable = r->has_parse = false;
+	r->is_open = r->is_unloggable = r->has_parse = r->has_tx_ended = false;
 	r->requests = r->noted = r->logged = 0;
 	r->preamble.len = 0; /* the start of the lost answer, never shown */
 	struct leg *fresh = session_set_aside_leg(s, LEG_PRIMARY); /* set aside: this runs in its completion */
@@ -471,6 +479,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 		break;
 	case TR_REEXECUTE:
 		host->stats.tr_reexecuted++;
+		s->client_active_ns = now; /* its timeouts count from here, not from its first sending */
 		s->parts->feed(s, fresh, true, again.data, again.len);
 		break;
 	case TR_FAIL:
@@ -529,8 +538,10 @@ void recover_replay_done(struct session *s, struct leg *leg)
 			held.len -= inflight;
 		}
 	}
-	if (held.len > 0)
+	if (held.len > 0) {
+		s->client_active_ns = base_now_ns();
 		s->parts->feed(s, leg, true, held.data, held.len);
+	}
 	free(held.data);
 }
 
@@ -538,19 +549,30 @@ void recover_replay_done(struct session *s, struct leg *leg)
 
 /* A text that ends the transaction: ROLLBACK (ABORT), or COMMIT (END), which answers ROLLBACK in an
  * aborted transaction. */
-static bool recover_ends_tx(const uint8_t *body, uint32_t len)
+enum recover_end { RECOVER_END_NONE = 0, RECOVER_END_ROLLBACK, RECOVER_END_COMMIT };
+static enum recover_end recover_ends_tx(const uint8_t *body, uint32_t len)
 {
 	if (len == 0 || body[len - 1] != '\0')
-		return false; /* a long text's head */
+		return RECOVER_END_NONE; /* a long text's head */
 	struct classify_result c;
 	classify_query((const char *)body, NULL, &c);
-	return c.statement_count == 1 && (c.kind == CLASSIFY_ROLLBACK || c.kind == CLASSIFY_COMMIT);
+	if (c.statement_count != 1)
+		return RECOVER_END_NONE;
+	return c.kind == CLASSIFY_ROLLBACK ? RECOVER_END_ROLLBACK
+	       : c.kind == CLASSIFY_COMMIT ? RECOVER_END_COMMIT
+					   : RECOVER_END_NONE;
 }
 
-static void recover_send_rollback(struct session *s)
+/* The transaction ends: ROLLBACK's answer; but a COMMIT of a transaction whose loss the client has not been
+ * told gets that error (it must not read as a success), the transaction over either way. */
+static void recover_send_end(struct session *s, enum recover_end end)
 {
 	static const uint8_t complete[] = {PROTO_BE_COMMAND_COMPLETE, 0, 0, 0, 13, 'R', 'O', 'L', 'L', 'B', 'A', 'C', 'K', 0};
-	session_send_to_client(s, complete, sizeof(complete));
+	struct session_replay *r = &s->replay;
+	if (end == RECOVER_END_COMMIT && r->aborted == REPLAY_TX_LOST_NEXT)
+		session_send_error(s, "ERROR", r->fail_sqlstate, recover_msg_lost_tx, NULL);
+	else
+		session_send_to_client(s, complete, sizeof(complete));
 }
 
 /* The transaction's one error (the loss's, first) or 25P02. */
@@ -601,9 +623,10 @@ int recover_client_message(struct session *s, uint8_t type, const uint8_t *body,
 		return 0; /* the rest of a batch that failed */
 	TERN_ASSERT(is_aborted);
 	switch (type) {
-	case PROTO_FE_QUERY:
-		if (recover_ends_tx(body, len)) {
-			recover_send_rollback(s);
+	case PROTO_FE_QUERY: {
+		enum recover_end end = recover_ends_tx(body, len);
+		if (end != RECOVER_END_NONE) {
+			recover_send_end(s, end);
 			r->aborted = REPLAY_TX_LIVE;
 			recover_send_ready(s, 'I');
 		} else {
@@ -611,14 +634,18 @@ int recover_client_message(struct session *s, uint8_t type, const uint8_t *body,
 			recover_send_ready(s, 'E');
 		}
 		return 0;
+	}
 	case PROTO_FE_PARSE: {
 		/* name\0 text\0 ...: a ROLLBACK or COMMIT batch (as drivers send them) is answered */
 		const uint8_t *end = body + len;
 		const uint8_t *name_end = memchr(body, '\0', len);
 		const uint8_t *text = name_end ? name_end + 1 : end;
 		const uint8_t *text_end = memchr(text, '\0', (size_t)(end - text));
-		if (text_end && recover_ends_tx(text, (uint32_t)(text_end - text) + 1)) {
+		enum recover_end ending =
+			text_end ? recover_ends_tx(text, (uint32_t)(text_end - text) + 1) : RECOVER_END_NONE;
+		if (ending != RECOVER_END_NONE) {
 			r->is_batch_ending = true;
+			r->is_batch_commit = ending == RECOVER_END_COMMIT;
 			session_send_to_client(s, parse_complete, sizeof(parse_complete));
 			return 0;
 		}
@@ -638,7 +665,7 @@ int recover_client_message(struct session *s, uint8_t type, const uint8_t *body,
 		break;
 	case PROTO_FE_EXECUTE:
 		if (r->is_batch_ending) {
-			recover_send_rollback(s);
+			recover_send_end(s, r->is_batch_commit ? RECOVER_END_COMMIT : RECOVER_END_ROLLBACK);
 			return 0;
 		}
 		break;

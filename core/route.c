@@ -302,8 +302,7 @@ static void route_set_target(struct session *s)
 		route->target_lsn = route->write_lsn;
 }
 
-static void route_classify(struct session *s, const struct tern_config *cfg, const char *sql,
-			   struct classify_result *r)
+void route_classify(struct session *s, const struct tern_config *cfg, const char *sql, struct classify_result *r)
 {
 	if (!s->host->classify_cache)
 		s->host->classify_cache = calloc(1, sizeof(*s->host->classify_cache));

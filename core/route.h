@@ -18,6 +18,7 @@
 #ifndef TERN_ROUTE_H
 #define TERN_ROUTE_H
 
+#include "classify.h"
 #include "session.h"
 
 /* tern's own session parameters, answered by tern and never sent to a server (SET, RESET, SHOW, or the
@@ -28,6 +29,9 @@ int route_setting_from_name(const char *name, size_t name_len);
 int route_setting_take(struct session *s, enum route_setting id, const char *value);
 /* "Available values: ..." of setting id. */
 const char *route_setting_hint(enum route_setting id);
+
+/* A text's classification (classify.h) through the worker's shape cache, under cfg's read_functions. */
+void route_classify(struct session *s, const struct tern_config *cfg, const char *sql, struct classify_result *r);
 
 /* What becomes of a Query routing read (route_on_query). */
 enum route_query {

@@ -570,7 +570,7 @@ void session_hold_parked_bytes(struct session *s)
 void session_hold_now(struct leg *leg)
 {
 	struct session *s = leg->session;
-	if (s->phase == SESSION_CLOSING || !(leg->is_request_pending || s->is_pause_waiting))
+	if (s->phase == SESSION_CLOSING || !(leg->is_request_pending || s->is_pause_waiting || s->replay.is_waiting))
 		return; /* its wait ended in the pass: its bytes went on by reference */
 	if (leg_hold_queued(leg) < 0)
 		session_end(s, SESSION_END_OUT_OF_MEMORY);

@@ -218,6 +218,7 @@ struct session_replay {
 	bool is_unloggable;   /* ... something of them tern cannot send again: a FunctionCall, a name (a named
 			       * statement or portal lives on one connection), a Bind of a statement parsed before */
 	bool has_parse;       /* ... an unnamed Parse among them (what their Binds bind) */
+	bool has_tx_ended;    /* ... a ReadyForQuery among their answers said no transaction was open */
 	char tx_status;       /* the leg's transaction status before them: 'I', 'T', 'E' */
 	uint32_t requests;    /* ... their Query, Sync and FunctionCall messages not yet answered */
 	uint32_t noted, logged; /* ... their messages, and those kept whole (a long one is not read) */
@@ -237,6 +238,7 @@ struct session_replay {
 	char fail_sqlstate[6]; /* REPLAY_TX_LOST_NEXT: what the next statement is told */
 	bool is_skipping;      /* an extended-protocol batch tern failed: its messages are dropped to its Sync */
 	bool is_batch_ending;  /* ... a batch that ends the lost transaction (a ROLLBACK, COMMIT or END) */
+	bool is_batch_commit;  /* ... with a COMMIT (or END) */
 	/* tr_mode select or transaction: the client's transaction on the primary, to replay it. Its requests
 	 * (one Query each) in order, each with the digest of the answer the client was shown. */
 	struct route_bytes tx_log;

@@ -287,7 +287,9 @@ void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const 
 {
 	s->client_active_ns = base_now_ns();
 	if (s->replay.is_replaying) { /* its transaction is being replayed: what it sends waits for the verdict */
-		if (session_bytes_append(&s->replay.held_back, data, len) < 0)
+		if (s->replay.held_back.len + len > SESSION_QUEUE_PARKED_BYTES * 32)
+			session_end(s, SESSION_END_PIPELINE_TOO_DEEP); /* (a client that does not wait for its answers) */
+		else if (session_bytes_append(&s->replay.held_back, data, len) < 0)
 			session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}
@@ -325,7 +327,7 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	struct leg *leg = chunk->leg;
 	unsigned counted = type == PROTO_BE_READY ? PROTO_INSPECT : 0; /* the relay counts every ReadyForQuery */
 	leg->server_readers = 0;
-	chunk->is_guard_held = chunk->is_ready_rebuilt = false;
+	chunk->is_guard_held = chunk->is_ready_rebuilt = chunk->is_notice_held = chunk->is_preamble_held = false;
 	if (leg->hidden_ready > 0) /* the answer to tern's own query: the observer that asked reads it */
 		return dispatch_hidden_type(s, leg, type) | counted; /* the client is shown nothing */
 	uint32_t mask = dispatch_server_mask(s->observers_on, type);
@@ -386,6 +388,8 @@ static int relay_count_ready(struct leg *leg, const uint8_t *body, uint32_t len)
 		leg->is_probe_answering = true;
 	}
 	leg->ready_ns = base_now_ns();
+	if (leg->pending_ready > 0)
+		leg->request_sent_ns = leg->ready_ns; /* the next answer's clock (query_timeout and the like) */
 	return 0; /* the release, if due, comes after the whole chunk is scanned */
 }
 
@@ -405,6 +409,8 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		uint8_t ready[PROTO_HEADER_LEN + 1] = {PROTO_BE_READY, 0, 0, 0, 5, (uint8_t)status};
 		replay_flush_preamble(s, leg); /* (a ParseComplete, say, ahead of it) */
 		session_send_to_client(s, ready, sizeof(ready));
+		if (s->replay.is_hashing && leg->role == LEG_PRIMARY)
+			replay_hash(s, ready, sizeof(ready));
 		leg->to_client_bytes += sizeof(ready);
 	}
 	if (m.is_hidden)

@@ -382,6 +382,42 @@ def case_set_state_is_what_committed(b, w, mode, fault, m):
     check(o.rows == [["kept_%s" % m[-12:]]], "the committed value: %r" % o)
 
 
+def case_commit_of_a_lost_transaction_is_an_error(b, w, mode, fault, m):
+    """The transaction was lost between statements and the client's next statement is its COMMIT: in
+    session and select the COMMIT gets the loss's 57P01 (never a ROLLBACK that reads as success) and
+    the transaction is over ('I'); in transaction it was replayed and the COMMIT commits."""
+    check(run(w, "begin").kind == "ok", "begin")
+    check(run(w, "insert into tr values ('%s', 1) /*%s*/" % (m, m)).kind == "ok", "insert")
+    yield
+    o = run(w, "commit")
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    elif mode == "transaction":
+        check(o.kind == "ok" and o.status == "I", "committed after the replay: %r" % o)
+        check(b.count("tr", m) == 1, "once")
+        return
+    else:
+        check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "I", "an error, not success: %r" % o)
+        expect_session_goes_on(b, w, mode)
+    check(b.count("tr", m) == 0, "nothing committed")
+
+
+def case_a_transaction_begun_inside_a_query_is_not_replayed(b, w, mode, fault, m):
+    """One Query that commits a transaction and begins the next ("INSERT ...; COMMIT; BEGIN"): the
+    transaction open now began inside it, so transaction mode does not replay it (that would commit the
+    first INSERT again): the next statement gets 57P01, and the first row is there once."""
+    check(run(w, "begin").kind == "ok", "begin")
+    check(run(w, "insert into tr values ('%s', 1); commit; begin /*%s*/" % (m, m)).kind == "ok", "the query")
+    yield
+    o = run(w, "select 1")
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    else:
+        check(o.kind == "error" and o.sqlstate == "57P01", "not replayed: %r" % o)
+        check(run(w, "rollback").status == "I", "rollback")
+    check(b.count("tr", m) == 1, "the committed row once: %d" % b.count("tr", m))
+
+
 def case_read_only_transaction(b, w, mode, fault, m):
     """A read-only transaction, idle at the fault: select and transaction replay it (its read's answer
     checked) and it goes on; session: 57P01, then 25P02 until ROLLBACK."""
@@ -625,7 +661,8 @@ CASES = [case_idle_autocommit, case_idle_in_transaction, case_autocommit_write_r
          case_autocommit_safe_read_running, case_autocommit_opaque_read_running,
          case_read_calling_a_function_in_tr_read_functions,
          case_write_running_in_transaction, case_commit_running, case_session_state_survives,
-         case_set_state_is_what_committed, case_read_only_transaction, case_replay_that_differs_is_rolled_back_with_40001, case_notices_do_not_fail_a_replay,
+         case_set_state_is_what_committed, case_commit_of_a_lost_transaction_is_an_error,
+         case_a_transaction_begun_inside_a_query_is_not_replayed, case_read_only_transaction, case_replay_that_differs_is_rolled_back_with_40001, case_notices_do_not_fail_a_replay,
          case_repeatable_read_is_never_replayed, case_default_repeatable_read_is_found_at_replay,
          case_extended_write_running, case_extended_safe_read_running, case_named_statement_in_transaction_is_not_replayed,
          case_extended_in_transaction_then_extended_rollback, case_partial_result,
@@ -846,8 +883,8 @@ def show_failovers_and_api_status_list_what_the_battery_did(b):
         if mode == "none":
             check(actions == {"close"} and status["failovers"] == 0, "none only closes: %r %r" % (actions, status))
         else:
-            check("replay" in actions if mode == "transaction" else "replay" not in actions,
-                  "%s: its actions: %r" % (mode, actions))
+            # (select replays read-only transactions, transaction any; session none)
+            check(("replay" in actions) == (mode != "session"), "%s: its actions: %r" % (mode, actions))
             check(status["failovers"] >= len([r for r in rows if r[5] != "close"]), "%s: counted: %r" % (mode, status))
         if mode == "transaction":
             check(status["transactions_replayed"] > 0 and status["unknown_outcome_errors"] > 0,
