@@ -887,7 +887,8 @@ def show_failovers_and_api_status_list_what_the_battery_did(b):
             check(("replay" in actions) == (mode != "session"), "%s: its actions: %r" % (mode, actions))
             check(status["failovers"] >= len([r for r in rows if r[5] != "close"]), "%s: counted: %r" % (mode, status))
         if mode == "transaction":
-            check(status["transactions_replayed"] > 0 and status["unknown_outcome_errors"] > 0,
+            unknown = len([r for r in rows if r[6] == "08007"])  # (the last 32 listed; the counter counts all)
+            check(status["transactions_replayed"] > 0 and status["unknown_outcome_errors"] >= unknown,
                   "replayed and 08007 counted: %r" % status)
 
 
