@@ -88,31 +88,20 @@ static unsigned replay_client_type(struct session *s, struct leg *leg, uint8_t t
 	return OBSERVER_PASS;
 }
 
-/* A C string at *p within end, which moves past it; NULL when there is none. */
-static const char *replay_cstring(const uint8_t **p, const uint8_t *end)
-{
-	const uint8_t *nul = memchr(*p, '\0', (size_t)(end - *p));
-	if (!nul)
-		return NULL;
-	const char *s = (const char *)*p;
-	*p = nul + 1;
-	return s;
-}
-
 /* An extended-protocol message another connection could not run as it is: a name of a statement or portal
  * (each lives on one connection), or a Bind of an unnamed statement parsed in an earlier request. */
 static bool replay_is_connection_bound(const struct session_replay *r, uint8_t type, const uint8_t *body, uint32_t len)
 {
-	const uint8_t *p = body, *end = body + len;
+	uint32_t offset = 0;
 	switch (type) {
 	case PROTO_FE_PARSE:
 	case PROTO_FE_EXECUTE: {
-		const char *name = replay_cstring(&p, end);
+		const char *name = proto_read_cstring(body, len, &offset);
 		return !name || name[0] != '\0';
 	}
 	case PROTO_FE_BIND: {
-		const char *portal = replay_cstring(&p, end);
-		const char *stmt = portal ? replay_cstring(&p, end) : NULL;
+		const char *portal = proto_read_cstring(body, len, &offset);
+		const char *stmt = portal ? proto_read_cstring(body, len, &offset) : NULL;
 		return !stmt || portal[0] != '\0' || stmt[0] != '\0' || !r->has_parse;
 	}
 	case PROTO_FE_DESCRIBE:
