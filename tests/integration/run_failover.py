@@ -13,6 +13,7 @@ usage: run_failover.py [-k SUBSTRING]...   (TERN_BINARY and TERN_SOURCE_ROOT fro
 import argparse
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -952,7 +953,44 @@ def tr_max_session_set_statements_refuses_the_move_with_08006(b):
     check(t.returncode == 0, "tern exited with %s" % t.returncode)
 
 
+def terminated_backends_under_pgbench_never_bring_tern_down(b):
+    """Chaos, bounded: pgbench tpcb-like (8 clients -M simple, 8 -M extended, 12 s) through the
+    transaction tern while two random server backends are terminated every 50 to 400 ms. Clients get
+    their errors (pgbench stops a client at its first); tern stays up, serves a new client afterwards,
+    and exits 0 at the end (under ASan: no report)."""
+    import random
+    from pgcluster import clean_env
+    pg = b.pg
+    subprocess.run(["pgbench", "-i", "-q", "-s", "1", "-h", "127.0.0.1", "-p", str(pg.primary_port), "-U", "postgres",
+                    "postgres"], check=True, env=clean_env(), capture_output=True, timeout=120)
+    t = b.terns["transaction"]
+    procs = [subprocess.Popen(["pgbench", "-c", "8", "-j", "1", "-T", "12", "-M", proto, "-h", "127.0.0.1", "-p",
+                               str(t.port), "-U", "postgres", "postgres"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, env=clean_env()) for proto in ("simple", "extended")]
+    kills = 0
+    rng = random.Random(12)
+    deadline = time.monotonic() + 11
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(rng.uniform(0.05, 0.4))
+            kills += int(b.primary_sql("select count(pg_terminate_backend(pid)) from (select pid from pg_stat_activity "
+                                       "where backend_type = 'client backend' and application_name = 'pgbench' "
+                                       "order by random() limit 2) x") or 0)
+    finally:
+        outs = [p.communicate(timeout=120)[0].decode() for p in procs]
+    check(t.alive(), "tern is up after %d terminated backends" % kills)
+    check(kills > 10, "backends were terminated: %d" % kills)
+    processed = [int(l.split(":")[1]) for o in outs for l in o.splitlines()
+                 if l.startswith("number of transactions actually processed")]
+    check(len(processed) == 2 and min(processed) > 0, "both runs did work: %r" % processed)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        check(run(w, "select 1").rows == [["1"]], "a new client is served")
+    print("  chaos: %d backends terminated, %r transactions" % (kills, processed))
+
+
 SPECIAL = [show_failovers_and_api_status_list_what_the_battery_did,
+           terminated_backends_under_pgbench_never_bring_tern_down,
            tr_max_session_set_statements_refuses_the_move_with_08006,
            backend_response_timeout_secs_closes_a_stuck_answer_and_the_session_goes_on,
            no_primary_within_write_timeout_secs_ends_the_session_with_08006,
