@@ -5,6 +5,7 @@
 
 #include "digest.h"
 #include "monitor.h"
+#include "replay/decide.h"
 #include "worker.h"
 
 #include <arpa/inet.h>
@@ -72,6 +73,13 @@ static struct http_pool_counts http_pool_counts(struct pool_server *server)
 static void http_help(FILE *f, const char *name, const char *type, const char *help)
 {
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A counter without labels. */
+static void http_counter(FILE *f, const char *name, const char *help, uint64_t value)
+{
+	http_help(f, name, "counter", help);
+	fprintf(f, "%s %llu\n", name, (unsigned long long)value);
 }
 
 /* One counter by path: what served the reads, or why the primary did. */
@@ -195,29 +203,27 @@ char *http_metrics_text(struct tern_runtime *rt)
 	fprintf(f, "tern_route_wait_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cumulative);
 	fprintf(f, "tern_route_wait_seconds_sum %.6f\n", (double)t->route_wait_us_sum / 1e6);
 	fprintf(f, "tern_route_wait_seconds_count %llu\n", (unsigned long long)cumulative);
-	http_help(f, "tr_failovers_total", "counter", "lost primary connections a session survived (Transaction Replay)");
-	fprintf(f, "tr_failovers_total %llu\n", (unsigned long long)t->tr_failovers);
-	http_help(f, "tr_statements_reexecuted_total", "counter",
-		  "statements in flight at a lost primary connection that ran again on the next primary");
-	fprintf(f, "tr_statements_reexecuted_total %llu\n", (unsigned long long)t->tr_reexecuted);
-	http_help(f, "tr_transactions_replayed_total", "counter",
-		  "uncommitted transactions replayed and verified on the next primary");
-	fprintf(f, "tr_transactions_replayed_total %llu\n", (unsigned long long)t->tr_replayed);
-	http_help(f, "tr_replay_failures_total", "counter",
-		  "lost primary connections the client got an error from, or that ended its session (tr_mode other "
-		  "than none), and recoveries that found no primary within write_timeout_secs");
-	fprintf(f, "tr_replay_failures_total %llu\n", (unsigned long long)t->tr_replay_failures);
-	http_help(f, "tr_replay_cap_exceeded_total", "counter",
-		  "transactions made unreplayable by a [limits] tr_max_replay_statements, tr_max_replay_bytes or "
-		  "tr_max_observation_bytes bound");
-	fprintf(f, "tr_replay_cap_exceeded_total %llu\n", (unsigned long long)t->tr_cap_exceeded);
-	http_help(f, "tr_session_set_cap_exceeded_total", "counter",
-		  "lost primary connections whose session had set more variables than tr_max_session_set_statements "
-		  "(refused with 08006)");
-	fprintf(f, "tr_session_set_cap_exceeded_total %llu\n", (unsigned long long)t->tr_set_cap_exceeded);
-	http_help(f, "tr_unknown_outcome_errors_total", "counter",
-		  "08007 errors: a statement or COMMIT in flight at a lost primary connection, its outcome unknown");
-	fprintf(f, "tr_unknown_outcome_errors_total %llu\n", (unsigned long long)t->tr_unknown_outcome);
+	http_counter(f, "tr_failovers_total", "lost primary connections a session survived (Transaction Replay)",
+		     t->tr_failovers);
+	http_counter(f, "tr_statements_reexecuted_total",
+		     "statements in flight at a lost primary connection that ran again on the next primary", t->tr_reexecuted);
+	http_counter(f, "tr_transactions_replayed_total", "uncommitted transactions replayed and verified on the next primary",
+		     t->tr_replayed);
+	http_counter(f, "tr_replay_failures_total",
+		     "lost primary connections the client got an error from, or that ended its session (tr_mode other than "
+		     "none), and recoveries that found no primary within write_timeout_secs",
+		     t->tr_replay_failures);
+	http_counter(f, "tr_replay_cap_exceeded_total",
+		     "transactions made unreplayable by a [limits] tr_max_replay_statements, tr_max_replay_bytes or "
+		     "tr_max_observation_bytes bound",
+		     t->tr_cap_exceeded);
+	http_counter(f, "tr_session_set_cap_exceeded_total",
+		     "lost primary connections whose session had set more variables than tr_max_session_set_statements "
+		     "(refused with 08006)",
+		     t->tr_set_cap_exceeded);
+	http_counter(f, "tr_unknown_outcome_errors_total",
+		     "08007 errors: a statement or COMMIT in flight at a lost primary connection, its outcome unknown",
+		     t->tr_unknown_outcome);
 	http_help(f, "tern_classify_cache_total", "counter", "query classifications, by whether the shape cache had them");
 	fprintf(f, "tern_classify_cache_total{result=\"hit\"} %llu\n", (unsigned long long)t->classify_hits);
 	fprintf(f, "tern_classify_cache_total{result=\"miss\"} %llu\n", (unsigned long long)t->classify_misses);
@@ -262,7 +268,6 @@ char *http_metrics_text(struct tern_runtime *rt)
 static json_t *http_replay_json(struct tern_runtime *rt, const struct host_stats *t)
 {
 	const struct tern_config *cfg = runtime_config(rt);
-	static const char *const modes[] = {"none", "session", "select", "transaction"};
 	json_t *recent = json_array();
 	struct failover_entry *entries = malloc(FAILOVERS_KEPT * sizeof(*entries));
 	uint32_t count = entries ? failover_log_copy(&rt->failovers, entries) : 0;
@@ -274,7 +279,7 @@ static json_t *http_replay_json(struct tern_runtime *rt, const struct host_stats
 							"sqlstate", e->sqlstate));
 	}
 	free(entries);
-	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "mode", modes[cfg->tr_enabled ? cfg->tr_mode : 0],
+	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "mode", tr_mode_names[cfg->tr_enabled ? cfg->tr_mode : TR_MODE_NONE],
 			 "failovers", (json_int_t)t->tr_failovers, "statements_reexecuted", (json_int_t)t->tr_reexecuted,
 			 "transactions_replayed", (json_int_t)t->tr_replayed, "replay_failures",
 			 (json_int_t)t->tr_replay_failures, "unknown_outcome_errors", (json_int_t)t->tr_unknown_outcome,

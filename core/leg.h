@@ -151,6 +151,12 @@ TERN_MUST_USE int leg_hold_queued(struct leg *leg);
 /* tern's own Query message (whole) behind what leg holds, its answer hidden from the client. 0 or
  * -ENOMEM. */
 TERN_MUST_USE int leg_push_hidden(struct leg *leg, const void *query, uint32_t len);
+/* The ReadyForQuery messages leg owes the client's own requests (not tern's hidden queries, nor a write
+ * probe queued behind them: route.c). */
+static inline uint32_t leg_client_owed(const struct leg *leg)
+{
+	return leg->pending_ready - leg->hidden_ready - (leg->probe_behind > 0);
+}
 /* A request went out (Query, Sync, FunctionCall): one more ReadyForQuery is owed. */
 static inline void leg_expect_ready(struct leg *leg, uint64_t now_ns)
 {

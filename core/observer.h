@@ -110,9 +110,6 @@ extern const struct observer observer_route; /* route.c: the write-LSN probe's h
 extern const struct observer observer_digest;
 extern const struct observer observer_replay; /* Transaction Replay's record of the requests in flight */
 
-/* observer_replay.c, from the relay: a client message of `type` the relay itself sends to the primary's
- * leg (Query, Sync and FunctionCall are requests it counts). */
-void replay_note_message(struct session *s, struct leg *leg, uint8_t type);
 /* What is held goes to the client (counted as leg's), ahead of what leg says next. */
 void replay_flush_preamble(struct session *s, struct leg *leg);
 /* Bytes of the primary's answer the client is shown, while s->replay.is_hashing. */

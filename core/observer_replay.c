@@ -66,18 +66,9 @@ static void replay_open(struct session *s, struct leg *leg)
 	}
 }
 
-void replay_note_message(struct session *s, struct leg *leg, uint8_t type)
-{
-	struct session_replay *r = &s->replay;
-	replay_open(s, leg);
-	if (type == PROTO_FE_QUERY || type == PROTO_FE_SYNC || type == PROTO_FE_FUNCTION_CALL)
-		r->requests++;
-	if (type == PROTO_FE_FUNCTION_CALL)
-		r->is_unloggable = true;
-}
-
 /* Every client message of its types, whoever takes it (observer_stmts forwards Parse, Bind, Describe and
- * Close itself): counted, so one too long to be read leaves the request unkept. */
+ * Close itself): it opens the record, and is counted, so one too long to be read leaves the request
+ * unkept. (What the leg owes for them is the leg's own count: leg_client_owed.) */
 static unsigned replay_client_type(struct session *s, struct leg *leg, uint8_t type)
 {
 	(void)type;
@@ -88,8 +79,8 @@ static unsigned replay_client_type(struct session *s, struct leg *leg, uint8_t t
 	return OBSERVER_PASS;
 }
 
-/* An extended-protocol message another connection could not run as it is: a name of a statement or portal
- * (each lives on one connection), or a Bind of an unnamed statement parsed in an earlier request. */
+/* A message another connection could not run as it is: a name of a statement or portal (each lives on one
+ * connection), a Bind of an unnamed statement parsed in an earlier request, or a FunctionCall. */
 static bool replay_is_connection_bound(const struct session_replay *r, uint8_t type, const uint8_t *body, uint32_t len)
 {
 	uint32_t offset = 0;
@@ -107,6 +98,8 @@ static bool replay_is_connection_bound(const struct session_replay *r, uint8_t t
 	case PROTO_FE_DESCRIBE:
 	case PROTO_FE_CLOSE:
 		return len < 2 || body[1] != '\0';
+	case PROTO_FE_FUNCTION_CALL:
+		return true; /* (not kept: a function by OID) */
 	default:
 		return false;
 	}
@@ -141,7 +134,7 @@ void replay_flush_preamble(struct session *s, struct leg *leg)
 static void replay_close(struct session_replay *r)
 {
 	r->is_open = r->is_unloggable = r->has_parse = r->is_hashing = r->has_tx_ended = false;
-	r->requests = r->noted = r->logged = 0;
+	r->noted = r->logged = 0;
 	r->inflight.len = 0;
 }
 
@@ -151,22 +144,14 @@ static void replay_close(struct session_replay *r)
 static bool replay_ends_a_transaction(struct session *s, const struct tern_config *cfg)
 {
 	const struct session_replay *r = &s->replay;
-	for (uint32_t at = 0; at + PROTO_HEADER_LEN <= r->inflight.len;) {
-		uint8_t type = r->inflight.data[at];
-		uint32_t body = proto_read_u32(r->inflight.data + at + 1) - 4;
-		const uint8_t *p = r->inflight.data + at + PROTO_HEADER_LEN, *end = p + body;
-		if (type == PROTO_FE_PARSE) {
-			const uint8_t *name_end = memchr(p, '\0', body);
-			p = name_end ? name_end + 1 : end;
-		}
-		if ((type == PROTO_FE_QUERY || type == PROTO_FE_PARSE) && memchr(p, '\0', (size_t)(end - p))) {
-			struct classify_result c;
-			route_classify(s, cfg, (const char *)p, &c);
-			if (c.has_commit || c.kind == CLASSIFY_ROLLBACK || c.kind == CLASSIFY_COMMIT ||
-			    (c.statement_count > 1 && (strcasestr((const char *)p, "rollback") || strcasestr((const char *)p, "abort"))))
-				return true;
-		}
-		at += PROTO_HEADER_LEN + body;
+	uint32_t at = 0;
+	const char *text;
+	while ((text = recover_next_text(r->inflight.data, r->inflight.len, &at))) {
+		struct classify_result c;
+		route_classify(s, cfg, text, &c);
+		if (c.has_commit || c.kind == CLASSIFY_ROLLBACK || c.kind == CLASSIFY_COMMIT ||
+		    (c.statement_count > 1 && (strcasestr(text, "rollback") || strcasestr(text, "abort"))))
+			return true;
 	}
 	return false;
 }
@@ -177,7 +162,7 @@ static void replay_add_step(struct session *s)
 {
 	struct session_replay *r = &s->replay;
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
-	if (r->is_unloggable || r->noted != r->logged || r->requests != 0 || !r->is_hashing || r->has_tx_ended ||
+	if (r->is_unloggable || r->noted != r->logged || !r->is_hashing || r->has_tx_ended ||
 	    replay_ends_a_transaction(s, cfg)) {
 		replay_give_up(r); /* (a transaction that ended inside the record: replaying it would commit it again) */
 		return;
@@ -292,9 +277,7 @@ static int replay_server_message(struct session *s, struct leg *leg, const struc
 	TERN_ASSERT(m->type == PROTO_BE_READY);
 	if (leg->role != LEG_PRIMARY || !r->is_open)
 		return 0;
-	if (r->requests > 0)
-		r->requests--;
-	if (r->requests > 0 || leg->is_unsynced) {
+	if (leg_client_owed(leg) > 0 || leg->is_unsynced) {
 		r->has_tx_ended |= leg->tx_status != 'T'; /* (a pipelined request ended a transaction) */
 		return 0;
 	}
@@ -347,7 +330,7 @@ static void replay_destroy(struct session *s)
 const struct observer observer_replay = {
 	.name = "replay",
 	.is_on = replay_is_on,
-	.client_types = "QPBDECSH",
+	.client_types = "QPBDECSHF",
 	.client_type = replay_client_type,
 	.client_message = replay_client_message,
 	.server_types = "Z",

@@ -13,11 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const uint8_t stmts_parse_complete[] = {PROTO_BE_PARSE_COMPLETE, 0, 0, 0, 4};
-static const uint8_t stmts_close_complete[] = {PROTO_BE_CLOSE_COMPLETE, 0, 0, 0, 4};
 static const uint8_t stmts_ready_idle[] = {PROTO_BE_READY, 0, 0, 0, 5, 'I'};
-static const uint8_t stmts_bind_complete[] = {PROTO_BE_BIND_COMPLETE, 0, 0, 0, 4};
-static const uint8_t stmts_no_data[] = {PROTO_BE_NO_DATA, 0, 0, 0, 4};
 /* ParameterDescription with no parameters, then NoData: a Describe of a DEALLOCATE statement. */
 static const uint8_t stmts_describe_no_data[] = {PROTO_BE_PARAMETER_DESCRIPTION, 0, 0, 0, 6, 0, 0,
 						 PROTO_BE_NO_DATA, 0, 0, 0, 4};
@@ -33,9 +29,9 @@ static void stmts_send_made(struct session *s, uint8_t kind, const void *data, u
 	if (s->phase == SESSION_CLOSING)
 		return;
 	if (kind == STMT_REPLY_MADE_PARSE_COMPLETE)
-		session_send_reply(s, stmts_parse_complete, sizeof(stmts_parse_complete));
+		session_send_reply(s, proto_parse_complete, sizeof(proto_parse_complete));
 	else if (kind == STMT_REPLY_MADE_CLOSE_COMPLETE)
-		session_send_reply(s, stmts_close_complete, sizeof(stmts_close_complete));
+		session_send_reply(s, proto_close_complete, sizeof(proto_close_complete));
 	else
 		session_send_reply(s, data, len);
 }
@@ -397,7 +393,7 @@ static int stmts_on_bind(struct session *s, const uint8_t *body, uint32_t len, u
 		if (!portal[0])
 			s->stmts.is_portal_deallocate = !name[0] && s->stmts.is_unnamed_deallocate;
 		if (!name[0] && s->stmts.is_unnamed_deallocate) {
-			int rc = stmts_make_bytes(s, stmts_bind_complete, sizeof(stmts_bind_complete));
+			int rc = stmts_make_bytes(s, proto_bind_complete, sizeof(proto_bind_complete));
 			return rc < 0 ? rc : 0;
 		}
 		stmt = name[0] ? stmt_map_get(&s->stmts.statements, name) : NULL;
@@ -480,7 +476,7 @@ static int stmts_on_client_message(struct session *s, uint8_t type, const uint8_
 	if (type == PROTO_FE_DESCRIBE && !name[0] && kind == 'S' && s->stmts.is_unnamed_deallocate)
 		return stmts_make_bytes(s, stmts_describe_no_data, sizeof(stmts_describe_no_data));
 	if (type == PROTO_FE_DESCRIBE && !name[0] && kind == 'P' && s->stmts.is_portal_deallocate)
-		return stmts_make_bytes(s, stmts_no_data, sizeof(stmts_no_data));
+		return stmts_make_bytes(s, proto_no_data, sizeof(proto_no_data));
 	struct stmt *stmt = kind == 'S' && name[0] ? stmt_map_get(&s->stmts.statements, name) : NULL;
 	if (type == PROTO_FE_CLOSE && stmt) {
 		/* The server-side statement stays for other clients; only the client's name goes. */

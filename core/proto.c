@@ -198,6 +198,11 @@ const char *proto_startup_get(const struct proto_startup *startup, const char *n
 	return NULL;
 }
 
+const uint8_t proto_parse_complete[PROTO_HEADER_LEN] = {PROTO_BE_PARSE_COMPLETE, 0, 0, 0, 4};
+const uint8_t proto_bind_complete[PROTO_HEADER_LEN] = {PROTO_BE_BIND_COMPLETE, 0, 0, 0, 4};
+const uint8_t proto_close_complete[PROTO_HEADER_LEN] = {PROTO_BE_CLOSE_COMPLETE, 0, 0, 0, 4};
+const uint8_t proto_no_data[PROTO_HEADER_LEN] = {PROTO_BE_NO_DATA, 0, 0, 0, 4};
+
 const char *proto_read_cstring(const uint8_t *body, uint32_t len, uint32_t *offset)
 {
 	if (*offset >= len)

@@ -161,6 +161,10 @@ struct proto_error_fields {
 /* Reads S/V, C and M fields of an ErrorResponse or NoticeResponse body (truncating long text). */
 TERN_MUST_USE int proto_error_parse(const uint8_t *body, uint32_t len, struct proto_error_fields *out);
 
+/* The bodiless replies tern makes up in place of a server's (each PROTO_HEADER_LEN bytes). */
+extern const uint8_t proto_parse_complete[PROTO_HEADER_LEN], proto_bind_complete[PROTO_HEADER_LEN],
+	proto_close_complete[PROTO_HEADER_LEN], proto_no_data[PROTO_HEADER_LEN];
+
 /* What a server says ahead of a statement's first row or completion (nothing of its outcome yet). */
 static inline bool proto_be_is_preamble(uint8_t type)
 {

@@ -48,44 +48,53 @@ static bool recover_is_unreachable(const struct pool_error *err)
 
 /* The request in flight is one request tern kept whole (a Query, or unnamed extended-protocol messages up
  * to their Sync): what it can run again. */
-static bool recover_is_logged_request(const struct session_replay *r)
+static bool recover_is_logged_request(const struct session_replay *r, const struct leg *leg)
 {
-	return !r->is_unloggable && r->noted == r->logged && r->requests == 1 && r->inflight.len > PROTO_HEADER_LEN;
+	return !r->is_unloggable && r->noted == r->logged && leg_client_owed(leg) == 1 && !leg->is_unsynced &&
+	       r->inflight.len > PROTO_HEADER_LEN;
 }
 
-/* The text of the one statement in messages (a Query's, or a Parse's); NULL when there is none or more
- * than one. */
+const char *recover_next_text(const uint8_t *msgs, uint32_t len, uint32_t *at)
+{
+	while (*at + PROTO_HEADER_LEN <= len) {
+		uint8_t type = msgs[*at];
+		uint32_t body = proto_read_u32(msgs + *at + 1) - 4;
+		const uint8_t *p = msgs + *at + PROTO_HEADER_LEN;
+		*at += PROTO_HEADER_LEN + body;
+		uint32_t offset = 0;
+		if (type == PROTO_FE_PARSE && !proto_read_cstring(p, body, &offset)) /* (its name first) */
+			continue;
+		if (type == PROTO_FE_QUERY || type == PROTO_FE_PARSE) {
+			const char *text = proto_read_cstring(p, body, &offset);
+			if (text)
+				return text;
+		}
+	}
+	return NULL;
+}
+
+/* The text of the one statement in messages; NULL when there is none or more than one. */
 static const char *recover_text_of(const uint8_t *msgs, uint32_t len)
 {
-	const char *text = NULL;
-	for (uint32_t at = 0; at + PROTO_HEADER_LEN <= len;) {
-		uint8_t type = msgs[at];
-		uint32_t body = proto_read_u32(msgs + at + 1) - 4;
-		const uint8_t *p = msgs + at + PROTO_HEADER_LEN, *end = p + body;
-		if (type == PROTO_FE_PARSE) {
-			const uint8_t *name_end = memchr(p, '\0', body);
-			p = name_end ? name_end + 1 : end;
-		}
-		if (type == PROTO_FE_QUERY || type == PROTO_FE_PARSE) {
-			if (text || !memchr(p, '\0', (size_t)(end - p)))
-				return NULL;
-			text = (const char *)p;
-		}
-		at += PROTO_HEADER_LEN + body;
-	}
-	return text;
+	uint32_t at = 0;
+	const char *text = recover_next_text(msgs, len, &at);
+	return text && !recover_next_text(msgs, len, &at) ? text : NULL;
+}
+
+/* A statement's classification, with tr_read_functions as the side-effect-free functions beyond the list. */
+static void recover_classify(const struct tern_config *cfg, const char *text, struct classify_result *c)
+{
+	classify_query(text, cfg->tr_read_functions[0] ? cfg->tr_read_functions : NULL, c);
 }
 
 /* What the request in flight is, from its one statement (or the worst it may be when tern did not keep it
  * or it holds several: a COMMIT inside a transaction, a write outside one). */
-static enum tr_kind recover_kind(const struct session *s, const struct tern_config *cfg, bool is_in_tx)
+static enum tr_kind recover_kind(const struct tern_config *cfg, const char *text, bool is_in_tx)
 {
-	const struct session_replay *r = &s->replay;
-	const char *text = recover_is_logged_request(r) ? recover_text_of(r->inflight.data, r->inflight.len) : NULL;
 	if (!text)
 		return is_in_tx ? TR_KIND_COMMIT : TR_KIND_WRITE;
 	struct classify_result c;
-	classify_query(text, cfg->tr_read_functions[0] ? cfg->tr_read_functions : NULL, &c);
+	recover_classify(cfg, text, &c);
 	return classify_tr_kind(&c);
 }
 
@@ -105,10 +114,10 @@ static enum tr_phase recover_phase(const struct session *s, const struct leg *le
 }
 
 /* One request in flight, whole (a Query, or a batch up to its Sync), or one batch not yet synced. */
-static bool recover_is_one_request(const struct session *s, const struct leg *leg)
+static bool recover_is_one_request(const struct leg *leg)
 {
-	const struct session_replay *r = &s->replay;
-	return (r->requests == 1 && !leg->is_unsynced) || (r->requests == 0 && leg->is_unsynced);
+	uint32_t owed = leg_client_owed(leg);
+	return (owed == 1 && !leg->is_unsynced) || (owed == 0 && leg->is_unsynced);
 }
 
 /* Server state the session holds that no other connection has: it cannot move. */
@@ -133,6 +142,16 @@ static void recover_log(const struct session *s, const struct pool_server *serve
 	base_strlcpy(e.action, action, sizeof(e.action));
 	base_strlcpy(e.sqlstate, sqlstate ? sqlstate : "", sizeof(e.sqlstate));
 	failover_log_add(&s->host->runtime->failovers, &e);
+}
+
+/* The session ends (08006 unless sqlstate says otherwise): a recovery it gets an error from, counted and
+ * listed. */
+static struct session_lost_decision recover_refuse(const struct session *s, const struct pool_server *server,
+						   enum tr_phase phase, const char *sqlstate, const char *message)
+{
+	s->host->stats.tr_replay_failures++;
+	recover_log(s, server, phase, "close", sqlstate ? sqlstate : "08006");
+	return recover_end_with(SESSION_END_SERVER_LOST, sqlstate, message);
 }
 
 struct session_lost_decision recover_decide(const struct session *s, const struct leg *leg, enum leg_fault fault)
@@ -160,24 +179,16 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 					"terminating connection: the connection to the primary was lost");
 	}
 	enum tr_phase phase = recover_phase(s, leg);
-	if (!proto_stream_is_at_boundary(&s->client_stream)) {
-		/* The rest of a client message that went to the lost leg would reach the new one headless. */
-		s->host->stats.tr_replay_failures++;
-		recover_log(s, server, phase, "close", "08006");
-		return recover_end_with(SESSION_END_SERVER_LOST, NULL, NULL);
-	}
+	/* The rest of a client message that went to the lost leg would reach the new one headless; what a
+	 * replay held back cannot be placed if it is lost again. */
+	if (!proto_stream_is_at_boundary(&s->client_stream) || s->replay.is_replaying)
+		return recover_refuse(s, server, phase, NULL, NULL);
 	uint32_t set_count = (uint32_t)__builtin_popcount(s->params.changed) + (s->params.search_path[0] != '\0');
 	if (set_count > cfg->tr_max_session_set_statements) { /* it would move with part of its state */
 		s->host->stats.tr_set_cap_exceeded++;
-		recover_log(s, server, phase, "close", "08006");
-		return recover_end_with(SESSION_END_SERVER_LOST, "08006",
-					"the connection to the primary was lost and the session set more variables than "
-					"[limits] tr_max_session_set_statements: it cannot move with all of them");
-	}
-	if (s->replay.is_replaying) { /* lost again during a replay: what it held back cannot be placed */
-		s->host->stats.tr_replay_failures++;
-		recover_log(s, server, phase, "close", "08006");
-		return recover_end_with(SESSION_END_SERVER_LOST, NULL, NULL);
+		return recover_refuse(s, server, phase, "08006",
+				      "the connection to the primary was lost and the session set more variables than "
+				      "[limits] tr_max_session_set_statements: it cannot move with all of them");
 	}
 	char status = s->replay.is_open ? s->replay.tx_status : leg->tx_status;
 	bool is_in_tx = status == 'T' || status == 'E';
@@ -185,33 +196,27 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 			: status == 'E'	      ? TR_TX_FAILED
 			: is_in_tx	      ? TR_TX_WRITTEN
 					      : TR_TX_NONE;
-	enum tr_kind kind = phase == TR_PHASE_IDLE ? TR_KIND_NONE : recover_kind(s, cfg, is_in_tx);
+	bool is_logged = recover_is_logged_request(&s->replay, leg);
+	const char *text = is_logged ? recover_text_of(s->replay.inflight.data, s->replay.inflight.len) : NULL;
+	enum tr_kind kind = phase == TR_PHASE_IDLE ? TR_KIND_NONE : recover_kind(cfg, text, is_in_tx);
 	struct tr_decision tr = tr_decide(mode, phase, tx, kind);
-	if (tr.action == TR_CLOSE) {
-		s->host->stats.tr_replay_failures++;
-		recover_log(s, server, phase, "close", tr.sqlstate);
-		return recover_end_with(SESSION_END_SERVER_LOST, tr.sqlstate,
-					"the connection to the primary was lost with part of the answer sent, or during "
-					"a COPY: the session cannot go on");
-	}
-	if (recover_is_pinned(s) || (phase != TR_PHASE_IDLE && !recover_is_one_request(s, leg))) {
-		s->host->stats.tr_replay_failures++;
-		recover_log(s, server, phase, "close", "08006");
-		return recover_end_with(SESSION_END_SERVER_LOST, NULL, NULL);
-	}
-	/* A replay re-runs the statement in flight after the transaction: only a request tern kept. */
-	if (tr.action == TR_REPLAY && phase != TR_PHASE_IDLE && !recover_is_logged_request(&s->replay))
+	if (tr.action == TR_CLOSE)
+		return recover_refuse(s, server, phase, tr.sqlstate,
+				      "the connection to the primary was lost with part of the answer sent, or during a "
+				      "COPY: the session cannot go on");
+	if (recover_is_pinned(s) || (phase != TR_PHASE_IDLE && !recover_is_one_request(leg)))
+		return recover_refuse(s, server, phase, NULL, NULL);
+	/* Only a request tern kept runs again (through the relay, as the client's), after a replay or alone;
+	 * another fails as never run, or as of unknown outcome. */
+	if (tr.action == TR_REPLAY && phase != TR_PHASE_IDLE && !is_logged)
 		tr = (struct tr_decision){TR_FAIL, "57P01"};
-	/* Only a request tern kept runs again (through the relay, as the client's); another request never sent
-	 * fails as never run. */
-	if (tr.action == TR_REEXECUTE && !recover_is_logged_request(&s->replay))
+	if (tr.action == TR_REEXECUTE && !is_logged)
 		tr = (struct tr_decision){TR_FAIL, phase == TR_PHASE_NOT_SENT ? "57P01" : "08007"};
 	return (struct session_lost_decision){.action = SESSION_LOST_RECOVER,
 					      .tr = tr,
 					      .phase = phase,
 					      .is_in_tx = is_in_tx,
-					      .is_commit = kind == TR_KIND_COMMIT && recover_is_logged_request(&s->replay) &&
-							   recover_text_of(s->replay.inflight.data, s->replay.inflight.len)};
+					      .is_commit = kind == TR_KIND_COMMIT && text};
 }
 
 enum tr_tx recover_tx_state(const struct session *s, char status)
@@ -234,7 +239,7 @@ enum tr_tx recover_tx_state(const struct session *s, char status)
 			continue;
 		}
 		struct classify_result c;
-		classify_query(text, cfg->tr_read_functions[0] ? cfg->tr_read_functions : NULL, &c);
+		recover_classify(cfg, text, &c);
 		if ((c.kind == CLASSIFY_BEGIN || c.kind == CLASSIFY_SET_TRANSACTION) &&
 		    (c.isolation == CLASSIFY_REPEATABLE_READ || c.isolation == CLASSIFY_SERIALIZABLE))
 			return TR_TX_SNAPSHOT;
@@ -452,7 +457,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 	struct route_bytes again = r->inflight; /* the Query in flight, for TR_REEXECUTE */
 	r->inflight = (struct route_bytes){0};
 	r->is_open = r->is_unloggable = r->has_parse = r->has_tx_ended = false;
-	r->requests = r->noted = r->logged = 0;
+	r->noted = r->logged = 0;
 	r->preamble.len = 0; /* the start of the lost answer, never shown */
 	struct leg *fresh = session_set_aside_leg(s, LEG_PRIMARY); /* set aside: this runs in its completion */
 	if (!fresh) {
@@ -525,17 +530,15 @@ void recover_replay_done(struct session *s, struct leg *leg)
 			return;
 		}
 		session_mark_dirty(s, &leg->to_server);
-		if (inflight > 0) {
+		if (inflight > 0) { /* the statement in flight gets the error: what follows it goes on */
 			session_send_error(s, "ERROR", "40001", recover_msg_diverged, NULL);
 			recover_send_ready(s, 'E');
 			r->aborted = REPLAY_TX_ABORTED;
+			memmove(held.data, held.data + inflight, held.len - inflight);
+			held.len -= inflight;
 		} else {
 			r->aborted = REPLAY_TX_LOST_NEXT;
 			base_strlcpy(r->fail_sqlstate, "40001", sizeof(r->fail_sqlstate));
-		}
-		if (inflight > 0) { /* the statement in flight is answered */
-			memmove(held.data, held.data + inflight, held.len - inflight);
-			held.len -= inflight;
 		}
 	}
 	if (held.len > 0) {
@@ -587,9 +590,8 @@ static void recover_send_aborted(struct session *s)
 	}
 }
 
-unsigned recover_client_type(struct session *s, uint8_t type)
+unsigned recover_client_type(uint8_t type)
 {
-	(void)s;
 	switch (type) {
 	case PROTO_FE_COPY_DATA:
 	case PROTO_FE_COPY_DONE:
@@ -605,10 +607,6 @@ unsigned recover_client_type(struct session *s, uint8_t type)
 
 int recover_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len)
 {
-	static const uint8_t parse_complete[] = {PROTO_BE_PARSE_COMPLETE, 0, 0, 0, 4};
-	static const uint8_t bind_complete[] = {PROTO_BE_BIND_COMPLETE, 0, 0, 0, 4};
-	static const uint8_t no_data[] = {PROTO_BE_NO_DATA, 0, 0, 0, 4};
-	static const uint8_t close_complete[] = {PROTO_BE_CLOSE_COMPLETE, 0, 0, 0, 4};
 	struct session_replay *r = &s->replay;
 	bool is_aborted = r->aborted != REPLAY_TX_LIVE;
 	if (type == PROTO_FE_SYNC) {
@@ -637,29 +635,27 @@ int recover_client_message(struct session *s, uint8_t type, const uint8_t *body,
 	}
 	case PROTO_FE_PARSE: {
 		/* name\0 text\0 ...: a ROLLBACK or COMMIT batch (as drivers send them) is answered */
-		const uint8_t *end = body + len;
-		const uint8_t *name_end = memchr(body, '\0', len);
-		const uint8_t *text = name_end ? name_end + 1 : end;
-		const uint8_t *text_end = memchr(text, '\0', (size_t)(end - text));
-		enum recover_end ending =
-			text_end ? recover_ends_tx(text, (uint32_t)(text_end - text) + 1) : RECOVER_END_NONE;
+		uint32_t offset = 0;
+		const char *text = proto_read_cstring(body, len, &offset) ? proto_read_cstring(body, len, &offset) : NULL;
+		enum recover_end ending = text ? recover_ends_tx((const uint8_t *)text, (uint32_t)strlen(text) + 1)
+					       : RECOVER_END_NONE;
 		if (ending != RECOVER_END_NONE) {
 			r->is_batch_ending = true;
 			r->is_batch_commit = ending == RECOVER_END_COMMIT;
-			session_send_to_client(s, parse_complete, sizeof(parse_complete));
+			session_send_to_client(s, proto_parse_complete, sizeof(proto_parse_complete));
 			return 0;
 		}
 		break;
 	}
 	case PROTO_FE_BIND:
 		if (r->is_batch_ending) {
-			session_send_to_client(s, bind_complete, sizeof(bind_complete));
+			session_send_to_client(s, proto_bind_complete, sizeof(proto_bind_complete));
 			return 0;
 		}
 		break;
 	case PROTO_FE_DESCRIBE:
 		if (r->is_batch_ending) {
-			session_send_to_client(s, no_data, sizeof(no_data));
+			session_send_to_client(s, proto_no_data, sizeof(proto_no_data));
 			return 0;
 		}
 		break;
@@ -670,7 +666,7 @@ int recover_client_message(struct session *s, uint8_t type, const uint8_t *body,
 		}
 		break;
 	case PROTO_FE_CLOSE:
-		session_send_to_client(s, close_complete, sizeof(close_complete));
+		session_send_to_client(s, proto_close_complete, sizeof(proto_close_complete));
 		return 0;
 	case PROTO_FE_FUNCTION_CALL:
 		recover_send_aborted(s);
@@ -685,9 +681,8 @@ int recover_client_message(struct session *s, uint8_t type, const uint8_t *body,
 	return 0;
 }
 
-bool recover_shows_notice(const struct session *s, const uint8_t *body, uint32_t len)
+bool recover_shows_notice(const uint8_t *body, uint32_t len)
 {
-	(void)s;
 	struct proto_error_fields f;
 	if (proto_error_parse(body, len, &f) < 0 || strncmp(f.sqlstate, "57P0", 4) != 0 || f.sqlstate[4] > '3')
 		return true;

@@ -45,6 +45,9 @@ bool recover_awaits_primary(struct session *s, struct leg *leg);
  * primary ask again for the one that is. */
 void recover_check_waits(struct host *host, uint64_t now_ns);
 void recover_repoint_parked(struct host *host);
+/* The next statement text in messages kept whole (a Query's, a Parse's) from *at, which moves past it;
+ * NULL at the end. */
+const char *recover_next_text(const uint8_t *msgs, uint32_t len, uint32_t *at);
 /* What the transaction open on the primary is, for a replay (tr_mode select, transaction), from the
  * primary's status ('I', 'T', 'E') and the steps observer_replay kept: none, failed, not replayable,
  * snapshot, read-only or written. */
@@ -64,12 +67,12 @@ static inline bool recover_is_answering(const struct session *s)
 	return s->replay.aborted != REPLAY_TX_LIVE || s->replay.is_skipping;
 }
 /* The relay's type hook then: how the message is read (whole, or its head when long). */
-unsigned recover_client_type(struct session *s, uint8_t type);
+unsigned recover_client_type(uint8_t type);
 /* ... and its content (a long one's head): answered. 0. */
 int recover_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len);
 /* An ErrorResponse or NoticeResponse the primary's leg sent: false when it is the server going away
  * (57P01, 57P02, 57P03 as FATAL, or the WARNING an immediate shutdown sends), which the client is not
  * shown while a recovery may follow. */
-bool recover_shows_notice(const struct session *s, const uint8_t *body, uint32_t len);
+bool recover_shows_notice(const uint8_t *body, uint32_t len);
 
 #endif

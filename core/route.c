@@ -276,7 +276,6 @@ static bool route_wants(const struct session *s, enum config_consistency level)
 	       !p->is_unsynced && sendq_is_empty(&p->to_server);
 }
 
-/* Appends to b. 0 or -ENOMEM. */
 /* The Query (body as sent) becomes the held message, header included. */
 static int route_hold(struct session *s, const uint8_t *body, uint32_t len)
 {
@@ -1145,11 +1144,6 @@ int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const 
 
 void route_hold_reply(struct session *s, const void *data, uint32_t len)
 {
-	if (!session_client_leg(s)->is_reply_guarded) {
-		if (session_bytes_append(&s->replay.preamble, data, len) < 0) /* what Transaction Replay holds */
-			session_end_later(s, SESSION_END_OUT_OF_MEMORY);
-		return;
-	}
 	if (!s->routing.is_rerun && session_bytes_append(&s->routing.reply_held, data, len) < 0)
 		session_end_later(s, SESSION_END_OUT_OF_MEMORY);
 }

@@ -104,8 +104,7 @@ struct session_parts {
 	void (*leg_progress)(struct session *s, struct leg *leg);
 	bool (*leg_lost)(struct session *s, struct leg *leg);
 	void (*ending)(struct session *s);
-	/* Routing's: a reply tern made up for the client's leg while it guards that leg's answer (or while
-	 * Transaction Replay holds the start of the primary's: s->replay.preamble). */
+	/* Routing's: a reply tern made up for the client's leg while it guards that leg's answer. */
 	void (*hold_reply)(struct session *s, const void *data, uint32_t len);
 	/* Transaction Replay's (recover.h): the decision about a lost or refused primary connection, the
 	 * recovery it starts, and the gate a primary leg passes before it asks the pool. */
@@ -220,7 +219,6 @@ struct session_replay {
 	bool has_parse;       /* ... an unnamed Parse among them (what their Binds bind) */
 	bool has_tx_ended;    /* ... a ReadyForQuery among their answers said no transaction was open */
 	char tx_status;       /* the leg's transaction status before them: 'I', 'T', 'E' */
-	uint32_t requests;    /* ... their Query, Sync and FunctionCall messages not yet answered */
 	uint32_t noted, logged; /* ... their messages, and those kept whole (a long one is not read) */
 	uint64_t client_mark; /* the leg's to_client_bytes when they began: more means part of an answer went */
 	uint64_t sent_mark;   /* where they begin in the leg's stream toward the server (sendq.sent_bytes_total) */

@@ -56,9 +56,6 @@ static enum session_end_reason relay_client_reason(int rc)
 /* What the leg owes for a client message the observers left to the relay. */
 static unsigned relay_client_count(struct session *s, struct leg *leg, uint8_t type)
 {
-	if ((s->observers_on & (1u << OBSERVER_REPLAY)) && type != PROTO_FE_TERMINATE && type != PROTO_FE_COPY_DATA &&
-	    type != PROTO_FE_COPY_DONE && type != PROTO_FE_COPY_FAIL && leg->role == LEG_PRIMARY)
-		replay_note_message(s, leg, type);
 	switch (type) {
 	case PROTO_FE_TERMINATE:
 		return PROTO_INSPECT; /* not forwarded: the server connection outlives the client */
@@ -116,7 +113,7 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 	struct session *s = chunk->s;
 	struct leg *leg = chunk->leg;
 	if (recover_is_answering(s))
-		return recover_client_type(s, type); /* its transaction was lost: tern answers */
+		return recover_client_type(type); /* its transaction was lost: tern answers */
 	if (leg->is_skipping_to_sync && type != PROTO_FE_SYNC && type != PROTO_FE_TERMINATE)
 		return 0; /* as the server would after an error tern made up */
 	if (type == PROTO_FE_SYNC)
@@ -352,13 +349,12 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	if (chunk->is_ready_rebuilt)
 		action &= ~(unsigned)PROTO_FORWARD;
 	/* Under Transaction Replay the client is not shown the server going away: a recovery may follow. */
-	chunk->is_preamble_held = false;
 	if (!(action & PROTO_FORWARD) || leg->role != LEG_PRIMARY || !(s->observers_on & (1u << OBSERVER_REPLAY)) ||
 	    leg->is_reply_guarded)
 		return action;
 	chunk->is_notice_held = type == PROTO_BE_ERROR || type == PROTO_BE_NOTICE;
 	/* (only ahead of a completion that is sure to come: after a Flush the client waits for these) */
-	chunk->is_preamble_held = proto_be_is_preamble(type) && s->replay.requests > 0 && !leg->is_unsynced;
+	chunk->is_preamble_held = proto_be_is_preamble(type) && leg_client_owed(leg) > 0 && !leg->is_unsynced;
 	if (chunk->is_notice_held || chunk->is_preamble_held)
 		return (action & ~(unsigned)PROTO_FORWARD) | PROTO_INSPECT;
 	replay_flush_preamble(s, leg); /* the answer's first row or completion: what it held goes first */
@@ -415,7 +411,7 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	}
 	if (m.is_hidden)
 		return dispatch_hidden_message(s, leg, &m);
-	if ((chunk->is_notice_held && recover_shows_notice(s, body, len)) || chunk->is_preamble_held) {
+	if ((chunk->is_notice_held && recover_shows_notice(body, len)) || chunk->is_preamble_held) {
 		uint8_t header[PROTO_HEADER_LEN] = {type};
 		proto_write_u32(header + 1, len + 4);
 		if (chunk->is_preamble_held) {

@@ -23,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from pgcluster import PgCluster, find_pg_bindir, free_port  # noqa: E402
 from procs import TernProcess  # noqa: E402
+from run_integration import check, wait_for  # noqa: E402
 from wire import SYNC, Wire, bind, data_row, error_fields, execute, message, parse  # noqa: E402
 
 ROOT = os.environ.get("TERN_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
@@ -31,24 +32,6 @@ SUITE_DEADLINE_S = 900
 MODES = ("none", "session", "select", "transaction")
 FAULTS = ("terminate", "promote")
 SLEEP_S = 2  # how long a statement "in flight" runs on the server
-
-
-def check(condition, what):
-    if not condition:
-        raise AssertionError(what)
-
-
-def wait_for(predicate, what, timeout=30.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except Exception as exc:  # a server restarting, say
-            last = exc
-        time.sleep(interval)
-    raise AssertionError("timed out waiting for %s (last error: %r)" % (what, last))
 
 
 class Outcome:
@@ -475,18 +458,22 @@ def case_replay_that_differs_is_rolled_back_with_40001(b, w, mode, fault, m):
     expect_session_goes_on(b, w, mode)
 
 
+def expect_transaction_lost(w, o, mode, sqlstate):
+    """The lost transaction's one error (none: the session closed with 57P01), then ROLLBACK ends it."""
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+        return
+    check(o.kind == "error" and o.sqlstate == sqlstate and o.status == "E", "%s: %r" % (sqlstate, o))
+    check(run(w, "rollback").status == "I", "rollback")
+
+
 def case_repeatable_read_is_never_replayed(b, w, mode, fault, m):
     """A REPEATABLE READ transaction (named at BEGIN) is never replayed: 57P01 for its next statement
     in every mode that moves the session."""
     check(run(w, "begin isolation level repeatable read").kind == "ok", "begin")
     check(run(w, "select count(*) from tr /*%s*/" % m).kind == "ok", "read")
     yield
-    o = run(w, "select 1")
-    if mode == "none":
-        expect_closed(o, "57P01", "none")
-        return
-    check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01: %r" % o)
-    check(run(w, "rollback").status == "I", "rollback")
+    expect_transaction_lost(w, run(w, "select 1"), mode, "57P01")
 
 
 def case_default_repeatable_read_is_found_at_replay(b, w, mode, fault, m):
@@ -497,21 +484,15 @@ def case_default_repeatable_read_is_found_at_replay(b, w, mode, fault, m):
     check(run(w, "begin").kind == "ok", "begin")
     check(run(w, "select 1 /*%s*/" % m).kind == "ok", "read")
     yield
-    o = run(w, "select 2")
-    if mode == "none":
-        expect_closed(o, "57P01", "none")
-        return
-    want = "57P01" if mode == "session" else "40001"
-    check(o.kind == "error" and o.sqlstate == want and o.status == "E", "%s: %r" % (want, o))
-    check(run(w, "rollback").status == "I", "rollback")
+    expect_transaction_lost(w, run(w, "select 2"), mode, "57P01" if mode == "session" else "40001")
 
 
 case_default_repeatable_read_is_found_at_replay.database = "tr_rr"
 
 
 def case_extended_write_running(b, w, mode, fault, m):
-    """An extended-protocol write running (Parse/Bind/Execute/Sync, autocommit): tern does not keep
-    extended requests to run again, so its outcome is unknown: 08007; the session goes on."""
+    """An extended-protocol write running (Parse/Bind/Execute/Sync, autocommit): it may have run, so its
+    outcome is unknown: 08007, never run again; the session goes on."""
     yield "send", (parse("", "insert into tr select '%s', 1 from pg_sleep(%d)" % (m, SLEEP_S)) + bind("") +
                    execute() + SYNC)
     o = read_outcome(w)
@@ -558,6 +539,26 @@ def case_named_statement_in_transaction_is_not_replayed(b, w, mode, fault, m):
     o = read_outcome(w)
     check(o.kind == "ok" and o.status == "I", "the named statement after the move: %r" % o)
     check(b.count("tr", m) == 1, "only the row after the move: %d" % b.count("tr", m))
+
+
+def case_after_an_extended_copy_with_its_sync_pipelined(b, w, mode, fault, m):
+    """A COPY FROM STDIN sent as drivers pipeline it (Parse, Bind, Execute, Sync, then the data): the
+    server ignores that Sync during the copy, so the ReadyForQuery it owes is counted from the leg, not from
+    the messages; the next statement in flight is decided as any (08007 under session, run again under
+    select and transaction), not as part of an answer already shown."""
+    w.send(parse("", "copy tr from stdin /*%s_copy*/" % m) + bind("") + execute() + SYNC +
+           message(b"d", ("%s\t1\n" % m).encode()) + message(b"c") + SYNC)
+    o = read_outcome(w)
+    check(o.kind == "ok" and o.status == "I", "the copy: %r" % o)
+    yield "send", message(b"Q", ("select 5, pg_sleep(%d) /*%s*/" % (SLEEP_S, m)).encode() + b"\0")
+    o = read_outcome(w)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    elif mode == "session":
+        check(o.kind == "error" and o.sqlstate == "08007", "08007: %r" % o)
+    else:
+        check(o.kind == "ok" and o.rows == [["5", ""]], "run again: %r" % o)
+    check(b.count("tr", m) == 1, "the copied row")
 
 
 def case_extended_in_transaction_then_extended_rollback(b, w, mode, fault, m):
@@ -666,7 +667,8 @@ CASES = [case_idle_autocommit, case_idle_in_transaction, case_autocommit_write_r
          case_a_transaction_begun_inside_a_query_is_not_replayed, case_read_only_transaction, case_replay_that_differs_is_rolled_back_with_40001, case_notices_do_not_fail_a_replay,
          case_repeatable_read_is_never_replayed, case_default_repeatable_read_is_found_at_replay,
          case_extended_write_running, case_extended_safe_read_running, case_named_statement_in_transaction_is_not_replayed,
-         case_extended_in_transaction_then_extended_rollback, case_partial_result,
+         case_after_an_extended_copy_with_its_sync_pipelined, case_extended_in_transaction_then_extended_rollback,
+         case_partial_result,
          case_copy_in_progress, case_written_while_the_primary_is_down, case_stale_primary_is_fenced]
 
 
@@ -989,7 +991,47 @@ def terminated_backends_under_pgbench_never_bring_tern_down(b):
     print("  chaos: %d backends terminated, %r transactions" % (kills, processed))
 
 
+def replay_bounds_make_a_transaction_unreplayable(b):
+    """[limits] tr_max_replay_statements = 3 and tr_max_observation_bytes = 1kB, tr_mode = transaction: a
+    transaction of four statements, and one whose answer was 5 kB, are not replayed (57P01 for the next
+    statement, as under session); one within both bounds is (its third statement after the replay still
+    within). tr_replay_cap_exceeded_total counts the two."""
+    import urllib.request
+    pg = b.pg
+    http = free_port()
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+              "primary = host=127.0.0.1 port=%d\n[replay]\ntr_mode = transaction\n[limits]\n"
+              "tr_max_replay_statements = 3\ntr_max_observation_bytes = 1kB\n[admin]\nhttp_listen = 127.0.0.1:%d\n"
+              % (free_port(), pg.primary_port, http))
+    t = TernProcess(TERN, config)
+    t.start()
+    try:
+        for name, statements, want in (("within", ["select 1"], "ok"),
+                                       ("statements", ["select 1", "select 2", "select 3"], "57P01"),
+                                       ("answer", ["select repeat('x', 5000)"], "57P01")):
+            with Wire(t.port, timeout=30) as w:
+                w.login("postgres")
+                marker = "cap_%s" % name
+                for sql in ["begin"] + statements[:-1] + [statements[-1] + " /*%s*/" % marker]:
+                    check(run(w, sql).kind == "ok", sql)
+                pg.psql("select pg_terminate_backend(pid, 10000) from pg_stat_activity where query like "
+                        "'%%%s%%' and pid <> pg_backend_pid()" % marker)
+                o = run(w, "select 3")
+                if want == "ok":
+                    check(o.kind == "ok" and o.status == "T", "%s: replayed: %r" % (name, o))
+                else:
+                    check(o.kind == "error" and o.sqlstate == want, "%s: not replayed: %r" % (name, o))
+                run(w, "rollback")
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http, timeout=10).read().decode()
+        check("tr_replay_cap_exceeded_total 2" in text, "both counted: %r" %
+              [l for l in text.splitlines() if l.startswith("tr_replay_cap")])
+    finally:
+        t.stop()
+    check(t.returncode == 0, "tern exited with %s" % t.returncode)
+
+
 SPECIAL = [show_failovers_and_api_status_list_what_the_battery_did,
+           replay_bounds_make_a_transaction_unreplayable,
            terminated_backends_under_pgbench_never_bring_tern_down,
            tr_max_session_set_statements_refuses_the_move_with_08006,
            backend_response_timeout_secs_closes_a_stuck_answer_and_the_session_goes_on,
