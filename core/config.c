@@ -1022,6 +1022,25 @@ static void config_check_across_keys(struct config_parse *parse)
 			    "[tls] client_tls_sslmode: %s needs client_tls_cert_file and client_tls_key_file",
 			    config_tls_mode_names[cfg->client_tls_sslmode]);
 	}
+	/* The admin endpoint starts first: on one of tern's own addresses it would take the port and tern
+	 * would refuse it as "in use by another process". */
+	if (cfg->http_listen && cfg->http_listen[0]) {
+		const char *colon = strrchr(cfg->http_listen, ':');
+		uint64_t http_port = 0;
+		const char *end = config_scan_digits(colon ? colon + 1 : cfg->http_listen, &http_port);
+		char http_host[CONFIG_LISTEN_HOST_SIZE] = "127.0.0.1"; /* http.c's default */
+		if (colon && (size_t)(colon - cfg->http_listen) < sizeof(http_host))
+			snprintf(http_host, sizeof(http_host), "%.*s", (int)(colon - cfg->http_listen), cfg->http_listen);
+		bool is_any = strcmp(http_host, "*") == 0 || strcmp(http_host, "0.0.0.0") == 0;
+		for (uint32_t i = 0; end && *end == '\0' && i < cfg->listen_count; i++) {
+			const char *host = cfg->listens[i].host;
+			bool is_same_host = is_any || strcmp(host, "0.0.0.0") == 0 || strcmp(host, http_host) == 0;
+			if (cfg->listens[i].port == http_port && is_same_host)
+				config_fail(parse, config_key_line(parse, "admin", "http_listen"),
+					    "[admin] http_listen = %s: the same address as [tern] listen's %s:%u",
+					    cfg->http_listen, host, cfg->listens[i].port);
+		}
+	}
 	/* The provided-buffer ring indexes its entries with a mask. */
 	if ((cfg->buffer_count & (cfg->buffer_count - 1)) != 0) {
 		config_fail(parse, config_key_line(parse, "tern", "buffer_count"),

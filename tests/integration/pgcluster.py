@@ -67,14 +67,23 @@ def find_pg_bindir():
     return candidates[-1][1]
 
 
+_ports_given = set()
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago (bind :0, read, close)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
+    """A TCP port on 127.0.0.1 that was free a moment ago (bind :0, read, close), and never one this
+    process was given before: the kernel may hand a just-closed port out again, and two ports picked
+    for one tern (listen and http_listen) came out the same once in CI."""
+    while True:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        finally:
+            s.close()
+        if port not in _ports_given:
+            _ports_given.add(port)
+            return port
 
 
 def clean_env(extra=None):

@@ -355,6 +355,12 @@ Test(config, listen_takes_several_addresses_up_to_eight)
 	cr_assert_str_eq(cfg.listen_host, "127.0.0.1", "the first is also listen_host");
 	config_deinit(&cfg);
 	expect_value("tern.listen", "127.0.0.1:1,127.0.0.1:2", "127.0.0.1:1, 127.0.0.1:2");
+	/* The admin endpoint on tern's own address (a port picked twice) would take it from tern. */
+	expect_error_at("[tern]\nlisten = 127.0.0.1:6432\n[admin]\nhttp_listen = 127.0.0.1:6432\n", 4, "same address");
+	expect_error_at("[tern]\nlisten = *:6432\n[admin]\nhttp_listen = 127.0.0.1:6432\n", 4, "same address");
+	expect_error_at("[tern]\nlisten = 127.0.0.1:6432\n[admin]\nhttp_listen = 6432\n", 4, "same address");
+	struct tern_config other = load_ok("[tern]\nlisten = 127.0.0.1:6432\n[admin]\nhttp_listen = 127.0.0.2:6432\n");
+	config_deinit(&other);
 	expect_error_at("[tern]\nlisten = 127.0.0.1:1,\n", 2, "listen");
 	expect_error_at("[tern]\nlisten = 127.0.0.1:1, nonsense\n", 2, "listen");
 	expect_error_at("[tern]\nlisten = a:1,a:2,a:3,a:4,a:5,a:6,a:7,a:8,a:9\n", 2, "listen");
