@@ -32,6 +32,25 @@ MESSAGES = [("transaction resolution unknown", "08007"), ("could not serialize a
             ("no primary answered within", "08006"), ("terminating connection", "57P01")]
 
 
+def pgbench_errors(text):
+    """{SQLSTATE: count} of the errors and aborted clients in pgbench's output."""
+    errors = {}
+    for line in text.splitlines():
+        if "aborted" in line or "ERROR" in line or "FATAL" in line:
+            state = next((code for words, code in MESSAGES if words in line), "other: " + line.strip()[:120])
+            errors[state] = errors.get(state, 0) + 1
+    return errors
+
+
+def tpcb_invariant(psql):
+    """The sums of account, teller and branch balances and of history deltas, the history row count, and
+    whether the four sums are equal (every tpcb-like transaction is whole or absent)."""
+    sums = psql("select (select sum(abalance) from pgbench_accounts), (select sum(tbalance) from "
+                "pgbench_tellers), (select sum(bbalance) from pgbench_branches), (select coalesce(sum(delta), 0) "
+                "from pgbench_history), (select count(*) from pgbench_history)").strip().split("|")
+    return sums, len(set(sums[:4])) == 1
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--tr-mode", default="transaction")
@@ -69,11 +88,7 @@ def main():
             out.seek(0)
             text = out.read().decode("utf-8", "replace")
             metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http, timeout=10).read().decode()
-        errors = {}
-        for line in text.splitlines():
-            if "aborted" in line or "ERROR" in line or "FATAL" in line:
-                state = next((code for words, code in MESSAGES if words in line), "other: " + line.strip()[:120])
-                errors[state] = errors.get(state, 0) + 1
+        errors = pgbench_errors(text)
         summary = [l for l in text.splitlines() if re.match(r"^(number of|latency|tps|number of failed)", l)]
         print("pgbench -M %s -c %d -T %d through tern (tr_mode = %s):" % (args.protocol, args.clients, args.duration,
                                                                          args.tr_mode))
@@ -83,10 +98,7 @@ def main():
         for line in metrics.splitlines():
             if line.startswith("tr_"):
                 print("  " + line)
-        sums = pg.psql("select (select sum(abalance) from pgbench_accounts), (select sum(tbalance) from "
-                       "pgbench_tellers), (select sum(bbalance) from pgbench_branches), (select coalesce(sum(delta), 0) "
-                       "from pgbench_history), (select count(*) from pgbench_history)").split("|")
-        whole = len(set(sums[:4])) == 1
+        sums, whole = tpcb_invariant(pg.psql)
         print("tpcb invariant on the new primary (accounts, tellers, branches, history; history rows): %s -> %s"
               % (sums, "whole" if whole else "BROKEN"))
         processed = re.search(r"number of transactions actually processed: (\d+)", text)

@@ -156,6 +156,11 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("routing", "monitor_interval_ms", CONFIG_INT, "1000", 50, 3600000, CONFIG_RELOAD, monitor_interval_ms,
 		   NULL, "how often the topology monitor asks every server for its role, WAL position and "
 			 "timeline"),
+	CONFIG_KEY("routing", "patroni_api", CONFIG_STRING, "", 0, 0, CONFIG_RESTART, patroni_api, NULL,
+		   "Patroni REST API addresses, host:port[, host:port...]: every monitor round tern asks the first "
+		   "that answers for /cluster and writes only to the leader it names (matched to a [servers] key "
+		   "by the member's name, or by its host and port), never to another server that says it is a "
+		   "primary; Patroni unreachable: its last leader stays; empty = the servers' own answers decide"),
 	CONFIG_KEY("routing", "default_consistency", CONFIG_ENUM, "primary", 0, 0, CONFIG_RELOAD, default_consistency,
 		   config_consistency_names,
 		   "where a client's autocommit reads go unless it sets tern.consistency: primary (no reads on "
@@ -530,6 +535,31 @@ static bool config_parse_listen(const char *text, char *host, uint16_t *port)
 	return true;
 }
 
+int config_parse_addresses(const char *text, struct config_listen *out, uint32_t max)
+{
+	uint32_t count = 0;
+	bool is_valid = true;
+	for (const char *item = text; is_valid && *item;) {
+		while (*item == ' ' || *item == '\t')
+			item++;
+		size_t len = strcspn(item, ",");
+		while (len > 0 && (item[len - 1] == ' ' || item[len - 1] == '\t'))
+			len--;
+		char one[CONFIG_LISTEN_HOST_SIZE + 16];
+		is_valid = count < max && len > 0 && len < sizeof(one);
+		if (is_valid) {
+			memcpy(one, item, len);
+			one[len] = '\0';
+			is_valid = config_parse_listen(one, out[count].host, &out[count].port);
+			count++;
+		}
+		item += strcspn(item, ",");
+		if (*item == ',' && *++item == '\0')
+			is_valid = false; /* a comma promises another address */
+	}
+	return is_valid && count > 0 ? (int)count : -1;
+}
+
 /* Sizes in the largest unit that divides them exactly; durations in seconds when whole, else in ms.
  * Returns snprintf's length. */
 static int config_format_amount(enum config_type type, uint64_t amount, char *out, size_t out_size)
@@ -657,30 +687,11 @@ static int config_set(struct tern_config *cfg, const struct config_key *key, con
 		TERN_ASSERT(key->offset == offsetof(struct tern_config, listen_host));
 		/* "a:1, b:2": each address is checked; the first is also listen_host/listen_port. */
 		struct config_listen listens[CONFIG_LISTEN_MAX];
-		uint32_t count = 0;
-		bool is_valid = true;
-		for (const char *item = text; is_valid && *item;) {
-			while (*item == ' ' || *item == '\t')
-				item++;
-			size_t len = strcspn(item, ",");
-			while (len > 0 && (item[len - 1] == ' ' || item[len - 1] == '\t'))
-				len--;
-			char one[CONFIG_LISTEN_HOST_SIZE + 16];
-			is_valid = count < CONFIG_LISTEN_MAX && len > 0 && len < sizeof(one);
-			if (is_valid) {
-				memcpy(one, item, len);
-				one[len] = '\0';
-				is_valid = config_parse_listen(one, listens[count].host, &listens[count].port);
-				count++;
-			}
-			item += strcspn(item, ",");
-			if (*item == ',' && *++item == '\0')
-				is_valid = false; /* a comma promises another address */
-		}
-		if (!is_valid || count == 0)
+		int count = config_parse_addresses(text, listens, CONFIG_LISTEN_MAX);
+		if (count <= 0)
 			break;
 		memcpy(cfg->listens, listens, sizeof(listens));
-		cfg->listen_count = count;
+		cfg->listen_count = (uint32_t)count;
 		memcpy(cfg->listen_host, listens[0].host, sizeof(cfg->listen_host));
 		cfg->listen_port = listens[0].port;
 		return 0;
@@ -1022,6 +1033,12 @@ static void config_check_across_keys(struct config_parse *parse)
 			    "[tls] client_tls_sslmode: %s needs client_tls_cert_file and client_tls_key_file",
 			    config_tls_mode_names[cfg->client_tls_sslmode]);
 	}
+	struct config_listen patroni[CONFIG_PATRONI_MAX];
+	if (cfg->patroni_api && cfg->patroni_api[0] &&
+	    config_parse_addresses(cfg->patroni_api, patroni, CONFIG_PATRONI_MAX) < 0)
+		config_fail(parse, config_key_line(parse, "routing", "patroni_api"),
+			    "[routing] patroni_api = %s: expected host:port[, host:port...] (at most %u)", cfg->patroni_api,
+			    CONFIG_PATRONI_MAX);
 	/* The admin endpoint starts first: on one of tern's own addresses it would take the port and tern
 	 * would refuse it as "in use by another process". */
 	if (cfg->http_listen && cfg->http_listen[0]) {

@@ -48,6 +48,9 @@ struct config_listen {
 	uint16_t port;
 };
 
+/* Addresses of [routing] patroni_api: the members of one Patroni cluster. */
+#define CONFIG_PATRONI_MAX 8u
+
 struct tern_config {
 	/* [tern] */
 	char listen_host[CONFIG_LISTEN_HOST_SIZE]; /* the first of listens[], for messages and the pool key */
@@ -67,6 +70,7 @@ struct tern_config {
 	char *primary_conninfo;
 	/* [routing] */
 	uint32_t monitor_interval_ms;
+	char *patroni_api; /* "" = off; else config_parse_addresses' list, at most CONFIG_PATRONI_MAX */
 	int default_consistency; /* enum config_consistency */
 	int transaction_split;   /* 0 off, 1 on */
 	int strict_target;       /* 0 flush, 1 insert: the primary LSN a strict read's probe asks */
@@ -136,6 +140,9 @@ void config_init_defaults(struct tern_config *cfg);
  * either way it must be passed to config_deinit.
  */
 TERN_MUST_USE int config_load(struct tern_config *cfg, const char *path, char *err, size_t err_size);
+/* "host:port, host:port" (as `listen` takes it: "*:port", "[ipv6]:port") into out: the count, or -1 when
+ * an address is malformed, there are more than max, or none. */
+TERN_MUST_USE int config_parse_addresses(const char *text, struct config_listen *out, uint32_t max);
 
 /* Frees the strings; safe on a zeroed struct and when called twice. */
 void config_deinit(struct tern_config *cfg);

@@ -122,7 +122,7 @@ char *http_metrics_text(struct tern_runtime *rt)
 	for (uint32_t i = 0; i < count; i++) {
 		uint32_t role = __atomic_load_n(&monitor_server_at(m, i)->role, __ATOMIC_ACQUIRE);
 		fprintf(f, "tern_server_up{server=\"%s\"} %d\n", rt->pool->servers[i].name,
-			role == MONITOR_PRIMARY || role == MONITOR_STANDBY);
+			monitor_role_is_up(role));
 	}
 	http_help(f, "tern_server_role", "gauge", "the server's role as it says (pg_is_in_recovery): 1 for the role it has");
 	for (uint32_t i = 0; i < count; i++) {
@@ -304,7 +304,7 @@ char *http_status_json(struct tern_runtime *rt)
 		uint32_t role = __atomic_load_n(&ms->role, __ATOMIC_ACQUIRE);
 		json_t *one = json_pack("{s:s, s:s, s:b, s:b, s:I, s:I, s:{s:i, s:i, s:i, s:i}}", "name", server->name,
 					"role", monitor_role_name(role), "up",
-					role == MONITOR_PRIMARY || role == MONITOR_STANDBY, "writes", server == primary,
+					monitor_role_is_up(role), "writes", server == primary,
 					"timeline", (json_int_t)__atomic_load_n(&ms->timeline, __ATOMIC_RELAXED), "lsn",
 					(json_int_t)__atomic_load_n(&ms->lsn, __ATOMIC_RELAXED), "pool", "free", (int)c.free,
 					"used", (int)c.used, "opening", (int)c.opening, "parked", (int)c.parked);

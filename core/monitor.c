@@ -4,6 +4,8 @@
  */
 #include "monitor.h"
 
+#include "patroni.h"
+#include "pool/login.h"
 #include "pool/opener.h"
 
 #include <errno.h>
@@ -19,7 +21,8 @@ static const char monitor_query[] =
 	"SELECT pg_catalog.pg_is_in_recovery(), "
 	"CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() "
 	"ELSE pg_catalog.pg_current_wal_lsn() END, "
-	"(SELECT timeline_id FROM pg_catalog.pg_control_checkpoint())";
+	"(SELECT timeline_id FROM pg_catalog.pg_control_checkpoint()), "
+	"pg_catalog.current_setting('default_transaction_read_only')";
 
 /* The probes: the primary's LSN for a strict read, a standby's replay LSN. The strict level's target, by [routing] strict_target: the primary's flushed WAL (every commit
  * acknowledged with synchronous_commit on is in it), or all it inserted (asynchronous commits too, and
@@ -54,6 +57,14 @@ struct monitor {
 	struct monitor_sample samples[MONITOR_SAMPLES];
 	uint32_t sample_count, sample_next;
 	uint64_t standby_probed_ns[POOL_SERVERS_MAX];
+	/* [routing] patroni_api: the members' REST APIs (the one that answered last is asked first), each
+	 * server's host and port as its conninfo says (Patroni names its members' by them), and the server
+	 * Patroni last named its running leader (-1: none, or Patroni never answered). */
+	struct config_listen patroni[CONFIG_PATRONI_MAX];
+	uint32_t patroni_count, patroni_next;
+	struct config_listen addresses[POOL_SERVERS_MAX];
+	int patroni_leader;
+	char patroni_note[512]; /* what was last logged of Patroni, so each change is logged once */
 };
 
 uint32_t monitor_server_count(const struct monitor *m) { return m->count; }
@@ -133,7 +144,7 @@ void monitor_want_replay(struct monitor *m, uint64_t lsn, uint64_t until_ns)
 
 const char *monitor_role_name(enum monitor_role role)
 {
-	static const char *const names[] = {"unknown", "down", "primary", "standby"};
+	static const char *const names[] = {"unknown", "down", "primary", "standby", "fenced"};
 	return role < TERN_ARRAY_LEN(names) ? names[role] : "unknown";
 }
 
@@ -181,12 +192,27 @@ static PGconn *monitor_connect(struct monitor *m, const struct pool_server *serv
 	return pg;
 }
 
-/* Asks one server; marks it down when it does not answer. */
-static void monitor_check(struct monitor *m, uint32_t i)
+/* A server's host and port as its conninfo names them (libpq's defaults when it does not). */
+static void monitor_address_of(const struct pool_server *server, struct config_listen *out)
+{
+	struct pool_conninfo params;
+	char parse_err[128];
+	*out = (struct config_listen){.port = 5432};
+	static const char *const replaced[] = {NULL};
+	if (pool_conninfo_init(&params, server->conninfo, replaced, parse_err, sizeof(parse_err)) < 0)
+		return;
+	const char *host = pool_conninfo_get(&params, "host"), *port = pool_conninfo_get(&params, "port");
+	base_strlcpy(out->host, host ? host : "", sizeof(out->host));
+	if (port && atoi(port) > 0 && atoi(port) <= UINT16_MAX)
+		out->port = (uint16_t)atoi(port);
+	pool_conninfo_deinit(&params);
+}
+
+/* Asks one server: its role as it says (DOWN when it does not answer; FENCED when it is out of
+ * recovery but read-only, as a server being demoted is); its LSN and timeline are stored. */
+static uint32_t monitor_ask(struct monitor *m, uint32_t i, const char **why)
 {
 	struct monitor_server *state = &m->servers[i];
-	uint32_t before = __atomic_load_n(&state->role, __ATOMIC_RELAXED);
-	uint64_t asked_ns = base_now_ns(); /* what the answer says holds from here (not from when it came) */
 	PGresult *res = NULL;
 	for (int attempt = 0; attempt < 2 && !res; attempt++) { /* a kept connection the server closed: once more */
 		if (!m->conns[i]) {
@@ -197,40 +223,123 @@ static void monitor_check(struct monitor *m, uint32_t i)
 		if (!m->conns[i])
 			break;
 		res = PQexec(m->conns[i], monitor_query);
-		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQnfields(res) != 4) {
 			PQclear(res);
 			res = NULL;
 			PQfinish(m->conns[i]);
 			m->conns[i] = NULL;
 		}
 	}
-	uint32_t role = MONITOR_DOWN;
-	if (res) {
-		role = strcmp(PQgetvalue(res, 0, 0), "t") == 0 ? MONITOR_STANDBY : MONITOR_PRIMARY;
-		__atomic_store_n(&state->lsn, monitor_parse_lsn(PQgetvalue(res, 0, 1)), __ATOMIC_RELAXED);
-		__atomic_store_n(&state->timeline, (uint32_t)strtoul(PQgetvalue(res, 0, 2), NULL, 10), __ATOMIC_RELAXED);
-		PQclear(res);
+	if (!res)
+		return MONITOR_DOWN;
+	uint32_t role = strcmp(PQgetvalue(res, 0, 0), "t") == 0 ? MONITOR_STANDBY : MONITOR_PRIMARY;
+	if (role == MONITOR_PRIMARY && strcmp(PQgetvalue(res, 0, 3), "on") == 0) {
+		role = MONITOR_FENCED; /* a write there would answer 25006 */
+		*why = "it is read-only (default_transaction_read_only = on)";
 	}
+	__atomic_store_n(&state->lsn, monitor_parse_lsn(PQgetvalue(res, 0, 1)), __ATOMIC_RELAXED);
+	__atomic_store_n(&state->timeline, (uint32_t)strtoul(PQgetvalue(res, 0, 2), NULL, 10), __ATOMIC_RELAXED);
+	PQclear(res);
+	return role;
+}
+
+/* Logs a change of what Patroni said, once. */
+static void monitor_patroni_note(struct monitor *m, bool is_warning, const char *note)
+{
+	if (strcmp(note, m->patroni_note) == 0)
+		return;
+	base_strlcpy(m->patroni_note, note, sizeof(m->patroni_note));
+	if (is_warning)
+		TERN_WARN("%s", note);
+	else
+		TERN_INFO("%s", note);
+}
+
+/* Asks Patroni for its leader: m->patroni_leader is the server it names, -1 when it names none that runs
+ * or none of [servers]; unchanged when no API answers. */
+static void monitor_ask_patroni(struct monitor *m)
+{
+	const struct tern_config *cfg = runtime_config(m->rt);
+	uint32_t timeout_ms = (uint32_t)TERN_MIN((uint64_t)TERN_MAX(cfg->monitor_interval_ms, 250u),
+						 TERN_MAX(cfg->server_connect_timeout_ms, 1u));
+	struct patroni_view view;
+	char err[160] = "", note[sizeof(m->patroni_note)];
+	int rc = -1;
+	for (uint32_t k = 0; k < m->patroni_count && rc < 0; k++) {
+		const struct config_listen *api = &m->patroni[(m->patroni_next + k) % m->patroni_count];
+		if ((rc = patroni_ask(api->host, api->port, timeout_ms, &view, err, sizeof(err))) == 0)
+			m->patroni_next = (m->patroni_next + k) % m->patroni_count;
+	}
+	if (rc < 0) {
+		snprintf(note, sizeof(note), "no Patroni API answered (last: %s): writes stay with its last leader", err);
+		monitor_patroni_note(m, true, note);
+		return;
+	}
+	int leader = -1;
+	for (uint32_t i = 0; i < m->count && view.has_leader && leader < 0; i++) {
+		const struct config_listen *a = &m->addresses[i];
+		if (strcmp(m->servers[i].server->name, view.leader_name) == 0 ||
+		    (a->port == view.leader_port && strcmp(a->host, view.leader_host) == 0))
+			leader = (int)i;
+	}
+	if (leader >= 0)
+		snprintf(note, sizeof(note), "Patroni's leader is %s: server %s", view.leader_name,
+			 m->servers[leader].server->name);
+	else if (view.has_leader)
+		snprintf(note, sizeof(note), "Patroni's leader %s (%s:%u) is none of [servers]: no writes", view.leader_name,
+			 view.leader_host, view.leader_port);
+	else
+		snprintf(note, sizeof(note), "Patroni names no running leader (%u members): writes wait", view.member_count);
+	monitor_patroni_note(m, leader < 0, note);
+	m->patroni_leader = leader;
+}
+
+/* One server says it is the primary: with patroni_api, the leader Patroni names; without, the one on the
+ * latest timeline (another was left behind by a promotion). Any other that says so is fenced. */
+static void monitor_fence(struct monitor *m, uint32_t *roles, const char **why)
+{
+	uint32_t top = 0;
+	if (m->patroni_count)
+		monitor_ask_patroni(m);
+	else
+		for (uint32_t i = 0; i < m->count; i++)
+			if (roles[i] == MONITOR_PRIMARY)
+				top = TERN_MAX(top, __atomic_load_n(&m->servers[i].timeline, __ATOMIC_RELAXED));
+	for (uint32_t i = 0; i < m->count; i++) {
+		if (roles[i] != MONITOR_PRIMARY)
+			continue;
+		if (m->patroni_count && (int)i != m->patroni_leader) {
+			roles[i] = MONITOR_FENCED;
+			why[i] = "it is not Patroni's leader";
+		} else if (!m->patroni_count && __atomic_load_n(&m->servers[i].timeline, __ATOMIC_RELAXED) < top) {
+			roles[i] = MONITOR_FENCED;
+			why[i] = "another primary is on a later timeline";
+		}
+	}
+}
+
+static void monitor_store_role(struct monitor *m, uint32_t i, uint32_t role, const char *why, uint64_t asked_ns)
+{
+	struct monitor_server *state = &m->servers[i];
+	uint32_t before = __atomic_load_n(&state->role, __ATOMIC_RELAXED);
 	__atomic_store_n(&state->role, role, __ATOMIC_RELEASE);
 	/* Release: a reader that sees this time (acquire) sees the role stored before it. */
 	__atomic_store_n(&state->checked_ns, asked_ns, __ATOMIC_RELEASE);
 	if (role != before && before != MONITOR_UNKNOWN)
-		TERN_WARN("server %s is now %s (was %s)", state->server->name, monitor_role_name(role),
-			  monitor_role_name(before));
+		TERN_WARN("server %s is now %s (was %s)%s%s", state->server->name, monitor_role_name(role),
+			  monitor_role_name(before), why ? ": " : "", why ? why : "");
+	else if (role == MONITOR_FENCED && before == MONITOR_UNKNOWN)
+		TERN_WARN("server %s is fenced: %s", state->server->name, why);
 }
 
-/* Writes go to the server that says it is the primary; of two that say so, the one on the later
- * timeline (the other was left behind by a promotion). With none, they stay where they went. */
+/* Writes go to the server that says it is the primary and is not fenced; of two that say so (two
+ * unrelated servers, on one timeline), the first. With none, they stay where they went. */
 static void monitor_publish_primary(struct monitor *m)
 {
 	const struct monitor_server *best = NULL;
-	for (uint32_t i = 0; i < m->count; i++) {
-		const struct monitor_server *s = &m->servers[i];
-		if (__atomic_load_n(&s->role, __ATOMIC_ACQUIRE) != MONITOR_PRIMARY)
-			continue;
-		if (!best || __atomic_load_n(&s->timeline, __ATOMIC_RELAXED) > __atomic_load_n(&best->timeline, __ATOMIC_RELAXED))
-			best = s;
-	}
+	for (uint32_t i = 0; i < m->count && !best; i++)
+		if (__atomic_load_n(&m->servers[i].role, __ATOMIC_ACQUIRE) == MONITOR_PRIMARY)
+			best = &m->servers[i];
 	if (!best)
 		return;
 	struct pool_server *was = __atomic_load_n(&m->rt->primary, __ATOMIC_ACQUIRE);
@@ -279,8 +388,16 @@ static void monitor_published(struct monitor *m)
 static void monitor_round(struct monitor *m)
 {
 	uint64_t now = base_now_ns();
+	uint32_t roles[POOL_SERVERS_MAX];
+	uint64_t asked_ns[POOL_SERVERS_MAX];
+	const char *why[POOL_SERVERS_MAX] = {0};
+	for (uint32_t i = 0; i < m->count; i++) {
+		asked_ns[i] = base_now_ns(); /* what the answer says holds from here (not from when it came) */
+		roles[i] = monitor_ask(m, i, &why[i]);
+	}
+	monitor_fence(m, roles, why);
 	for (uint32_t i = 0; i < m->count; i++)
-		monitor_check(m, i);
+		monitor_store_role(m, i, roles[i], why[i], asked_ns[i]);
 	for (uint32_t i = 0; i < m->count; i++) /* the primary's sample first: the standbys' lag in time */
 		if (__atomic_load_n(&m->servers[i].role, __ATOMIC_RELAXED) == MONITOR_PRIMARY)
 			monitor_sample_primary(m, __atomic_load_n(&m->servers[i].lsn, __ATOMIC_RELAXED), now);
@@ -420,8 +537,14 @@ int monitor_start(struct monitor **out, struct tern_runtime *rt)
 		return -ENOMEM;
 	m->rt = rt;
 	m->count = rt->pool->server_count;
-	for (uint32_t i = 0; i < m->count; i++)
+	m->patroni_leader = -1;
+	const char *api = runtime_config(rt)->patroni_api;
+	int apis = api && api[0] ? config_parse_addresses(api, m->patroni, CONFIG_PATRONI_MAX) : 0;
+	m->patroni_count = apis > 0 ? (uint32_t)apis : 0; /* (config_load checked it) */
+	for (uint32_t i = 0; i < m->count; i++) {
 		m->servers[i].server = &rt->pool->servers[i];
+		monitor_address_of(&rt->pool->servers[i], &m->addresses[i]);
+	}
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_condattr_t attr;
 	pthread_condattr_init(&attr);

@@ -19,7 +19,13 @@
 #include "pool/pool.h"
 #include "runtime.h"
 
-enum monitor_role { MONITOR_UNKNOWN = 0, MONITOR_DOWN, MONITOR_PRIMARY, MONITOR_STANDBY };
+/* FENCED: the server says it is out of recovery but takes no writes: it is read-only (a write would
+ * answer 25006), another primary is on a later timeline, or [routing] patroni_api's leader is another
+ * server. Neither writes nor reads go to it; at most one server is PRIMARY after a round, unless two
+ * unrelated servers share a timeline. */
+enum monitor_role { MONITOR_UNKNOWN = 0, MONITOR_DOWN, MONITOR_PRIMARY, MONITOR_STANDBY, MONITOR_FENCED };
+/* The last round got an answer from it. */
+static inline bool monitor_role_is_up(uint32_t role) { return role >= MONITOR_PRIMARY; }
 
 /* What the last round or probe saw of one server; every field atomic. */
 struct monitor_server {

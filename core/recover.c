@@ -291,10 +291,19 @@ static void recover_lose(struct session *s, struct pool_server *server, uint64_t
 	}
 }
 
+/* A request for the primary waits while the server writes go to has `role`: any but a primary with
+ * Transaction Replay on; a fenced one without it too (no answer ends that wait: its deadline goes). */
+static bool recover_must_wait(const struct session *s, uint32_t role)
+{
+	return role != MONITOR_PRIMARY && ((s->observers_on & (1u << OBSERVER_REPLAY)) || role == MONITOR_FENCED);
+}
+
 static void recover_unwait(struct session *s)
 {
 	if (!s->replay.is_waiting)
 		return;
+	if (!(s->observers_on & (1u << OBSERVER_REPLAY)))
+		s->replay.deadline_ns = 0;
 	s->replay.is_waiting = false;
 	base_list_remove(&s->replay.wait_link);
 	__atomic_sub_fetch(&s->host->recover_waiting, 1, __ATOMIC_RELAXED);
@@ -305,10 +314,10 @@ bool recover_awaits_primary(struct session *s, struct leg *leg)
 	struct session_replay *r = &s->replay;
 	TERN_ASSERT(leg == session_primary(s));
 	if (!r->lost_server) {
-		/* The monitor says the primary is down: wait here for the next (write_timeout_secs), not in the
-		 * pool for a login that cannot work (query_wait_timeout). */
-		if (s->pinned_server || !(s->observers_on & (1u << OBSERVER_REPLAY)) ||
-		    recover_primary_role(s->host->runtime) != MONITOR_DOWN)
+		/* The monitor says the server writes go to is no primary (down, or fenced): wait here for the
+		 * next (write_timeout_secs), not in the pool for a login that cannot work (query_wait_timeout). A
+		 * fenced one never gets the request, under tr_mode none too. */
+		if (s->pinned_server || !recover_must_wait(s, recover_primary_role(s->host->runtime)))
 			return false;
 		recover_lose(s, runtime_primary(s->host->runtime), base_now_ns());
 	}
@@ -353,7 +362,7 @@ void recover_check_waits(struct host *host, uint64_t now_ns)
 			char message[160];
 			snprintf(message, sizeof(message),
 				 "no primary answered within write_timeout_secs (%" PRIu32
-				 " s) after the connection to the primary was lost",
+				 " s): the primary was lost, or is fenced (see the log)",
 				 runtime_config(host->runtime)->write_timeout_secs);
 			session_end_with_error(s, SESSION_END_SERVER_LOST, "08006", message);
 		}
@@ -365,7 +374,7 @@ void recover_repoint_parked(struct host *host)
 	struct tern_runtime *rt = host->runtime;
 	struct pool_server *primary = runtime_primary(rt);
 	bool is_primary_change = primary != host->recover_primary;
-	bool is_down = recover_primary_role(rt) == MONITOR_DOWN;
+	uint32_t role = recover_primary_role(rt);
 	__atomic_store_n(&host->recover_primary, primary, __ATOMIC_RELAXED);
 	struct base_list *node, *tmp;
 	base_list_for_each_safe(node, tmp, &host->parked)
@@ -375,7 +384,7 @@ void recover_repoint_parked(struct host *host)
 		struct leg *leg = TERN_CONTAINER_OF(node, struct leg, parked_link);
 		struct session *s = leg->session;
 		if (leg->role != LEG_PRIMARY || s->pinned_server || s->phase != SESSION_READY ||
-		    (leg->request.server == primary && !(is_down && (s->observers_on & (1u << OBSERVER_REPLAY)))))
+		    (leg->request.server == primary && !recover_must_wait(s, role)))
 			continue;
 		if (!pool_request_cancel(rt->pool, &leg->request))
 			continue; /* granted meanwhile: the mailbox has it */
@@ -383,17 +392,18 @@ void recover_repoint_parked(struct host *host)
 		base_list_remove(&leg->parked_link);
 		session_acquire(s, leg);
 	}
-	if (!is_primary_change)
+	if (!is_primary_change && role != MONITOR_FENCED)
 		return;
 	/* Fencing: a transaction still open on a server that is no longer the primary (a promote left it
-	 * behind, a lower timeline) writes nothing more there; its session decides as for a loss. */
+	 * behind, a lower timeline, Patroni named another leader, it went read-only) writes nothing more
+	 * there; its session decides as for a loss. */
 	base_list_for_each_safe(node, tmp, &host->sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 		struct leg *leg = session_primary(s);
 		if (s->is_transaction_pooling && !s->pinned_server && s->phase == SESSION_READY && leg && leg->conn &&
-		    !leg->is_dropping && leg->conn->server != primary) {
-			TERN_WARN("client %s/%s: server %s is no longer the primary: its connection is dropped", s->user,
+		    !leg->is_dropping && (leg->conn->server != primary || role == MONITOR_FENCED)) {
+			TERN_WARN("client %s/%s: server %s is no longer a primary to write to: its connection is dropped", s->user,
 				  s->database, leg->conn->server->name);
 			leg_fail(leg, LEG_FAULT_CLOSED);
 		}

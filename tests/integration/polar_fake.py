@@ -172,7 +172,7 @@ class FakePolarServer:
     def _select(self, state, text):
         lower = text.lower()
         if "pg_control_checkpoint" in lower:  # tern's monitor round
-            return self._rows(["t" if self.is_standby else "f", self.lsn, "1"])
+            return self._rows(["t" if self.is_standby else "f", self.lsn, "1", "off"])
         if "wal_flush_lsn" in lower or "wal_insert_lsn" in lower or "replay_lsn" in lower:
             return self._rows([self.lsn])
         items = [item.strip() for item in text[len("select"):].split(",")]

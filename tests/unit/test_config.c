@@ -355,6 +355,14 @@ Test(config, listen_takes_several_addresses_up_to_eight)
 	cr_assert_str_eq(cfg.listen_host, "127.0.0.1", "the first is also listen_host");
 	config_deinit(&cfg);
 	expect_value("tern.listen", "127.0.0.1:1,127.0.0.1:2", "127.0.0.1:1, 127.0.0.1:2");
+	/* [routing] patroni_api: host:port pairs, as listen takes them. */
+	expect_error_at("[routing]\npatroni_api = 127.0.0.1\n", 2, "patroni_api");
+	expect_error_at("[routing]\npatroni_api = 127.0.0.1:8008,\n", 2, "patroni_api");
+	struct tern_config apis = load_ok("[routing]\npatroni_api = 127.0.0.1:8008, db2.example:8009\n");
+	struct config_listen parsed[CONFIG_PATRONI_MAX];
+	cr_assert_eq(config_parse_addresses(apis.patroni_api, parsed, CONFIG_PATRONI_MAX), 2);
+	cr_assert(strcmp(parsed[1].host, "db2.example") == 0 && parsed[1].port == 8009);
+	config_deinit(&apis);
 	/* The admin endpoint on tern's own address (a port picked twice) would take it from tern. */
 	expect_error_at("[tern]\nlisten = 127.0.0.1:6432\n[admin]\nhttp_listen = 127.0.0.1:6432\n", 4, "same address");
 	expect_error_at("[tern]\nlisten = *:6432\n[admin]\nhttp_listen = 127.0.0.1:6432\n", 4, "same address");
