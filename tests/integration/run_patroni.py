@@ -13,6 +13,7 @@ Two parts:
 
 usage: run_patroni.py [-k SUBSTRING]...   (TERN_BINARY and TERN_SOURCE_ROOT from meson)"""
 import argparse
+import contextlib
 import http.server
 import json
 import os
@@ -43,8 +44,8 @@ class StandInPatroni:
     """An HTTP server answering GET /cluster with what the case set: `leader` (a member name with the
     host and port of one of the cluster's servers, or None for no running leader) and `status`."""
 
-    def __init__(self, members):
-        self.members, self.leader, self.status, self.asked = members, None, 200, 0
+    def __init__(self, members, leader):
+        self.members, self.leader, self.status, self.asked = members, leader, 200, 0
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -71,8 +72,16 @@ class StandInPatroni:
         self.leader, self.status = leader, status
 
     def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        if self.server:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
 
 
 def status(t):
@@ -84,7 +93,9 @@ def roles(t):
     return {s["name"]: (s["role"], s["writes"]) for s in status(t)["servers"]}
 
 
-def start_tern(servers, extra, tr_mode="session"):
+@contextlib.contextmanager
+def tern_running(servers, extra, tr_mode="session"):
+    """tern in front of `servers` ({name: port}), transaction pooling; it must exit 0 at the end."""
     http = free_port()
     config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n%s"
               "[routing]\nmonitor_interval_ms = 100\n%s[pool]\npool_size = 20\n[limits]\nmax_client_conn = 200\n"
@@ -94,7 +105,11 @@ def start_tern(servers, extra, tr_mode="session"):
     t = TernProcess(TERN, config)
     t.start()
     t.http_port = http
-    return t
+    try:
+        yield t
+    finally:
+        t.stop()
+        check(t.returncode == 0, "tern exited with %s:\n%s" % (t.returncode, t.log_tail(20)))
 
 
 def client(t):
@@ -115,12 +130,10 @@ def writes_wait_while_the_api_names_no_running_leader_and_go_to_the_leader_it_na
     does not reach the server), and runs once the leader is named again. Named as the replica (which is
     in recovery: Patroni mid-promotion), writes wait too. An API that answers 500, or none at all: the
     last leader stays (a warning in the log). Two APIs, the first gone: the second is asked."""
-    api = StandInPatroni({"pg_a": pg.primary_port, "pg_b": pg.replica_port})
     gone = free_port()  # nothing listens there
-    api.set("pg_a")
-    t = start_tern({"primary": pg.primary_port, "replica": pg.replica_port},
-                   "patroni_api = 127.0.0.1:%d, 127.0.0.1:%d\n" % (gone, api.port))
-    try:
+    with StandInPatroni({"pg_a": pg.primary_port, "pg_b": pg.replica_port}, "pg_a") as api, \
+            tern_running({"primary": pg.primary_port, "replica": pg.replica_port},
+                         "patroni_api = 127.0.0.1:%d, 127.0.0.1:%d\n" % (gone, api.port)) as t:
         check(roles(t) == {"primary": ("primary", True), "replica": ("standby", False)}, "leader: %r" % roles(t))
         o = write_once(t, "a1")
         check(o.kind == "ok", "a write to Patroni's leader: %r" % o)
@@ -146,62 +159,48 @@ def writes_wait_while_the_api_names_no_running_leader_and_go_to_the_leader_it_na
             o = write_once(t, "a3")
             check(o.kind == "ok", "%s: writes go on: %r" % (broken, o))
         check("no Patroni API answered" in t.log_tail(60), "the log says Patroni is unreachable")
-        return 6
-    finally:
-        t.stop()
-        api.stop()
-        check(t.returncode == 0, "tern exited with %s" % t.returncode)
+    return 6
 
 
 def a_leader_named_by_its_member_name_or_by_an_address_of_no_server(pg):
     """Patroni's member is matched to a [servers] key by its name (host and port then do not matter),
     else by host and port; a leader matching no server means no writes (and a warning)."""
-    api = StandInPatroni({"primary": 1, "elsewhere": 2})  # names only: the ports are no server's
-    api.set("primary")
-    t = start_tern({"primary": pg.primary_port, "replica": pg.replica_port},
-                   "patroni_api = 127.0.0.1:%d\n" % api.port)
-    try:
+    with StandInPatroni({"primary": 1, "elsewhere": 2}, "primary") as api, \
+            tern_running({"primary": pg.primary_port, "replica": pg.replica_port},
+                         "patroni_api = 127.0.0.1:%d\n" % api.port) as t:
         check(roles(t)["primary"] == ("primary", True), "matched by name: %r" % roles(t))
         api.set("elsewhere")
         wait_for(lambda: roles(t)["primary"][0] == "fenced", "a leader of no server: the primary fenced", 10)
         wait_for(lambda: "is none of [servers]" in t.log_tail(30), "the log names the leader tern cannot find", 5)
-        return 2
-    finally:
-        t.stop()
-        api.stop()
-        check(t.returncode == 0, "tern exited with %s" % t.returncode)
+    return 2
 
 
 def a_read_only_primary_is_fenced_and_its_open_transaction_cut(pg):
     """Without Patroni: a primary that turns read-only (default_transaction_read_only = on, which a write
     meets as 25006) is fenced: a transaction open on it is cut (session mode: 57P01 in the transaction,
     then 25P02 until ROLLBACK), new writes wait rather than get 25006, and run once it is writable."""
-    t = start_tern({"primary": pg.primary_port, "replica": pg.replica_port}, "")
+    def read_only(on):
+        pg.psql("alter system %s default_transaction_read_only" % ("set" if on else "reset") + (" = on" if on else ""))
+        pg.psql("select pg_reload_conf()")
     try:
-        w = client(t)
-        check(run(w, "begin").kind == "ok" and run(w, "insert into pt values ('r1')").kind == "ok", "open")
-        pg.psql("alter system set default_transaction_read_only = on")
-        pg.psql("select pg_reload_conf()")
-        wait_for(lambda: roles(t)["primary"] == ("fenced", True), "the read-only primary fenced", 10)
-        wait_for(lambda: "no longer a primary to write to" in t.log_tail(30), "the open transaction cut", 5)
-        o = run(w, "insert into pt values ('r1')")
-        check(o.kind == "error" and o.sqlstate == "57P01", "the cut transaction's next statement: %r" % o)
-        check(run(w, "rollback").kind == "ok", "rollback")
-        send_query(w, "insert into pt values ('r2')")
-        time.sleep(0.5)
-        check(pg.psql("select count(*) from pt where m like 'r%'").strip() == "0", "nothing written read-only")
-        pg.psql("alter system reset default_transaction_read_only")
-        pg.psql("select pg_reload_conf()")
-        o = read_outcome(w)
-        check(o.kind == "ok" and o.status == "I", "the write ran once the primary was writable: %r" % o)
-        check(pg.psql("select count(*) from pt where m like 'r%'").strip() == "1", "r2 once, r1 never")
-        w.close()
-        return 3
+        with tern_running({"primary": pg.primary_port, "replica": pg.replica_port}, "") as t, client(t) as w:
+            check(run(w, "begin").kind == "ok" and run(w, "insert into pt values ('r1')").kind == "ok", "open")
+            read_only(True)
+            wait_for(lambda: roles(t)["primary"] == ("fenced", True), "the read-only primary fenced", 10)
+            wait_for(lambda: "no longer a primary to write to" in t.log_tail(30), "the open transaction cut", 5)
+            o = run(w, "insert into pt values ('r1')")
+            check(o.kind == "error" and o.sqlstate == "57P01", "the cut transaction's next statement: %r" % o)
+            check(run(w, "rollback").kind == "ok", "rollback")
+            send_query(w, "insert into pt values ('r2')")
+            time.sleep(0.5)
+            check(pg.psql("select count(*) from pt where m like 'r%'").strip() == "0", "nothing written read-only")
+            read_only(False)
+            o = read_outcome(w)
+            check(o.kind == "ok" and o.status == "I", "the write ran once the primary was writable: %r" % o)
+            check(pg.psql("select count(*) from pt where m like 'r%'").strip() == "1", "r2 once, r1 never")
     finally:
-        pg.psql("alter system reset default_transaction_read_only")
-        pg.psql("select pg_reload_conf()")
-        t.stop()
-        check(t.returncode == 0, "tern exited with %s" % t.returncode)
+        read_only(False)
+    return 3
 
 
 def tern_follows_a_real_patroni_through_a_switchover_and_a_killed_leader_under_pgbench():
@@ -221,9 +220,8 @@ def tern_follows_a_real_patroni_through_a_switchover_and_a_killed_leader_under_p
         port = {n.name: n.pg_port for n in pc.nodes}
         subprocess.run(["pgbench", "-i", "-q", "-s", "2", "-h", "127.0.0.1", "-p", str(port[first]), "-U",
                         "postgres", "postgres"], check=True, env=clean_env(), capture_output=True)
-        t = start_tern(port, "patroni_api = %s\n" % ", ".join("127.0.0.1:%d" % p for p in pc.api_ports),
-                       tr_mode="transaction")
-        try:
+        with tern_running(port, "patroni_api = %s\n" % ", ".join("127.0.0.1:%d" % p for p in pc.api_ports),
+                          tr_mode="transaction") as t:
             def writes_to(name):
                 wait_for(lambda: roles(t)[name] == ("primary", True), "tern writes to %s" % name, 30)
                 with client(t) as w:
@@ -257,10 +255,7 @@ def tern_follows_a_real_patroni_through_a_switchover_and_a_killed_leader_under_p
             print("  pgbench: %s transactions, errors %r, %s replayed; acknowledged transactions the kill lost "
                   "(asynchronous replication): %d" % (processed.group(1), errors or "none",
                                                       status(t)["replay"]["transactions_replayed"], max(lost, 0)))
-            return 6
-        finally:
-            t.stop()
-            check(t.returncode == 0, "tern exited with %s" % t.returncode)
+    return 6
 
 
 STAND_IN = [writes_wait_while_the_api_names_no_running_leader_and_go_to_the_leader_it_names,
