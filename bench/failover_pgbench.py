@@ -36,6 +36,8 @@ def pgbench_errors(text):
     """{SQLSTATE: count} of the errors and aborted clients in pgbench's output."""
     errors = {}
     for line in text.splitlines():
+        if "Run was aborted" in line:
+            continue  # (pgbench's summary after a client aborted: the client's own line counts it)
         if "aborted" in line or "ERROR" in line or "FATAL" in line:
             state = next((code for words, code in MESSAGES if words in line), "other: " + line.strip()[:120])
             errors[state] = errors.get(state, 0) + 1

@@ -111,6 +111,7 @@ struct host {
 	 * generation and the primary they were last looked at for. */
 	struct base_list recover_waits;
 	uint32_t recover_waiting;
+	uint64_t recover_asked_ns; /* when a waiting session last asked the monitor for a round */
 	uint32_t recover_generation;
 	struct pool_server *recover_primary; /* atomic for readers on other threads */
 	struct pick_state pick; /* which replica serves the next read (pick.h) */

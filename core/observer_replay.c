@@ -3,14 +3,16 @@
  * they got, and their messages as the client sent them, so one that never reached the server (or may run
  * twice) runs on the next primary. The record opens at the first message the leg gets while it owes the
  * client nothing and closes at the ReadyForQuery that leaves it owing nothing. It keeps Queries and
- * unnamed extended-protocol messages; a name (a statement or portal lives on one connection), a Bind of
- * a statement parsed before, a FunctionCall or a message too long to read leaves it unkept. Transaction
+ * extended-protocol messages, named portals and the client's named statements (observer_stmts prepares
+ * those on any connection) included; a Parse or Close of a named statement, a Bind of an unnamed
+ * statement parsed before, a FunctionCall or a message too long to read leaves it unkept. Transaction
  * pooling only.
  *
  * Under tr_mode select and transaction it also keeps the transaction open on the primary, from its
- * start: each request (a Query, or unnamed messages up to their Sync) with an XXH3 digest of the bytes of its answer as the client was shown
- * them, ReadyForQuery included. A replay (recover.c) sends them again, hidden, on the new primary, then
- * asks the transaction's isolation; this observer digests the hidden answers the same way and says
+ * start: each request (a Query, or extended messages up to their Sync, a named statement under its server
+ * name) with an XXH3 digest of the bytes of its answer as the client was shown them, ReadyForQuery
+ * included. A replay (recover.c) prepares the named statements they use and sends them again, hidden, on
+ * the new primary, then asks the transaction's isolation; this observer digests the hidden answers the same way and says
  * whether each matches. */
 #include "observer.h"
 #include "classify.h"
@@ -34,8 +36,14 @@ static void replay_give_up(struct session_replay *r)
 {
 	r->is_tx_unreplayable = true;
 	r->is_hashing = false;
-	r->tx_log.len = 0;
-	r->step_count = 0;
+	recover_clear_tx_log(r);
+}
+
+static void replay_close(struct session_replay *r)
+{
+	r->is_open = r->is_unloggable = r->has_parse = r->is_hashing = r->has_tx_ended = false;
+	r->noted = r->logged = 0;
+	r->inflight.len = 0;
 }
 
 /* The record opens: the leg's position in both directions, and its transaction status before (a
@@ -53,8 +61,7 @@ static void replay_open(struct session *s, struct leg *leg)
 	if (r->tx_status != 'T') { /* a transaction may start: its record with it */
 		r->is_tx_recorded = replay_is_recording(s);
 		r->is_tx_unreplayable = false;
-		r->tx_log.len = 0;
-		r->step_count = 0;
+		recover_clear_tx_log(r);
 	}
 	if (r->is_tx_recorded && !r->is_tx_unreplayable) {
 		if (!r->hash)
@@ -73,31 +80,47 @@ static unsigned replay_client_type(struct session *s, struct leg *leg, uint8_t t
 {
 	(void)type;
 	if (leg->role == LEG_PRIMARY) {
+		if (s->replay.is_open && leg_client_owed(leg) == 0 && !leg->is_unsynced)
+			replay_close(&s->replay); /* tern answered it all (observer_stmts: a Parse and Close batch) */
 		replay_open(s, leg);
 		s->replay.noted++;
 	}
 	return OBSERVER_PASS;
 }
 
-/* A message another connection could not run as it is: a name of a statement or portal (each lives on one
- * connection), a Bind of an unnamed statement parsed in an earlier request, or a FunctionCall. */
-static bool replay_is_connection_bound(const struct session_replay *r, uint8_t type, const uint8_t *body, uint32_t len)
+/* The client's statement `name` when observer_stmts keeps it (so it can be prepared on any connection),
+ * else NULL. */
+static struct stmt *replay_stmt_of(const struct session *s, const char *name)
+{
+	return name && name[0] && (s->observers_on & (1u << OBSERVER_STMTS)) ? stmt_map_get(&s->stmts.statements, name)
+									     : NULL;
+}
+
+/* A message another connection could not run as it is: a Parse or Close of a named statement (its name
+ * is the client's, kept by observer_stmts, and its answer may be tern's), a statement name observer_stmts
+ * does not keep, a Bind of an unnamed statement parsed in an earlier request, or a FunctionCall. Named
+ * portals are the transaction's own: replayed, they are made again. */
+static bool replay_is_connection_bound(const struct session *s, uint8_t type, const uint8_t *body, uint32_t len)
 {
 	uint32_t offset = 0;
 	switch (type) {
-	case PROTO_FE_PARSE:
-	case PROTO_FE_EXECUTE: {
+	case PROTO_FE_PARSE: {
 		const char *name = proto_read_cstring(body, len, &offset);
 		return !name || name[0] != '\0';
 	}
+	case PROTO_FE_EXECUTE:
+		return !proto_read_cstring(body, len, &offset);
 	case PROTO_FE_BIND: {
 		const char *portal = proto_read_cstring(body, len, &offset);
 		const char *stmt = portal ? proto_read_cstring(body, len, &offset) : NULL;
-		return !stmt || portal[0] != '\0' || stmt[0] != '\0' || !r->has_parse;
+		return !stmt || (stmt[0] ? !replay_stmt_of(s, stmt) : !s->replay.has_parse);
 	}
 	case PROTO_FE_DESCRIBE:
-	case PROTO_FE_CLOSE:
-		return len < 2 || body[1] != '\0';
+	case PROTO_FE_CLOSE: {
+		offset = 1;
+		const char *name = len >= 2 ? proto_read_cstring(body, len, &offset) : NULL;
+		return !name || (body[0] == 'S' && name[0] && (type == PROTO_FE_CLOSE || !replay_stmt_of(s, name)));
+	}
 	case PROTO_FE_FUNCTION_CALL:
 		return true; /* (not kept: a function by OID) */
 	default:
@@ -131,13 +154,6 @@ void replay_flush_preamble(struct session *s, struct leg *leg)
 	held->len = 0;
 }
 
-static void replay_close(struct session_replay *r)
-{
-	r->is_open = r->is_unloggable = r->has_parse = r->is_hashing = r->has_tx_ended = false;
-	r->noted = r->logged = 0;
-	r->inflight.len = 0;
-}
-
 /* A step whose statements end a transaction (a COMMIT, END, ROLLBACK or PREPARE TRANSACTION among
  * several, "COMMIT; BEGIN" say): the transaction now open began inside it, and its record cannot start
  * there. */
@@ -146,7 +162,7 @@ static bool replay_ends_a_transaction(struct session *s, const struct tern_confi
 	const struct session_replay *r = &s->replay;
 	uint32_t at = 0;
 	const char *text;
-	while ((text = recover_next_text(r->inflight.data, r->inflight.len, &at))) {
+	while ((text = recover_next_text(s, r->inflight.data, r->inflight.len, &at))) {
 		struct classify_result c;
 		route_classify(s, cfg, text, &c);
 		if (c.has_commit || c.kind == CLASSIFY_ROLLBACK || c.kind == CLASSIFY_COMMIT ||
@@ -154,6 +170,63 @@ static bool replay_ends_a_transaction(struct session *s, const struct tern_confi
 			return true;
 	}
 	return false;
+}
+
+/* tx_log keeps what the server ran: a Bind or Describe of the client's named statement under its
+ * server name (observer_stmts' rewrite), and the statement, to be prepared before a replay. */
+static int replay_log_stmt_use(struct session_replay *r, const uint8_t *msg, uint32_t name_at, const char *name,
+			       struct stmt *stmt)
+{
+	bool is_known = false;
+	for (uint32_t i = 0; i < r->tx_stmt_count && !is_known; i++)
+		is_known = r->tx_stmts[i] == stmt;
+	if (!is_known) {
+		if (r->tx_stmt_count == r->tx_stmt_cap) {
+			uint32_t cap = r->tx_stmt_cap ? r->tx_stmt_cap * 2 : 4;
+			struct stmt **grown = realloc(r->tx_stmts, cap * sizeof(*grown));
+			if (!grown)
+				return -ENOMEM;
+			r->tx_stmts = grown;
+			r->tx_stmt_cap = cap;
+		}
+		r->tx_stmts[r->tx_stmt_count++] = stmt_ref(stmt);
+	}
+	uint32_t len = PROTO_HEADER_LEN + proto_read_u32(msg + 1) - 4;
+	uint32_t after = name_at + (uint32_t)strlen(name) + 1;
+	uint32_t server_len = (uint32_t)strlen(stmt->server_name) + 1;
+	uint8_t header[PROTO_HEADER_LEN] = {msg[0]};
+	proto_write_u32(header + 1, len - PROTO_HEADER_LEN + 4 - (after - name_at) + server_len);
+	if (session_bytes_append(&r->tx_log, header, sizeof(header)) < 0 ||
+	    session_bytes_append(&r->tx_log, msg + PROTO_HEADER_LEN, name_at - PROTO_HEADER_LEN) < 0 ||
+	    session_bytes_append(&r->tx_log, stmt->server_name, server_len) < 0)
+		return -ENOMEM;
+	return session_bytes_append(&r->tx_log, msg + after, len - after);
+}
+
+/* The request in flight into tx_log, its named statements under their server names. */
+static int replay_log_request(struct session *s)
+{
+	struct session_replay *r = &s->replay;
+	for (uint32_t at = 0; at < r->inflight.len;) {
+		const uint8_t *msg = r->inflight.data + at;
+		uint32_t len = PROTO_HEADER_LEN + proto_read_u32(msg + 1) - 4;
+		const uint8_t *body = msg + PROTO_HEADER_LEN;
+		uint32_t offset = 0;
+		if (msg[0] == PROTO_FE_BIND)
+			(void)proto_read_cstring(body, len - PROTO_HEADER_LEN, &offset); /* the portal */
+		else if (msg[0] == PROTO_FE_DESCRIBE && body[0] == 'S')
+			offset = 1;
+		const char *name = msg[0] == PROTO_FE_BIND || offset == 1
+					   ? proto_read_cstring(body, len - PROTO_HEADER_LEN, &offset)
+					   : NULL;
+		struct stmt *stmt = replay_stmt_of(s, name);
+		int rc = stmt ? replay_log_stmt_use(r, msg, PROTO_HEADER_LEN + offset - (uint32_t)strlen(name) - 1, name, stmt)
+			      : session_bytes_append(&r->tx_log, msg, len);
+		if (rc < 0)
+			return rc;
+		at += len;
+	}
+	return 0;
 }
 
 /* The request just answered becomes the transaction's next step (its one Query, its answer's digest),
@@ -182,7 +255,7 @@ static void replay_add_step(struct session *s)
 		r->steps = grown;
 		r->step_cap = cap;
 	}
-	if (session_bytes_append(&r->tx_log, r->inflight.data, r->inflight.len) < 0) {
+	if (replay_log_request(s) < 0) {
 		replay_give_up(r);
 		return;
 	}
@@ -202,7 +275,7 @@ static int replay_client_message(struct session *s, struct leg *leg, const struc
 	struct session_replay *r = &s->replay;
 	if (leg->role != LEG_PRIMARY || !r->is_open || r->is_unloggable)
 		return 0;
-	if (replay_is_connection_bound(r, m->type, m->body, m->len)) {
+	if (replay_is_connection_bound(s, m->type, m->body, m->len)) {
 		r->is_unloggable = true;
 		return 0;
 	}
@@ -299,6 +372,34 @@ static int replay_attach(struct session *s, struct leg *leg)
 	if (leg->role != LEG_PRIMARY || !r->is_replaying || r->replay_next != 0)
 		return 0;
 	r->replay_skip = leg->hidden_ready; /* the others attached first: their hidden answers come first */
+	for (uint32_t i = 0; i < r->tx_stmt_count; i++) {
+		/* Close first: the server may hold the name from before (a pooled connection), as tern's own
+		 * prepare does (observer_stmts). The answers are not the client's: skipped. */
+		const struct stmt *stmt = r->tx_stmts[i];
+		uint32_t name_len = (uint32_t)strlen(stmt->server_name) + 1;
+		uint32_t close_len = PROTO_HEADER_LEN + 1 + name_len, parse_len = PROTO_HEADER_LEN + name_len + stmt->content_len;
+		uint8_t *prep = malloc(close_len + parse_len + PROTO_HEADER_LEN);
+		if (!prep)
+			return -ENOMEM;
+		uint8_t *p = prep;
+		*p++ = PROTO_FE_CLOSE;
+		proto_write_u32(p, close_len - 1);
+		p[4] = 'S';
+		memcpy(p + 5, stmt->server_name, name_len);
+		p += close_len - 1;
+		*p++ = PROTO_FE_PARSE;
+		proto_write_u32(p, parse_len - 1);
+		memcpy(p + 4, stmt->server_name, name_len);
+		memcpy(p + 4 + name_len, stmt->content, stmt->content_len);
+		p += parse_len - 1;
+		static const uint8_t sync[PROTO_HEADER_LEN] = {PROTO_FE_SYNC, 0, 0, 0, 4};
+		memcpy(p, sync, sizeof(sync));
+		int rc = leg_push_hidden(leg, prep, close_len + parse_len + PROTO_HEADER_LEN);
+		free(prep);
+		if (rc < 0)
+			return rc;
+		r->replay_skip++;
+	}
 	uint32_t start = 0;
 	for (uint32_t i = 0; i < r->step_count; i++) {
 		int rc = leg_push_hidden(leg, r->tx_log.data + start, r->steps[i].end - start);
@@ -320,10 +421,14 @@ static void replay_destroy(struct session *s)
 	free(r->preamble.data);
 	free(r->tx_log.data);
 	free(r->held_back.data);
+	recover_clear_tx_log(r);
+	free(r->tx_stmts);
 	free(r->steps);
 	XXH3_freeState(r->hash);
 	r->inflight = r->preamble = r->tx_log = r->held_back = (struct route_bytes){0};
 	r->steps = NULL;
+	r->tx_stmts = NULL;
+	r->tx_stmt_cap = 0;
 	r->hash = NULL;
 }
 

@@ -54,7 +54,23 @@ static bool recover_is_logged_request(const struct session_replay *r, const stru
 	       r->inflight.len > PROTO_HEADER_LEN;
 }
 
-const char *recover_next_text(const uint8_t *msgs, uint32_t len, uint32_t *at)
+/* The text of the named statement a Bind binds: the client's (by its name, in the request in flight),
+ * or one tx_log uses (by its server name). */
+static const char *recover_bound_text(const struct session *s, const uint8_t *body, uint32_t len)
+{
+	uint32_t offset = 0;
+	const char *name = proto_read_cstring(body, len, &offset) ? proto_read_cstring(body, len, &offset) : NULL;
+	if (!name || !name[0])
+		return NULL;
+	for (uint32_t i = 0; i < s->replay.tx_stmt_count; i++)
+		if (strcmp(s->replay.tx_stmts[i]->server_name, name) == 0)
+			return (const char *)s->replay.tx_stmts[i]->content;
+	const struct stmt *stmt = (s->observers_on & (1u << OBSERVER_STMTS)) ? stmt_map_get(&s->stmts.statements, name)
+									    : NULL;
+	return stmt ? (const char *)stmt->content : NULL;
+}
+
+const char *recover_next_text(const struct session *s, const uint8_t *msgs, uint32_t len, uint32_t *at)
 {
 	while (*at + PROTO_HEADER_LEN <= len) {
 		uint8_t type = msgs[*at];
@@ -62,23 +78,25 @@ const char *recover_next_text(const uint8_t *msgs, uint32_t len, uint32_t *at)
 		const uint8_t *p = msgs + *at + PROTO_HEADER_LEN;
 		*at += PROTO_HEADER_LEN + body;
 		uint32_t offset = 0;
-		if (type == PROTO_FE_PARSE && !proto_read_cstring(p, body, &offset)) /* (its name first) */
-			continue;
-		if (type == PROTO_FE_QUERY || type == PROTO_FE_PARSE) {
-			const char *text = proto_read_cstring(p, body, &offset);
-			if (text)
-				return text;
-		}
+		const char *text = NULL;
+		if (type == PROTO_FE_QUERY)
+			text = proto_read_cstring(p, body, &offset);
+		else if (type == PROTO_FE_PARSE && proto_read_cstring(p, body, &offset)) /* (its name first) */
+			text = proto_read_cstring(p, body, &offset);
+		else if (type == PROTO_FE_BIND)
+			text = recover_bound_text(s, p, body); /* (a stmt's content is its text, then NUL) */
+		if (text)
+			return text;
 	}
 	return NULL;
 }
 
 /* The text of the one statement in messages; NULL when there is none or more than one. */
-static const char *recover_text_of(const uint8_t *msgs, uint32_t len)
+static const char *recover_text_of(const struct session *s, const uint8_t *msgs, uint32_t len)
 {
 	uint32_t at = 0;
-	const char *text = recover_next_text(msgs, len, &at);
-	return text && !recover_next_text(msgs, len, &at) ? text : NULL;
+	const char *text = recover_next_text(s, msgs, len, &at);
+	return text && !recover_next_text(s, msgs, len, &at) ? text : NULL;
 }
 
 /* A statement's classification, with tr_read_functions as the side-effect-free functions beyond the list. */
@@ -197,7 +215,7 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 			: is_in_tx	      ? TR_TX_WRITTEN
 					      : TR_TX_NONE;
 	bool is_logged = recover_is_logged_request(&s->replay, leg);
-	const char *text = is_logged ? recover_text_of(s->replay.inflight.data, s->replay.inflight.len) : NULL;
+	const char *text = is_logged ? recover_text_of(s, s->replay.inflight.data, s->replay.inflight.len) : NULL;
 	enum tr_kind kind = phase == TR_PHASE_IDLE ? TR_KIND_NONE : recover_kind(cfg, text, is_in_tx);
 	struct tr_decision tr = tr_decide(mode, phase, tx, kind);
 	if (tr.action == TR_CLOSE)
@@ -232,7 +250,7 @@ enum tr_tx recover_tx_state(const struct session *s, char status)
 	enum tr_tx tx = TR_TX_READ_ONLY;
 	uint32_t start = 0;
 	for (uint32_t i = 0; i < r->step_count; i++) {
-		const char *text = recover_text_of(r->tx_log.data + start, r->steps[i].end - start);
+		const char *text = recover_text_of(s, r->tx_log.data + start, r->steps[i].end - start);
 		start = r->steps[i].end;
 		if (!text) {
 			tx = TR_TX_WRITTEN; /* (several statements in one step: what they are is not looked into) */
@@ -250,14 +268,25 @@ enum tr_tx recover_tx_state(const struct session *s, char status)
 	return tx;
 }
 
+void recover_clear_tx_log(struct session_replay *r)
+{
+	r->tx_log.len = 0;
+	r->step_count = 0;
+	for (uint32_t i = 0; i < r->tx_stmt_count; i++)
+		stmt_unref(r->tx_stmts[i]);
+	r->tx_stmt_count = 0;
+}
+
 void recover_forget_tx(struct session_replay *r)
 {
 	r->is_tx_recorded = false;
-	r->tx_log.len = 0;
-	r->step_count = 0;
+	recover_clear_tx_log(r);
 }
 
 /* ---- the wait for a primary ---- */
+
+/* How often waiting sessions ask the monitor for a round (the worker's tick checks them as often). */
+#define RECOVER_ASK_GAP_NS (100u * BASE_NS_PER_MS)
 
 /* A primary the monitor vouches for: another server it says is the primary, or the lost one answering as
  * the primary after the loss. */
@@ -344,6 +373,11 @@ bool recover_awaits_primary(struct session *s, struct leg *leg)
 
 void recover_check_waits(struct host *host, uint64_t now_ns)
 {
+	/* While sessions wait, the monitor looks every RECOVER_ASK_GAP_NS, whatever monitor_interval_ms says. */
+	if (host->runtime->monitor && now_ns >= host->recover_asked_ns + RECOVER_ASK_GAP_NS) {
+		host->recover_asked_ns = now_ns;
+		monitor_round_request(host->runtime->monitor);
+	}
 	struct base_list *node, *tmp;
 	base_list_for_each_safe(node, tmp, &host->recover_waits)
 	{
@@ -691,10 +725,15 @@ int recover_client_message(struct session *s, uint8_t type, const uint8_t *body,
 	return 0;
 }
 
-bool recover_shows_notice(const uint8_t *body, uint32_t len)
+bool recover_shows_notice(struct session *s, const uint8_t *body, uint32_t len)
 {
 	struct proto_error_fields f;
-	if (proto_error_parse(body, len, &f) < 0 || strncmp(f.sqlstate, "57P0", 4) != 0 || f.sqlstate[4] > '3')
+	if (proto_error_parse(body, len, &f) < 0)
+		return true;
+	/* The primary refused a write as read-only: the monitor looks now (and fences it if it stays so). */
+	if (strcmp(f.sqlstate, "25006") == 0 && s->host->runtime->monitor)
+		monitor_round_request(s->host->runtime->monitor);
+	if (strncmp(f.sqlstate, "57P0", 4) != 0 || f.sqlstate[4] > '3')
 		return true;
 	return strcmp(f.severity, "FATAL") != 0 && strcmp(f.severity, "PANIC") != 0 && strcmp(f.severity, "WARNING") != 0;
 }

@@ -45,15 +45,17 @@ bool recover_awaits_primary(struct session *s, struct leg *leg);
  * primary ask again for the one that is. */
 void recover_check_waits(struct host *host, uint64_t now_ns);
 void recover_repoint_parked(struct host *host);
-/* The next statement text in messages kept whole (a Query's, a Parse's) from *at, which moves past it;
- * NULL at the end. */
-const char *recover_next_text(const uint8_t *msgs, uint32_t len, uint32_t *at);
+/* The next statement text in messages kept whole (a Query's, a Parse's, the named statement a Bind binds)
+ * from *at, which moves past it; NULL at the end. */
+const char *recover_next_text(const struct session *s, const uint8_t *msgs, uint32_t len, uint32_t *at);
 /* What the transaction open on the primary is, for a replay (tr_mode select, transaction), from the
  * primary's status ('I', 'T', 'E') and the steps observer_replay kept: none, failed, not replayable,
  * snapshot, read-only or written. */
 enum tr_tx recover_tx_state(const struct session *s, char status);
 /* The transaction's record is dropped (it ended, or was lost). */
 void recover_forget_tx(struct session_replay *r);
+/* Empties the transaction's record (its steps, and the statements they use). */
+void recover_clear_tx_log(struct session_replay *r);
 /* The session ends: off the waits. */
 void recover_end(struct session *s);
 /* observer_replay, at the last hidden answer of a replay: verified, the statement in flight and what the
@@ -72,7 +74,8 @@ unsigned recover_client_type(uint8_t type);
 int recover_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len);
 /* An ErrorResponse or NoticeResponse the primary's leg sent: false when it is the server going away
  * (57P01, 57P02, 57P03 as FATAL, or the WARNING an immediate shutdown sends), which the client is not
- * shown while a recovery may follow. */
-bool recover_shows_notice(const uint8_t *body, uint32_t len);
+ * shown while a recovery may follow. A 25006 (a write the primary refused as read-only) asks the monitor
+ * for a round now, which fences a read-only primary. */
+bool recover_shows_notice(struct session *s, const uint8_t *body, uint32_t len);
 
 #endif

@@ -214,8 +214,9 @@ enum replay_aborted {
 struct session_replay {
 	/* The client's requests on the primary's leg since it last owed the client nothing. */
 	bool is_open;
-	bool is_unloggable;   /* ... something of them tern cannot send again: a FunctionCall, a name (a named
-			       * statement or portal lives on one connection), a Bind of a statement parsed before */
+	bool is_unloggable;   /* ... something of them tern cannot send again: a FunctionCall, a Parse or Close
+			       * of a named statement, a name tern does not keep (observer_stmts off), a Bind of an
+			       * unnamed statement parsed before */
 	bool has_parse;       /* ... an unnamed Parse among them (what their Binds bind) */
 	bool has_tx_ended;    /* ... a ReadyForQuery among their answers said no transaction was open */
 	char tx_status;       /* the leg's transaction status before them: 'I', 'T', 'E' */
@@ -245,6 +246,10 @@ struct session_replay {
 		uint64_t digest; /* XXH3 of the answer's bytes, ReadyForQuery included */
 	} *steps;
 	uint32_t step_count, step_cap;
+	/* The client's named statements tx_log binds or describes (under their server names): prepared on the
+	 * new primary, hidden, before the replay (a reference each). */
+	struct stmt **tx_stmts;
+	uint32_t tx_stmt_count, tx_stmt_cap;
 	bool is_tx_recorded;   /* the transaction open on the primary is in tx_log from its start */
 	bool is_tx_unreplayable; /* ... but something of it cannot be replayed (an extended request, a long
 				  * Query, a bound of [limits], an answer over tr_max_observation_bytes) */

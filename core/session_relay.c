@@ -411,7 +411,7 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	}
 	if (m.is_hidden)
 		return dispatch_hidden_message(s, leg, &m);
-	if ((chunk->is_notice_held && recover_shows_notice(body, len)) || chunk->is_preamble_held) {
+	if ((chunk->is_notice_held && recover_shows_notice(s, body, len)) || chunk->is_preamble_held) {
 		uint8_t header[PROTO_HEADER_LEN] = {type};
 		proto_write_u32(header + 1, len + 4);
 		if (chunk->is_preamble_held) {

@@ -518,14 +518,48 @@ def case_extended_safe_read_running(b, w, mode, fault, m):
         check(o.kind == "ok" and o.rows == [["42", ""]] and o.status == "I", "run again, once: %r" % o)
 
 
-def case_named_statement_in_transaction_is_not_replayed(b, w, mode, fault, m):
-    """A transaction that used a named prepared statement (it lives on one connection) is not replayed:
-    57P01 for its next statement in session, select and transaction alike; the statement itself works
-    again after ROLLBACK (prepared anew on the new primary)."""
+def prepare_named(w, m, sql):
+    """The client's named statement (outside any transaction: observer_stmts keeps it); its name."""
     name = "n_" + m[-12:]
-    w.send(parse(name, "insert into tr values ($1, 1) /*%s*/" % m) + SYNC)
-    check(read_outcome(w).kind == "ok", "parse")
+    w.send(parse(name, sql) + SYNC)
+    check(read_outcome(w).kind == "ok", "parse %s" % name)
+    return name
+
+
+def case_named_statements_in_a_transaction_are_replayed(b, w, mode, fault, m):
+    """A transaction that ran named prepared statements (as pgbench -M prepared and JDBC past its
+    prepareThreshold send them: Bind, Describe of the statement, a named portal, Execute): transaction
+    replays it (tern prepares the statements on the new primary first) and it goes on to COMMIT, each row
+    once; session and select (it wrote) say 57P01, then 25P02 until ROLLBACK; after it the statement
+    works again (prepared anew)."""
+    name = prepare_named(w, m, "insert into tr values ($1, $2::int) /*%s*/" % m)
     check(run(w, "begin").kind == "ok", "begin")
+    w.send(bind(name, [m, "1"], portal="p1") + message(b"D", b"S" + name.encode() + b"\0") + execute("p1") + SYNC)
+    check(read_outcome(w).kind == "ok", "insert through the named statement")
+    yield
+    w.send(bind(name, [m, "2"]) + execute() + SYNC)
+    o = read_outcome(w)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+        return
+    if mode == "transaction":
+        check(o.kind == "ok" and o.status == "T", "the transaction goes on: %r" % o)
+        check(run(w, "commit").status == "I", "commit")
+        check(b.count("tr", m) == 2, "both rows, once each: %d" % b.count("tr", m))
+        return
+    check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01: %r" % o)
+    check(run(w, "rollback").status == "I", "rollback")
+    w.send(bind(name, [m, "3"]) + execute() + SYNC)
+    o = read_outcome(w)
+    check(o.kind == "ok" and o.status == "I", "the named statement after the move: %r" % o)
+    check(b.count("tr", m) == 1, "only the row after the move: %d" % b.count("tr", m))
+
+
+def case_a_statement_named_inside_the_transaction_is_not_replayed(b, w, mode, fault, m):
+    """A named statement parsed inside the transaction (its Parse answered by tern or by the server, as
+    it happens): the transaction is not replayed, 57P01 in every mode that goes on."""
+    check(run(w, "begin").kind == "ok", "begin")
+    name = prepare_named(w, m, "insert into tr values ($1, 1) /*%s*/" % m)
     w.send(bind(name, [m]) + execute() + SYNC)
     check(read_outcome(w).kind == "ok", "insert through the named statement")
     yield
@@ -535,10 +569,42 @@ def case_named_statement_in_transaction_is_not_replayed(b, w, mode, fault, m):
         return
     check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01: %r" % o)
     check(run(w, "rollback").status == "I", "rollback")
-    w.send(bind(name, [m]) + execute() + SYNC)
+    check(b.count("tr", m) == 0, "nothing of it committed")
+
+
+def case_named_read_running(b, w, mode, fault, m):
+    """A named statement's side-effect-free read running (autocommit): select and transaction run it again
+    on the new primary (prepared there by tern) and the client gets its row once; session 08007."""
+    name = prepare_named(w, m, "select $1::int + 1, pg_sleep(%d) /*%s*/" % (SLEEP_S, m))
+    yield "send", bind(name, ["41"]) + execute() + SYNC
     o = read_outcome(w)
-    check(o.kind == "ok" and o.status == "I", "the named statement after the move: %r" % o)
-    check(b.count("tr", m) == 1, "only the row after the move: %d" % b.count("tr", m))
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    elif mode == "session":
+        check(o.kind == "error" and o.sqlstate == "08007", "08007: %r" % o)
+    else:
+        check(o.kind == "ok" and o.rows == [["42", ""]] and o.status == "I", "run again, once: %r" % o)
+
+
+def case_named_write_running_in_transaction(b, w, mode, fault, m):
+    """A named statement's write running inside a transaction: transaction replays the transaction and
+    runs it again there (once, as the COMMIT's count shows); session and select 57P01."""
+    name = prepare_named(w, m, "insert into tr select $1, 1 from pg_sleep(%d) /*%s*/" % (SLEEP_S, m))
+    check(run(w, "begin").kind == "ok", "begin")
+    check(run(w, "insert into tr values ('%s', 0)" % m).kind == "ok", "a first write")
+    yield "send", bind(name, [m]) + execute() + SYNC
+    o = read_outcome(w)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+        return
+    if mode == "transaction":
+        check(o.kind == "ok" and o.status == "T", "run again in the replayed transaction: %r" % o)
+        check(run(w, "commit").status == "I", "commit")
+        check(b.count("tr", m) == 2, "both rows, once each: %d" % b.count("tr", m))
+        return
+    check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01: %r" % o)
+    check(run(w, "rollback").status == "I", "rollback")
+    check(b.count("tr", m) == 0, "nothing of it committed")
 
 
 def case_after_an_extended_copy_with_its_sync_pipelined(b, w, mode, fault, m):
@@ -666,7 +732,9 @@ CASES = [case_idle_autocommit, case_idle_in_transaction, case_autocommit_write_r
          case_set_state_is_what_committed, case_commit_of_a_lost_transaction_is_an_error,
          case_a_transaction_begun_inside_a_query_is_not_replayed, case_read_only_transaction, case_replay_that_differs_is_rolled_back_with_40001, case_notices_do_not_fail_a_replay,
          case_repeatable_read_is_never_replayed, case_default_repeatable_read_is_found_at_replay,
-         case_extended_write_running, case_extended_safe_read_running, case_named_statement_in_transaction_is_not_replayed,
+         case_extended_write_running, case_extended_safe_read_running, case_named_statements_in_a_transaction_are_replayed,
+         case_a_statement_named_inside_the_transaction_is_not_replayed, case_named_read_running,
+         case_named_write_running_in_transaction,
          case_after_an_extended_copy_with_its_sync_pipelined, case_extended_in_transaction_then_extended_rollback,
          case_partial_result,
          case_copy_in_progress, case_written_while_the_primary_is_down, case_stale_primary_is_fenced]

@@ -94,14 +94,14 @@ def roles(t):
 
 
 @contextlib.contextmanager
-def tern_running(servers, extra, tr_mode="session"):
+def tern_running(servers, extra, tr_mode="session", interval_ms=100):
     """tern in front of `servers` ({name: port}), transaction pooling; it must exit 0 at the end."""
     http = free_port()
     config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n%s"
-              "[routing]\nmonitor_interval_ms = 100\n%s[pool]\npool_size = 20\n[limits]\nmax_client_conn = 200\n"
+              "[routing]\nmonitor_interval_ms = %d\n%s[pool]\npool_size = 20\n[limits]\nmax_client_conn = 200\n"
               "[replay]\ntr_mode = %s\nwrite_timeout_secs = 20\n[admin]\nhttp_listen = 127.0.0.1:%d\n"
               % (free_port(), "".join("%s = host=127.0.0.1 port=%d\n" % (n, p) for n, p in servers.items()),
-                 extra, tr_mode, http))
+                 interval_ms, extra, tr_mode, http))
     t = TernProcess(TERN, config)
     t.start()
     t.http_port = http
@@ -175,17 +175,20 @@ def a_leader_named_by_its_member_name_or_by_an_address_of_no_server(pg):
     return 2
 
 
+def set_read_only(pg, on):
+    """default_transaction_read_only on the primary, reloaded."""
+    pg.psql("alter system %s default_transaction_read_only%s" % (("set", " = on") if on else ("reset", "")))
+    pg.psql("select pg_reload_conf()")
+
+
 def a_read_only_primary_is_fenced_and_its_open_transaction_cut(pg):
     """Without Patroni: a primary that turns read-only (default_transaction_read_only = on, which a write
     meets as 25006) is fenced: a transaction open on it is cut (session mode: 57P01 in the transaction,
     then 25P02 until ROLLBACK), new writes wait rather than get 25006, and run once it is writable."""
-    def read_only(on):
-        pg.psql("alter system %s default_transaction_read_only" % ("set" if on else "reset") + (" = on" if on else ""))
-        pg.psql("select pg_reload_conf()")
     try:
         with tern_running({"primary": pg.primary_port, "replica": pg.replica_port}, "") as t, client(t) as w:
             check(run(w, "begin").kind == "ok" and run(w, "insert into pt values ('r1')").kind == "ok", "open")
-            read_only(True)
+            set_read_only(pg, True)
             wait_for(lambda: roles(t)["primary"] == ("fenced", True), "the read-only primary fenced", 10)
             wait_for(lambda: "no longer a primary to write to" in t.log_tail(30), "the open transaction cut", 5)
             o = run(w, "insert into pt values ('r1')")
@@ -194,12 +197,12 @@ def a_read_only_primary_is_fenced_and_its_open_transaction_cut(pg):
             send_query(w, "insert into pt values ('r2')")
             time.sleep(0.5)
             check(pg.psql("select count(*) from pt where m like 'r%'").strip() == "0", "nothing written read-only")
-            read_only(False)
+            set_read_only(pg, False)
             o = read_outcome(w)
             check(o.kind == "ok" and o.status == "I", "the write ran once the primary was writable: %r" % o)
             check(pg.psql("select count(*) from pt where m like 'r%'").strip() == "1", "r2 once, r1 never")
     finally:
-        read_only(False)
+        set_read_only(pg, False)
     return 3
 
 
@@ -258,9 +261,30 @@ def tern_follows_a_real_patroni_through_a_switchover_and_a_killed_leader_under_p
     return 6
 
 
+def a_write_refused_as_read_only_fences_at_once(pg):
+    """A primary turned read-only between two monitor rounds (monitor_interval_ms is an hour here): the
+    first write meets PostgreSQL's own 25006, which makes tern ask the monitor at once; the primary is
+    fenced, and the next write waits for a writable primary instead of failing too."""
+    try:
+        with tern_running({"primary": pg.primary_port, "replica": pg.replica_port}, "",
+                          interval_ms=3600000) as t, client(t) as w:
+            set_read_only(pg, True)
+            o = run(w, "insert into pt values ('w1')")
+            check(o.kind == "error" and o.sqlstate == "25006", "the first write meets 25006: %r" % o)
+            wait_for(lambda: roles(t)["primary"] == ("fenced", True), "fenced without waiting for the round", 5)
+            send_query(w, "insert into pt values ('w2')")
+            time.sleep(0.5)
+            set_read_only(pg, False)
+            o = read_outcome(w)
+            check(o.kind == "ok" and o.status == "I", "the next write waited, then ran: %r" % o)
+    finally:
+        set_read_only(pg, False)
+    return 3
+
+
 STAND_IN = [writes_wait_while_the_api_names_no_running_leader_and_go_to_the_leader_it_names,
             a_leader_named_by_its_member_name_or_by_an_address_of_no_server,
-            a_read_only_primary_is_fenced_and_its_open_transaction_cut]
+            a_read_only_primary_is_fenced_and_its_open_transaction_cut, a_write_refused_as_read_only_fences_at_once]
 
 
 def main():
