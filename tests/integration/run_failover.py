@@ -1090,9 +1090,10 @@ def replay_bounds_make_a_transaction_unreplayable(b):
                 else:
                     check(o.kind == "error" and o.sqlstate == want, "%s: not replayed: %r" % (name, o))
                 run(w, "rollback")
-        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http, timeout=10).read().decode()
-        check("tr_replay_cap_exceeded_total 2" in text, "both counted: %r" %
-              [l for l in text.splitlines() if l.startswith("tr_replay_cap")])
+        def counted():  # (the workers publish their counters at their tick)
+            text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http, timeout=10).read().decode()
+            return [l for l in text.splitlines() if l.startswith("tr_replay_cap")] == ["tr_replay_cap_exceeded_total 2"]
+        wait_for(counted, "both counted (tr_replay_cap_exceeded_total 2)", 5)
     finally:
         t.stop()
     check(t.returncode == 0, "tern exited with %s" % t.returncode)
