@@ -94,6 +94,7 @@ static const char *const config_switch_names[] = {"off", "on", NULL};
 static const char *const config_strict_target_names[] = {"flush", "insert", NULL};
 static const char *const config_on_lost_names[] = {"replica", "primary", NULL};
 static const char *const config_on_error_names[] = {"primary", "client", NULL};
+static const char *const config_fsync_names[] = {"commit", "interval", "none", NULL};
 static const char *const config_tr_mode_names[] = {"none", "session", "select", "transaction", NULL};
 static const char *const config_auth_mode_names[] = {"trust", "md5", "scram", NULL};
 static const char *const config_tls_mode_names[] = {"disable", "allow", "prefer", "require", NULL};
@@ -290,6 +291,36 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("admin", "query_digests", CONFIG_BOOL, "true", 0, 0, CONFIG_RESTART, query_digests, NULL,
 		   "keep calls, time and rows per query fingerprint (SHOW DIGESTS, /api/digests); a query whose "
 		   "shape tern cannot be sure of without parsing (comments, dollar quotes) is parsed for it"),
+	CONFIG_KEY("admin", "http_token", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, http_token, NULL,
+		   "bearer token POST /api/replay must carry (Authorization: Bearer ...); required when http_listen "
+		   "is not a loopback address (without it the endpoint refuses every replay there)"),
+	CONFIG_KEY("journal", "max_committed_transactions", CONFIG_INT, "50000", 1, 10000000, CONFIG_RESTART,
+		   journal_max_transactions, NULL,
+		   "committed transactions kept in memory (the newest; reloaded from dir at startup)"),
+	CONFIG_KEY("journal", "max_committed_bytes", CONFIG_SIZE, "256MB", CONFIG_KB, 64 * CONFIG_GB, CONFIG_RESTART,
+		   journal_max_bytes, NULL, "encoded bytes of the committed transactions kept in memory"),
+	CONFIG_KEY("journal", "dir", CONFIG_STRING, "", 0, 0, CONFIG_RESTART | CONFIG_PATH, journal_dir, NULL,
+		   "folder of the journal's segments (journal-<commit_seq>.log, CRC-checked records): every "
+		   "committed transaction is also appended there by a writer thread; an unwritable folder stops "
+		   "startup; empty = memory only"),
+	CONFIG_KEY("journal", "segment_bytes", CONFIG_SIZE, "64MB", 4 * CONFIG_KB, CONFIG_GB, CONFIG_RESTART,
+		   journal_segment_bytes, NULL, "a segment is closed and a new one begun past this size"),
+	CONFIG_KEY("journal", "retain_bytes", CONFIG_SIZE, "1GB", 4 * CONFIG_KB, 1024 * CONFIG_GB, CONFIG_RESTART,
+		   journal_retain_bytes, NULL, "the oldest whole segments are deleted while the folder holds more"),
+	CONFIG_KEY("journal", "fsync", CONFIG_ENUM, "interval", 0, 0, CONFIG_RESTART, journal_fsync,
+		   config_fsync_names,
+		   "commit: fdatasync after each batch the writer appends (group commit); interval: at most every "
+		   "fsync_interval_ms; none: the page cache decides (the data path never waits on disk under any)"),
+	CONFIG_KEY("journal", "fsync_interval_ms", CONFIG_INT, "100", 1, 3600000, CONFIG_RESTART, journal_fsync_interval_ms,
+		   NULL, "fsync = interval: the longest a written record waits for its fdatasync"),
+	CONFIG_KEY("journal", "writer_queue", CONFIG_INT, "4096", 1, 1048576, CONFIG_RESTART, journal_writer_queue, NULL,
+		   "records waiting for the writer thread; a record past it is dropped and counted "
+		   "(journal_dropped_total, and the coverage of /api/replay)"),
+	CONFIG_KEY("journal", "max_statement_bytes", CONFIG_SIZE, "1MB", CONFIG_KB, CONFIG_GB, CONFIG_RESTART,
+		   journal_max_statement_bytes, NULL,
+		   "a statement (its text and bound values) longer than this, or a transaction longer than 16 times "
+		   "this, is not kept whole: the transaction is kept marked incomplete, which committed-history "
+		   "replay refuses"),
 	CONFIG_KEY("tls", "client_tls_sslmode", CONFIG_ENUM, "disable", 0, 0, CONFIG_RELOAD, client_tls_sslmode,
 		   config_tls_mode_names,
 		   "TLS toward clients: disable answers SSLRequest with N and refuses a direct TLS handshake; "
@@ -349,6 +380,8 @@ static const struct config_key config_keys[] = {
 		   "Transaction Replay: distinct session variables a session may have set (the parameters tern "
 		   "restores on every connection, search_path among them); past it a lost primary connection ends "
 		   "the session with 08006 rather than move it with part of its state"),
+	CONFIG_KEY("limits", "replay_deadline_secs", CONFIG_INT, "300", 1, 86400, CONFIG_RELOAD, replay_deadline_secs,
+		   NULL, "the longest one POST /api/replay runs; past it the replay stops where it is (partial)"),
 	CONFIG_KEY("limits", "backend_response_timeout_secs", CONFIG_INT, "0", 0, 86400, CONFIG_RELOAD,
 		   backend_response_timeout_secs, NULL,
 		   "a primary connection whose answer to a request has not ended this many seconds after the request "

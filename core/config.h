@@ -110,6 +110,7 @@ struct tern_config {
 	struct databases *databases;
 	char *admin_users;
 	char *http_listen; /* "" = off */
+	char *http_token;  /* "" = none */
 	bool query_digests;
 	/* [tls] */
 	int client_tls_sslmode; /* enum config_tls_mode */
@@ -125,6 +126,14 @@ struct tern_config {
 	uint32_t backend_response_timeout_secs; /* 0: none */
 	uint32_t tr_max_session_set_statements;
 	uint64_t tr_max_replay_bytes, tr_max_observation_bytes;
+	uint32_t replay_deadline_secs;
+	/* [journal] */
+	uint32_t journal_max_transactions;
+	uint64_t journal_max_bytes;
+	char *journal_dir; /* resolved; "" = memory only */
+	uint64_t journal_segment_bytes, journal_retain_bytes, journal_max_statement_bytes;
+	int journal_fsync; /* 0 commit, 1 interval, 2 none: enum journal_fsync_policy's order */
+	uint32_t journal_fsync_interval_ms, journal_writer_queue;
 
 	char *path; /* the file it was loaded from, or NULL for pure defaults */
 };

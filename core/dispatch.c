@@ -16,6 +16,7 @@ static const struct observer *const dispatch_registry[OBSERVER_COUNT] = {
 	[OBSERVER_ROUTE] = &observer_route,
 	[OBSERVER_DIGEST] = &observer_digest,
 	[OBSERVER_REPLAY] = &observer_replay,
+	[OBSERVER_JOURNAL] = &observer_journal,
 };
 static_assert(OBSERVER_COUNT <= 32, "a mask of 32 bits");
 

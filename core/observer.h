@@ -41,6 +41,7 @@ enum observer_id {
 	OBSERVER_ROUTE,
 	OBSERVER_DIGEST,
 	OBSERVER_REPLAY,
+	OBSERVER_JOURNAL,
 	OBSERVER_COUNT
 };
 
@@ -109,7 +110,10 @@ extern const struct observer observer_stats;
 extern const struct observer observer_route; /* route.c: the write-LSN probe's hidden answers */
 extern const struct observer observer_digest;
 extern const struct observer observer_replay; /* Transaction Replay's record of the requests in flight */
+extern const struct observer observer_journal; /* the recovery journal's capture of committed transactions */
 
+/* A Query too long for the observers to read went to the primary (observer_journal matches its answer). */
+void journal_note_unread_query(struct session *s);
 /* What is held goes to the client (counted as leg's), ahead of what leg says next. */
 void replay_flush_preamble(struct session *s, struct leg *leg);
 /* Bytes of the primary's answer the client is shown, while s->replay.is_hashing. */

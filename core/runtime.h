@@ -17,6 +17,7 @@
 
 struct auth_file;
 struct digest_shared;
+struct history;
 struct auth_query;
 struct pool;
 struct pool_server;
@@ -35,6 +36,7 @@ struct tern_runtime {
 	struct monitor *monitor;
 	struct digest_shared *digests; /* query digests ([admin] query_digests; NULL: off) */
 	struct failover_log failovers; /* the last lost primary connections (recover.c) */
+	struct history *history;       /* committed history (the journal; NULL with tr_enabled = false) */
 	/* The monitor stored new answers (monitor_generation moved): wake the workers with reads waiting for
 	 * a replica. Set by main; any thread. */
 	void (*topology_changed)(struct tern_runtime *rt);

@@ -211,6 +211,36 @@ enum replay_aborted {
 	REPLAY_TX_LOST_NEXT, /* it was lost between statements: the next one gets fail_sqlstate, then 25P02 */
 	REPLAY_TX_ABORTED,   /* it was lost and the client told: 25P02 until ROLLBACK (or COMMIT) ends it */
 };
+/* The recovery journal's capture of the primary's transaction (observer_journal.c). Texts, Bind tails and
+ * tags live in `arena`; the entries below point into it. */
+struct journal_capture {
+	uint32_t text_at, text_len, tail_at, tail_len; /* tail: an extended statement's Bind after its name */
+	uint32_t tag_at, tag_len;
+	uint8_t kind; /* enum journal_statement_kind, with observer_journal.c's flags; 0: not kept */
+	bool is_multi; /* a Query of several statements: kept once, its transaction incomplete */
+};
+struct journal_savepoint {
+	char name[64];
+	uint32_t count; /* statements kept before it */
+};
+struct session_journal {
+	struct route_bytes arena;
+	struct journal_capture *kept; /* the transaction's statements that ran, in order */
+	uint32_t kept_count, kept_cap;
+	struct journal_capture *pending; /* sent, their completion not yet read, oldest first */
+	uint32_t pending_head, pending_count, pending_cap;
+	struct journal_capture unnamed, portal; /* the unnamed statement's text; the unnamed portal's binding */
+	struct journal_savepoint *savepoints;
+	uint32_t savepoint_count, savepoint_cap;
+	bool is_explicit;   /* a BEGIN ran: only a COMMIT commits it */
+	bool is_commit;     /* ... and the server said COMMIT */
+	bool is_failed;     /* an error, a ROLLBACK or PREPARE TRANSACTION: it does not enter committed history */
+	bool is_incomplete; /* kept, but committed-history replay refuses it (COPY, EXECUTE, a long statement) */
+	uint8_t unread;     /* a Parse or Bind noted at its type, not yet read (a long one never is) */
+	uint32_t tx_conn_pid; /* the backend it began on (a failover replay moves it: incomplete) */
+	char client_addr[64]; /* "" until its first commit */
+};
+
 struct session_replay {
 	/* The client's requests on the primary's leg since it last owed the client nothing. */
 	bool is_open;
@@ -340,6 +370,7 @@ struct session {
 	struct session_route routing;   /* route.c: reads on replicas */
 	struct session_digest digest;   /* observer_digest.c: the Query being timed */
 	struct session_replay replay;   /* observer_replay.c, recover.c: Transaction Replay */
+	struct session_journal journal; /* observer_journal.c: the recovery journal's capture */
 
 	enum session_end_reason end_reason;
 	uint64_t closing_ns;

@@ -245,6 +245,8 @@ static int relay_client_on_head(void *ctx, uint8_t type, const uint8_t *head, ui
 	unsigned action = relay_client_admit(s, chunk->leg, type);
 	TERN_ASSERT(action & PROTO_FORWARD);
 	route_note_unread_query(s);
+	if (chunk->leg->role == LEG_PRIMARY)
+		journal_note_unread_query(s);
 	relay_client_push_copy(chunk, type, body_len, head, head_len);
 	return PROTO_FORWARD; /* observers read no query this long (they allow for it) */
 }

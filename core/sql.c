@@ -124,16 +124,10 @@ bool sql_is_unlisten_all(const uint8_t *sql, uint32_t len)
 	return sql_take_word(&p, end, "unlisten") && p < end && *p == '*';
 }
 
-int sql_parse_deallocate(const uint8_t *sql, uint32_t len, char *name, size_t name_size)
+/* The identifier at p as PostgreSQL reads it (an unquoted one folded to lower case), which must end the
+ * statement (a ';' and blanks may follow): 1, or 0 (none, more text, or name_size bytes or more). */
+static int sql_take_last_name(const uint8_t *p, const uint8_t *end, char *name, size_t name_size)
 {
-	TERN_ASSERT(name_size > 1);
-	const uint8_t *end = memchr(sql, '\0', len);
-	if (!end)
-		end = sql + len;
-	const uint8_t *p = sql_skip_blank(sql, end);
-	if (!sql_take_word(&p, end, "deallocate"))
-		return 0;
-	(void)sql_take_word(&p, end, "prepare");
 	size_t n = 0;
 	if (p < end && *p == '"') { /* a quoted identifier keeps its case; "" is a quote */
 		for (p++; p < end && n + 1 < name_size; p++) {
@@ -155,4 +149,41 @@ int sql_parse_deallocate(const uint8_t *sql, uint32_t len, char *name, size_t na
 	if (p < end && *p == ';')
 		p = sql_skip_blank(p + 1, end);
 	return n > 0 && p == end ? 1 : 0;
+}
+
+int sql_parse_deallocate(const uint8_t *sql, uint32_t len, char *name, size_t name_size)
+{
+	TERN_ASSERT(name_size > 1);
+	const uint8_t *end = memchr(sql, '\0', len);
+	if (!end)
+		end = sql + len;
+	const uint8_t *p = sql_skip_blank(sql, end);
+	if (!sql_take_word(&p, end, "deallocate"))
+		return 0;
+	(void)sql_take_word(&p, end, "prepare");
+	return sql_take_last_name(p, end, name, name_size);
+}
+
+int sql_parse_savepoint(const uint8_t *sql, uint32_t len, char *name, size_t name_size)
+{
+	TERN_ASSERT(name_size > 1);
+	const uint8_t *end = memchr(sql, '\0', len);
+	if (!end)
+		end = sql + len;
+	const uint8_t *p = sql_skip_blank(sql, end);
+	int kind = SQL_SAVEPOINT_NONE;
+	if (sql_take_word(&p, end, "savepoint")) {
+		kind = SQL_SAVEPOINT_SET;
+	} else if (sql_take_word(&p, end, "release")) {
+		(void)sql_take_word(&p, end, "savepoint");
+		kind = SQL_SAVEPOINT_RELEASE;
+	} else if (sql_take_word(&p, end, "rollback")) {
+		if (!sql_take_word(&p, end, "work"))
+			(void)sql_take_word(&p, end, "transaction");
+		if (!sql_take_word(&p, end, "to"))
+			return SQL_SAVEPOINT_NONE;
+		(void)sql_take_word(&p, end, "savepoint");
+		kind = SQL_SAVEPOINT_ROLLBACK_TO;
+	}
+	return kind != SQL_SAVEPOINT_NONE && sql_take_last_name(p, end, name, name_size) ? kind : SQL_SAVEPOINT_NONE;
 }

@@ -42,4 +42,10 @@ TERN_MUST_USE int sql_parse_search_path_set(const uint8_t *sql, uint32_t len, ch
  * name_size bytes or more. */
 TERN_MUST_USE int sql_parse_deallocate(const uint8_t *sql, uint32_t len, char *name, size_t name_size);
 
+/* What sql_parse_savepoint found. */
+enum sql_savepoint_kind { SQL_SAVEPOINT_NONE = 0, SQL_SAVEPOINT_SET, SQL_SAVEPOINT_RELEASE, SQL_SAVEPOINT_ROLLBACK_TO };
+/* When `sql` is exactly SAVEPOINT name, RELEASE [SAVEPOINT] name or ROLLBACK [WORK | TRANSACTION] TO
+ * [SAVEPOINT] name: its kind, with the name written as PostgreSQL reads it; else SQL_SAVEPOINT_NONE. */
+TERN_MUST_USE int sql_parse_savepoint(const uint8_t *sql, uint32_t len, char *name, size_t name_size);
+
 #endif

@@ -123,6 +123,28 @@ static bool read_param(struct journal_reader *r, struct journal_param *out)
 	return true;
 }
 
+/* An extended statement's formats and values, as a Bind carries them after its statement name. */
+static bool read_bind_tail(struct journal_reader *r, struct journal_statement_view *out)
+{
+	out->bind_tail = r->p;
+	if (!read_u16(r, &out->param_format_count) || !read_formats(r, out->param_format_count, &out->param_formats) ||
+	    !read_u16(r, &out->param_count))
+		return false;
+	if (out->param_format_count > 1 && out->param_format_count != out->param_count)
+		return false;
+	out->params = r->p;
+	for (uint16_t i = 0; i < out->param_count; i++) {
+		struct journal_param param;
+		if (!read_param(r, &param))
+			return false;
+	}
+	out->params_len = (uint32_t)(r->p - out->params);
+	if (!read_u16(r, &out->result_format_count) || !read_formats(r, out->result_format_count, &out->result_formats))
+		return false;
+	out->bind_tail_len = (uint32_t)(r->p - out->bind_tail);
+	return true;
+}
+
 static bool read_statement(struct journal_reader *r, struct journal_statement_view *out)
 {
 	uint8_t kind;
@@ -132,26 +154,8 @@ static bool read_statement(struct journal_reader *r, struct journal_statement_vi
 	out->kind = (enum journal_statement_kind)kind;
 	if (!read_text(r, JOURNAL_RECORD_BYTES_MAX, &out->text))
 		return false;
-	if (kind == JOURNAL_STATEMENT_EXTENDED) {
-		out->bind_tail = r->p;
-		if (!read_u16(r, &out->param_format_count) ||
-		    !read_formats(r, out->param_format_count, &out->param_formats) ||
-		    !read_u16(r, &out->param_count))
-			return false;
-		if (out->param_format_count > 1 && out->param_format_count != out->param_count)
-			return false;
-		out->params = r->p;
-		for (uint16_t i = 0; i < out->param_count; i++) {
-			struct journal_param param;
-			if (!read_param(r, &param))
-				return false;
-		}
-		out->params_len = (uint32_t)(r->p - out->params);
-		if (!read_u16(r, &out->result_format_count) ||
-		    !read_formats(r, out->result_format_count, &out->result_formats))
-			return false;
-		out->bind_tail_len = (uint32_t)(r->p - out->bind_tail);
-	}
+	if (kind == JOURNAL_STATEMENT_EXTENDED && !read_bind_tail(r, out))
+		return false;
 	return read_text(r, JOURNAL_RECORD_TAG_MAX, &out->tag);
 }
 
@@ -270,6 +274,14 @@ static int statement_size(const struct journal_statement *s, uint64_t *size)
 	if (s->kind == JOURNAL_STATEMENT_SIMPLE) {
 		TERN_ASSERT(s->param_format_count == 0 && s->param_count == 0 && s->result_format_count == 0);
 		return 0;
+	}
+	if (s->bind_tail) { /* as a Bind carried it: checked as the decoder reads it, then taken as it is */
+		struct journal_reader tail = {.p = s->bind_tail, .left = s->bind_tail_len};
+		struct journal_statement_view view;
+		if (!read_bind_tail(&tail, &view) || tail.left != 0)
+			return -EINVAL;
+		*size += s->bind_tail_len;
+		return *size > JOURNAL_RECORD_BYTES_MAX ? -E2BIG : 0;
 	}
 	if ((rc = formats_check(s->param_formats, s->param_format_count)) != 0 ||
 	    (rc = formats_check(s->result_formats, s->result_format_count)) != 0)
@@ -391,7 +403,9 @@ int journal_record_encode(const struct journal_record *r, uint8_t *buf, size_t c
 		const struct journal_statement *s = &r->statements[i];
 		put_u8(&w, (uint8_t)s->kind);
 		put_text(&w, s->text);
-		if (s->kind == JOURNAL_STATEMENT_EXTENDED) {
+		if (s->kind == JOURNAL_STATEMENT_EXTENDED && s->bind_tail) {
+			put_bytes(&w, s->bind_tail, s->bind_tail_len);
+		} else if (s->kind == JOURNAL_STATEMENT_EXTENDED) {
 			put_formats(&w, s->param_formats, s->param_format_count);
 			put_u16(&w, s->param_count);
 			for (uint16_t k = 0; k < s->param_count; k++) {

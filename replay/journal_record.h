@@ -76,6 +76,10 @@ struct journal_statement {
 	uint16_t param_format_count;
 	uint16_t param_count;
 	uint16_t result_format_count;
+	/* Extended, instead of the five fields above: the three parts as a Bind message carried them after
+	 * its statement name (checked as the decoder would read them, then copied as they are). */
+	const uint8_t *bind_tail;
+	uint32_t bind_tail_len;
 };
 
 /* A record to encode. */

@@ -992,3 +992,36 @@ Test(journal, fuzz_corpus_seeds_are_what_the_codec_writes)
 		}
 	}
 }
+
+Test(journal, a_bind_tail_taken_as_it_is_encodes_as_its_parts_do)
+{
+	/* The capture hands a statement's formats and values as the Bind carried them (bind_tail): the bytes
+	 * are the same as from the separate parts, and a malformed tail is refused as the decoder would. */
+	uint8_t buf[1024], again[1024];
+	size_t len = encode_sample(buf, sizeof(buf));
+	struct journal_record_view v;
+	cr_assert_eq(journal_record_decode(buf, len, &v), 0);
+	struct journal_statement copies[TERN_ARRAY_LEN(sample_statements)];
+	memcpy(copies, sample_statements, sizeof(copies));
+	struct journal_iter it = {0};
+	struct journal_statement_view s;
+	for (uint32_t i = 0; journal_record_statement_next(&v, &it, &s); i++) {
+		if (s.kind != JOURNAL_STATEMENT_EXTENDED)
+			continue;
+		copies[i] = (struct journal_statement){.kind = s.kind, .text = s.text, .tag = s.tag, .bind_tail = s.bind_tail,
+						       .bind_tail_len = s.bind_tail_len};
+	}
+	struct journal_record r = sample_record;
+	r.statements = copies;
+	size_t again_len = 0;
+	cr_assert_eq(journal_record_encode(&r, again, sizeof(again), &again_len), 0);
+	cr_assert_eq(again_len, len);
+	cr_assert_eq(memcmp(again, buf, len), 0);
+	/* A tail one byte short, or with a byte too many, is not a Bind's. */
+	for (int delta = -1; delta <= 1; delta += 2) {
+		copies[1].bind_tail_len = (uint32_t)((int)copies[1].bind_tail_len + delta);
+		size_t size;
+		cr_assert_eq(journal_record_size(&r, &size), -EINVAL, "delta %d", delta);
+		copies[1].bind_tail_len = (uint32_t)((int)copies[1].bind_tail_len - delta);
+	}
+}

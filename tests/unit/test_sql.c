@@ -114,3 +114,29 @@ Test(sql, deallocate_names_fold_unquoted_and_keep_quoted_ones)
 	cr_assert_eq(deallocate_of("deallocate a_name_of_sixteen_bytes", name, sizeof(name)), 0, "too long");
 	cr_assert_eq(deallocate_of("discard all", name, sizeof(name)), 0);
 }
+
+static int savepoint_of(const char *sql, char *name, size_t size)
+{
+	return sql_parse_savepoint((const uint8_t *)sql, (uint32_t)strlen(sql) + 1, name, size);
+}
+
+Test(sql, savepoint_statements_name_their_savepoint_as_postgresql_reads_it)
+{
+	char name[16];
+	cr_assert_eq(savepoint_of("SAVEPOINT Sp1", name, sizeof(name)), SQL_SAVEPOINT_SET);
+	cr_assert_str_eq(name, "sp1");
+	cr_assert_eq(savepoint_of("release \"Sp 1\";", name, sizeof(name)), SQL_SAVEPOINT_RELEASE);
+	cr_assert_str_eq(name, "Sp 1");
+	cr_assert_eq(savepoint_of("/* c */ RELEASE SAVEPOINT a", name, sizeof(name)), SQL_SAVEPOINT_RELEASE);
+	cr_assert_str_eq(name, "a");
+	cr_assert_eq(savepoint_of("rollback to b", name, sizeof(name)), SQL_SAVEPOINT_ROLLBACK_TO);
+	cr_assert_str_eq(name, "b");
+	cr_assert_eq(savepoint_of("ROLLBACK WORK TO SAVEPOINT c", name, sizeof(name)), SQL_SAVEPOINT_ROLLBACK_TO);
+	cr_assert_eq(savepoint_of("rollback transaction to savepoint d ;", name, sizeof(name)), SQL_SAVEPOINT_ROLLBACK_TO);
+	cr_assert_str_eq(name, "d");
+	cr_assert_eq(savepoint_of("rollback", name, sizeof(name)), SQL_SAVEPOINT_NONE, "a whole rollback");
+	cr_assert_eq(savepoint_of("rollback prepared 'x'", name, sizeof(name)), SQL_SAVEPOINT_NONE);
+	cr_assert_eq(savepoint_of("savepoint a; insert into t values (1)", name, sizeof(name)), SQL_SAVEPOINT_NONE);
+	cr_assert_eq(savepoint_of("savepoints a", name, sizeof(name)), SQL_SAVEPOINT_NONE);
+	cr_assert_eq(savepoint_of("savepoint", name, sizeof(name)), SQL_SAVEPOINT_NONE);
+}

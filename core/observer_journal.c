@@ -1,0 +1,488 @@
+/* The recovery journal's capture (issue 13; ../shared/reference/004_c44c290a4cd34a46.txt, "What the journal
+ * records"): what the client sends on its primary leg — Query texts, and Parse texts with each Bind's
+ * formats and values byte for byte — reconciled with what the server answers: each CommandComplete tag,
+ * the first ErrorResponse, and ReadyForQuery's transaction status. A transaction enters committed history
+ * (history.h) at the ReadyForQuery that leaves no transaction open, when the server said COMMIT to its
+ * BEGIN, or when it ran without one (autocommit statements, an implicit transaction of one request).
+ *
+ * Never kept: reads (a SELECT, SHOW or FETCH tag), a transaction that failed, was rolled back or was
+ * prepared for two-phase commit; ROLLBACK TO SAVEPOINT drops the statements after the savepoint. Kept but
+ * marked incomplete (committed-history replay refuses it): a COPY FROM STDIN, an EXECUTE of an SQL
+ * PREPAREd statement, a statement over [journal] max_statement_bytes, a FunctionCall, a transaction that
+ * Transaction Replay moved to another server, and a completion tern could not match to what was sent.
+ * Named protocol-level statements are kept with their text (observer_stmts keeps it); with
+ * max_prepared_statements = 0 tern does not, and a Bind of one marks the transaction incomplete. */
+#include "observer.h"
+#include "session.h"
+
+#include "history.h"
+#include "sql.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+/* What one transaction's capture holds at most (its texts, values and tags): past it, incomplete. */
+#define JOURNAL_TX_BYTES(cfg) TERN_MIN(16u * (cfg)->journal_max_statement_bytes, (cfg)->journal_max_bytes)
+
+/* journal_capture.kind beyond enum journal_statement_kind. */
+#define JOURNAL_KIND_MASK 0x0fu
+#define JOURNAL_KIND_READ 0x10u /* its text looked like a read: not copied */
+#define JOURNAL_KIND_SYNC 0x20u /* a Sync (or a FunctionCall): the end of an extended request */
+#define JOURNAL_KIND_SKIP 0x40u /* tern answers it (a DEALLOCATE of the client's own statement) */
+
+static bool journal_is_on(const struct session *s)
+{
+	return s->host->runtime->history != NULL && runtime_config(s->host->runtime)->tr_enabled;
+}
+
+/* ---- the capture's own storage ---- */
+
+/* Appends to the arena: its offset, or UINT32_MAX when it is over its bound (the transaction is then
+ * incomplete). */
+static uint32_t journal_store(struct session *s, const void *data, uint32_t len)
+{
+	struct session_journal *j = &s->journal;
+	const struct tern_config *cfg = runtime_config(s->host->runtime);
+	uint32_t at = j->arena.len;
+	if (len > cfg->journal_max_statement_bytes || (uint64_t)at + len > JOURNAL_TX_BYTES(cfg) ||
+	    session_bytes_append(&j->arena, data, len) < 0) {
+		j->is_incomplete = true;
+		return UINT32_MAX;
+	}
+	return at;
+}
+
+static int journal_grow(void **items, uint32_t *cap, uint32_t count, size_t size)
+{
+	if (count < *cap)
+		return 0;
+	uint32_t grown_cap = *cap ? *cap * 2 : 8;
+	void *grown = realloc(*items, grown_cap * size);
+	if (!grown)
+		return -ENOMEM;
+	*items = grown;
+	*cap = grown_cap;
+	return 0;
+}
+
+static int journal_push_pending(struct session *s, struct journal_capture c)
+{
+	struct session_journal *j = &s->journal;
+	if (j->pending_head > 0 && j->pending_head == j->pending_count) {
+		j->pending_head = j->pending_count = 0; /* empty: start over at the front */
+	}
+	if (journal_grow((void **)&j->pending, &j->pending_cap, j->pending_count, sizeof(*j->pending)) < 0)
+		return -ENOMEM;
+	j->pending[j->pending_count++] = c;
+	return 0;
+}
+
+static struct journal_capture *journal_pending_head(struct session_journal *j)
+{
+	return j->pending_head < j->pending_count ? &j->pending[j->pending_head] : NULL;
+}
+
+static const char *journal_text(const struct session_journal *j, const struct journal_capture *c)
+{
+	return (const char *)j->arena.data + c->text_at;
+}
+
+/* The first word of a statement says it reads: its text is not copied (its tag decides in the end). */
+static bool journal_looks_read(const uint8_t *text, uint32_t len)
+{
+	static const char *const reads[] = {"select", "show", "fetch", "move", "values", "table"};
+	const uint8_t *end = text + len, *p = sql_skip_blank(text, end);
+	for (size_t i = 0; i < TERN_ARRAY_LEN(reads); i++)
+		if (sql_take_word(&p, end, reads[i]))
+			return true;
+	return false;
+}
+
+/* A statement's text (and its Bind tail) as a capture; kind 0 when it is too long to keep. */
+static struct journal_capture journal_capture_of(struct session *s, uint8_t kind, const uint8_t *text,
+						 uint32_t text_len, const uint8_t *tail, uint32_t tail_len)
+{
+	if (journal_looks_read(text, text_len))
+		return (struct journal_capture){.kind = kind | JOURNAL_KIND_READ};
+	struct journal_capture c = {.kind = kind, .text_len = text_len, .tail_len = tail_len};
+	if (kind == JOURNAL_STATEMENT_SIMPLE) {
+		/* Several statements (a ';' with more after it; one inside a string literal counts too, which
+		 * only errs toward incomplete): tern follows their tags, not which text each ran. */
+		const uint8_t *semi = memchr(text, ';', text_len);
+		c.is_multi = semi && sql_skip_blank(semi + 1, text + text_len) < text + text_len;
+	}
+	c.text_at = journal_store(s, text, text_len);
+	c.tail_at = tail_len ? journal_store(s, tail, tail_len) : 0;
+	if (c.text_at == UINT32_MAX || c.tail_at == UINT32_MAX)
+		c.kind = 0; /* (incomplete: the statement is not kept) */
+	return c;
+}
+
+/* ---- the transaction ---- */
+
+static void journal_reset_tx(struct session_journal *j)
+{
+	j->kept_count = j->savepoint_count = 0;
+	j->is_explicit = j->is_commit = j->is_failed = j->is_incomplete = false;
+	j->tx_conn_pid = 0;
+	if (journal_pending_head(j) != NULL)
+		return; /* what is pending still points into the arena: it is emptied at the next chance */
+	j->pending_head = j->pending_count = 0;
+	j->portal = (struct journal_capture){0}; /* (a portal ends with its transaction) */
+	if ((j->unnamed.kind & JOURNAL_KIND_MASK) && !(j->unnamed.kind & JOURNAL_KIND_READ)) {
+		/* The unnamed statement lives on (a later request may bind it): its text moves to the front. */
+		memmove(j->arena.data, j->arena.data + j->unnamed.text_at, j->unnamed.text_len);
+		j->unnamed.text_at = 0;
+		j->arena.len = j->unnamed.text_len;
+	} else {
+		j->arena.len = 0;
+	}
+}
+
+/* A Parse or Bind whose type was seen but that was not read (too long): what it replaced is unknown. */
+static void journal_settle_unread(struct session_journal *j)
+{
+	if (j->unread == PROTO_FE_PARSE)
+		j->unnamed = (struct journal_capture){0};
+	else if (j->unread == PROTO_FE_BIND)
+		j->portal = (struct journal_capture){0};
+	j->unread = 0;
+}
+
+void journal_note_unread_query(struct session *s)
+{
+	if (!(s->observers_on & (1u << OBSERVER_JOURNAL)))
+		return;
+	s->journal.is_incomplete = true; /* a Query too long to read: its completion is matched, not kept */
+	if (journal_push_pending(s, (struct journal_capture){.kind = JOURNAL_STATEMENT_SIMPLE}) < 0)
+		s->hook_error = -ENOMEM;
+}
+
+static void journal_client_address(struct session *s)
+{
+	struct sockaddr_storage ss = {0};
+	socklen_t len = sizeof(ss);
+	char host[INET6_ADDRSTRLEN] = "";
+	if (getpeername(s->client_fd, (struct sockaddr *)&ss, &len) == 0 && ss.ss_family == AF_INET)
+		inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host, sizeof(host));
+	else if (ss.ss_family == AF_INET6)
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof(host));
+	else
+		snprintf(host, sizeof(host), "unix");
+	snprintf(s->journal.client_addr, sizeof(s->journal.client_addr), "%s", host);
+}
+
+/* The transaction committed: into committed history. */
+static void journal_commit(struct session *s, struct leg *leg)
+{
+	struct session_journal *j = &s->journal;
+	struct journal_statement *statements = malloc(j->kept_count * sizeof(*statements));
+	if (!statements)
+		return;
+	for (uint32_t i = 0; i < j->kept_count; i++) {
+		const struct journal_capture *c = &j->kept[i];
+		statements[i] = (struct journal_statement){
+			.kind = (enum journal_statement_kind)(c->kind & JOURNAL_KIND_MASK),
+			.text = {journal_text(j, c), c->text_len},
+			.tag = {(const char *)j->arena.data + c->tag_at, c->tag_len},
+			.bind_tail = c->tail_len ? j->arena.data + c->tail_at : NULL,
+			.bind_tail_len = c->tail_len,
+		};
+		if (statements[i].kind == JOURNAL_STATEMENT_EXTENDED && !statements[i].bind_tail) {
+			static const uint8_t no_parameters[6] = {0};
+			statements[i].bind_tail = no_parameters; /* (a Bind is never shorter: counts of 0) */
+			statements[i].bind_tail_len = sizeof(no_parameters);
+		}
+	}
+	if (!j->client_addr[0])
+		journal_client_address(s);
+	const char *server = leg->conn ? leg->conn->server->name : "";
+	struct journal_record r = {
+		.flags = j->is_incomplete || (leg->conn && leg->conn->backend_pid != j->tx_conn_pid) ? JOURNAL_RECORD_INCOMPLETE
+												  : 0,
+		.client_addr = {j->client_addr, (uint32_t)strlen(j->client_addr)},
+		.user = {s->user, (uint32_t)strlen(s->user)},
+		.database = {s->database, (uint32_t)strlen(s->database)},
+		.server = {server, (uint32_t)strlen(server)},
+		.statements = statements,
+		.statement_count = j->kept_count,
+	};
+	struct timespec wall;
+	clock_gettime(CLOCK_REALTIME, &wall);
+	(void)history_commit(s->host->runtime->history, &r,
+			     (uint64_t)wall.tv_sec * 1000000u + (uint64_t)wall.tv_nsec / 1000u);
+	free(statements);
+}
+
+/* A tag whose statement changes nothing a replay must redo (reads, cursors, session notices). */
+static bool journal_tag_is_read(const uint8_t *tag, uint32_t len)
+{
+	static const char *const reads[] = {"SELECT",  "SHOW",	 "FETCH",    "MOVE",	   "DECLARE CURSOR",
+					    "CLOSE CURSOR", "EXPLAIN", "LISTEN", "UNLISTEN", "NOTIFY",
+					    "DISCARD", "DEALLOCATE", "PREPARE", "COPY TO"};
+	for (size_t i = 0; i < TERN_ARRAY_LEN(reads); i++) {
+		size_t n = strlen(reads[i]);
+		if (len >= n + 1 && memcmp(tag, reads[i], n) == 0 && (tag[n] == ' ' || tag[n] == '\0'))
+			return strcmp(reads[i], "PREPARE") != 0 || tag[n] == '\0'; /* (not PREPARE TRANSACTION) */
+	}
+	return false;
+}
+
+static bool journal_tag_is(const uint8_t *tag, uint32_t len, const char *word)
+{
+	size_t n = strlen(word) + 1;
+	return len == n && memcmp(tag, word, n) == 0;
+}
+
+/* A savepoint statement ran: the savepoint stack follows it. */
+static void journal_on_savepoint(struct session_journal *j, const struct journal_capture *c)
+{
+	char name[sizeof(j->savepoints[0].name)];
+	int kind = c->kind & JOURNAL_KIND_READ || !(c->kind & JOURNAL_KIND_MASK)
+			   ? SQL_SAVEPOINT_NONE
+			   : sql_parse_savepoint((const uint8_t *)journal_text(j, c), c->text_len, name,
+								    sizeof(name));
+	if (kind == SQL_SAVEPOINT_SET) {
+		if (journal_grow((void **)&j->savepoints, &j->savepoint_cap, j->savepoint_count, sizeof(*j->savepoints)) < 0) {
+			j->is_incomplete = true;
+			return;
+		}
+		struct journal_savepoint *sp = &j->savepoints[j->savepoint_count++];
+		memcpy(sp->name, name, sizeof(sp->name));
+		sp->count = j->kept_count;
+		return;
+	}
+	uint32_t i = j->savepoint_count;
+	while (i > 0 && strcmp(j->savepoints[i - 1].name, name) != 0)
+		i--;
+	if (kind == SQL_SAVEPOINT_NONE || i == 0) {
+		j->is_incomplete = true; /* (several statements in one Query, say: tern cannot follow it) */
+		return;
+	}
+	if (kind == SQL_SAVEPOINT_RELEASE) {
+		j->savepoint_count = i - 1; /* it and the ones after it go; their statements stay */
+	} else {
+		j->kept_count = j->savepoints[i - 1].count; /* ROLLBACK TO: the statements after it go */
+		j->savepoint_count = i;
+		j->is_failed = false; /* (an error after it is undone too) */
+	}
+}
+
+/* A CommandComplete: what the statement at the head of what was sent did. */
+static void journal_on_complete(struct session *s, struct leg *leg, const uint8_t *tag, uint32_t len)
+{
+	struct session_journal *j = &s->journal;
+	struct journal_capture *c = journal_pending_head(j);
+	if (!c || (c->kind & (JOURNAL_KIND_SYNC | JOURNAL_KIND_SKIP))) {
+		j->is_incomplete = true; /* a completion tern cannot match to what it saw sent */
+		return;
+	}
+	bool is_simple = (c->kind & JOURNAL_KIND_MASK) == JOURNAL_STATEMENT_SIMPLE;
+	j->is_incomplete |= c->is_multi;
+	if (journal_tag_is(tag, len, "BEGIN") || journal_tag_is(tag, len, "START TRANSACTION")) {
+		j->is_explicit = true;
+	} else if (journal_tag_is(tag, len, "COMMIT")) {
+		j->is_commit = true;
+	} else if (journal_tag_is(tag, len, "ROLLBACK") && c->is_multi) {
+		j->is_commit = false; /* (a later COMMIT in the same Query commits what follows) */
+	} else if (journal_tag_is(tag, len, "ROLLBACK")) {
+		char name[sizeof(j->savepoints[0].name)];
+		if ((c->kind & JOURNAL_KIND_MASK) && !(c->kind & JOURNAL_KIND_READ) &&
+		    sql_parse_savepoint((const uint8_t *)journal_text(j, c), c->text_len, name, sizeof(name)) ==
+			    SQL_SAVEPOINT_ROLLBACK_TO)
+			journal_on_savepoint(j, c);
+		else
+			j->is_failed = true;
+	} else if (journal_tag_is(tag, len, "SAVEPOINT") || journal_tag_is(tag, len, "RELEASE")) {
+		if (!c->is_multi)
+			journal_on_savepoint(j, c);
+	} else if (journal_tag_is(tag, len, "PREPARE TRANSACTION")) {
+		j->is_failed = true; /* two-phase: never committed history */
+	} else if (journal_tag_is(tag, len, "COMMIT PREPARED") || journal_tag_is(tag, len, "ROLLBACK PREPARED") ||
+		   journal_tag_is_read(tag, len)) {
+		/* nothing to keep */
+	} else if (c->kind & JOURNAL_KIND_READ || (c->kind & JOURNAL_KIND_MASK) == 0) {
+		j->is_incomplete = true; /* a write whose text tern did not keep */
+	} else if (!(is_simple && c->tag_len > 0)) { /* (a second statement of one Query: its text is kept once) */
+		uint32_t tag_at = journal_store(s, tag, len - 1);
+		if (tag_at != UINT32_MAX && journal_grow((void **)&j->kept, &j->kept_cap, j->kept_count, sizeof(*j->kept)) == 0) {
+			c->tag_at = tag_at;
+			c->tag_len = len - 1;
+			if (j->kept_count == 0)
+				j->tx_conn_pid = leg->conn ? leg->conn->backend_pid : 0;
+			j->kept[j->kept_count++] = *c;
+			const uint8_t *text = (const uint8_t *)journal_text(j, c), *end = text + c->text_len;
+			const uint8_t *p = sql_skip_blank(text, end);
+			if (sql_take_word(&p, end, "execute"))
+				j->is_incomplete = true; /* an SQL PREPAREd statement: its text lives on one connection */
+		} else {
+			j->is_incomplete = true;
+		}
+	}
+	if (!is_simple)
+		j->pending_head++; /* an Execute has one completion; a Query's last comes with its ReadyForQuery */
+}
+
+/* A ReadyForQuery: the request at the head was answered; with no transaction left open, the one that ran
+ * committed (or not). */
+static void journal_on_ready(struct session *s, struct leg *leg, char status)
+{
+	struct session_journal *j = &s->journal;
+	/* The head's request: one Query, or an extended request up to its Sync (what an error skipped goes
+	 * with it). */
+	struct journal_capture *c;
+	while ((c = journal_pending_head(j))) {
+		j->pending_head++;
+		if ((c->kind & JOURNAL_KIND_SYNC) || (c->kind & JOURNAL_KIND_MASK) == JOURNAL_STATEMENT_SIMPLE)
+			break;
+	}
+	if (status == 'E')
+		j->is_failed = true;
+	if (status != 'I')
+		return;
+	if (j->kept_count > 0 && !j->is_failed && (j->is_commit || !j->is_explicit))
+		journal_commit(s, leg);
+	journal_reset_tx(j);
+}
+
+/* ---- the observer ---- */
+
+static unsigned journal_client_type(struct session *s, struct leg *leg, uint8_t type)
+{
+	struct session_journal *j = &s->journal;
+	if (leg->role != LEG_PRIMARY)
+		return OBSERVER_SKIP;
+	journal_settle_unread(j);
+	if (type == PROTO_FE_PARSE || type == PROTO_FE_BIND)
+		j->unread = type;
+	/* Nothing open on the primary (transaction pooling: no connection): what a lost connection left of a
+	 * transaction tern ended itself (Transaction Replay) is not the client's any more. */
+	if (leg->role == LEG_PRIMARY && (!leg->conn || leg->tx_status == 'I') && leg_client_owed(leg) == 0 &&
+	    !leg->is_unsynced && (j->kept_count > 0 || j->is_explicit))
+		journal_reset_tx(j);
+	return OBSERVER_PASS;
+}
+
+static int journal_client_message(struct session *s, struct leg *leg, const struct observer_message *m)
+{
+	(void)leg;
+	struct session_journal *j = &s->journal;
+	uint32_t offset = 0;
+	j->unread = 0;
+	switch (m->type) {
+	case PROTO_FE_QUERY: {
+		uint32_t len = m->len > 0 && m->body[m->len - 1] == '\0' ? m->len - 1 : m->len;
+		return journal_push_pending(s, journal_capture_of(s, JOURNAL_STATEMENT_SIMPLE, m->body, len, NULL, 0));
+	}
+	case PROTO_FE_PARSE: {
+		const char *name = proto_read_cstring(m->body, m->len, &offset);
+		const char *text = name ? proto_read_cstring(m->body, m->len, &offset) : NULL;
+		if (!text || name[0])
+			return 0; /* a named one: observer_stmts keeps its text */
+		j->unnamed = s->stmts.is_unnamed_deallocate
+				     ? (struct journal_capture){.kind = JOURNAL_KIND_SKIP}
+				     : journal_capture_of(s, JOURNAL_STATEMENT_EXTENDED, (const uint8_t *)text,
+							  (uint32_t)strlen(text), NULL, 0);
+		return 0;
+	}
+	case PROTO_FE_BIND: {
+		const char *portal = proto_read_cstring(m->body, m->len, &offset);
+		const char *name = portal ? proto_read_cstring(m->body, m->len, &offset) : NULL;
+		if (!name)
+			return 0;
+		const uint8_t *tail = m->body + offset;
+		uint32_t tail_len = m->len - offset;
+		if (name[0]) {
+			const struct stmt *stmt = (s->observers_on & (1u << OBSERVER_STMTS))
+							  ? stmt_map_get(&s->stmts.statements, name)
+							  : NULL;
+			j->portal = stmt ? journal_capture_of(s, JOURNAL_STATEMENT_EXTENDED, stmt->content,
+							      (uint32_t)strlen((const char *)stmt->content), tail, tail_len)
+					 : (struct journal_capture){0}; /* (its text unknown: incomplete if it writes) */
+		} else {
+			j->portal = j->unnamed;
+		}
+		if (!name[0] && (j->unnamed.kind & JOURNAL_KIND_MASK) && !(j->unnamed.kind & JOURNAL_KIND_READ)) {
+			j->portal.tail_len = tail_len;
+			j->portal.tail_at = journal_store(s, tail, tail_len);
+			if (j->portal.tail_at == UINT32_MAX)
+				j->portal.kind = 0;
+		}
+		if (portal[0])
+			j->is_incomplete = true; /* (a named portal: one binding is followed, the unnamed one's) */
+		return 0;
+	}
+	case PROTO_FE_EXECUTE:
+		if (j->portal.kind & JOURNAL_KIND_SKIP || s->stmts.is_portal_deallocate)
+			return 0; /* tern answers it: no completion comes from the server */
+		return journal_push_pending(s, j->portal);
+	case PROTO_FE_SYNC:
+		return journal_push_pending(s, (struct journal_capture){.kind = JOURNAL_KIND_SYNC});
+	case PROTO_FE_FUNCTION_CALL:
+		j->is_incomplete = true; /* a function by OID, with effects tern cannot tell */
+		return journal_push_pending(s, (struct journal_capture){.kind = JOURNAL_KIND_SYNC});
+	default:
+		return 0;
+	}
+}
+
+static int journal_server_message(struct session *s, struct leg *leg, const struct observer_message *m)
+{
+	struct session_journal *j = &s->journal;
+	if (leg->role != LEG_PRIMARY || m->is_hidden)
+		return 0;
+	journal_settle_unread(j);
+	struct journal_capture *c = journal_pending_head(j);
+	switch (m->type) {
+	case PROTO_BE_COMMAND_COMPLETE:
+		if (m->len > 0 && m->body[m->len - 1] == '\0')
+			journal_on_complete(s, leg, m->body, m->len);
+		break;
+	case PROTO_BE_ERROR:
+		j->is_failed = true; /* the statement failed, and with it an implicit transaction (or the block) */
+		if (c && (c->kind & JOURNAL_KIND_MASK) == JOURNAL_STATEMENT_EXTENDED && !(c->kind & JOURNAL_KIND_SYNC))
+			j->pending_head++;
+		break;
+	case PROTO_BE_EMPTY_QUERY:
+	case PROTO_BE_PORTAL_SUSPENDED: /* (the rows go on at the next Execute, which completes it) */
+		if (c && (c->kind & JOURNAL_KIND_MASK) == JOURNAL_STATEMENT_EXTENDED && !(c->kind & JOURNAL_KIND_SYNC))
+			j->pending_head++;
+		break;
+	case PROTO_BE_COPY_IN:
+		j->is_incomplete = true; /* COPY FROM STDIN: its rows are not kept */
+		break;
+	case PROTO_BE_READY:
+		if (m->len >= 1)
+			journal_on_ready(s, leg, (char)m->body[0]);
+		break;
+	default:
+		break;
+	}
+	return 0;
+}
+
+static void journal_destroy(struct session *s)
+{
+	struct session_journal *j = &s->journal;
+	free(j->arena.data);
+	free(j->kept);
+	free(j->pending);
+	free(j->savepoints);
+	*j = (struct session_journal){0};
+}
+
+const struct observer observer_journal = {
+	.name = "journal",
+	.is_on = journal_is_on,
+	.client_types = "QPBESF",
+	.client_type = journal_client_type,
+	.client_message = journal_client_message,
+	.server_types = "CEIsGZ",
+	.server_message = journal_server_message,
+	.destroy = journal_destroy,
+};
