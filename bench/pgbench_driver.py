@@ -21,8 +21,8 @@ import re
 import shutil
 import statistics
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +33,9 @@ from pgcluster import PgCluster, clean_env, free_port  # noqa: E402
 from procs import PgBouncerProcess, ProcessError, TernProcess  # noqa: E402
 
 # tern-tr-none: a second tern with [replay] tr_mode = none, for the cost of Transaction Replay's record.
-TARGETS = ("tern", "direct", "pgbouncer", "tern-tr-none")
+# tern-journal-disk: [journal] dir in a temp folder with fsync = interval (the default tern journals in
+# memory only); tern-tr-off: [replay] tr_enabled = false, no journal and no Transaction Replay.
+TARGETS = ("tern", "direct", "pgbouncer", "tern-tr-none", "tern-journal-disk", "tern-tr-off")
 DEFAULT_TARGETS = ("tern", "direct", "pgbouncer")
 WORKLOADS = ("select-only", "tpcb-like")
 MODES = ("simple", "extended", "prepared")
@@ -389,6 +391,10 @@ def bench(args, stack):
                           args.pool_size, tls, args.tern_set)
         if target == "tern-tr-none":
             cfg += "[replay]\ntr_mode = none\n"
+        elif target == "tern-tr-off":
+            cfg += "[replay]\ntr_enabled = false\n"
+        elif target == "tern-journal-disk":
+            cfg += "[journal]\ndir = %s\nfsync = interval\n" % stack.enter_context(tempfile.TemporaryDirectory())
         log("starting %s (%s, workers=%d, pool_size=%d) ..."
             % (target, tern_binary, args.tern_workers, args.pool_size))
         t = stack.enter_context(TernProcess(tern_binary, cfg))

@@ -1,24 +1,50 @@
-/* The admin HTTP endpoint of http.h: libmicrohttpd's internal thread answers GET /metrics and
- * GET /api/status from the published state (monitor atomics, the workers' published counters, each pool
- * server's counters under its mutex). */
+/* The admin HTTP endpoint of http.h: libmicrohttpd answers each connection on a thread of its own, GET
+ * /metrics and GET /api/status from the published state (monitor atomics, the workers' published counters,
+ * each pool server's counters under its mutex, committed history's counters), and POST /api/replay by
+ * running history_replay.h on that connection's thread (so a replay of minutes leaves the rest answering). */
 #include "http.h"
 
 #include "digest.h"
+#include "history.h"
+#include "history_replay.h"
 #include "monitor.h"
 #include "replay/decide.h"
 #include "worker.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+/* A replay request is a conninfo, two times and a number: a few hundred bytes. */
+#define HTTP_BODY_MAX (64u * 1024u)
+/* Past HTTP_BODY_MAX a body is still read (and dropped) so the 413 reaches a client that sends it all
+ * before reading; past this the connection is closed instead. */
+#define HTTP_BODY_DISCARD_MAX (1024u * 1024u)
+/* A connection idle this long is closed (none while its replay runs). */
+#define HTTP_CONNECTION_TIMEOUT_S 10u
+/* Connections (each a thread) at once. */
+#define HTTP_CONNECTIONS_MAX 64u
 
 struct http_admin {
 	struct MHD_Daemon *daemon;
 	struct tern_runtime *rt;
+	bool is_loopback;  /* http_listen is a 127.0.0.0/8 address: a replay needs no token there */
+	bool is_replaying; /* atomic: one replay at a time */
+	bool is_stopping;  /* atomic: http_admin_stop began; a running replay stops between statements */
+};
+
+/* A POST body being read: the connection's state (libmicrohttpd's con_cls), freed when it completes. */
+struct http_upload {
+	char *data;
+	size_t len, cap;
+	size_t seen; /* bytes received, kept or not */
+	bool is_too_large;
 };
 
 /* What one scrape reads: every worker's counters summed, and their rings by worker. */
@@ -99,6 +125,41 @@ static void http_route_paths(FILE *f, const char *name, const struct host_route_
 	};
 	for (size_t i = 0; i < TERN_ARRAY_LEN(rows); i++)
 		fprintf(f, "%s{%s} %llu\n", name, rows[i].labels, (unsigned long long)rows[i].value);
+}
+
+/* Committed history and its journal on disk (history.h). */
+static void http_journal_metrics(FILE *f, struct history *h)
+{
+	struct history_counters c;
+	history_counters(h, &c);
+	http_counter(f, "tern_journal_transactions_total", "committed transactions that entered committed history",
+		     c.committed);
+	http_counter(f, "tern_journal_incomplete_total",
+		     "... of them kept marked incomplete (a COPY, an EXECUTE, a long statement: committed_history replay "
+		     "refuses them)",
+		     c.incomplete);
+	http_counter(f, "tern_journal_bytes_total", "encoded bytes of the transactions that entered committed history",
+		     c.bytes);
+	http_counter(f, "tern_journal_evicted_total",
+		     "transactions that left memory for [journal] max_committed_transactions or max_committed_bytes (still "
+		     "on disk with dir)",
+		     c.evicted);
+	http_counter(f, "tern_journal_dropped_total",
+		     "committed transactions not kept: too large or no memory, or the writer's queue was full",
+		     c.dropped + c.disk_dropped);
+	http_counter(f, "tern_journal_disk_records_total", "records the writer appended to the journal's segments",
+		     c.disk_written);
+	http_counter(f, "tern_journal_disk_bytes_total", "bytes the writer appended to the journal's segments", c.disk_bytes);
+	http_help(f, "tern_journal_queue_depth", "gauge", "records waiting for the writer thread");
+	fprintf(f, "tern_journal_queue_depth %llu\n", (unsigned long long)c.disk_queued);
+	http_counter(f, "tern_journal_fsyncs_total", "fdatasync calls on the journal's segments", c.fsyncs);
+	http_help(f, "tern_journal_fsync_seconds_total", "counter", "time spent in those fdatasync calls");
+	fprintf(f, "tern_journal_fsync_seconds_total %.6f\n", (double)c.fsync_ns_total / 1e9);
+	http_help(f, "tern_journal_fsync_seconds_max", "gauge", "the longest of those fdatasync calls");
+	fprintf(f, "tern_journal_fsync_seconds_max %.6f\n", (double)c.fsync_ns_max / 1e9);
+	http_counter(f, "tern_journal_write_errors_total", "failed writes and fdatasync calls of the journal's writer",
+		     c.disk_errors);
+	http_counter(f, "tern_journal_replay_runs_total", "operator replays asked for (POST /api/replay)", c.replay_runs);
 }
 
 char *http_metrics_text(struct tern_runtime *rt)
@@ -240,6 +301,9 @@ char *http_metrics_text(struct tern_runtime *rt)
 	fprintf(f, "tern_transactions_total{via=\"local_reuse\"} %llu\n", (unsigned long long)t->local_reuse);
 	fprintf(f, "tern_transactions_total{via=\"pool\"} %llu\n", (unsigned long long)t->pool_checkouts);
 
+	if (rt->history)
+		http_journal_metrics(f, rt->history);
+
 	http_help(f, "tern_ring_passes_total", "counter", "io_uring_enter calls of each worker's loop");
 	for (uint32_t i = 0; i < snap.worker_count; i++)
 		fprintf(f, "tern_ring_passes_total{worker=\"%u\"} %llu\n", i, (unsigned long long)snap.rings[i].passes);
@@ -284,6 +348,25 @@ static json_t *http_replay_json(struct tern_runtime *rt, const struct host_stats
 			 "transactions_replayed", (json_int_t)t->tr_replayed, "replay_failures",
 			 (json_int_t)t->tr_replay_failures, "unknown_outcome_errors", (json_int_t)t->tr_unknown_outcome,
 			 "replay_cap_exceeded", (json_int_t)t->tr_cap_exceeded, "recent", recent);
+}
+
+/* What backs committed history now (the coverage block of a replay's answer). */
+static json_t *http_coverage_json(struct history *h)
+{
+	struct history_coverage c;
+	history_coverage(h, &c);
+	return json_pack("{s:I, s:I, s:I, s:I, s:b}", "retained_transactions", (json_int_t)c.retained_transactions,
+			 "retained_bytes", (json_int_t)c.retained_bytes, "commit_seq_high", (json_int_t)c.commit_seq_high,
+			 "dropped_transactions", (json_int_t)c.dropped_transactions, "durable", c.is_durable);
+}
+
+/* /api/status's "journal": enabled (tr_enabled at startup), and the coverage. */
+static json_t *http_journal_json(struct history *h)
+{
+	json_t *journal = h ? http_coverage_json(h) : json_object();
+	if (journal)
+		json_object_set_new(journal, "enabled", json_boolean(h != NULL));
+	return journal;
 }
 
 char *http_status_json(struct tern_runtime *rt)
@@ -332,6 +415,8 @@ char *http_status_json(struct tern_runtime *rt)
 		json_decref(split);
 	if (status)
 		json_object_set_new(status, "replay", http_replay_json(rt, t));
+	if (status)
+		json_object_set_new(status, "journal", http_journal_json(rt->history));
 	char *text = status ? json_dumps(status, JSON_INDENT(2)) : NULL;
 	json_decref(status);
 	return text;
@@ -363,9 +448,12 @@ char *http_digests_json(struct tern_runtime *rt)
 	return text;
 }
 
-/* ---- the daemon ---- */
+/* ---- replies ---- */
 
-static enum MHD_Result http_reply(struct MHD_Connection *conn, unsigned int code, const char *type, char *body)
+/* Answers with `body` (malloc'd text, freed here; NULL: out of memory, a 500) and one more header when
+ * header_name is not NULL. */
+static enum MHD_Result http_reply_with(struct MHD_Connection *conn, unsigned int code, const char *type, char *body,
+				       const char *header_name, const char *header_value)
 {
 	struct MHD_Response *resp = body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE)
 					 : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
@@ -374,22 +462,259 @@ static enum MHD_Result http_reply(struct MHD_Connection *conn, unsigned int code
 		return MHD_NO;
 	}
 	MHD_add_response_header(resp, "Content-Type", type);
+	if (header_name && body)
+		MHD_add_response_header(resp, header_name, header_value);
 	enum MHD_Result rc = MHD_queue_response(conn, body ? code : MHD_HTTP_INTERNAL_SERVER_ERROR, resp);
 	MHD_destroy_response(resp);
 	return rc;
 }
 
+static enum MHD_Result http_reply(struct MHD_Connection *conn, unsigned int code, const char *type, char *body)
+{
+	return http_reply_with(conn, code, type, body, NULL, NULL);
+}
+
+/* ---- POST /api/replay ---- */
+
+/* Whether the Authorization header is "Bearer <token>", compared in a time that depends on the token's
+ * length only (not on where a guess first differs). */
+static bool http_token_matches(const char *header, const char *token)
+{
+	static const char scheme[] = "Bearer ";
+	if (!header || strncasecmp(header, scheme, sizeof(scheme) - 1) != 0)
+		return false;
+	const char *given = header + sizeof(scheme) - 1;
+	size_t given_len = strlen(given), token_len = strlen(token);
+	volatile unsigned char diff = given_len != token_len;
+	for (size_t i = 0; i < token_len; i++)
+		diff |= (unsigned char)(token[i] ^ (i < given_len ? given[i] : 0));
+	return diff == 0;
+}
+
+static char *http_error_body(const char *message)
+{
+	json_t *body = json_pack("{s:s}", "error", message);
+	char *text = body ? json_dumps(body, JSON_INDENT(2)) : NULL;
+	json_decref(body);
+	return text;
+}
+
+/* The request's JSON into *req, its strings pointing into *root (the caller's to json_decref). 0, or -EINVAL
+ * with the reason in err (400). Every key but target is optional; a key tern does not know is refused, so a
+ * misspelt after_commit_seq never silently means "everything". */
+static int http_replay_parse(const struct http_upload *u, struct history_replay_request *req, json_t **root,
+			     char *err, size_t err_size)
+{
+	json_error_t jerr;
+	*req = (struct history_replay_request){.mode = HISTORY_REPLAY_TIME_WINDOW, .to_us = UINT64_MAX};
+	*root = json_loadb(u->data ? u->data : "", u->len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!*root) {
+		snprintf(err, err_size, "the body is not JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+		return -EINVAL;
+	}
+	if (!json_is_object(*root)) {
+		snprintf(err, err_size, "the body must be a JSON object: {\"mode\", \"target\", \"from\", \"to\", "
+			 "\"after_commit_seq\"}");
+		return -EINVAL;
+	}
+	const char *key;
+	json_t *value;
+	json_object_foreach(*root, key, value) {
+		if (strcmp(key, "mode") == 0) {
+			const char *mode = json_string_value(value);
+			if (mode && strcmp(mode, "committed_history") == 0) {
+				req->mode = HISTORY_REPLAY_COMMITTED_HISTORY;
+			} else if (mode && strcmp(mode, "time_window") == 0) {
+				req->mode = HISTORY_REPLAY_TIME_WINDOW;
+			} else {
+				snprintf(err, err_size, "mode: expected \"committed_history\" or \"time_window\"");
+				return -EINVAL;
+			}
+		} else if (strcmp(key, "target") == 0) {
+			req->target = json_string_value(value);
+			if (!req->target || !req->target[0]) {
+				snprintf(err, err_size, "target: expected a libpq connection string");
+				return -EINVAL;
+			}
+		} else if (strcmp(key, "from") == 0 || strcmp(key, "to") == 0) {
+			const char *text = json_string_value(value);
+			if (!text || history_replay_parse_time(text, key[0] == 'f' ? &req->from_us : &req->to_us) < 0) {
+				snprintf(err, err_size, "%s: expected an RFC 3339 time such as 2024-05-01T12:00:00Z or "
+					 "2024-05-01T14:00:00.5+02:00", key);
+				return -EINVAL;
+			}
+		} else if (strcmp(key, "after_commit_seq") == 0) {
+			if (!json_is_integer(value) || json_integer_value(value) < 0) {
+				snprintf(err, err_size, "after_commit_seq: expected a commit_seq (an integer, 0 or more)");
+				return -EINVAL;
+			}
+			req->after_commit_seq = (uint64_t)json_integer_value(value);
+		} else {
+			snprintf(err, err_size, "unknown key \"%.64s\": expected mode, target, from, to, after_commit_seq", key);
+			return -EINVAL;
+		}
+	}
+	if (!req->target) {
+		snprintf(err, err_size, "target is required: the libpq connection string of the database to replay into");
+		return -EINVAL;
+	}
+	if (req->from_us > req->to_us) {
+		snprintf(err, err_size, "from is after to");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* A replay's answer: what applied, where it stopped, and what backed it. */
+static char *http_replay_result_body(const struct history_replay_result *r, struct history *h)
+{
+	json_t *body = json_pack("{s:I, s:I, s:b, s:o, s:I, s:o}", "applied", (json_int_t)r->applied, "failed",
+				 (json_int_t)r->failed, "partial", r->is_partial, "stopped_at",
+				 r->stopped_at ? json_integer((json_int_t)r->stopped_at) : json_null(), "last_commit_seq",
+				 (json_int_t)r->last_commit_seq, "coverage", http_coverage_json(h));
+	if (body && r->error[0])
+		json_object_set_new(body, "error", json_string(r->error));
+	char *text = body ? json_dumps(body, JSON_INDENT(2)) : NULL;
+	json_decref(body);
+	return text;
+}
+
+/* The whole request has arrived: who asks, then what, then run it. */
+static enum MHD_Result http_replay_answer(struct http_admin *h, struct MHD_Connection *conn,
+					  const struct http_upload *u)
+{
+	const struct tern_config *cfg = runtime_config(h->rt);
+	if (cfg->http_token[0]) {
+		const char *header = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+		if (!http_token_matches(header, cfg->http_token))
+			return http_reply_with(conn, MHD_HTTP_UNAUTHORIZED, "application/json",
+					       http_error_body("POST /api/replay needs Authorization: Bearer <[admin] http_token>"),
+					       MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	} else if (!h->is_loopback) {
+		return http_reply(conn, MHD_HTTP_FORBIDDEN, "application/json",
+				  http_error_body("[admin] http_token is required: http_listen is not a loopback address, "
+						  "and a replay writes to any database it is given"));
+	}
+	if (u->is_too_large) {
+		char message[96];
+		snprintf(message, sizeof(message), "the body is over %u bytes", HTTP_BODY_MAX);
+		return http_reply(conn, MHD_HTTP_CONTENT_TOO_LARGE, "application/json", http_error_body(message));
+	}
+	if (!h->rt->history || !cfg->tr_enabled)
+		return http_reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json",
+				  http_error_body(h->rt->history ? "tr_enabled = false: operator replay is off"
+								 : "tr_enabled = false at startup: there is no committed history"));
+	struct history_replay_request req;
+	json_t *root = NULL;
+	char err[HISTORY_REPLAY_ERROR_MAX];
+	if (http_replay_parse(u, &req, &root, err, sizeof(err)) < 0) {
+		json_decref(root);
+		return http_reply(conn, MHD_HTTP_BAD_REQUEST, "application/json", http_error_body(err));
+	}
+	if (__atomic_exchange_n(&h->is_replaying, true, __ATOMIC_ACQ_REL)) {
+		json_decref(root);
+		return http_reply(conn, MHD_HTTP_CONFLICT, "application/json", http_error_body("a replay is already running"));
+	}
+	req.is_cancelled = &h->is_stopping;
+	uint64_t started = base_now_ns();
+	TERN_INFO("POST /api/replay: %s after commit_seq %" PRIu64 " (deadline %u s)",
+		  req.mode == HISTORY_REPLAY_COMMITTED_HISTORY ? "committed_history" : "time_window", req.after_commit_seq,
+		  cfg->replay_deadline_secs);
+	/* No idle timeout while the replay runs; setting it again afterwards restarts its clock. */
+	(void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+	struct history_replay_result *result = malloc(sizeof(*result));
+	int rc = result ? history_replay_run(h->rt->history, &req, started + cfg->replay_deadline_secs * BASE_NS_PER_SEC,
+					     result, err, sizeof(err))
+			: -ENOMEM;
+	(void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, HTTP_CONNECTION_TIMEOUT_S);
+	__atomic_store_n(&h->is_replaying, false, __ATOMIC_RELEASE);
+	json_decref(root);
+	enum MHD_Result answer;
+	if (rc == 0) {
+		TERN_INFO("POST /api/replay: applied %" PRIu64 ", failed %" PRIu64 "%s in %.1f s%s%s", result->applied,
+			  result->failed, result->is_partial ? ", partial" : "", (double)(base_now_ns() - started) / 1e9,
+			  result->error[0] ? ": " : "", result->error);
+		answer = http_reply(conn, MHD_HTTP_OK, "application/json", http_replay_result_body(result, h->rt->history));
+	} else if (rc == -EPERM) {
+		TERN_INFO("POST /api/replay refused: %s", err);
+		json_t *body = json_pack("{s:s, s:I, s:o}", "error", err, "commit_seq", (json_int_t)result->stopped_at,
+					 "coverage", http_coverage_json(h->rt->history));
+		char *text = body ? json_dumps(body, JSON_INDENT(2)) : NULL;
+		json_decref(body);
+		answer = http_reply(conn, MHD_HTTP_CONFLICT, "application/json", text);
+	} else {
+		answer = http_reply(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "application/json",
+				    http_error_body(result ? err : "no memory"));
+	}
+	free(result);
+	return answer;
+}
+
+/* libmicrohttpd calls this once with the headers, then with each piece of the body, then once more with none
+ * left: the body is kept (up to HTTP_BODY_MAX) in the connection's http_upload, and answered at the end. */
+static enum MHD_Result http_replay_request(struct http_admin *h, struct MHD_Connection *conn, const char *method,
+					   const char *upload_data, size_t *upload_data_size, void **state)
+{
+	if (strcmp(method, "POST") != 0)
+		return http_reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "application/json", http_error_body("POST only"));
+	struct http_upload *u = *state;
+	if (!u) {
+		u = calloc(1, sizeof(*u));
+		if (!u)
+			return MHD_NO;
+		*state = u;
+		return MHD_YES;
+	}
+	if (*upload_data_size > 0) {
+		size_t n = *upload_data_size;
+		*upload_data_size = 0;
+		u->seen += n;
+		if (u->seen > HTTP_BODY_DISCARD_MAX)
+			return MHD_NO; /* (closes the connection) */
+		if (u->is_too_large || u->len + n > HTTP_BODY_MAX) {
+			u->is_too_large = true;
+			return MHD_YES;
+		}
+		if (u->len + n > u->cap) {
+			size_t cap = TERN_MIN(TERN_MAX(u->len + n, 2 * u->cap), (size_t)HTTP_BODY_MAX);
+			char *data = realloc(u->data, cap);
+			if (!data)
+				return MHD_NO;
+			u->data = data;
+			u->cap = cap;
+		}
+		memcpy(u->data + u->len, upload_data, n);
+		u->len += n;
+		return MHD_YES;
+	}
+	return http_replay_answer(h, conn, u);
+}
+
+static void http_completed(void *cls, struct MHD_Connection *conn, void **state, enum MHD_RequestTerminationCode why)
+{
+	(void)cls;
+	(void)conn;
+	(void)why;
+	struct http_upload *u = *state;
+	if (u) {
+		free(u->data);
+		free(u);
+		*state = NULL;
+	}
+}
+
+/* ---- the daemon ---- */
+
 static enum MHD_Result http_handle(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
 				   const char *version, const char *upload_data, size_t *upload_data_size, void **state)
 {
 	(void)version;
-	(void)upload_data;
-	(void)upload_data_size;
-	(void)state;
 	struct http_admin *h = cls;
+	if (strcmp(url, "/api/replay") == 0)
+		return http_replay_request(h, conn, method, upload_data, upload_data_size, state);
 	if (strcmp(url, "/metrics") != 0 && strcmp(url, "/api/status") != 0 && strcmp(url, "/api/digests") != 0)
 		return http_reply(conn, MHD_HTTP_NOT_FOUND, "text/plain",
-				  strdup("not found: /metrics, /api/status, /api/digests\n"));
+				  strdup("not found: /metrics, /api/status, /api/digests, /api/replay (POST)\n"));
 	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 		return http_reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", strdup("GET only\n"));
 	if (strcmp(url, "/metrics") == 0)
@@ -422,11 +747,15 @@ int http_admin_start(struct http_admin **out, struct tern_runtime *rt, const cha
 	if (!h)
 		return -ENOMEM;
 	h->rt = rt;
-	h->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, http_handle, h,
-				     MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+	h->is_loopback = (ntohl(addr.sin_addr.s_addr) >> 24) == 127;
+	/* A thread per connection: a replay blocks its connection's thread for up to replay_deadline_secs while
+	 * the others (a /metrics scrape) go on. */
+	h->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
+				     0, NULL, NULL, http_handle, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
 				     /* SO_REUSEPORT: a --takeover tern listens beside the one it replaces */
-				     MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_CONNECTION_LIMIT, 64u,
-				     MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+				     MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_CONNECTION_LIMIT, HTTP_CONNECTIONS_MAX,
+				     MHD_OPTION_CONNECTION_TIMEOUT, HTTP_CONNECTION_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED,
+				     http_completed, NULL, MHD_OPTION_END);
 	if (!h->daemon) {
 		snprintf(err, err_size, "[admin] http_listen = %s: could not listen (in use?)", listen);
 		free(h);
@@ -440,6 +769,7 @@ void http_admin_stop(struct http_admin *h)
 {
 	if (!h)
 		return;
+	__atomic_store_n(&h->is_stopping, true, __ATOMIC_RELEASE); /* a running replay stops at its next poll */
 	MHD_stop_daemon(h->daemon);
 	free(h);
 }
