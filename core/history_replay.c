@@ -45,6 +45,7 @@ struct replay {
 	size_t values_text_cap;
 	const char **values;
 	int *lengths, *formats;
+	Oid *types;
 	uint32_t params_cap;
 };
 
@@ -141,7 +142,10 @@ static int replay_params_reserve(struct replay *r, uint32_t n)
 	int *formats = realloc(r->formats, next * sizeof(*formats));
 	if (formats)
 		r->formats = formats;
-	if (!values || !lengths || !formats)
+	Oid *types = realloc(r->types, next * sizeof(*types));
+	if (types)
+		r->types = types;
+	if (!values || !lengths || !formats || !types)
 		return -ENOMEM;
 	r->params_cap = next;
 	return 0;
@@ -276,8 +280,7 @@ static enum replay_outcome replay_command(struct replay *r, const char *sql, uin
 
 /* Sends a captured statement: a Query's text as a Query (it may hold several statements); a Parse's text
  * with its Bind's values in their captured formats (text values copied with a NUL, binary ones passed with
- * their lengths; SQL NULL as NULL; parameter types left to the server, as the Parse left them unless it
- * named them), through PQsendQueryParams. */
+ * their lengths; SQL NULL as NULL) and the parameter types the Parse named, through PQsendQueryParams. */
 static enum replay_outcome replay_statement(struct replay *r, const struct journal_statement_view *s, char *msg,
 					    size_t msg_size)
 {
@@ -326,8 +329,11 @@ static enum replay_outcome replay_statement(struct replay *r, const struct journ
 		for (uint16_t i = 1; i < s->result_format_count; i++)
 			if (journal_record_result_format_at(s, i) != result_format)
 				result_format = 0;
-		sent = PQsendQueryParams(r->conn, r->text, (int)n, NULL, n ? r->values : NULL, n ? r->lengths : NULL,
-					 n ? r->formats : NULL, result_format);
+		/* The types the Parse named (a typed binary value needs its type: the server would infer another). */
+		for (uint32_t i = 0; i < n; i++)
+			r->types[i] = i < s->param_type_count ? (Oid)journal_record_param_type_at(s, (uint16_t)i) : 0;
+		sent = PQsendQueryParams(r->conn, r->text, (int)n, n ? r->types : NULL, n ? r->values : NULL,
+					 n ? r->lengths : NULL, n ? r->formats : NULL, result_format);
 	}
 	if (!sent) {
 		replay_message(msg, msg_size, "could not send to the target: ", PQerrorMessage(r->conn));
@@ -550,6 +556,7 @@ int history_replay_run(struct history *h, const struct history_replay_request *r
 	free(r.values);
 	free(r.lengths);
 	free(r.formats);
+	free(r.types);
 	history_release(entries, count);
 	history_coverage(h, &out->coverage);
 	TERN_ASSERT(!out->is_partial || out->error[0]);

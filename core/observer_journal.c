@@ -103,13 +103,24 @@ static bool journal_looks_read(const uint8_t *text, uint32_t len)
 	return false;
 }
 
-/* A statement's text (and its Bind tail) as a capture; kind 0 when it is too long to keep. */
+/* A statement's text as a capture; kind 0 when it is too long to keep. An extended one's: `text` is the
+ * Parse content after its name (the text, its NUL, the parameter types), and its Bind tail follows. */
 static struct journal_capture journal_capture_of(struct session *s, uint8_t kind, const uint8_t *text,
 						 uint32_t text_len, const uint8_t *tail, uint32_t tail_len)
 {
+	const uint8_t *types = NULL;
+	uint32_t types_len = 0;
+	if (kind == JOURNAL_STATEMENT_EXTENDED) {
+		const uint8_t *nul = memchr(text, '\0', text_len);
+		if (!nul)
+			return (struct journal_capture){0};
+		types = nul + 1;
+		types_len = text_len - (uint32_t)(types - text);
+		text_len = (uint32_t)(nul - text);
+	}
 	if (journal_looks_read(text, text_len))
 		return (struct journal_capture){.kind = kind | JOURNAL_KIND_READ};
-	struct journal_capture c = {.kind = kind, .text_len = text_len, .tail_len = tail_len};
+	struct journal_capture c = {.kind = kind, .text_len = text_len, .tail_len = tail_len, .types_len = types_len};
 	if (kind == JOURNAL_STATEMENT_SIMPLE) {
 		/* Several statements (a ';' with more after it; one inside a string literal counts too, which
 		 * only errs toward incomplete): tern follows their tags, not which text each ran. */
@@ -117,8 +128,9 @@ static struct journal_capture journal_capture_of(struct session *s, uint8_t kind
 		c.is_multi = semi && sql_skip_blank(semi + 1, text + text_len) < text + text_len;
 	}
 	c.text_at = journal_store(s, text, text_len);
+	c.types_at = types_len ? journal_store(s, types, types_len) : 0;
 	c.tail_at = tail_len ? journal_store(s, tail, tail_len) : 0;
-	if (c.text_at == UINT32_MAX || c.tail_at == UINT32_MAX)
+	if (c.text_at == UINT32_MAX || c.tail_at == UINT32_MAX || c.types_at == UINT32_MAX)
 		c.kind = 0; /* (incomplete: the statement is not kept) */
 	return c;
 }
@@ -135,10 +147,15 @@ static void journal_reset_tx(struct session_journal *j)
 	j->pending_head = j->pending_count = 0;
 	j->portal = (struct journal_capture){0}; /* (a portal ends with its transaction) */
 	if ((j->unnamed.kind & JOURNAL_KIND_MASK) && !(j->unnamed.kind & JOURNAL_KIND_READ)) {
-		/* The unnamed statement lives on (a later request may bind it): its text moves to the front. */
-		memmove(j->arena.data, j->arena.data + j->unnamed.text_at, j->unnamed.text_len);
+		/* The unnamed statement lives on (a later request may bind it): its text and types move to the
+		 * front (stored in that order, the types after the text). */
+		TERN_ASSERT(j->unnamed.types_len == 0 || j->unnamed.types_at >= j->unnamed.text_at + j->unnamed.text_len);
+		uint8_t *a = j->arena.data;
+		memmove(a, a + j->unnamed.text_at, j->unnamed.text_len);
+		memmove(a + j->unnamed.text_len, a + j->unnamed.types_at, j->unnamed.types_len);
 		j->unnamed.text_at = 0;
-		j->arena.len = j->unnamed.text_len;
+		j->unnamed.types_at = j->unnamed.text_len;
+		j->arena.len = j->unnamed.text_len + j->unnamed.types_len;
 	} else {
 		j->arena.len = 0;
 	}
@@ -192,6 +209,8 @@ static void journal_commit(struct session *s, struct leg *leg)
 			.tag = {(const char *)j->arena.data + c->tag_at, c->tag_len},
 			.bind_tail = c->tail_len ? j->arena.data + c->tail_at : NULL,
 			.bind_tail_len = c->tail_len,
+			.type_tail = c->types_len ? j->arena.data + c->types_at : NULL,
+			.type_tail_len = c->types_len,
 		};
 		if (statements[i].kind == JOURNAL_STATEMENT_EXTENDED && !statements[i].bind_tail) {
 			static const uint8_t no_parameters[6] = {0};
@@ -381,13 +400,12 @@ static int journal_client_message(struct session *s, struct leg *leg, const stru
 	}
 	case PROTO_FE_PARSE: {
 		const char *name = proto_read_cstring(m->body, m->len, &offset);
-		const char *text = name ? proto_read_cstring(m->body, m->len, &offset) : NULL;
-		if (!text || name[0])
+		if (!name || name[0])
 			return 0; /* a named one: observer_stmts keeps its text */
 		j->unnamed = s->stmts.is_unnamed_deallocate
 				     ? (struct journal_capture){.kind = JOURNAL_KIND_SKIP}
-				     : journal_capture_of(s, JOURNAL_STATEMENT_EXTENDED, (const uint8_t *)text,
-							  (uint32_t)strlen(text), NULL, 0);
+				     : journal_capture_of(s, JOURNAL_STATEMENT_EXTENDED, m->body + offset, m->len - offset,
+							  NULL, 0);
 		return 0;
 	}
 	case PROTO_FE_BIND: {
@@ -401,8 +419,8 @@ static int journal_client_message(struct session *s, struct leg *leg, const stru
 			const struct stmt *stmt = (s->observers_on & (1u << OBSERVER_STMTS))
 							  ? stmt_map_get(&s->stmts.statements, name)
 							  : NULL;
-			j->portal = stmt ? journal_capture_of(s, JOURNAL_STATEMENT_EXTENDED, stmt->content,
-							      (uint32_t)strlen((const char *)stmt->content), tail, tail_len)
+			j->portal = stmt ? journal_capture_of(s, JOURNAL_STATEMENT_EXTENDED, stmt->content, stmt->content_len,
+							      tail, tail_len)
 					 : (struct journal_capture){0}; /* (its text unknown: incomplete if it writes) */
 		} else {
 			j->portal = j->unnamed;

@@ -215,6 +215,7 @@ enum replay_aborted {
  * tags live in `arena`; the entries below point into it. */
 struct journal_capture {
 	uint32_t text_at, text_len, tail_at, tail_len; /* tail: an extended statement's Bind after its name */
+	uint32_t types_at, types_len; /* ... and its Parse after its text (the parameter types) */
 	uint32_t tag_at, tag_len;
 	uint8_t kind; /* enum journal_statement_kind, with observer_journal.c's flags; 0: not kept */
 	bool is_multi; /* a Query of several statements: kept once, its transaction incomplete */

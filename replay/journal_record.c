@@ -123,6 +123,12 @@ static bool read_param(struct journal_reader *r, struct journal_param *out)
 	return true;
 }
 
+/* An extended statement's parameter types, as a Parse carries them after its text. */
+static bool read_types(struct journal_reader *r, struct journal_statement_view *out)
+{
+	return read_u16(r, &out->param_type_count) && reader_take(r, 4u * out->param_type_count, &out->param_types);
+}
+
 /* An extended statement's formats and values, as a Bind carries them after its statement name. */
 static bool read_bind_tail(struct journal_reader *r, struct journal_statement_view *out)
 {
@@ -154,7 +160,7 @@ static bool read_statement(struct journal_reader *r, struct journal_statement_vi
 	out->kind = (enum journal_statement_kind)kind;
 	if (!read_text(r, JOURNAL_RECORD_BYTES_MAX, &out->text))
 		return false;
-	if (kind == JOURNAL_STATEMENT_EXTENDED && !read_bind_tail(r, out))
+	if (kind == JOURNAL_STATEMENT_EXTENDED && (!read_types(r, out) || !read_bind_tail(r, out)))
 		return false;
 	return read_text(r, JOURNAL_RECORD_TAG_MAX, &out->tag);
 }
@@ -237,6 +243,12 @@ int16_t journal_record_param_format_at(const struct journal_statement_view *s, u
 	return (int16_t)load_u16(s->param_formats + 2u * i);
 }
 
+uint32_t journal_record_param_type_at(const struct journal_statement_view *s, uint16_t i)
+{
+	TERN_ASSERT(i < s->param_type_count);
+	return load_u32(s->param_types + 4u * i);
+}
+
 int16_t journal_record_result_format_at(const struct journal_statement_view *s, uint16_t i)
 {
 	TERN_ASSERT(s != NULL && i < s->result_format_count);
@@ -275,6 +287,10 @@ static int statement_size(const struct journal_statement *s, uint64_t *size)
 		TERN_ASSERT(s->param_format_count == 0 && s->param_count == 0 && s->result_format_count == 0);
 		return 0;
 	}
+	if (s->type_tail && s->type_tail_len != 2u + 4u * (((uint32_t)s->type_tail[0] << 8) | s->type_tail[1]))
+		return -EINVAL;
+	*size += s->type_tail ? s->type_tail_len : 2u + 4u * (uint64_t)s->param_type_count;
+	TERN_ASSERT(s->param_types != NULL || s->param_type_count == 0);
 	if (s->bind_tail) { /* as a Bind carried it: checked as the decoder reads it, then taken as it is */
 		struct journal_reader tail = {.p = s->bind_tail, .left = s->bind_tail_len};
 		struct journal_statement_view view;
@@ -403,6 +419,13 @@ int journal_record_encode(const struct journal_record *r, uint8_t *buf, size_t c
 		const struct journal_statement *s = &r->statements[i];
 		put_u8(&w, (uint8_t)s->kind);
 		put_text(&w, s->text);
+		if (s->kind == JOURNAL_STATEMENT_EXTENDED && s->type_tail) {
+			put_bytes(&w, s->type_tail, s->type_tail_len);
+		} else if (s->kind == JOURNAL_STATEMENT_EXTENDED) {
+			put_u16(&w, s->param_type_count);
+			for (uint16_t k = 0; k < s->param_type_count; k++)
+				put_u32(&w, s->param_types[k]);
+		}
 		if (s->kind == JOURNAL_STATEMENT_EXTENDED && s->bind_tail) {
 			put_bytes(&w, s->bind_tail, s->bind_tail_len);
 		} else if (s->kind == JOURNAL_STATEMENT_EXTENDED) {

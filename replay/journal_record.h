@@ -15,6 +15,7 @@
  *     u8   kind                          1 simple query, 2 extended (Parse/Bind/Execute)
  *     text statement text
  *     extended only:
+ *       u16 param_type_count, then that many u32 type OIDs (0: the server infers it), as the Parse named them
  *       u16 param_format_count, then that many i16 (0 text, 1 binary); the count is 0, 1 or param_count
  *       u16 param_count, then that many: i32 length (-1: NULL, no bytes follow), then that many bytes
  *       u16 result_format_count, then that many i16 (0 or 1)
@@ -80,6 +81,12 @@ struct journal_statement {
 	 * its statement name (checked as the decoder would read them, then copied as they are). */
 	const uint8_t *bind_tail;
 	uint32_t bind_tail_len;
+	/* Extended: the parameter types the Parse named, as OIDs, or (type_tail) as the Parse carried them
+	 * after its text (u16 count, u32 OIDs, checked, then copied). */
+	const uint32_t *param_types;
+	uint16_t param_type_count;
+	const uint8_t *type_tail;
+	uint32_t type_tail_len;
 };
 
 /* A record to encode. */
@@ -110,9 +117,11 @@ struct journal_statement_view {
 	enum journal_statement_kind kind;
 	struct journal_text text;
 	struct journal_text tag;
+	uint16_t param_type_count;
 	uint16_t param_format_count;
 	uint16_t param_count;
 	uint16_t result_format_count;
+	const uint8_t *param_types;    /* param_type_count big-endian u32 OIDs */
 	const uint8_t *param_formats;  /* param_format_count big-endian i16 */
 	const uint8_t *params;         /* param_count times: i32 length, bytes */
 	uint32_t params_len;
@@ -156,6 +165,7 @@ bool journal_record_param_next(const struct journal_statement_view *s, struct jo
 
 /* Format codes of a decoded statement, i below its count. */
 int16_t journal_record_param_format_at(const struct journal_statement_view *s, uint16_t i);
+uint32_t journal_record_param_type_at(const struct journal_statement_view *s, uint16_t i);
 int16_t journal_record_result_format_at(const struct journal_statement_view *s, uint16_t i);
 
 #endif

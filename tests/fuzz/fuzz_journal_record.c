@@ -68,6 +68,10 @@ static void fuzz_record(const uint8_t *data, size_t size)
 		struct journal_statement *out = &statements[count];
 		*out = (struct journal_statement){.kind = s.kind, .text = s.text, .tag = s.tag};
 		if (s.kind == JOURNAL_STATEMENT_EXTENDED) {
+			/* the types as the record carries them (count, then OIDs): re-encoded as they are */
+			FUZZ_CHECK(fuzz_is_inside(s.param_types - 2, 2u + 4u * s.param_type_count, data, size));
+			out->type_tail = s.param_types - 2;
+			out->type_tail_len = 2u + 4u * s.param_type_count;
 			FUZZ_CHECK(s.param_format_count <= 1 || s.param_format_count == s.param_count);
 			out->param_formats = formats + formats_used;
 			out->param_format_count = s.param_format_count;

@@ -266,6 +266,9 @@ static void assert_same(const struct journal_record *r, const struct journal_rec
 		cr_assert_eq(s.kind, want->kind);
 		cr_assert(text_is(s.text, want->text), "statement %u", i);
 		cr_assert(text_is(s.tag, want->tag), "statement %u", i);
+		cr_assert_eq(s.param_type_count, want->param_type_count);
+		for (uint16_t k = 0; k < want->param_type_count; k++)
+			cr_assert_eq(journal_record_param_type_at(&s, k), want->param_types[k]);
 		cr_assert_eq(s.param_format_count, want->param_format_count);
 		cr_assert_eq(s.param_count, want->param_count);
 		cr_assert_eq(s.result_format_count, want->result_format_count);
@@ -297,11 +300,13 @@ static const struct journal_param sample_params[] = {
 };
 static const int16_t sample_formats[] = {0, 0, 1, 0};
 static const int16_t sample_results[] = {1, 0, 1};
+static const uint32_t sample_types[] = {23, 0, 17}; /* int4, unspecified, bytea */
 static const struct journal_statement sample_statements[] = {
 	{.kind = JOURNAL_STATEMENT_SIMPLE, .text = {"BEGIN", 5}, .tag = {"BEGIN", 5}},
 	{.kind = JOURNAL_STATEMENT_EXTENDED, .text = {"INSERT INTO t VALUES ($1, $2, $3, $4)", 37},
 	 .tag = {"INSERT 0 1", 10}, .param_formats = sample_formats, .param_format_count = 4, .params = sample_params,
-	 .param_count = 4, .result_formats = sample_results, .result_format_count = 3},
+	 .param_count = 4, .result_formats = sample_results, .result_format_count = 3, .param_types = sample_types,
+	 .param_type_count = 3},
 	{.kind = JOURNAL_STATEMENT_EXTENDED, .text = {"SELECT 1", 8}, .tag = {"SELECT 1", 8}},
 	{.kind = JOURNAL_STATEMENT_SIMPLE, .text = {"", 0}, .tag = {"", 0}},
 	{.kind = JOURNAL_STATEMENT_SIMPLE, .text = {"COMMIT", 6}, .tag = {"COMMIT", 6}},
@@ -1009,7 +1014,8 @@ Test(journal, a_bind_tail_taken_as_it_is_encodes_as_its_parts_do)
 		if (s.kind != JOURNAL_STATEMENT_EXTENDED)
 			continue;
 		copies[i] = (struct journal_statement){.kind = s.kind, .text = s.text, .tag = s.tag, .bind_tail = s.bind_tail,
-						       .bind_tail_len = s.bind_tail_len};
+						       .bind_tail_len = s.bind_tail_len, .type_tail = s.param_types - 2,
+						       .type_tail_len = 2u + 4u * s.param_type_count};
 	}
 	struct journal_record r = sample_record;
 	r.statements = copies;
