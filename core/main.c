@@ -387,7 +387,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "tern: %s\n", err);
 			return 1;
 		}
-		TERN_INFO("admin HTTP endpoint on %s (/metrics, /api/status, /api/digests)", cfg.http_listen);
+		TERN_INFO("admin HTTP endpoint on %s (/metrics, /api/status, /api/digests, POST /api/replay)", cfg.http_listen);
 	}
 	if ((!is_takeover && listen_check_free(&cfg, err, sizeof(err)) < 0) ||
 	    listen_open_unix(&cfg, &unix_fd, err, sizeof(err)) < 0 ||

@@ -34,6 +34,7 @@
 #define JOURNAL_KIND_READ 0x10u /* its text looked like a read: not copied */
 #define JOURNAL_KIND_SYNC 0x20u /* a Sync (or a FunctionCall): the end of an extended request */
 #define JOURNAL_KIND_SKIP 0x40u /* tern answers it (a DEALLOCATE of the client's own statement) */
+#define JOURNAL_KIND_COPY_OUT 0x80u /* a COPY TO STDOUT: its "COPY n" tag is a read's */
 
 static bool journal_is_on(const struct session *s)
 {
@@ -243,7 +244,7 @@ static bool journal_tag_is_read(const uint8_t *tag, uint32_t len)
 {
 	static const char *const reads[] = {"SELECT",  "SHOW",	 "FETCH",    "MOVE",	   "DECLARE CURSOR",
 					    "CLOSE CURSOR", "EXPLAIN", "LISTEN", "UNLISTEN", "NOTIFY",
-					    "DISCARD", "DEALLOCATE", "PREPARE", "COPY TO"};
+					    "DISCARD", "DEALLOCATE", "PREPARE"};
 	for (size_t i = 0; i < TERN_ARRAY_LEN(reads); i++) {
 		size_t n = strlen(reads[i]);
 		if (len >= n + 1 && memcmp(tag, reads[i], n) == 0 && (tag[n] == ' ' || tag[n] == '\0'))
@@ -323,7 +324,7 @@ static void journal_on_complete(struct session *s, struct leg *leg, const uint8_
 	} else if (journal_tag_is(tag, len, "PREPARE TRANSACTION")) {
 		j->is_failed = true; /* two-phase: never committed history */
 	} else if (journal_tag_is(tag, len, "COMMIT PREPARED") || journal_tag_is(tag, len, "ROLLBACK PREPARED") ||
-		   journal_tag_is_read(tag, len)) {
+		   journal_tag_is_read(tag, len) || (c->kind & JOURNAL_KIND_COPY_OUT)) {
 		/* nothing to keep */
 	} else if (c->kind & JOURNAL_KIND_READ || (c->kind & JOURNAL_KIND_MASK) == 0) {
 		j->is_incomplete = true; /* a write whose text tern did not keep */
@@ -474,6 +475,10 @@ static int journal_server_message(struct session *s, struct leg *leg, const stru
 	case PROTO_BE_COPY_IN:
 		j->is_incomplete = true; /* COPY FROM STDIN: its rows are not kept */
 		break;
+	case PROTO_BE_COPY_OUT:
+		if (c)
+			c->kind |= JOURNAL_KIND_COPY_OUT;
+		break;
 	case PROTO_BE_READY:
 		if (m->len >= 1)
 			journal_on_ready(s, leg, (char)m->body[0]);
@@ -500,7 +505,7 @@ const struct observer observer_journal = {
 	.client_types = "QPBESF",
 	.client_type = journal_client_type,
 	.client_message = journal_client_message,
-	.server_types = "CEIsGZ",
+	.server_types = "CEIsGHZ",
 	.server_message = journal_server_message,
 	.destroy = journal_destroy,
 };
