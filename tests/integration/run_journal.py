@@ -20,7 +20,12 @@ at any time). Cases, in order (each a function; later ones use what earlier ones
     tr_enabled = false is 503; bad bodies 400, a GET 405, a body over 64 kB 413;
   - a replay blocked on a lock stops at replay_deadline_secs (partial, "deadline"), a second replay meanwhile
     is 409 and /metrics keeps answering; an incomplete transaction (COPY FROM STDIN) makes committed_history
-    answer 409 naming it, while time_window runs past it best effort.
+    answer 409 naming it, while time_window runs past it best effort;
+  - a crash under each fsync policy (commit, interval, none): pgbench through tern with 64kB segments,
+    SIGKILL mid-run; every frame on disk checks (length, CRC-32C computed here, commit_seq increasing), only
+    the newest segment may end in a bad frame; a truncated frame appended there; a restart cuts the newest
+    segment at its last intact frame, /api/status's coverage has exactly the intact records (the newest
+    max_committed_transactions of them) and their highest commit_seq, and the next transaction takes the next.
 
 usage: run_journal.py [-k SUBSTRING]...   (TERN_BINARY and TERN_SOURCE_ROOT from meson)"""
 import argparse
@@ -76,17 +81,24 @@ class State:
         return "host=127.0.0.1 port=%d dbname=%s user=postgres" % (self.pg.primary_port, dbname)
 
 
+def tern_config(pg, http, journal_dir="", http_listen=None, token="", tr_enabled=True, deadline_s=300,
+                fsync="interval", journal_extra=""):
+    """tern.ini: in front of the primary, transaction pooling, [admin] http_listen on port `http` (loopback by
+    default); journal_extra: more [journal] lines."""
+    return ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n"
+            "primary = host=127.0.0.1 port=%d\n[pool]\npool_size = 8\n[limits]\nmax_client_conn = 100\n"
+            "replay_deadline_secs = %d\n[journal]\ndir = %s\nfsync = %s\nfsync_interval_ms = 50\n%s"
+            "[replay]\ntr_enabled = %s\n[admin]\nhttp_listen = %s\nhttp_token = %s\n"
+            % (free_port(), pg.primary_port, deadline_s, journal_dir, fsync, journal_extra,
+               "true" if tr_enabled else "false", (http_listen or "127.0.0.1:%d") % http, token))
+
+
 @contextlib.contextmanager
-def tern_running(pg, journal_dir="", http_listen=None, token="", tr_enabled=True, deadline_s=300):
-    """tern in front of the primary, transaction pooling, [admin] http_listen (loopback by default); it must
-    exit 0 at the end."""
+def tern_running(pg, journal_dir="", http_listen=None, token="", tr_enabled=True, deadline_s=300, fsync="interval",
+                 journal_extra=""):
+    """tern (tern_config) that must exit 0 at the end."""
     http = free_port()
-    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n"
-              "primary = host=127.0.0.1 port=%d\n[pool]\npool_size = 8\n[limits]\nmax_client_conn = 100\n"
-              "replay_deadline_secs = %d\n[journal]\ndir = %s\nfsync = interval\nfsync_interval_ms = 50\n"
-              "[replay]\ntr_enabled = %s\n[admin]\nhttp_listen = %s\nhttp_token = %s\n"
-              % (free_port(), pg.primary_port, deadline_s, journal_dir, "true" if tr_enabled else "false",
-                 (http_listen or "127.0.0.1:%d") % http, token))
+    config = tern_config(pg, http, journal_dir, http_listen, token, tr_enabled, deadline_s, fsync, journal_extra)
     t = TernProcess(TERN, config)
     t.start()
     t.http_port = http
@@ -503,11 +515,233 @@ def binary_and_text_parameters_are_replayed_byte_for_byte(s):
         check(pg.psql(select, dbname="jbin3") == source, "time_window's rows")
 
 
+# ---------------------------------------------------------------- the crash case: frames read in Python
+
+def _crc32c_table():
+    """CRC-32C (Castagnoli), reflected polynomial 0x82F63B78."""
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(data):
+    crc, table = 0xFFFFFFFF, CRC32C_TABLE
+    for b in data:
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+SEGMENT_HEADER = b"TRNJ" + struct.pack("!I", 1)
+SEGMENT_NAME = re.compile(r"^journal-(\d{20})\.log$")
+FRAME_PAYLOAD_MAX = 256 * 1024 * 1024  # JOURNAL_RECORD_BYTES_MAX
+
+
+def read_segment(path):
+    """One segment read frame by frame, as far as frames check (length, CRC-32C; a payload's first 8 bytes are
+    its commit_seq): {size, frames: [(payload length, commit_seq)], intact_end (the file offset after the last
+    intact frame), end: clean | torn (the bytes end inside a frame) | corrupt | short (under a header)}. No
+    record decoding beyond the commit_seq."""
+    with open(path, "rb") as f:
+        data = f.read()
+    seg = {"size": len(data), "frames": [], "intact_end": len(SEGMENT_HEADER), "end": "clean"}
+    if len(data) < len(SEGMENT_HEADER):
+        check(SEGMENT_HEADER.startswith(data), "%s: %d bytes, not the start of a header: %r" % (path, len(data), data))
+        seg["end"] = "short"
+        return seg
+    check(data[:8] == SEGMENT_HEADER, "%s: header %r" % (path, data[:8]))
+    offset = len(SEGMENT_HEADER)
+    while offset < len(data):
+        if len(data) - offset < 8:
+            seg["end"] = "torn"
+            break
+        length, crc = struct.unpack_from("!II", data, offset)
+        if length < 8 or length > FRAME_PAYLOAD_MAX:
+            seg["end"] = "corrupt"
+            break
+        if length > len(data) - offset - 8:
+            seg["end"] = "torn"
+            break
+        payload = data[offset + 8:offset + 8 + length]
+        if crc32c(payload) != crc:
+            seg["end"] = "corrupt"
+            break
+        seg["frames"].append((length, struct.unpack_from("!Q", payload)[0]))
+        offset += 8 + length
+        seg["intact_end"] = offset
+    return seg
+
+
+def read_journal(journal_dir, what):
+    """Every segment of the directory, oldest first, checked: only segments there; every frame of every
+    segment but the newest intact up to its end; commit_seq strictly increasing across frames and segments;
+    a segment named after its first record's commit_seq; only the newest may be empty or end in a bad
+    frame. [(name, segment)]."""
+    names = sorted(os.listdir(journal_dir))
+    check(names and all(SEGMENT_NAME.match(n) for n in names), "%s: the directory holds segments only: %r"
+          % (what, names))
+    segments = [(n, read_segment(os.path.join(journal_dir, n))) for n in names]
+    last_seq = 0
+    for i, (name, seg) in enumerate(segments):
+        newest = i == len(segments) - 1
+        check(newest or (seg["end"] == "clean" and seg["frames"]),
+              "%s: %s, not the newest, is intact to its end and not empty: %s after %d frames (%d of %d bytes)"
+              % (what, name, seg["end"], len(seg["frames"]), seg["intact_end"], seg["size"]))
+        if seg["frames"]:
+            check(int(SEGMENT_NAME.match(name).group(1)) == seg["frames"][0][1],
+                  "%s: %s begins with commit_seq %d" % (what, name, seg["frames"][0][1]))
+        for _, seq in seg["frames"]:
+            check(seq > last_seq, "%s: commit_seq %d after %d in %s" % (what, seq, last_seq, name))
+            last_seq = seq
+    return segments
+
+
+def journal_summary(segments):
+    frames = [f for _, seg in segments for f in seg["frames"]]
+    seqs = [seq for _, seq in frames]
+    return {"records": len(frames), "high": seqs[-1] if seqs else 0, "lengths": [n for n, _ in frames],
+            "gaps": sum(1 for a, b in zip(seqs, seqs[1:]) if b != a + 1), "first": seqs[0] if seqs else 0}
+
+
+def append_torn_frame(path, intact_end):
+    """The torn-tail path for sure: a frame cut short at the end of a segment (a length, a CRC, and fewer bytes
+    than the length says), after whatever is there; read back here, the segment still ends at intact_end."""
+    with open(path, "ab") as f:
+        f.write(struct.pack("!II", 300, 0x12345678) + b"\xa5" * 100)
+    seg = read_segment(path)
+    check(seg["end"] in ("torn", "corrupt") and seg["intact_end"] == intact_end,
+          "%s read back with the truncated frame: %s at %d (expected %d)" % (path, seg["end"], seg["intact_end"],
+                                                                             intact_end))
+
+
+def check_reloaded(t, journal_dir, fsync, sizes, newest_name, newest_end, before, cap, log_says):
+    """Just after a restart: the same segments, the older untouched, the newest `newest_end` bytes long (tern
+    logged `log_says`); the coverage is the intact records read before (the newest `cap` of them)."""
+    now = {n: os.path.getsize(os.path.join(journal_dir, n)) for n in os.listdir(journal_dir)}
+    check(set(now) == set(sizes), "%s: the same segments after the restart: %r / %r" % (fsync, sorted(now),
+                                                                                         sorted(sizes)))
+    check(now[newest_name] == newest_end, "%s: %s cut at its last intact frame: %d bytes, expected %d"
+          % (fsync, newest_name, now[newest_name], newest_end))
+    check(all(now[n] == sizes[n] for n in sizes if n != newest_name), "%s: the older segments untouched" % fsync)
+    check(log_says in t.log_tail(200), "%s: tern logged %r:\n%s" % (fsync, log_says, t.log_tail(20)))
+    kept = min(before["records"], cap)
+    expected = {"retained_transactions": kept, "retained_bytes": sum(before["lengths"][-kept:]),
+                "commit_seq_high": before["high"], "dropped_transactions": 0, "durable": True, "enabled": True}
+    journal = journal_status(t)
+    check(journal == expected, "%s: the coverage after the restart: %r, expected %r" % (fsync, journal, expected))
+
+
+def crash_under(pg, fsync, protocol, cap):
+    """One policy: pgbench through tern, SIGKILL, the frames read, a truncated frame appended, a restart."""
+    journal_dir = tempfile.mkdtemp(prefix="tern-crash-%s-" % fsync)
+    extra = "segment_bytes = 64kB\nmax_committed_transactions = %d\n" % cap
+    try:
+        http = free_port()
+        t = TernProcess(TERN, tern_config(pg, http, journal_dir, fsync=fsync, journal_extra=extra))
+        t.start()
+        t.http_port = http
+        bench = None
+        try:
+            wait_for(lambda: http_get(t, "/api/status")[0] == 200, "the admin endpoint answers", 10)
+            bench = subprocess.Popen(["pgbench", "-n", "-c", "4", "-j", "2", "-T", "30", "-M", protocol, "-h",
+                                      "127.0.0.1", "-p", str(t.port), "-U", "postgres", "jcrash"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
+            time.sleep(3)
+            check(bench.poll() is None and t.alive(), "pgbench and tern still run at the kill: %s\n%s"
+                  % (bench.poll(), t.log_tail(20)))
+            seq_seen = journal_status(t)["commit_seq_high"]
+            os.kill(t.pid, signal.SIGKILL)  # tern alone: its pid is the process itself
+            t.proc.wait(10)
+            check(t.proc.returncode == -signal.SIGKILL, "tern died of the SIGKILL: %s" % t.proc.returncode)
+            out, _ = bench.communicate(timeout=30)  # it fails: its server went away
+            check(bench.returncode != 0, "pgbench failed with tern gone:\n%s" % out[-1000:])
+        finally:
+            if bench is not None and bench.poll() is None:
+                bench.kill()
+                bench.wait(10)
+            t.stop()  # (dead already: its work dir goes)
+        processed = re.search(r"number of transactions actually processed: (\d+)", out or "")
+
+        # (1) the frames as the kill left them.
+        segments = read_journal(journal_dir, "%s, after the kill" % fsync)
+        before = journal_summary(segments)
+        newest_name, newest = segments[-1]
+        torn_by_kill, segment_count = newest["end"], len(segments)
+        check(len(segments) >= 3, "%s: several segments (64kB each): %d" % (fsync, len(segments)))
+        check(before["first"] == 1, "%s: the first record is commit_seq 1: %d" % (fsync, before["first"]))
+        sizes = {name: seg["size"] for name, seg in segments}
+        if newest["end"] == "short":
+            # (The kill came between the segment's creation and its header: the loader writes the header again.
+            # The truncated frame goes after it at a second restart, below.)
+            check(not newest["frames"], "a short segment has no frame")
+        else:
+            append_torn_frame(os.path.join(journal_dir, newest_name), newest["intact_end"])
+        # (2) a restart on the same dir: the tail is cut at the last intact frame, the records are back.
+        with tern_running(pg, journal_dir, fsync=fsync, journal_extra=extra) as t:
+            check_reloaded(t, journal_dir, fsync, sizes, newest_name, newest["intact_end"], before, cap,
+                           "header is written again" if newest["end"] == "short" else
+                           "tail; cut at offset %d " % newest["intact_end"])
+            # (3) one more transaction: the next commit_seq, and its frame on disk.
+            pg.psql("update pgbench_branches set bbalance = bbalance + 1 where bid = 1", port=t.port,
+                    dbname="jcrash")
+            wait_for(lambda: journal_status(t)["commit_seq_high"] == before["high"] + 1,
+                     "%s: one more transaction takes commit_seq %d" % (fsync, before["high"] + 1), 10)
+            journal = journal_status(t)
+            check(journal["retained_transactions"] == min(before["records"] + 1, cap),
+                  "%s: one more transaction: %r (high was %d)" % (fsync, journal, before["high"]))
+            wait_for(lambda: journal_summary(read_journal(journal_dir, fsync))["records"] == before["records"] + 1,
+                     "%s: the writer appended it" % fsync, 10)
+        segments = read_journal(journal_dir, "%s, after the restart" % fsync)
+        after = journal_summary(segments)
+        check(segments[-1][1]["end"] == "clean" and after["high"] == before["high"] + 1
+              and after["records"] == before["records"] + 1,
+              "%s: the new frame is intact and the newest: %s, high %d" % (fsync, segments[-1][1]["end"],
+                                                                            after["high"]))
+        if newest["end"] == "short":
+            newest_name, newest = segments[-1]
+            sizes = {name: seg["size"] for name, seg in segments}
+            append_torn_frame(os.path.join(journal_dir, newest_name), newest["intact_end"])
+            with tern_running(pg, journal_dir, fsync=fsync, journal_extra=extra) as t:
+                check_reloaded(t, journal_dir, fsync, sizes, newest_name, newest["intact_end"], after, cap,
+                               "tail; cut at offset %d " % newest["intact_end"])
+        print("  fsync = %-8s pgbench -M %-8s: %d records intact in %d segments (commit_seq 1..%d, %d gaps), "
+              "the kill left the newest segment %s; commit_seq in memory 3 s in: %d, pgbench reported %s; "
+              "in memory after the restart: %d"
+              % (fsync, protocol, before["records"], segment_count, before["high"], before["gaps"],
+                 {"clean": "clean", "torn": "with a torn frame", "corrupt": "with a corrupt frame",
+                  "short": "without its header (cut while created; the truncated frame went in at a second "
+                           "restart)"}[torn_by_kill],
+                 seq_seen, processed.group(1) if processed else "nothing", min(before["records"], cap)),
+              flush=True)
+    finally:
+        shutil.rmtree(journal_dir, ignore_errors=True)
+
+
+def a_sigkill_under_each_fsync_policy_leaves_intact_frames_and_a_cut_tail(s):
+    """For fsync = commit, interval and none: pgbench through tern (64kB segments), SIGKILL mid-run; every
+    frame on disk checks (CRC-32C here in Python), commit_seq increasing; a truncated frame appended to the
+    newest segment; the restart cuts it, reloads exactly the intact records (under max_committed_transactions:
+    1000 for none, so there the newest 1000) and the next transaction takes the next commit_seq."""
+    check(crc32c(b"123456789") == 0xE3069283, "CRC-32C of '123456789' (RFC 3720)")
+    check(crc32c(b"") == 0 and crc32c(bytes(32)) == 0x8A9136AA, "CRC-32C of nothing and of 32 zeros (RFC 3720)")
+    copy_database(s.pg, "jcrash", "jbase")
+    for fsync, protocol, cap in (("commit", "simple", 50000), ("interval", "extended", 50000),
+                                 ("none", "prepared", 1000)):
+        crash_under(s.pg, fsync, protocol, cap)
+
+
 CASES = [round_one_simple_protocol_replays_into_a_copy_that_then_equals_the_source,
          rounds_two_and_three_extended_and_prepared_after_a_restart,
          binary_and_text_parameters_are_replayed_byte_for_byte,
          access_is_checked_and_bad_requests_refused,
-         a_replay_stops_at_its_deadline_one_at_a_time_and_incomplete_is_refused]
+         a_replay_stops_at_its_deadline_one_at_a_time_and_incomplete_is_refused,
+         a_sigkill_under_each_fsync_policy_leaves_intact_frames_and_a_cut_tail]
 
 
 def main():
