@@ -465,7 +465,8 @@ def bind_formats(stmt, formats, values, result_formats=()):
 
 def binary_and_text_parameters_are_replayed_byte_for_byte(s):
     """Extended statements whose Bind carries no format (all text), one (all binary) and one per parameter,
-    SQL NULLs, bytea with NUL bytes, a binary timestamptz, int8 and float8, binary result formats, a named
+    SQL NULLs, bytea with NUL bytes, a binary timestamptz, int8 and float8, a parameter typed by its Parse
+    (int4 into an int8 column), binary result formats, a named
     statement bound twice inside BEGIN ... COMMIT: replayed by committed_history and by time_window into empty
     tables, the rows are the same."""
     pg = s.pg
@@ -495,6 +496,13 @@ def binary_and_text_parameters_are_replayed_byte_for_byte(s):
                 _, _, sqlstate, _ = w.exchange(parse("", insert), bind_formats("", formats, as_bytes(values), results),
                                                execute(), SYNC)
                 check(sqlstate is None, "insert with formats %r: %s" % (formats, sqlstate))
+            # Typed by the Parse: $2 named int4 and sent as 4 binary bytes into the int8 column (the server
+            # would infer int8 and refuse 4 bytes: replayed without its types, it fails with 08P01).
+            typed = binary(6)
+            typed[1] = struct.pack("!i", 6006)
+            _, _, sqlstate, _ = w.exchange(parse("", insert, types=(23, 23)), bind_formats("", (1,), as_bytes(typed)),
+                                           execute(), SYNC)
+            check(sqlstate is None, "the typed insert: %s" % sqlstate)
             w.query("begin")
             for i in (4, 5):  # a named statement, bound twice, in one transaction
                 first = [parse("ins", insert)] if i == 4 else []
@@ -503,15 +511,15 @@ def binary_and_text_parameters_are_replayed_byte_for_byte(s):
                 check(sqlstate is None, "the named insert %d: %s" % (i, sqlstate))
             w.query("commit")
         source = pg.psql(select, dbname="jbin")
-        check(len(source.splitlines()) == 5 and "000100ff" in source, "five rows: %s" % source)
+        check(len(source.splitlines()) == 6 and "000100ff" in source and "|6006|" in source, "six rows: %s" % source)
         status, answer = replay(t, {"mode": "committed_history", "target": s.target("jbin2")})
         check(status == 200, "committed_history: %s %r" % (status, answer))
-        check_answer(answer, 4, what="binary parameters, committed_history")
+        check_answer(answer, 5, what="binary parameters, committed_history")
         check(pg.psql(select, dbname="jbin2") == source, "committed_history's rows:\n%s\nexpected:\n%s"
               % (pg.psql(select, dbname="jbin2"), source))
         status, answer = replay(t, {"mode": "time_window", "target": s.target("jbin3")})
         check(status == 200, "time_window: %s %r" % (status, answer))
-        check_answer(answer, 5, what="binary parameters, time_window")
+        check_answer(answer, 6, what="binary parameters, time_window")
         check(pg.psql(select, dbname="jbin3") == source, "time_window's rows")
 
 
