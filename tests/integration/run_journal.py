@@ -49,7 +49,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from pgcluster import PgCluster, clean_env, find_pg_bindir, free_port  # noqa: E402
-from procs import TernProcess  # noqa: E402
+from procs import ProcessError, TernProcess  # noqa: E402
 from run_integration import wait_for  # noqa: E402
 from wire import SYNC, Wire, cstr, execute, message, parse  # noqa: E402
 
@@ -744,7 +744,31 @@ def a_sigkill_under_each_fsync_policy_leaves_intact_frames_and_a_cut_tail(s):
         crash_under(s.pg, fsync, protocol, cap)
 
 
-CASES = [round_one_simple_protocol_replays_into_a_copy_that_then_equals_the_source,
+def an_unwritable_dir_or_an_unknown_format_stops_startup(s):
+    """[journal] dir that cannot be made (a path under a regular file), and a segment of format version 99:
+    tern does not start, and says why (naming the folder, or the file and its version)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        blocker = os.path.join(tmp, "a-file")
+        open(blocker, "w").close()
+        future = os.path.join(tmp, "future")
+        os.mkdir(future)
+        with open(os.path.join(future, "journal-%020d.log" % 1), "wb") as f:
+            f.write(b"TRNJ" + struct.pack("!I", 99))
+        for journal_dir, says in ((os.path.join(blocker, "journal"), "a-file"), (future, "version 99")):
+            t = TernProcess(TERN, tern_config(s.pg, free_port(), journal_dir))
+            try:
+                t.start(timeout=10)
+                started = True
+            except ProcessError as exc:
+                started, text = False, str(exc)
+            finally:
+                t.stop()
+            check(not started and says in text, "%s: startup refused, saying %r: %s"
+                  % (journal_dir, says, "started" if started else text[-400:]))
+
+
+CASES = [an_unwritable_dir_or_an_unknown_format_stops_startup,
+         round_one_simple_protocol_replays_into_a_copy_that_then_equals_the_source,
          rounds_two_and_three_extended_and_prepared_after_a_restart,
          binary_and_text_parameters_are_replayed_byte_for_byte,
          access_is_checked_and_bad_requests_refused,
