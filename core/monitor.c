@@ -21,8 +21,15 @@ static const char monitor_query[] =
 	"SELECT pg_catalog.pg_is_in_recovery(), "
 	"CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() "
 	"ELSE pg_catalog.pg_current_wal_lsn() END, "
-	"(SELECT timeline_id FROM pg_catalog.pg_control_checkpoint()), "
-	"pg_catalog.current_setting('default_transaction_read_only')";
+	/* A primary's timeline from the WAL it writes (its checkpoint says the new one only after the first
+	 * checkpoint past a promotion); a standby's from its last checkpoint. */
+	"CASE WHEN pg_catalog.pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_catalog.pg_control_checkpoint()) "
+	"ELSE ('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))"
+	"::pg_catalog.bit(32)::pg_catalog.int4 END, "
+	/* Read-only for everyone (the server's setting, not a role's or database's, which the monitor's own
+	 * session would see): NULL when it comes from those. */
+	"(SELECT setting FROM pg_catalog.pg_settings WHERE name = 'default_transaction_read_only' "
+	"AND source NOT IN ('database', 'user', 'database user', 'client', 'session'))";
 
 /* The probes: the primary's LSN for a strict read, a standby's replay LSN. The strict level's target, by [routing] strict_target: the primary's flushed WAL (every commit
  * acknowledged with synchronous_commit on is in it), or all it inserted (asynchronous commits too, and

@@ -114,6 +114,9 @@ extern const struct observer observer_journal; /* the recovery journal's capture
 
 /* A Query too long for the observers to read went to the primary (observer_journal matches its answer). */
 void journal_note_unread_query(struct session *s);
+/* The primary connection was lost and the session goes on (recover.c): what was sent there will not be
+ * answered there; with is_moved, the transaction goes on on the next primary (a replay). */
+void journal_on_lost(struct session *s, bool is_moved);
 /* What is held goes to the client (counted as leg's), ahead of what leg says next. */
 void replay_flush_preamble(struct session *s, struct leg *leg);
 /* Bytes of the primary's answer the client is shown, while s->replay.is_hashing. */

@@ -27,7 +27,8 @@
 #include <time.h>
 
 /* What one transaction's capture holds at most (its texts, values and tags): past it, incomplete. */
-#define JOURNAL_TX_BYTES(cfg) TERN_MIN(16u * (cfg)->journal_max_statement_bytes, (cfg)->journal_max_bytes)
+#define JOURNAL_TX_BYTES(cfg) \
+	TERN_MIN(TERN_MIN(16u * (cfg)->journal_max_statement_bytes, (cfg)->journal_max_bytes), JOURNAL_RECORD_BYTES_MAX)
 
 /* journal_capture.kind beyond enum journal_statement_kind. */
 #define JOURNAL_KIND_MASK 0x0fu
@@ -74,8 +75,10 @@ static int journal_grow(void **items, uint32_t *cap, uint32_t count, size_t size
 static int journal_push_pending(struct session *s, struct journal_capture c)
 {
 	struct session_journal *j = &s->journal;
-	if (j->pending_head > 0 && j->pending_head == j->pending_count) {
-		j->pending_head = j->pending_count = 0; /* empty: start over at the front */
+	if (j->pending_head > 0 && j->pending_head * 2 >= j->pending_count) { /* (a client that always pipelines) */
+		memmove(j->pending, j->pending + j->pending_head, (j->pending_count - j->pending_head) * sizeof(*j->pending));
+		j->pending_count -= j->pending_head;
+		j->pending_head = 0;
 	}
 	if (journal_grow((void **)&j->pending, &j->pending_cap, j->pending_count, sizeof(*j->pending)) < 0)
 		return -ENOMEM;
@@ -100,7 +103,7 @@ static bool journal_looks_read(const uint8_t *text, uint32_t len)
 	const uint8_t *end = text + len, *p = sql_skip_blank(text, end);
 	for (size_t i = 0; i < TERN_ARRAY_LEN(reads); i++)
 		if (sql_take_word(&p, end, reads[i]))
-			return true;
+			return i > 0 || (!memmem(text, len, "into", 4) && !memmem(text, len, "INTO", 4)); /* SELECT INTO writes */
 	return false;
 }
 
@@ -162,6 +165,22 @@ static void journal_reset_tx(struct session_journal *j)
 	}
 }
 
+void journal_on_lost(struct session *s, bool is_moved)
+{
+	if (!(s->observers_on & (1u << OBSERVER_JOURNAL)))
+		return;
+	struct session_journal *j = &s->journal;
+	j->pending_head = j->pending_count = 0;
+	j->unread = 0;
+	if (is_moved && j->kept_count > 0) {
+		j->is_incomplete = true; /* replayed elsewhere: kept if it commits, not replayed from here */
+		j->is_failed = false;    /* (the server's FATAL as it went away) */
+	} else {
+		journal_reset_tx(j);
+	}
+	j->portal = (struct journal_capture){0};
+}
+
 /* A Parse or Bind whose type was seen but that was not read (too long): what it replaced is unknown. */
 static void journal_settle_unread(struct session_journal *j)
 {
@@ -176,8 +195,8 @@ void journal_note_unread_query(struct session *s)
 {
 	if (!(s->observers_on & (1u << OBSERVER_JOURNAL)))
 		return;
-	s->journal.is_incomplete = true; /* a Query too long to read: its completion is matched, not kept */
-	if (journal_push_pending(s, (struct journal_capture){.kind = JOURNAL_STATEMENT_SIMPLE}) < 0)
+	/* Its completion is matched; its text is unknown (a write there makes its transaction incomplete). */
+	if (journal_push_pending(s, (struct journal_capture){.kind = JOURNAL_STATEMENT_SIMPLE | JOURNAL_KIND_READ}) < 0)
 		s->hook_error = -ENOMEM;
 }
 
@@ -253,6 +272,18 @@ static bool journal_tag_is_read(const uint8_t *tag, uint32_t len)
 	return false;
 }
 
+/* A read's tag that a write may complete with too (CREATE TABLE AS and SELECT INTO say SELECT). */
+static bool journal_tag_may_write(const uint8_t *tag, uint32_t len)
+{
+	return (len >= 7 && memcmp(tag, "SELECT", 6) == 0) || (len >= 8 && memcmp(tag, "EXPLAIN", 7) == 0);
+}
+
+/* Its text was not kept: it looked like a read, was too long, or its statement is unknown to tern. */
+static bool journal_text_is_unknown(const struct journal_capture *c)
+{
+	return (c->kind & JOURNAL_KIND_READ) || (c->kind & JOURNAL_KIND_MASK) == 0;
+}
+
 static bool journal_tag_is(const uint8_t *tag, uint32_t len, const char *word)
 {
 	size_t n = strlen(word) + 1;
@@ -324,10 +355,14 @@ static void journal_on_complete(struct session *s, struct leg *leg, const uint8_
 	} else if (journal_tag_is(tag, len, "PREPARE TRANSACTION")) {
 		j->is_failed = true; /* two-phase: never committed history */
 	} else if (journal_tag_is(tag, len, "COMMIT PREPARED") || journal_tag_is(tag, len, "ROLLBACK PREPARED") ||
-		   journal_tag_is_read(tag, len) || (c->kind & JOURNAL_KIND_COPY_OUT)) {
-		/* nothing to keep */
-	} else if (c->kind & JOURNAL_KIND_READ || (c->kind & JOURNAL_KIND_MASK) == 0) {
+		   (c->kind & JOURNAL_KIND_COPY_OUT) ||
+		   (journal_tag_is_read(tag, len) && (journal_text_is_unknown(c) || !journal_tag_may_write(tag, len)))) {
+		/* nothing to keep (a SELECT or EXPLAIN tag of a text that is not a read's: CREATE TABLE AS,
+		 * SELECT INTO, EXPLAIN ANALYZE of a write, a WITH holding one; kept below) */
+	} else if (journal_text_is_unknown(c)) {
 		j->is_incomplete = true; /* a write whose text tern did not keep */
+	} else if (j->kept_count >= JOURNAL_RECORD_STATEMENTS_MAX) {
+		j->is_incomplete = true;
 	} else if (!(is_simple && c->tag_len > 0)) { /* (a second statement of one Query: its text is kept once) */
 		uint32_t tag_at = journal_store(s, tag, len - 1);
 		if (tag_at != UINT32_MAX && journal_grow((void **)&j->kept, &j->kept_cap, j->kept_count, sizeof(*j->kept)) == 0) {
@@ -360,6 +395,12 @@ static void journal_on_ready(struct session *s, struct leg *leg, char status)
 		j->pending_head++;
 		if ((c->kind & JOURNAL_KIND_SYNC) || (c->kind & JOURNAL_KIND_MASK) == JOURNAL_STATEMENT_SIMPLE)
 			break;
+	}
+	if (leg_client_owed(leg) == 0 && !leg->is_unsynced && journal_pending_head(j)) {
+		/* Nothing more is owed, yet something is pending (a Sync the server ignored, a request it
+		 * skipped): what tern matched may be off by it. */
+		j->is_incomplete = true;
+		j->pending_head = j->pending_count = 0;
 	}
 	if (status == 'E')
 		j->is_failed = true;
@@ -433,13 +474,15 @@ static int journal_client_message(struct session *s, struct leg *leg, const stru
 				j->portal.kind = 0;
 		}
 		if (portal[0])
-			j->is_incomplete = true; /* (a named portal: one binding is followed, the unnamed one's) */
+			j->portal.kind = 0; /* a named portal: its Execute's text unknown (a write: incomplete) */
 		return 0;
 	}
-	case PROTO_FE_EXECUTE:
-		if (j->portal.kind & JOURNAL_KIND_SKIP || s->stmts.is_portal_deallocate)
+	case PROTO_FE_EXECUTE: {
+		const char *portal = proto_read_cstring(m->body, m->len, &offset);
+		if (portal && !portal[0] && (j->portal.kind & JOURNAL_KIND_SKIP || s->stmts.is_portal_deallocate))
 			return 0; /* tern answers it: no completion comes from the server */
 		return journal_push_pending(s, j->portal);
+	}
 	case PROTO_FE_SYNC:
 		return journal_push_pending(s, (struct journal_capture){.kind = JOURNAL_KIND_SYNC});
 	case PROTO_FE_FUNCTION_CALL:
@@ -453,7 +496,7 @@ static int journal_client_message(struct session *s, struct leg *leg, const stru
 static int journal_server_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
 	struct session_journal *j = &s->journal;
-	if (leg->role != LEG_PRIMARY || m->is_hidden)
+	if (leg->role != LEG_PRIMARY)
 		return 0;
 	journal_settle_unread(j);
 	struct journal_capture *c = journal_pending_head(j);
@@ -467,8 +510,13 @@ static int journal_server_message(struct session *s, struct leg *leg, const stru
 		if (c && (c->kind & JOURNAL_KIND_MASK) == JOURNAL_STATEMENT_EXTENDED && !(c->kind & JOURNAL_KIND_SYNC))
 			j->pending_head++;
 		break;
+	case PROTO_BE_PORTAL_SUSPENDED:
+		/* The rows go on at the next Execute, which completes it; a write's portal may be closed before
+		 * (INSERT ... RETURNING with max_rows): no completion will say it ran. */
+		if (c && !journal_text_is_unknown(c))
+			j->is_incomplete = true;
+		/* fall through */
 	case PROTO_BE_EMPTY_QUERY:
-	case PROTO_BE_PORTAL_SUSPENDED: /* (the rows go on at the next Execute, which completes it) */
 		if (c && (c->kind & JOURNAL_KIND_MASK) == JOURNAL_STATEMENT_EXTENDED && !(c->kind & JOURNAL_KIND_SYNC))
 			j->pending_head++;
 		break;

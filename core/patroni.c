@@ -41,6 +41,10 @@ int patroni_parse_cluster(const char *body, size_t len, struct patroni_view *out
 		if (strcmp(patroni_string(member, "role"), "leader") != 0 ||
 		    strcmp(patroni_string(member, "state"), "running") != 0 || port <= 0 || port > UINT16_MAX)
 			continue;
+		if (out->has_leader) { /* two members say they lead: neither is trusted */
+			out->has_leader = false;
+			break;
+		}
 		out->has_leader = true;
 		base_strlcpy(out->leader_name, patroni_string(member, "name"), sizeof(out->leader_name));
 		base_strlcpy(out->leader_host, patroni_string(member, "host"), sizeof(out->leader_host));
@@ -73,19 +77,22 @@ static int patroni_connect(const char *host, uint16_t port, uint64_t deadline_ns
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *found = NULL;
 	if (getaddrinfo(host, service, &hints, &found) != 0 || !found)
 		return -EHOSTUNREACH;
-	int fd = socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	int rc = fd < 0 ? -errno : 0;
-	if (rc == 0 && connect(fd, found->ai_addr, found->ai_addrlen) < 0 && errno != EINPROGRESS)
-		rc = -errno;
-	if (rc == 0 && (rc = patroni_wait(fd, POLLOUT, deadline_ns)) == 0) {
-		int so_error = 0;
-		socklen_t so_len = sizeof(so_error);
-		getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &so_len);
-		rc = -so_error;
+	int fd = -1, rc = -EHOSTUNREACH;
+	for (const struct addrinfo *a = found; a && rc < 0; a = a->ai_next) { /* ("localhost": ::1, then 127.0.0.1) */
+		fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		rc = fd < 0 ? -errno : 0;
+		if (rc == 0 && connect(fd, a->ai_addr, a->ai_addrlen) < 0 && errno != EINPROGRESS)
+			rc = -errno;
+		if (rc == 0 && (rc = patroni_wait(fd, POLLOUT, deadline_ns)) == 0) {
+			int so_error = 0;
+			socklen_t so_len = sizeof(so_error);
+			getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &so_len);
+			rc = -so_error;
+		}
+		if (rc < 0 && fd >= 0)
+			close(fd);
 	}
 	freeaddrinfo(found);
-	if (rc < 0 && fd >= 0)
-		close(fd);
 	return rc < 0 ? rc : fd;
 }
 

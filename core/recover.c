@@ -498,6 +498,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 	TERN_INFO("client %s/%s: the connection to server %s was lost (%s); %s%s%s", s->user, s->database,
 		  server->name, recover_phase_names[d->phase], tr_action_names[d->tr.action],
 		  d->tr.sqlstate ? " with " : "", d->tr.sqlstate ? d->tr.sqlstate : "");
+	journal_on_lost(s, d->tr.action == TR_REPLAY); /* what it sent there is answered here, or again */
 	struct route_bytes again = r->inflight; /* the Query in flight, for TR_REEXECUTE */
 	r->inflight = (struct route_bytes){0};
 	r->is_open = r->is_unloggable = r->has_parse = r->has_tx_ended = false;

@@ -82,23 +82,24 @@ class State:
 
 
 def tern_config(pg, http, journal_dir="", http_listen=None, token="", tr_enabled=True, deadline_s=300,
-                fsync="interval", journal_extra=""):
+                fsync="interval", journal_extra="", tr_mode="session"):
     """tern.ini: in front of the primary, transaction pooling, [admin] http_listen on port `http` (loopback by
     default); journal_extra: more [journal] lines."""
     return ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n"
             "primary = host=127.0.0.1 port=%d\n[pool]\npool_size = 8\n[limits]\nmax_client_conn = 100\n"
             "replay_deadline_secs = %d\n[journal]\ndir = %s\nfsync = %s\nfsync_interval_ms = 50\n%s"
-            "[replay]\ntr_enabled = %s\n[admin]\nhttp_listen = %s\nhttp_token = %s\n"
+            "[replay]\ntr_enabled = %s\ntr_mode = %s\n[admin]\nhttp_listen = %s\nhttp_token = %s\n"
             % (free_port(), pg.primary_port, deadline_s, journal_dir, fsync, journal_extra,
-               "true" if tr_enabled else "false", (http_listen or "127.0.0.1:%d") % http, token))
+               "true" if tr_enabled else "false", tr_mode, (http_listen or "127.0.0.1:%d") % http, token))
 
 
 @contextlib.contextmanager
 def tern_running(pg, journal_dir="", http_listen=None, token="", tr_enabled=True, deadline_s=300, fsync="interval",
-                 journal_extra=""):
+                 journal_extra="", tr_mode="session"):
     """tern (tern_config) that must exit 0 at the end."""
     http = free_port()
-    config = tern_config(pg, http, journal_dir, http_listen, token, tr_enabled, deadline_s, fsync, journal_extra)
+    config = tern_config(pg, http, journal_dir, http_listen, token, tr_enabled, deadline_s, fsync, journal_extra,
+                         tr_mode)
     t = TernProcess(TERN, config)
     t.start()
     t.http_port = http
@@ -767,7 +768,41 @@ def an_unwritable_dir_or_an_unknown_format_stops_startup(s):
                   % (journal_dir, says, "started" if started else text[-400:]))
 
 
-CASES = [an_unwritable_dir_or_an_unknown_format_stops_startup,
+def a_failover_in_flight_leaves_the_journal_in_step(s):
+    """tr_mode = select: an autocommit read in flight when its backend is terminated runs again on a new
+    connection (Transaction Replay, its request fed through tern a second time). The journal stays in step
+    with what runs: the writes after it are journaled with their own texts, and committed_history replays
+    them into an empty copy with the same rows. (Before, the lost request's entry stayed queued and each
+    later write was journaled with the text of the statement before it.)"""
+    from run_failover import read_outcome, run, send_query
+    pg = s.pg
+    for name in ("jfo", "jfo2"):
+        pg.psql("drop database if exists %s" % name)
+        pg.psql("create database %s" % name)
+        pg.psql("create table f(id int, v text)", dbname=name)
+    with tern_running(pg, tr_mode="select") as t:
+        high = journal_status(t)["commit_seq_high"]
+        with Wire(t.port, timeout=30) as w:
+            w.login("postgres", "jfo")
+            send_query(w, "select 1, pg_sleep(2) /*jfo_read*/")
+            wait_for(lambda: pg.psql("select count(*) from pg_stat_activity where state = 'active' and query "
+                                     "like '%jfo_read%' and pid <> pg_backend_pid()").strip() == "1", "the read runs", 10)
+            pg.psql("select pg_terminate_backend(pid) from pg_stat_activity where query like '%jfo_read%' "
+                    "and pid <> pg_backend_pid()")
+            o = read_outcome(w)
+            check(o.kind == "ok" and o.rows == [["1", ""]], "the read ran again: %r" % o)
+            for sql in ("insert into f values (1, 'a')", "update f set v = 'b' where id = 1",
+                        "insert into f values (2, 'c')"):
+                check(run(w, sql).kind == "ok", sql)
+        status, answer = replay(t, {"mode": "committed_history", "target": s.target("jfo2"), "after_commit_seq": high})
+        check(status == 200, "committed_history: %s %r" % (status, answer))
+        check_answer(answer, 3, what="the three writes after the failover")
+        rows = "select id, v from f order by id"
+        check(pg.psql(rows, dbname="jfo2") == pg.psql(rows, dbname="jfo") == "1|b\n2|c",
+              "the same rows: %r %r" % (pg.psql(rows, dbname="jfo2"), pg.psql(rows, dbname="jfo")))
+
+
+CASES = [an_unwritable_dir_or_an_unknown_format_stops_startup, a_failover_in_flight_leaves_the_journal_in_step,
          round_one_simple_protocol_replays_into_a_copy_that_then_equals_the_source,
          rounds_two_and_three_extended_and_prepared_after_a_restart,
          binary_and_text_parameters_are_replayed_byte_for_byte,

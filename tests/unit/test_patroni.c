@@ -44,6 +44,10 @@ Test(patroni, a_leader_that_does_not_run_takes_no_writes)
 		"{\"members\": [{\"name\": \"pg2\", \"role\": \"replica\", \"state\": \"running\", \"host\": \"h\", "
 		"\"port\": 1}]}",
 		"{\"members\": []}",
+		/* two members that say they lead */
+		"{\"members\": [{\"name\": \"a\", \"role\": \"leader\", \"state\": \"running\", \"host\": \"h\", "
+		"\"port\": 1}, {\"name\": \"b\", \"role\": \"leader\", \"state\": \"running\", \"host\": \"h\", "
+		"\"port\": 2}]}",
 		/* a leader whose port is not a port */
 		"{\"members\": [{\"name\": \"pg1\", \"role\": \"leader\", \"state\": \"running\", \"host\": \"h\", "
 		"\"port\": 70000}]}",
