@@ -9,7 +9,8 @@
  * prepared for two-phase commit; ROLLBACK TO SAVEPOINT drops the statements after the savepoint. Kept but
  * marked incomplete (committed-history replay refuses it): a COPY FROM STDIN, an EXECUTE of an SQL
  * PREPAREd statement, a statement over [journal] max_statement_bytes, a FunctionCall, a transaction that
- * Transaction Replay moved to another server, and a completion tern could not match to what was sent.
+ * Transaction Replay moved to another server (journal_on_lost), and a completion tern could not match to
+ * what was sent.
  * Named protocol-level statements are kept with their text (observer_stmts keeps it); with
  * max_prepared_statements = 0 tern does not, and a Bind of one marks the transaction incomplete. */
 #include "observer.h"
@@ -145,7 +146,6 @@ static void journal_reset_tx(struct session_journal *j)
 {
 	j->kept_count = j->savepoint_count = 0;
 	j->is_explicit = j->is_commit = j->is_failed = j->is_incomplete = false;
-	j->tx_conn_pid = 0;
 	if (journal_pending_head(j) != NULL)
 		return; /* what is pending still points into the arena: it is emptied at the next chance */
 	j->pending_head = j->pending_count = 0;
@@ -242,8 +242,7 @@ static void journal_commit(struct session *s, struct leg *leg)
 		journal_client_address(s);
 	const char *server = leg->conn ? leg->conn->server->name : "";
 	struct journal_record r = {
-		.flags = j->is_incomplete || (leg->conn && leg->conn->backend_pid != j->tx_conn_pid) ? JOURNAL_RECORD_INCOMPLETE
-												  : 0,
+		.flags = j->is_incomplete ? JOURNAL_RECORD_INCOMPLETE : 0,
 		.client_addr = {j->client_addr, (uint32_t)strlen(j->client_addr)},
 		.user = {s->user, (uint32_t)strlen(s->user)},
 		.database = {s->database, (uint32_t)strlen(s->database)},
@@ -325,7 +324,7 @@ static void journal_on_savepoint(struct session_journal *j, const struct journal
 }
 
 /* A CommandComplete: what the statement at the head of what was sent did. */
-static void journal_on_complete(struct session *s, struct leg *leg, const uint8_t *tag, uint32_t len)
+static void journal_on_complete(struct session *s, const uint8_t *tag, uint32_t len)
 {
 	struct session_journal *j = &s->journal;
 	struct journal_capture *c = journal_pending_head(j);
@@ -368,8 +367,6 @@ static void journal_on_complete(struct session *s, struct leg *leg, const uint8_
 		if (tag_at != UINT32_MAX && journal_grow((void **)&j->kept, &j->kept_cap, j->kept_count, sizeof(*j->kept)) == 0) {
 			c->tag_at = tag_at;
 			c->tag_len = len - 1;
-			if (j->kept_count == 0)
-				j->tx_conn_pid = leg->conn ? leg->conn->backend_pid : 0;
 			j->kept[j->kept_count++] = *c;
 			const uint8_t *text = (const uint8_t *)journal_text(j, c), *end = text + c->text_len;
 			const uint8_t *p = sql_skip_blank(text, end);
@@ -423,7 +420,7 @@ static unsigned journal_client_type(struct session *s, struct leg *leg, uint8_t 
 		j->unread = type;
 	/* Nothing open on the primary (transaction pooling: no connection): what a lost connection left of a
 	 * transaction tern ended itself (Transaction Replay) is not the client's any more. */
-	if (leg->role == LEG_PRIMARY && (!leg->conn || leg->tx_status == 'I') && leg_client_owed(leg) == 0 &&
+	if ((!leg->conn || leg->tx_status == 'I') && leg_client_owed(leg) == 0 &&
 	    !leg->is_unsynced && (j->kept_count > 0 || j->is_explicit))
 		journal_reset_tx(j);
 	return OBSERVER_PASS;
@@ -503,7 +500,7 @@ static int journal_server_message(struct session *s, struct leg *leg, const stru
 	switch (m->type) {
 	case PROTO_BE_COMMAND_COMPLETE:
 		if (m->len > 0 && m->body[m->len - 1] == '\0')
-			journal_on_complete(s, leg, m->body, m->len);
+			journal_on_complete(s, m->body, m->len);
 		break;
 	case PROTO_BE_ERROR:
 		j->is_failed = true; /* the statement failed, and with it an implicit transaction (or the block) */

@@ -238,7 +238,6 @@ struct session_journal {
 	bool is_failed;     /* an error, a ROLLBACK or PREPARE TRANSACTION: it does not enter committed history */
 	bool is_incomplete; /* kept, but committed-history replay refuses it (COPY, EXECUTE, a long statement) */
 	uint8_t unread;     /* a Parse or Bind noted at its type, not yet read (a long one never is) */
-	uint32_t tx_conn_pid; /* the backend it began on (a failover replay moves it: incomplete) */
 	char client_addr[64]; /* "" until its first commit */
 };
 

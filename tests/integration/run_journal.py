@@ -802,7 +802,43 @@ def a_failover_in_flight_leaves_the_journal_in_step(s):
               "the same rows: %r %r" % (pg.psql(rows, dbname="jfo2"), pg.psql(rows, dbname="jfo")))
 
 
+def only_what_committed_is_journaled(s):
+    """Separate Queries, as an application sends them: a transaction with a savepoint rolled back to (the
+    statement after it dropped, the one after the ROLLBACK TO kept), a rolled-back transaction, a failed
+    autocommit statement, a transaction whose COMMIT the server answers ROLLBACK (an error in it), a read,
+    and two writes whose tag is SELECT (CREATE TABLE AS, SELECT INTO). committed_history applies exactly
+    three transactions, and the copy holds what the source holds."""
+    from run_failover import run
+    pg = s.pg
+    for name in ("jcap", "jcap2"):
+        pg.psql("drop database if exists %s" % name)
+        pg.psql("create database %s" % name)
+        pg.psql("create table f(id int primary key, v text)", dbname=name)
+    with tern_running(pg) as t:
+        high = journal_status(t)["commit_seq_high"]
+        with Wire(t.port, timeout=30) as w:
+            w.login("postgres", "jcap")
+            for sql, kind in (("begin", "ok"), ("insert into f values (1, 'kept')", "ok"), ("savepoint s1", "ok"),
+                              ("insert into f values (2, 'dropped')", "ok"), ("rollback to savepoint s1", "ok"),
+                              ("insert into f values (3, 'kept')", "ok"), ("release s1", "ok"), ("commit", "ok"),
+                              ("begin", "ok"), ("insert into f values (4, 'rolled back')", "ok"), ("rollback", "ok"),
+                              ("insert into f values (5, 'x'), (1, 'duplicate')", "error"),
+                              ("begin", "ok"), ("insert into f values (6, 'failed')", "ok"), ("select 1/0", "error"),
+                              ("commit", "ok"), ("select * from f", "ok"),
+                              ("create table g as select 7 as a", "ok"), ("select 8 as a into h", "ok")):
+                o = run(w, sql)
+                check(o.kind == kind, "%s: %r" % (sql, o))
+        status, answer = replay(t, {"mode": "committed_history", "target": s.target("jcap2"), "after_commit_seq": high})
+        check(status == 200, "committed_history: %s %r" % (status, answer))
+        check_answer(answer, 3, what="the savepoint transaction, CREATE TABLE AS, SELECT INTO")
+        for sql, want in (("select id, v from f order by id", "1|kept\n3|kept"), ("select a from g", "7"),
+                          ("select a from h", "8")):
+            got = pg.psql(sql, dbname="jcap2")
+            check(got == want and got == pg.psql(sql, dbname="jcap"), "%s on the copy: %r" % (sql, got))
+
+
 CASES = [an_unwritable_dir_or_an_unknown_format_stops_startup, a_failover_in_flight_leaves_the_journal_in_step,
+         only_what_committed_is_journaled,
          round_one_simple_protocol_replays_into_a_copy_that_then_equals_the_source,
          rounds_two_and_three_extended_and_prepared_after_a_restart,
          binary_and_text_parameters_are_replayed_byte_for_byte,
