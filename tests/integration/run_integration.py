@@ -983,25 +983,25 @@ def absorb_stray_cancel(w):
         check(err.sqlstate == "57014", "only a stray cancel may fail the throwaway statement: %r" % err.fields)
 
 
-def start_sleep_absorbing_stray_cancels(ctx, w, attempt):
-    """Sends pg_sleep(30) and waits until the server runs it. A stray second SIGINT (see
+def start_sleep_absorbing_stray_cancels(ctx, w, attempt, sql="select pg_sleep(30)"):
+    """Sends `sql` (a sleep) and waits until the server runs it. A stray second SIGINT (see
     absorb_stray_cancel) may land late and cancel it first: then the client has its 57014 already,
     and the query is sent again."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        w.send(message(b"Q", b"select pg_sleep(30)\0"))
+        w.send(message(b"Q", sql.encode() + b"\0"))
         while time.monotonic() < deadline:
-            if ctx.pg.psql("select count(*) from pg_stat_activity where query = 'select pg_sleep(30)' "
-                           "and state = 'active'") == "1":
+            if ctx.pg.psql("select count(*) from pg_stat_activity where query = '%s' and state = 'active'"
+                           % sql) == "1":
                 return
             if select.select([w.sock], [], [], 0.1)[0]:
                 try:
                     w.read_until_ready()
-                    raise AssertionError("pg_sleep(30) ended without a cancel")
+                    raise AssertionError("%s ended without a cancel" % sql)
                 except WireError as err:
                     check(err.sqlstate == "57014", "only a stray cancel may end it early: %r" % err.fields)
                 break
-    raise AssertionError("pg_sleep(30) never ran on the server (attempt %d)" % attempt)
+    raise AssertionError("%s never ran on the server (attempt %d)" % (sql, attempt))
 
 
 def send_cancel(port, pid, secret):
@@ -1040,10 +1040,8 @@ def cancel_requests_reach_the_owning_worker_and_stop_only_a_running_query(ctx):
             expect_cancelled(t.port, w, pid, secret, "attempt %d" % attempt)
             absorb_stray_cancel(w)
         check(w.query("select 2") == [["2"]], "the session goes on after its cancels")
-        w.send(message(b"Q", b"select pg_sleep(2), 3\0"))
-        wait_for(lambda: ctx.pg.psql("select count(*) from pg_stat_activity where "
-                                     "query like 'select pg_sleep(2)%' and state = 'active'") == "1",
-                 "the query runs on the server", timeout=5, interval=0.02)
+        # (a stray SIGINT of the cancels above may still cancel it first: it is sent again then)
+        start_sleep_absorbing_stray_cancels(ctx, w, 0, "select pg_sleep(2), 3")
         for _ in range(4):
             send_cancel(t.port, pid, secret ^ 1)
         rows = [m for m in w.read_until_ready() if m[0] == b"D"]
