@@ -4,13 +4,12 @@
  */
 #include "monitor.h"
 
+#include "monitor_conn.h"
 #include "patroni.h"
 #include "pool/login.h"
-#include "pool/opener.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <libpq-fe.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +40,9 @@ static const char monitor_probe_standby_query[] = "SELECT pg_catalog.pg_last_wal
 #define MONITOR_STANDBY_PROBE_GAP_NS (1000u * 1000u)
 /* The primary's positions remembered, for a standby's lag in time. */
 #define MONITOR_SAMPLES 64u
+/* A server that refused the monitor's credential is asked again at a learned key, a reload of auth_file,
+ * or this long after (pg_hba.conf may have changed): not every round, which would fill its log. */
+#define MONITOR_CREDENTIAL_RETRY_NS (30ull * BASE_NS_PER_SEC)
 
 struct monitor_sample {
 	uint64_t ns, lsn;
@@ -54,7 +56,20 @@ struct monitor {
 	bool stopping; /* lock */
 	uint32_t count;
 	struct monitor_server servers[POOL_SERVERS_MAX];
-	PGconn *conns[POOL_SERVERS_MAX]; /* the thread's own */
+	struct monitor_conn *conns[POOL_SERVERS_MAX]; /* the thread's own */
+	/* Credentials learned from clients (lock): a server's SCRAM key, for the user key_user names while it
+	 * wants one ("" once it has a working credential); key_serial counts the keys learned. */
+	struct server_auth_secret keys[POOL_SERVERS_MAX];
+	bool has_key[POOL_SERVERS_MAX];
+	char key_user[POOL_SERVERS_MAX][AUTH_NAME_MAX + 1];
+	uint32_t key_serial[POOL_SERVERS_MAX];
+	uint32_t keys_wanted; /* atomic: the servers whose key_user is set */
+	/* The thread's own: when a server last refused the credential (0: it did not), the key serial and
+	 * auth_file tried then, and what it said. */
+	uint64_t refused_ns[POOL_SERVERS_MAX];
+	uint32_t tried_serial[POOL_SERVERS_MAX];
+	const struct auth_file *tried_auth[POOL_SERVERS_MAX];
+	char refusal[POOL_SERVERS_MAX][sizeof(((struct pool_error *)0)->message)];
 	/* Probes (atomic): tickets asked for, probes sent and answered, the last answer. */
 	uint64_t probe_requested, probe_sent, probe_done, probe_lsn;
 	uint64_t want_lsn, want_until_ns; /* the highest replay LSN a read waits for, and until when */
@@ -151,7 +166,7 @@ void monitor_want_replay(struct monitor *m, uint64_t lsn, uint64_t until_ns)
 
 const char *monitor_role_name(enum monitor_role role)
 {
-	static const char *const names[] = {"unknown", "down", "primary", "standby", "fenced"};
+	static const char *const names[] = {"unknown", "down", "unmonitored", "primary", "standby", "fenced"};
 	return role < TERN_ARRAY_LEN(names) ? names[role] : "unknown";
 }
 
@@ -167,36 +182,114 @@ static uint64_t monitor_parse_lsn(const char *text)
 	return text && sscanf(text, "%X/%X", &high, &low) == 2 ? (uint64_t)high << 32 | low : 0;
 }
 
-static PGconn *monitor_connect(struct monitor *m, const struct pool_server *server)
+/* Server i refused the monitor's credential for `user`: a key learned for it is dropped when it was the
+ * one refused, and the next client of the user who proves itself with SCRAM gives one. */
+static void monitor_want_key(struct monitor *m, uint32_t i, const char *user, bool is_key_refused)
+{
+	pthread_mutex_lock(&m->lock);
+	if (is_key_refused || (m->has_key[i] && strcmp(m->keys[i].user, user) != 0)) {
+		explicit_bzero(&m->keys[i], sizeof(m->keys[i]));
+		m->has_key[i] = false;
+	}
+	if (!m->has_key[i] && m->key_user[i][0] == '\0') {
+		base_strlcpy(m->key_user[i], user, sizeof(m->key_user[i]));
+		__atomic_add_fetch(&m->keys_wanted, 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&m->lock);
+}
+
+/* Server i took the monitor's login: it wants no key any more. */
+static void monitor_unwant_key(struct monitor *m, uint32_t i)
+{
+	pthread_mutex_lock(&m->lock);
+	if (m->key_user[i][0] != '\0') {
+		m->key_user[i][0] = '\0';
+		__atomic_sub_fetch(&m->keys_wanted, 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&m->lock);
+}
+
+void monitor_learn_key(struct monitor *m, const struct server_auth_secret *secret)
+{
+	if (!m || __atomic_load_n(&m->keys_wanted, __ATOMIC_ACQUIRE) == 0)
+		return;
+	if (secret->kind != AUTH_SECRET_SCRAM || !secret->has_client_key)
+		return;
+	bool is_new = false;
+	pthread_mutex_lock(&m->lock);
+	for (uint32_t i = 0; i < m->count; i++) {
+		if (m->key_user[i][0] == '\0' || strcmp(m->key_user[i], secret->user) != 0)
+			continue;
+		m->keys[i] = *secret;
+		m->has_key[i] = true;
+		m->key_serial[i]++;
+		m->key_user[i][0] = '\0';
+		__atomic_sub_fetch(&m->keys_wanted, 1, __ATOMIC_RELEASE);
+		is_new = true;
+	}
+	if (is_new) {
+		__atomic_store_n(&m->is_round_asked, true, __ATOMIC_RELAXED);
+		pthread_cond_signal(&m->wake);
+	}
+	pthread_mutex_unlock(&m->lock);
+}
+
+/* Opens the kept connection to server i (monitor.h: as whom, with what). 0, -EACCES when the server
+ * refused the credential or tern has none it takes (err says what to fix), else <0: not there. */
+static int monitor_connect(struct monitor *m, uint32_t i, struct pool_error *err)
 {
 	const struct tern_config *cfg = runtime_config(m->rt);
-	static const char *const replaced[] = {"user", "dbname", "password", "connect_timeout",
-					       "fallback_application_name", NULL};
-	struct pool_conninfo params;
-	char parse_err[128];
-	if (pool_conninfo_init(&params, server->conninfo, replaced, parse_err, sizeof(parse_err)) < 0)
-		return NULL;
-	const char *user = pool_conninfo_get(&params, "user");
-	if (!user)
-		user = cfg->auth_user[0] ? cfg->auth_user : "postgres";
+	const struct pool_server *server = m->servers[i].server;
+	static const char *const replaced_none[] = {NULL};
+	struct pool_conninfo own;
+	if (pool_conninfo_init(&own, server->conninfo, replaced_none, err->message, sizeof(err->message)) < 0) {
+		base_strlcpy(err->sqlstate, "08006", sizeof(err->sqlstate));
+		return -EINVAL;
+	}
+	char user[AUTH_NAME_MAX + 1];
+	const char *named = pool_conninfo_get(&own, "user");
+	base_strlcpy(user, named ? named : cfg->auth_user[0] ? cfg->auth_user : "postgres", sizeof(user));
+	bool has_own_password = pool_conninfo_get(&own, "password") || pool_conninfo_get(&own, "passfile");
+	pool_conninfo_deinit(&own);
 	const struct auth_file *auth = __atomic_load_n(&m->rt->auth_file, __ATOMIC_ACQUIRE);
 	const struct auth_user *entry = auth ? auth_file_find(auth, user) : NULL;
-	char timeout_s[24];
-	snprintf(timeout_s, sizeof(timeout_s), "%" PRIu64, (cfg->server_connect_timeout_ms + 999) / 1000);
-	pool_conninfo_set(&params, "user", user);
-	pool_conninfo_set(&params, "password", entry && entry->kind == AUTH_SECRET_PLAIN
-							? entry->secret
-							: pool_conninfo_get(&params, "password"));
-	pool_conninfo_set(&params, "dbname", "postgres");
-	pool_conninfo_set(&params, "connect_timeout", timeout_s);
-	pool_conninfo_set(&params, "fallback_application_name", "tern monitor");
-	PGconn *pg = PQconnectdbParams(params.keys, params.values, 0);
-	pool_conninfo_deinit(&params);
-	if (pg && PQstatus(pg) != CONNECTION_OK) {
-		PQfinish(pg);
-		pg = NULL;
+	struct monitor_login login = {.conninfo = server->conninfo, .user = user,
+				      .timeout_ms = cfg->server_connect_timeout_ms};
+	struct server_auth_secret secret;
+	bool is_learned = false;
+	if (entry && entry->kind == AUTH_SECRET_PLAIN) {
+		login.password = entry->secret;
+	} else if (!has_own_password) {
+		pthread_mutex_lock(&m->lock);
+		if (m->has_key[i] && strcmp(m->keys[i].user, user) == 0) {
+			secret = m->keys[i];
+			is_learned = true;
+		}
+		m->tried_serial[i] = m->key_serial[i];
+		pthread_mutex_unlock(&m->lock);
+		if (is_learned || (entry && server_auth_secret_from(entry, NULL, &secret)))
+			login.secret = &secret;
 	}
-	return pg;
+	m->tried_auth[i] = auth;
+	int rc = monitor_conn_open(&m->conns[i], &login, err);
+	explicit_bzero(&secret, sizeof(secret));
+	if (rc == -EACCES)
+		monitor_want_key(m, i, user, is_learned);
+	else if (rc == 0)
+		monitor_unwant_key(m, i);
+	return rc;
+}
+
+/* Server i refused the credential lately and nothing that could change that happened since. */
+static bool monitor_is_refusal_fresh(struct monitor *m, uint32_t i, uint64_t now)
+{
+	if (m->refused_ns[i] == 0 || now >= m->refused_ns[i] + MONITOR_CREDENTIAL_RETRY_NS ||
+	    __atomic_load_n(&m->rt->auth_file, __ATOMIC_ACQUIRE) != m->tried_auth[i])
+		return false;
+	pthread_mutex_lock(&m->lock);
+	bool is_same_key = m->key_serial[i] == m->tried_serial[i];
+	pthread_mutex_unlock(&m->lock);
+	return is_same_key;
 }
 
 /* A server's host and port as its conninfo names them (libpq's defaults when it does not). */
@@ -215,38 +308,48 @@ static void monitor_address_of(const struct pool_server *server, struct config_l
 	pool_conninfo_deinit(&params);
 }
 
-/* Asks one server: its role as it says (DOWN when it does not answer; FENCED when it is out of
- * recovery but read-only, as a server being demoted is); its LSN and timeline are stored. */
+/* Asks one server: its role as it says (DOWN when it does not answer; UNMONITORED when it does not take
+ * the monitor's login; FENCED when it is out of recovery but read-only, as a server being demoted is);
+ * its LSN and timeline are stored. */
 static uint32_t monitor_ask(struct monitor *m, uint32_t i, const char **why)
 {
 	struct monitor_server *state = &m->servers[i];
-	PGresult *res = NULL;
-	for (int attempt = 0; attempt < 2 && !res; attempt++) { /* a kept connection the server closed: once more */
+	struct monitor_row row;
+	bool has_row = false;
+	for (int attempt = 0; attempt < 2 && !has_row; attempt++) { /* a kept connection the server closed: once more */
 		if (!m->conns[i]) {
-			m->conns[i] = monitor_connect(m, state->server);
-			if (m->conns[i])
-				__atomic_store_n(&state->version, (uint32_t)PQserverVersion(m->conns[i]), __ATOMIC_RELAXED);
+			if (monitor_is_refusal_fresh(m, i, base_now_ns())) {
+				*why = m->refusal[i];
+				return MONITOR_UNMONITORED;
+			}
+			struct pool_error err;
+			int rc = monitor_connect(m, i, &err);
+			if (rc == -EACCES) {
+				m->refused_ns[i] = base_now_ns();
+				base_strlcpy(m->refusal[i], err.message, sizeof(m->refusal[i]));
+				*why = m->refusal[i];
+				return MONITOR_UNMONITORED;
+			}
+			if (rc < 0)
+				break;
+			m->refused_ns[i] = 0;
+			__atomic_store_n(&state->version, monitor_conn_server_version(m->conns[i]), __ATOMIC_RELAXED);
 		}
-		if (!m->conns[i])
-			break;
-		res = PQexec(m->conns[i], monitor_query);
-		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQnfields(res) != 4) {
-			PQclear(res);
-			res = NULL;
-			PQfinish(m->conns[i]);
+		has_row = monitor_conn_query(m->conns[i], monitor_query, 4, &row) == 0;
+		if (!has_row) {
+			monitor_conn_close(m->conns[i]);
 			m->conns[i] = NULL;
 		}
 	}
-	if (!res)
+	if (!has_row)
 		return MONITOR_DOWN;
-	uint32_t role = strcmp(PQgetvalue(res, 0, 0), "t") == 0 ? MONITOR_STANDBY : MONITOR_PRIMARY;
-	if (role == MONITOR_PRIMARY && strcmp(PQgetvalue(res, 0, 3), "on") == 0) {
+	uint32_t role = strcmp(row.value[0], "t") == 0 ? MONITOR_STANDBY : MONITOR_PRIMARY;
+	if (role == MONITOR_PRIMARY && strcmp(row.value[3], "on") == 0) {
 		role = MONITOR_FENCED; /* a write there would answer 25006 */
 		*why = "it is read-only (default_transaction_read_only = on)";
 	}
-	__atomic_store_n(&state->lsn, monitor_parse_lsn(PQgetvalue(res, 0, 1)), __ATOMIC_RELAXED);
-	__atomic_store_n(&state->timeline, (uint32_t)strtoul(PQgetvalue(res, 0, 2), NULL, 10), __ATOMIC_RELAXED);
-	PQclear(res);
+	__atomic_store_n(&state->lsn, monitor_parse_lsn(row.value[1]), __ATOMIC_RELAXED);
+	__atomic_store_n(&state->timeline, (uint32_t)strtoul(row.value[2], NULL, 10), __ATOMIC_RELAXED);
 	return role;
 }
 
@@ -337,6 +440,10 @@ static void monitor_store_role(struct monitor *m, uint32_t i, uint32_t role, con
 			  monitor_role_name(before), why ? ": " : "", why ? why : "");
 	else if (role == MONITOR_FENCED && before == MONITOR_UNKNOWN)
 		TERN_WARN("server %s is fenced: %s", state->server->name, why);
+	else if (role == MONITOR_UNMONITORED && before == MONITOR_UNKNOWN)
+		TERN_WARN("server %s is unmonitored (the monitor cannot log in: %s): while the server writes go to is "
+			  "unmonitored they stay with it and no read goes to a replica",
+			  state->server->name, why);
 }
 
 /* Writes go to the server that says it is the primary and is not fenced; of two that say so (two
@@ -421,16 +528,12 @@ static uint64_t monitor_ask_lsn(struct monitor *m, uint32_t i, const char *query
 {
 	if (!m->conns[i])
 		return 0;
-	PGresult *res = PQexec(m->conns[i], query);
-	uint64_t lsn = 0;
-	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
-		lsn = monitor_parse_lsn(PQgetvalue(res, 0, 0));
-	else {
-		PQfinish(m->conns[i]);
-		m->conns[i] = NULL;
-	}
-	PQclear(res);
-	return lsn;
+	struct monitor_row row;
+	if (monitor_conn_query(m->conns[i], query, 1, &row) == 0)
+		return monitor_parse_lsn(row.value[0]);
+	monitor_conn_close(m->conns[i]);
+	m->conns[i] = NULL;
+	return 0;
 }
 
 /* The strict reads' probe: the insert LSN of the server writes go to, sent after every read that asked
@@ -532,8 +635,7 @@ static void *monitor_main(void *arg)
 	}
 	pthread_mutex_unlock(&m->lock);
 	for (uint32_t i = 0; i < m->count; i++)
-		if (m->conns[i])
-			PQfinish(m->conns[i]);
+		monitor_conn_close(m->conns[i]);
 	return NULL;
 }
 
@@ -562,8 +664,8 @@ int monitor_start(struct monitor **out, struct tern_runtime *rt)
 	int rc = pthread_create(&m->thread, NULL, monitor_main, m);
 	if (rc != 0) {
 		for (uint32_t i = 0; i < m->count; i++)
-			if (m->conns[i])
-				PQfinish(m->conns[i]);
+			monitor_conn_close(m->conns[i]);
+		explicit_bzero(m->keys, sizeof(m->keys));
 		pthread_cond_destroy(&m->wake);
 		pthread_mutex_destroy(&m->lock);
 		free(m);
@@ -582,6 +684,7 @@ void monitor_stop(struct monitor *m)
 	pthread_cond_signal(&m->wake);
 	pthread_mutex_unlock(&m->lock);
 	pthread_join(m->thread, NULL);
+	explicit_bzero(m->keys, sizeof(m->keys));
 	pthread_cond_destroy(&m->wake);
 	pthread_mutex_destroy(&m->lock);
 	free(m);

@@ -6,7 +6,11 @@
  * with no config change. A server that does not answer is marked down, and up again when it answers.
  *
  * It logs in as the server conninfo's own user if it names one, else as [auth] auth_user, else as
- * postgres, to database postgres, with that user's plaintext password from auth_file if it has one.
+ * postgres, to database postgres (monitor_conn.h says with what): the user's plaintext password from
+ * auth_file or the conninfo; else the md5 hash auth_file holds, or the SCRAM ClientKey the first client of
+ * that user proved in its own SCRAM login (monitor_learn_key: in memory only, never written). A server it
+ * cannot log in to is UNMONITORED (logged once), tried again when a key is learned, at a reload, and every
+ * MONITOR_CREDENTIAL_RETRY_NS.
  *
  * Threads: the monitor's thread writes; any thread reads (each field one atomic load). The first round
  * runs on the caller's thread in monitor_start, so the primary is known before clients are accepted.
@@ -16,6 +20,7 @@
 #define TERN_MONITOR_H
 
 #include "auth.h"
+#include "server_auth.h"
 #include "pool/pool.h"
 #include "runtime.h"
 
@@ -23,7 +28,11 @@
  * answer 25006), another primary is on a later timeline, or [routing] patroni_api's leader is another
  * server. Neither writes nor reads go to it; at most one server is PRIMARY after a round, unless two
  * unrelated servers share a timeline. */
-enum monitor_role { MONITOR_UNKNOWN = 0, MONITOR_DOWN, MONITOR_PRIMARY, MONITOR_STANDBY, MONITOR_FENCED };
+/* UNMONITORED: the monitor cannot log in to the server (no usable credential for its user): its role and
+ * LSN are unknown. Writes stay with the server they went to ([servers] primary at startup) and a lost
+ * connection there is decided as without a monitor; no read goes to a replica while the server writes go
+ * to is unmonitored, and no read to an unmonitored replica. */
+enum monitor_role { MONITOR_UNKNOWN = 0, MONITOR_DOWN, MONITOR_UNMONITORED, MONITOR_PRIMARY, MONITOR_STANDBY, MONITOR_FENCED };
 /* The last round got an answer from it. */
 static inline bool monitor_role_is_up(uint32_t role) { return role >= MONITOR_PRIMARY; }
 
@@ -84,6 +93,11 @@ bool monitor_probe_answer(const struct monitor *m, uint64_t ticket, uint64_t *ls
 /* A read waits for a standby to replay `lsn` until `until_ns`: the monitor asks the standbys short of
  * it again and again (at most once a millisecond) until one has it or the time is up. */
 void monitor_want_replay(struct monitor *m, uint64_t lsn, uint64_t until_ns);
+
+/* A client of secret->user proved itself with SCRAM (secret: server_auth_secret_from's, with its
+ * ClientKey): kept, in memory only, for each server the monitor logs in to as that user without a working
+ * credential, and a round is asked. Any thread; one atomic load when no server wants a key. */
+void monitor_learn_key(struct monitor *m, const struct server_auth_secret *secret);
 
 /* Stops the thread and frees the monitor. */
 void monitor_stop(struct monitor *m);

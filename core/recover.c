@@ -298,7 +298,10 @@ static bool recover_primary_is_there(const struct session *s)
 		return true;
 	const struct monitor_server *ms = monitor_server_at(rt->monitor, primary->index);
 	uint64_t checked_ns = __atomic_load_n(&ms->checked_ns, __ATOMIC_ACQUIRE);
-	if (__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) != MONITOR_PRIMARY)
+	uint32_t role = __atomic_load_n(&ms->role, __ATOMIC_ACQUIRE);
+	if (role == MONITOR_UNMONITORED)
+		return true; /* the monitor cannot log in there: as without a monitor, the pool's login tells */
+	if (role != MONITOR_PRIMARY)
 		return false;
 	return primary != s->replay.lost_server || checked_ns > s->replay.lost_ns;
 }
@@ -324,7 +327,8 @@ static void recover_lose(struct session *s, struct pool_server *server, uint64_t
  * Transaction Replay on; a fenced one without it too (no answer ends that wait: its deadline goes). */
 static bool recover_must_wait(const struct session *s, uint32_t role)
 {
-	return role != MONITOR_PRIMARY && ((s->observers_on & (1u << OBSERVER_REPLAY)) || role == MONITOR_FENCED);
+	return role != MONITOR_PRIMARY && role != MONITOR_UNMONITORED &&
+	       ((s->observers_on & (1u << OBSERVER_REPLAY)) || role == MONITOR_FENCED);
 }
 
 static void recover_unwait(struct session *s)
@@ -342,6 +346,11 @@ bool recover_awaits_primary(struct session *s, struct leg *leg)
 {
 	struct session_replay *r = &s->replay;
 	TERN_ASSERT(leg == session_primary(s));
+	/* A client still logging in never waits here (recover_check_waits serves sessions past their welcome):
+	 * its login goes to the pool, which waits for a server that is down (query_wait_timeout) and retries
+	 * the login (server_login_retry). */
+	if (s->phase != SESSION_READY)
+		return false;
 	if (!r->lost_server) {
 		/* The monitor says the server writes go to is no primary (down, or fenced): wait here for the
 		 * next (write_timeout_secs), not in the pool for a login that cannot work (query_wait_timeout). A

@@ -627,6 +627,8 @@ static struct pool_server *route_pick(struct session *s, const struct tern_confi
 	struct pick_candidate ready[PICK_SERVERS_MAX];
 	uint32_t ready_count = 0;
 	*any = false;
+	if (__atomic_load_n(&monitor_server_at(m, primary->index)->role, __ATOMIC_ACQUIRE) == MONITOR_UNMONITORED)
+		return NULL; /* no LSN of the primary to hold a replica to: every read stays there */
 	for (uint32_t i = 0; i < count && i < PICK_SERVERS_MAX; i++) {
 		const struct monitor_server *ms = monitor_server_at(m, i);
 		struct pool_server *server = &rt->pool->servers[i];

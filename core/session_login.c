@@ -4,6 +4,7 @@
 #include "auth_query.h"
 #include "databases.h"
 #include "dispatch.h"
+#include "monitor.h"
 #include "route.h"
 #include "scram.h"
 #include "server_auth.h"
@@ -291,6 +292,7 @@ static bool login_take_db(struct session *s, const char *options)
 	/* A forced user has no proof of the client's to log in with: its plaintext, or libpq's own. */
 	if (entry && !is_forced && server_auth_secret_from(entry, s->scram, &secret)) {
 		pool_db_set_secret(rt->pool, s->db, &secret, sizeof(secret));
+		monitor_learn_key(rt->monitor, &secret); /* the monitor may need this user's key too */
 		explicit_bzero(&secret, sizeof(secret));
 	}
 	return true;

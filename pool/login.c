@@ -146,18 +146,19 @@ static int login_resolve(struct pool_login *l, const struct pool_conninfo *optio
 	return 0;
 }
 
-static int login_build_startup(struct pool_login *l, const struct pool_conninfo *options, const struct pool_db *db,
-			       bool is_polar)
+static int login_build_startup(struct pool_login *l, const struct pool_conninfo *options,
+			       const struct pool_login_who *who)
 {
-	const char *application_name = pool_conninfo_get(options, "application_name");
+	const char *application_name = who->application_name ? who->application_name
+							      : pool_conninfo_get(options, "application_name");
 	const char *client_encoding = pool_conninfo_get(options, "client_encoding");
 	l->out_len = 8;
-	bool fits = login_put_pair(l, "user", db->user) && login_put_pair(l, "database", db->database) &&
+	bool fits = login_put_pair(l, "user", who->user) && login_put_pair(l, "database", who->database) &&
 		    login_put_pair(l, "application_name", application_name ? application_name : "tern") &&
 		    (!client_encoding || strcmp(client_encoding, "auto") == 0 ||
 		     login_put_pair(l, "client_encoding", client_encoding)) &&
-		    (!db->options[0] || login_put_pair(l, "options", db->options)) &&
-		    (!is_polar || login_put_pair(l, "_polar_send_xact", "on")); /* the XID-import profile */
+		    (!who->options[0] || login_put_pair(l, "options", who->options)) &&
+		    (!who->is_polar || login_put_pair(l, "_polar_send_xact", "on")); /* the XID-import profile */
 	if (!fits) {
 		login_fail(l, "54000", "the startup packet for the server is too long");
 		return -E2BIG;
@@ -168,10 +169,11 @@ static int login_build_startup(struct pool_login *l, const struct pool_conninfo 
 	return 0;
 }
 
-int pool_login_start(struct pool_login *l, const char *conninfo, bool is_polar, const struct pool_db *db,
-		     const void *secret, size_t secret_len, const struct pool_auth_ops *ops)
+int pool_login_start(struct pool_login *l, const char *conninfo, const struct pool_login_who *who, const void *secret,
+		     size_t secret_len, const struct pool_auth_ops *ops)
 {
-	TERN_ASSERT(conninfo && db && secret && (secret_len > 0 || is_polar) && ops);
+	TERN_ASSERT(conninfo && who && who->user && who->database && who->options && secret &&
+		    (secret_len > 0 || who->is_polar) && ops);
 	memset(l, 0, offsetof(struct pool_login, out));
 	l->fd = -1;
 	l->ops = ops;
@@ -183,7 +185,7 @@ int pool_login_start(struct pool_login *l, const char *conninfo, bool is_polar, 
 	}
 	int rc = login_resolve(l, &options);
 	if (rc == 0)
-		rc = login_build_startup(l, &options, db, is_polar);
+		rc = login_build_startup(l, &options, who);
 	pool_conninfo_deinit(&options);
 	if (rc < 0)
 		return rc;

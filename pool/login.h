@@ -90,14 +90,20 @@ struct pool_login {
 	struct pool_error error;
 };
 
+/* Whom a login speaks for: the startup packet's user, database and options ("" for none), the
+ * application_name (NULL: the conninfo's, else "tern"), and is_polar: it asks for the XID-import profile
+ * (_polar_send_xact). */
+struct pool_login_who {
+	const char *user, *database, *options, *application_name;
+	bool is_polar;
+};
+
 /* Starts a login to the first host of `conninfo` (host or hostaddr, port; a host starting with '/' is a
- * Unix socket directory; PGHOST/PGPORT and /var/run/postgresql:5432 when absent) as db's user, database
- * and options (is_polar: asking for the XID-import profile, _polar_send_xact), answering with `secret`
- * through `ops` (none, secret_len 0, for a polar server: trust alone). 0, or <0 with l->error set
- * (nothing to abandon). */
-TERN_MUST_USE int pool_login_start(struct pool_login *l, const char *conninfo, bool is_polar,
-				   const struct pool_db *db, const void *secret, size_t secret_len,
-				   const struct pool_auth_ops *ops);
+ * Unix socket directory; PGHOST/PGPORT and /var/run/postgresql:5432 when absent) for `who`, answering
+ * with `secret` through `ops` (none, secret_len 0, for a polar server: trust alone). 0, or <0 with
+ * l->error set (nothing to abandon). */
+TERN_MUST_USE int pool_login_start(struct pool_login *l, const char *conninfo, const struct pool_login_who *who,
+				   const void *secret, size_t secret_len, const struct pool_auth_ops *ops);
 /* POLLIN or POLLOUT: what the login waits for. */
 short pool_login_events(const struct pool_login *l);
 /* 1: logged in (l->fd, target, params are the connection's); 0: waiting; <0: failed, l->error set.

@@ -258,8 +258,9 @@ static bool opener_start_raw_login(struct pool_opener *opener, struct opener_job
 		opener_fail_job(opener, job, &err);
 		return true;
 	}
-	int rc = pool_login_start(login, job->server->conninfo, job->server->is_polar, job->db, secret, secret_len,
-				  opener->auth);
+	struct pool_login_who who = {.user = job->db->user, .database = job->db->database, .options = job->db->options,
+				     .is_polar = job->server->is_polar};
+	int rc = pool_login_start(login, job->server->conninfo, &who, secret, secret_len, opener->auth);
 	explicit_bzero(secret, sizeof(secret));
 	if (rc < 0) {
 		opener_fail_job(opener, job, &login->error);

@@ -230,13 +230,16 @@ class PgCluster:
 
     extra_conf: dict / str / list of postgresql.conf lines, appended last.
     hba_lines:  pg_hba.conf lines placed *before* the trust lines.
+    password:   the postgres role's password from initdb on (SCRAM), which the harness's own psql
+                sends: hba_lines may then ask every TCP login for one (replication stays trusted).
     """
 
     host = "127.0.0.1"
 
     def __init__(self, with_replica=True, durable=False, extra_conf=None,
-                 hba_lines=None):
+                 hba_lines=None, password=None):
         self.with_replica = with_replica
+        self.password = password
         self.durable = durable
         self.extra_conf = extra_conf
         self.hba_lines = list(hba_lines or [])
@@ -349,8 +352,15 @@ class PgCluster:
         self._primary = _Server("primary", datadir,
                                 os.path.join(self.base_dir, "primary.log"),
                                 free_port())
+        pwfile = []
+        if self.password is not None:
+            path = os.path.join(self.base_dir, "pwfile")
+            with open(path, "w") as f:
+                f.write(self.password + "\n")
+            self._chown(path)
+            pwfile = ["--pwfile=" + path]
         self._run([self._bin("initdb"), "-D", datadir, "-U", "postgres",
-                   "--auth=trust", "-E", "UTF8", "--locale=C"] + self._nosync(),
+                   "--auth=trust", "-E", "UTF8", "--locale=C"] + pwfile + self._nosync(),
                   timeout=180, what="initdb")
         self._append(os.path.join(datadir, "postgresql.conf"),
                      self._server_conf(self._primary.port))
@@ -447,6 +457,8 @@ class PgCluster:
         argv = [self._bin("psql"), "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1",
                 "-h", self.host, "-p", str(port), "-U", user, "-d", dbname,
                 "-c", sql]
+        if password is None and user == "postgres":
+            password = self.password
         try:
             extra = {"PGCONNECT_TIMEOUT": "10"}
             if password is not None:

@@ -7,6 +7,7 @@ usage: run_integration.py [-k SUBSTRING]...   (TERN_BINARY and TERN_SOURCE_ROOT 
 import argparse
 import datetime
 import hashlib
+import json
 import os
 import re
 import select
@@ -562,6 +563,106 @@ def a_server_login_that_cannot_work_says_what_to_fix_and_never_the_servers_addre
     for e in (err,):
         check("127.0.0.1" not in e.fields["M"] and str(ctx.pg.primary_port) not in e.fields["M"],
               "no server address: %r" % e.fields)
+
+
+def scram_only_cluster():
+    """A primary and streaming replica that ask every TCP login for scram-sha-256, postgres included (its
+    password from initdb on): the setup of a user who keeps no plaintext password anywhere."""
+    return PgCluster(with_replica=True, password="pgpw", hba_lines=["host all all 127.0.0.1/32 scram-sha-256"])
+
+
+def scram_only_tern(ctx, pg, users, http_port):
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n"
+              "[servers]\nprimary = host=127.0.0.1 port=%d\nreplica = host=127.0.0.1 port=%d\n"
+              "[routing]\nmonitor_interval_ms = 100\ndefault_consistency = session\n"
+              "[auth]\nmode = scram\nauth_file = users.txt\n[admin]\nhttp_listen = 127.0.0.1:%d\n"
+              % (free_port(), pg.primary_port, pg.replica_port, http_port))
+    t = TernProcess(TERN, config, extra_files={"users.txt": users})
+    ctx.terns.append(t)
+    t.start()
+    return t
+
+
+def server_roles(http_port):
+    status = json.loads(urllib.request.urlopen("http://127.0.0.1:%d/api/status" % http_port, timeout=10).read())
+    return {server["name"]: server["role"] for server in status["servers"]}
+
+
+@test
+def a_userlist_of_verifiers_only_serves_psql_and_psycopg_and_the_monitor_learns_its_key(ctx):
+    """A scram-sha-256 server for every login, a userlist with only the server's verifier for postgres,
+    [auth] mode = scram: before any client the monitor cannot log in (both servers unmonitored, logged
+    once each, writes to [servers] primary). psql with the right password gets in and its query runs (tern
+    aborted here once: the login joined the wait for a primary). The monitor takes the ClientKey that
+    login proved and sees the primary and the standby; reads go to the replica from then on; psycopg
+    (extended protocol, a transaction) works; a wrong password is 28P01; a psycopg session survives a
+    kill of the primary and the promotion of the standby (Transaction Replay's login with the same key)."""
+    import psycopg
+    with scram_only_cluster() as pg:
+        secret = pg.psql("select rolpassword from pg_authid where rolname = 'postgres'")
+        check(secret.startswith("SCRAM-SHA-256$"), "a verifier: %r" % secret[:20])
+        http_port = free_port()
+        t = scram_only_tern(ctx, pg, '"postgres" "%s"\n' % secret, http_port)
+        check(server_roles(http_port) == {"primary": "unmonitored", "replica": "unmonitored"},
+              "no credential yet: %r" % server_roles(http_port))
+        check(psql_ok(t.port, "select 42", password="pgpw") == "42", "psql through tern")
+        wait_for(lambda: server_roles(http_port) == {"primary": "primary", "replica": "standby"},
+                 "the monitor logs in with the key the client proved", timeout=10)
+        wait_for(lambda: psql_ok(t.port, "select pg_is_in_recovery()", password="pgpw") == "t",
+                 "a read on the replica", timeout=10)
+        dsn = "host=127.0.0.1 port=%d user=postgres dbname=postgres password=pgpw" % t.port
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("drop table if exists verifier_only; create table verifier_only(a int)")
+            with conn.transaction():
+                for i in range(5):
+                    conn.execute("insert into verifier_only values (%s)", (i,))
+            rows = conn.execute("select count(*), sum(a) from verifier_only where a >= %s", (0,)).fetchone()
+        check(rows == (5, 10), "psycopg's rows: %r" % (rows,))
+        expect_login_refused(t.port, "postgres", "28P01", password="wrong")
+        # Transaction Replay logs in again with the key on the client's own pool entry; the monitor finds
+        # the promoted standby with the key it learned.
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("insert into verifier_only values (5)")
+            pg.wait_replica_caught_up()
+            pg.promote_replica()
+            rows = conn.execute("select count(*) from verifier_only").fetchone()
+        check(rows == (6,), "the session moved to the promoted server: %r" % (rows,))
+        check(server_roles(http_port)["replica"] == "primary", "the monitor follows: %r" % server_roles(http_port))
+        log = t.log_tail(1000)
+        for name in ("primary", "replica"):
+            check(log.count("server %s is unmonitored" % name) == 1, "logged once: %r" % log[-2000:])
+        check(t.alive(), "tern is up")
+
+
+@test
+def a_monitor_without_a_usable_credential_leaves_reads_and_writes_on_the_primary(ctx):
+    """The same setup, but clients log in as app (a verifier in the userlist) and nobody as postgres,
+    whom the monitor logs in as: it never has a credential. Logins and queries work from the start;
+    every read stays on the primary though a replica is configured (default_consistency = session);
+    the servers stay unmonitored, logged once each over many monitor rounds; tern stays up."""
+    import psycopg
+    with scram_only_cluster() as pg:
+        pg.psql("create role app login password 'apppw'; grant pg_read_all_data to app")
+        secret = pg.psql("select rolpassword from pg_authid where rolname = 'app'")
+        http_port = free_port()
+        t = scram_only_tern(ctx, pg, '"app" "%s"\n' % secret, http_port)
+        dsn = "host=127.0.0.1 port=%d user=app dbname=postgres password=apppw" % t.port
+        started = time.monotonic()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for _ in range(20):
+                check(conn.execute("select pg_is_in_recovery()").fetchone() == (False,), "read on the primary")
+            conn.execute("create temp table t(a int)")  # a write goes through too
+        check(psql_ok(t.port, "select pg_is_in_recovery()", user="app", password="apppw") == "f", "psql: primary")
+        while time.monotonic() - started < 1.5:  # many rounds at monitor_interval_ms = 100
+            time.sleep(0.1)
+        check(server_roles(http_port) == {"primary": "unmonitored", "replica": "unmonitored"},
+              "still unmonitored: %r" % server_roles(http_port))
+        samples = scrape_metrics(http_port)
+        check(metric(samples, "tern_server_role", server="replica", role="unmonitored") == 1, "the metric says so")
+        log = t.log_tail(1000)
+        for name in ("primary", "replica"):
+            check(log.count("server %s is unmonitored" % name) == 1, "logged once: %r" % log[-2000:])
+        check(t.alive(), "tern is up")
 
 
 @test

@@ -47,7 +47,7 @@ static const char *const module_names[] = {"other", "core/base", "core", "pool",
  * its sessions, the session and its parts, then the worker, the admin console and main. */
 static const char *const core_order[] = {
 	"proto", "sendq", "reasons", "sql", "classify", "split", "digest", "params", "stmts", "databases", "config", "import", "listen", "scram", "auth", "server_auth", "auth_query", "tls",
-	"gates", "failovers", "history", "history_replay", "runtime", "patroni", "monitor", "host", "leg",
+	"gates", "failovers", "history", "history_replay", "runtime", "patroni", "monitor_conn", "monitor", "host", "leg",
 	"session", "session_tls", "observer", "observer_copy", "observer_stmts", "observer_params", "observer_pins",
 	"observer_stats", "observer_digest", "dispatch", "route", "recover", "observer_replay", "observer_journal",
 	"session_login", "session_relay",
