@@ -140,7 +140,8 @@ static const struct config_key config_keys[] = {
 		   "submission queue depth of each worker's io_uring"),
 	CONFIG_KEY("tern", "buffer_count", CONFIG_INT, "512", 16, 16384, CONFIG_RESTART, buffer_count, NULL,
 		   "provided receive buffers per worker for each direction (client reads, server reads); "
-		   "must be a power of two"),
+		   "must be a power of two; each worker's 2 x buffer_count x buffer_size bytes are taken and touched "
+		   "at startup (every buffer is in use after a few hundred reads anyway)"),
 	CONFIG_KEY("tern", "buffer_size", CONFIG_SIZE, "16kB", 4 * CONFIG_KB, CONFIG_MB, CONFIG_RESTART,
 		   buffer_size, NULL, "size of one receive buffer"),
 	CONFIG_KEY("tern", "log_level", CONFIG_ENUM, "info", 0, 0, CONFIG_RELOAD, log_level,

@@ -75,7 +75,7 @@ static bool http_snapshot_take(struct tern_runtime *rt, struct http_snapshot *sn
 /* One pool server's counters, read under its mutex. */
 struct http_pool_counts {
 	uint32_t free, used, opening, parked;
-	uint64_t opened, closed, open_failed, parked_total;
+	uint64_t opened, closed, open_failed, open_dropped, parked_total;
 };
 
 static struct http_pool_counts http_pool_counts(struct pool_server *server)
@@ -89,6 +89,7 @@ static struct http_pool_counts http_pool_counts(struct pool_server *server)
 	c.opened = server->opened_total;
 	c.closed = server->closed_total;
 	c.open_failed = server->open_failed_total;
+	c.open_dropped = server->open_dropped_total;
 	c.parked_total = server->parked_total;
 	pthread_mutex_unlock(&server->lock);
 	return c;
@@ -222,6 +223,8 @@ char *http_metrics_text(struct tern_runtime *rt)
 	http_help(f, "tern_pool_opened_total", "counter", "server connections opened");
 	http_help(f, "tern_pool_closed_total", "counter", "server connections closed");
 	http_help(f, "tern_pool_open_failed_total", "counter", "server connections that failed to open");
+	http_help(f, "tern_pool_open_dropped_total", "counter",
+		  "server logins given up before they began: every client that wanted one had left");
 	http_help(f, "tern_pool_parked_total", "counter", "requests that waited for a connection");
 	for (uint32_t i = 0; i < count; i++) {
 		const char *name = rt->pool->servers[i].name;
@@ -233,6 +236,7 @@ char *http_metrics_text(struct tern_runtime *rt)
 		fprintf(f, "tern_pool_opened_total{server=\"%s\"} %llu\n", name, (unsigned long long)c.opened);
 		fprintf(f, "tern_pool_closed_total{server=\"%s\"} %llu\n", name, (unsigned long long)c.closed);
 		fprintf(f, "tern_pool_open_failed_total{server=\"%s\"} %llu\n", name, (unsigned long long)c.open_failed);
+		fprintf(f, "tern_pool_open_dropped_total{server=\"%s\"} %llu\n", name, (unsigned long long)c.open_dropped);
 		fprintf(f, "tern_pool_parked_total{server=\"%s\"} %llu\n", name, (unsigned long long)c.parked_total);
 	}
 

@@ -278,6 +278,10 @@ static void opener_start_connect(struct pool_opener *opener, struct opener_job *
 	struct pool_db *db = job->db;
 	struct pool_error err;
 	struct pool_conninfo c;
+	if (!pool_open_begin(opener->pool, job->server, db)) {
+		free(job); /* nobody waits for it any more */
+		return;
+	}
 	if (pool_conninfo_init(&c, job->server->conninfo, replaced, err.message, sizeof(err.message)) < 0) {
 		pool_error_from_libpq(err.message, &err);
 		opener_fail_job(opener, job, &err);

@@ -210,6 +210,7 @@ static void pool_db_free(struct pool_db *db)
 	pool_group_put(db->user_group);
 	free(db->options);
 	free(db->password);
+	free(db->params);
 	explicit_bzero(db->secret, sizeof(db->secret));
 	free(db);
 }
@@ -274,16 +275,39 @@ struct pool_db *pool_db_get(struct pool *pool, const char *user, const char *dat
 	return found;
 }
 
+/* Frees db when nobody holds it and it has no connection open, opening or waited for on any server; true
+ * when it did. Under dbs_lock, taking each server's lock in turn (the order pool_warm uses): nothing can
+ * reach db after that, since a new holder needs dbs_lock and no connection or request names it. */
+static bool pool_db_free_if_unused(struct pool *pool, struct pool_db *db)
+{
+	if (db->refs > 0)
+		return false;
+	for (uint32_t s = 0; s < pool->server_count; s++) {
+		struct pool_server *server = &pool->servers[s];
+		pthread_mutex_lock(&server->lock);
+		const struct pool_slot *slot = &db->slots[s];
+		bool is_used = slot->open_count > 0 || slot->opening_count > 0 || slot->waiting_count > 0;
+		pthread_mutex_unlock(&server->lock);
+		if (is_used)
+			return false;
+	}
+	base_list_remove(&db->link);
+	base_list_remove(&db->hash_link);
+	pool->db_count--;
+	pool_db_free(db);
+	return true;
+}
+
 void pool_db_put(struct pool *pool, struct pool_db *db)
 {
 	pthread_mutex_lock(&pool->dbs_lock);
 	TERN_ASSERT(db->refs > 0);
 	db->refs--;
+	(void)pool_db_free_if_unused(pool, db); /* a key with no connection goes with its last client */
 	pthread_mutex_unlock(&pool->dbs_lock);
 }
 
-/* Frees the keys nobody holds that have no connection open, opening or waited for on any server; returns
- * how many. The same lock order as pool_warm: dbs_lock, then each server's. */
+/* Frees the keys nobody holds that have no connection open, opening or waited for; returns how many. */
 static uint32_t pool_free_unused(struct pool *pool)
 {
 	uint32_t freed = 0;
@@ -291,26 +315,7 @@ static uint32_t pool_free_unused(struct pool *pool)
 	struct base_list *node, *tmp;
 	base_list_for_each_safe(node, tmp, &pool->dbs)
 	{
-		struct pool_db *db = TERN_CONTAINER_OF(node, struct pool_db, link);
-		if (db->refs > 0)
-			continue;
-		bool is_unused = true;
-		for (uint32_t s = 0; s < pool->server_count && is_unused; s++) {
-			struct pool_server *server = &pool->servers[s];
-			pthread_mutex_lock(&server->lock);
-			const struct pool_slot *slot = &db->slots[s];
-			is_unused = slot->open_count == 0 && slot->opening_count == 0 && slot->waiting_count == 0;
-			pthread_mutex_unlock(&server->lock);
-		}
-		if (!is_unused)
-			continue;
-		/* Nothing can reach it now: a new holder would need dbs_lock, and no connection or request
-		 * names it. */
-		base_list_remove(&db->link);
-		base_list_remove(&db->hash_link);
-		pool->db_count--;
-		pool_db_free(db);
-		freed++;
+		freed += pool_db_free_if_unused(pool, TERN_CONTAINER_OF(node, struct pool_db, link));
 	}
 	pthread_mutex_unlock(&pool->dbs_lock);
 	return freed;
@@ -319,11 +324,11 @@ static uint32_t pool_free_unused(struct pool *pool)
 void pool_db_set_params(struct pool *pool, struct pool_db *db, const struct pool_param *params, uint32_t count)
 {
 	pthread_mutex_lock(&pool->dbs_lock);
-	if (!db->params_ready) {
+	if (!db->params_ready && (db->params = malloc(POOL_PARAMS_MAX * sizeof(*db->params))) != NULL) {
 		db->param_count = TERN_MIN(count, POOL_PARAMS_MAX);
 		memcpy(db->params, params, db->param_count * sizeof(*params));
 		__atomic_store_n(&db->params_ready, 1, __ATOMIC_RELEASE);
-	}
+	} /* (out of memory: the next login tries again; until then clients wait for a server to welcome) */
 	pthread_mutex_unlock(&pool->dbs_lock);
 }
 
@@ -663,6 +668,30 @@ void pool_conn_discard(struct pool *pool, struct pool_conn *conn)
 	pool_deferred_run(pool, server, &d);
 }
 
+bool pool_open_begin(struct pool *pool, struct pool_server *server, struct pool_db *db)
+{
+	struct pool_deferred d = {0};
+	pthread_mutex_lock(&pool->dbs_lock); /* first: a key dropped here may be freed here, as pool_db_put does */
+	pthread_mutex_lock(&server->lock);
+	struct pool_slot *slot = &db->slots[server->index];
+	TERN_ASSERT(slot->opening_count > 0 && server->opening_count > 0);
+	uint32_t min = pool->settings.min_pool_size;
+	bool is_wanted = slot->waiting_count > 0 || (min && db->params_ready && slot->open_count + slot->opening_count <= min);
+	if (!is_wanted) {
+		slot->opening_count--;
+		server->opening_count--;
+		server->open_dropped_total++;
+		pool_groups_add(server, db, -1);
+		pool_serve_waiters(pool, server, 0, &d); /* the room it held may serve another key */
+	}
+	pthread_mutex_unlock(&server->lock);
+	if (!is_wanted)
+		(void)pool_db_free_if_unused(pool, db);
+	pthread_mutex_unlock(&pool->dbs_lock);
+	pool_deferred_run(pool, server, &d);
+	return is_wanted;
+}
+
 bool pool_request_cancel(struct pool *pool, struct pool_request *req)
 {
 	(void)pool;
@@ -857,7 +886,8 @@ uint32_t pool_warm(struct pool *pool)
 			struct pool_deferred d = {0};
 			pthread_mutex_lock(&server->lock);
 			struct pool_slot *slot = &db->slots[s];
-			while (d.open_count < POOL_DEFERRED_MAX && pool_limits(pool, server, db, 0, 0) == 0 &&
+			/* (a key no server accepted yet is not "used": a refused login is never warmed) */
+			while (db->params_ready && d.open_count < POOL_DEFERRED_MAX && pool_limits(pool, server, db, 0, 0) == 0 &&
 			       slot->open_count + slot->opening_count < pool->settings.min_pool_size)
 				pool_request_open(server, db, &d);
 			pthread_mutex_unlock(&server->lock);

@@ -98,9 +98,10 @@ struct pool_db {
 	uint8_t secret[POOL_SECRET_MAX];
 	uint32_t secret_len;
 	struct pool_slot slots[POOL_SERVERS_MAX];
-	/* The server's ParameterStatus set as first seen, for the welcome of later clients; written once
-	 * under the pool's db lock, then read without a lock once params_ready is set (release/acquire). */
-	struct pool_param params[POOL_PARAMS_MAX];
+	/* The server's ParameterStatus set as first seen, for the welcome of later clients; allocated and
+	 * written once under the pool's db lock when a login first succeeds (a key no server accepted costs
+	 * none of it), then read without a lock once params_ready is set (release/acquire). */
+	struct pool_param *params;
 	uint32_t param_count;
 	int params_ready;
 	uint32_t client_count; /* atomic: clients logged in with this key, for SHOW POOLS */
@@ -171,6 +172,7 @@ struct pool_server {
 	uint32_t free_count;
 	uint32_t waiter_count;
 	uint64_t opened_total, open_failed_total, closed_total, granted_total, parked_total;
+	uint64_t open_dropped_total; /* opens given up before they began: nobody waited for them any more */
 	/* Routing's (set at startup; atomic): its share of the reads as a standby, and the reads running on it
 	 * now, the load power-of-two choices compares (pick.h). */
 	uint32_t weight;
@@ -270,6 +272,10 @@ void pool_conn_discard(struct pool *pool, struct pool_conn *conn);
 /* True when req was still parked and is now removed (on_done will not run). False when it was
  * already granted or failed: on_done has run or is about to. */
 bool pool_request_cancel(struct pool *pool, struct pool_request *req);
+/* The opener is about to start a hooks.open of db on server: true when a request still waits for it (or
+ * min_pool_size wants it). False: the open is given up, as if never asked (everyone who wanted it left,
+ * a client gone before its login reached the server, say), and pool_open_finished is not called. */
+TERN_MUST_USE bool pool_open_begin(struct pool *pool, struct pool_server *server, struct pool_db *db);
 /* The outcome of a hooks.open: conn (opened, not yet accounted) or err. */
 void pool_open_finished(struct pool *pool, struct pool_server *server, struct pool_db *db, struct pool_conn *conn,
 			const struct pool_error *err, uint64_t now_ns);

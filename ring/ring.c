@@ -107,6 +107,10 @@ int ring_init(struct ring *ring, const struct ring_params *params, char *why, si
 		ring_deinit(ring);
 		return -ENOMEM;
 	}
+	/* Touched now, not by the kernel's first receive into each: the ring hands buffers out in turn, so
+	 * every one is in use after a few hundred receives anyway. Memory is then what it will be under load
+	 * from the start, and no page fault lands on the data path. */
+	memset(ring->buf_base, 0, total * ring->buf_size);
 	int mask = io_uring_buf_ring_mask(ring->buf_count);
 	for (uint32_t g = 0; g < RING_BUFFER_GROUPS; g++) {
 		struct io_uring_buf_ring *br = ring_compat_setup_buf_ring(uring, ring->buf_count, (int)g, &rc);

@@ -102,6 +102,15 @@ static struct pool_db *env_db(struct env *e, const char *user)
 	return db;
 }
 
+/* A key a server has accepted a login for (its welcome's parameters are known): one min_pool_size warms. */
+static struct pool_db *env_used_db(struct env *e, const char *user)
+{
+	struct pool_db *db = env_db(e, user);
+	struct pool_param param = {.name = "server_version", .value = "15.18"};
+	pool_db_set_params(&e->pool, db, &param, 1);
+	return db;
+}
+
 static void waiter_init(struct waiter *w, struct env *e, struct pool_db *db)
 {
 	memset(w, 0, sizeof(*w));
@@ -783,8 +792,10 @@ Test(pool, warm_opens_up_to_min_pool_size_for_each_known_key)
 	struct env e;
 	env_init(&e, 10, 2);
 	cr_assert_eq(pool_warm(&e.pool), 0, "no key known yet");
-	struct pool_db *a = env_db(&e, "alice");
-	struct pool_db *b = env_db(&e, "bob");
+	(void)env_db(&e, "refused");
+	cr_assert_eq(pool_warm(&e.pool), 0, "a key no server accepted a login for is not warmed");
+	struct pool_db *a = env_used_db(&e, "alice");
+	struct pool_db *b = env_used_db(&e, "bob");
 	cr_assert_eq(pool_warm(&e.pool), 4);
 	cr_assert_eq(e.open_calls, 4);
 	uint32_t for_a = 0, for_b = 0;
@@ -813,12 +824,66 @@ Test(pool, warm_opens_up_to_min_pool_size_for_each_known_key)
 	env_deinit(&e);
 }
 
+Test(pool, an_open_whose_waiters_left_is_dropped_before_it_begins_and_its_key_freed)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *db = pool_db_get(&e.pool, "gone", "nowhere", NULL, NULL, 0);
+	cr_assert_not_null(db);
+	struct waiter w;
+	waiter_init(&w, &e, db);
+	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
+	cr_assert_eq(e.open_calls, 1, "an open for the waiter");
+	cr_assert(pool_request_cancel(&e.pool, &w.req), "the client left before its login began");
+	pool_db_put(&e.pool, db);
+	cr_assert_eq(e.pool.db_count, 1, "the open on its way still names the key");
+	cr_assert_not(pool_open_begin(&e.pool, e.server, db), "nobody waits: the open is given up");
+	cr_assert_eq(e.server->opening_count, 0);
+	cr_assert_eq(e.server->open_dropped_total, 1);
+	cr_assert_eq(e.pool.db_count, 0, "and the key goes with it, at once");
+	check_invariants(&e, "dropped");
+	env_deinit(&e);
+}
+
+Test(pool, an_open_a_request_still_waits_for_begins)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct waiter w;
+	waiter_init(&w, &e, db);
+	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
+	cr_assert(pool_open_begin(&e.pool, e.server, db));
+	cr_assert_eq(e.server->opening_count, 1);
+	(void)env_open_succeeds(&e, 0);
+	cr_assert_eq(w.done_calls, 1, "granted");
+	check_invariants(&e, "granted");
+	pool_checkin(&e.pool, w.req.conn, e.now_ns);
+	pool_db_put(&e.pool, db);
+	cr_assert_eq(e.pool.db_count, 1, "a key with a connection open stays after its last client");
+	env_deinit(&e);
+}
+
+Test(pool, a_key_with_no_connection_goes_with_its_last_holder)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_db *db = env_db(&e, "alice");
+	struct pool_db *again = env_db(&e, "alice");
+	cr_assert_eq(db, again);
+	pool_db_put(&e.pool, db);
+	cr_assert_eq(e.pool.db_count, 1, "one holder left");
+	pool_db_put(&e.pool, again);
+	cr_assert_eq(e.pool.db_count, 0, "freed at once, not at the next sweep");
+	env_deinit(&e);
+}
+
 Test(pool, warm_never_passes_pool_size)
 {
 	struct env e;
 	env_init(&e, 3, 2);
-	(void)env_db(&e, "alice");
-	(void)env_db(&e, "bob");
+	(void)env_used_db(&e, "alice");
+	(void)env_used_db(&e, "bob");
 	cr_assert_eq(pool_warm(&e.pool), 3);
 	cr_assert_eq(e.server->opening_count, 3);
 	check_invariants(&e, "warm within pool_size");
