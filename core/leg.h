@@ -157,6 +157,12 @@ static inline uint32_t leg_client_owed(const struct leg *leg)
 {
 	return leg->pending_ready - leg->hidden_ready - (leg->probe_behind > 0);
 }
+/* True while the client holds part of a server message this leg forwards as it arrives (its rest has not
+ * come): a cut frame, after which nothing can be told to the client. */
+static inline bool leg_is_client_mid_message(const struct leg *leg)
+{
+	return !proto_stream_is_at_boundary(&leg->stream) && (leg->stream.action & PROTO_FORWARD);
+}
 /* A request went out (Query, Sync, FunctionCall): one more ReadyForQuery is owed. */
 static inline void leg_expect_ready(struct leg *leg, uint64_t now_ns)
 {

@@ -26,7 +26,7 @@ static const char recover_msg_aborted[] =
 	"current transaction is aborted, commands ignored until end of transaction block";
 
 static const char *const recover_phase_names[TR_PHASE_COUNT] = {"idle", "not sent", "sent", "partly answered",
-								   "copy"};
+								   "cut mid-message", "copy"};
 
 static enum tr_mode recover_mode(const struct tern_config *cfg)
 {
@@ -124,8 +124,8 @@ static enum tr_phase recover_phase(const struct session *s, const struct leg *le
 		return TR_PHASE_IDLE;
 	if (leg->copy.is_copy_in)
 		return TR_PHASE_COPY;
-	if (leg->to_client_bytes != r->client_mark)
-		return TR_PHASE_PARTIAL;
+	if (leg->to_client_bytes != r->client_mark) /* whole messages, or one of them cut (forwarded as it came) */
+		return leg_is_client_mid_message(leg) ? TR_PHASE_TORN : TR_PHASE_PARTIAL;
 	/* (a send still armed may have handed the kernel bytes that still reach the server) */
 	return leg->to_server.sent_bytes_total <= r->sent_mark && !leg->to_server.op.is_armed ? TR_PHASE_NOT_SENT
 												: TR_PHASE_SENT;
@@ -220,8 +220,8 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 	struct tr_decision tr = tr_decide(mode, phase, tx, kind);
 	if (tr.action == TR_CLOSE)
 		return recover_refuse(s, server, phase, tr.sqlstate,
-				      "the connection to the primary was lost with part of the answer sent, or during a "
-				      "COPY: the session cannot go on");
+				      "the connection to the primary was lost in the middle of a message of the answer, "
+				      "or during a COPY: the session cannot go on");
 	if (recover_is_pinned(s) || (phase != TR_PHASE_IDLE && !recover_is_one_request(leg)))
 		return recover_refuse(s, server, phase, NULL, NULL);
 	/* Only a request tern kept runs again (through the relay, as the client's), after a replay or alone;

@@ -745,7 +745,7 @@ static bool session_client_is_mid_message(const struct session *s)
 	const struct leg *leg;
 	SESSION_EACH_LEG(s, leg)
 	{
-		if (leg->stream.header_have > 0 && (leg->stream.action & PROTO_FORWARD))
+		if (leg_is_client_mid_message(leg))
 			return true;
 	}
 	return false;

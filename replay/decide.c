@@ -1,9 +1,12 @@
 /* Transaction Replay's decision table (see decide.h). The rules, in the order they are asked:
  *   1. tr_mode = none: 57P01, closed.
- *   2. part of the answer reached the client, or a COPY was under way: 08006, closed.
+ *   2. part of a message reached the client (a torn frame), or a COPY was under way: 08006, closed.
  *   3. nothing in flight: outside a transaction the session just moves; inside one, the transaction
  *      replays where the mode allows it, else it is lost and the client's next statement says so.
  *   4. a COMMIT delivered is never run again (08007); one never delivered is as any statement.
+ *   4b. whole messages of the answer reached the client: nothing runs again (the client would see a
+ *      second result after the first). Its one error follows what it saw: 25P02 in a failed
+ *      transaction, 57P01 in a live one (which is lost), 08007 outside one (its outcome is unknown).
  *   5. a ROLLBACK ends the transaction either way: it runs again on the new primary.
  *   6. a transaction already failed answers its statements with 25P02 (it is gone: no replay).
  *   7. never delivered: outside a transaction it runs there once; inside, the transaction replays
@@ -35,7 +38,7 @@ struct tr_decision tr_decide(enum tr_mode mode, enum tr_phase phase, enum tr_tx 
 	TERN_ASSERT(mode < TR_MODE_COUNT && phase < TR_PHASE_COUNT && tx < TR_TX_COUNT && kind < TR_KIND_COUNT);
 	if (mode == TR_MODE_NONE)
 		return tr_make(TR_CLOSE, "57P01");
-	if (phase == TR_PHASE_PARTIAL || phase == TR_PHASE_COPY || (phase != TR_PHASE_IDLE && kind == TR_KIND_COPY))
+	if (phase == TR_PHASE_TORN || phase == TR_PHASE_COPY || (phase != TR_PHASE_IDLE && kind == TR_KIND_COPY))
 		return tr_make(TR_CLOSE, "08006");
 	bool in_tx = tx != TR_TX_NONE;
 	bool may_replay = tr_may_replay(mode, tx);
@@ -44,8 +47,10 @@ struct tr_decision tr_decide(enum tr_mode mode, enum tr_phase phase, enum tr_tx 
 			return tr_make(TR_REHOME, NULL);
 		return may_replay ? tr_make(TR_REPLAY, NULL) : tr_make(TR_FAIL_NEXT, "57P01");
 	}
-	if (kind == TR_KIND_COMMIT && phase == TR_PHASE_SENT)
+	if (kind == TR_KIND_COMMIT && (phase == TR_PHASE_SENT || phase == TR_PHASE_PARTIAL))
 		return tr_make(TR_FAIL, "08007");
+	if (phase == TR_PHASE_PARTIAL)
+		return tr_make(TR_FAIL, tx == TR_TX_FAILED ? "25P02" : in_tx ? "57P01" : "08007");
 	if (kind == TR_KIND_ROLLBACK)
 		return tr_make(TR_REEXECUTE, NULL);
 	if (tx == TR_TX_FAILED)

@@ -6,7 +6,9 @@
  * tested over every combination (tests/unit/test_decide.c).
  *
  * What always holds, whatever the mode: a COMMIT whose outcome is unknown is never retried (08007); a
- * response part of which reached the client closes the session (08006); a COPY in progress closes it
+ * statement part of whose answer reached the client is never run again, nor its transaction replayed (a
+ * second result would follow the first): it gets its one error after what the client saw, and only a
+ * message cut in the middle at the client closes the session (08006); a COPY in progress closes it
  * (08006); a transaction under REPEATABLE READ or SERIALIZABLE, over a replay bound, or already failed
  * is never replayed; one error, then the transaction is aborted as PostgreSQL would (25P02 until
  * ROLLBACK). The caller refuses a failover outright (08006) when the session's SET state is over
@@ -33,7 +35,8 @@ enum tr_phase {
 	TR_PHASE_IDLE = 0,  /* nothing in flight: between statements */
 	TR_PHASE_NOT_SENT,  /* queued, never delivered to the server */
 	TR_PHASE_SENT,      /* delivered, and no byte of its answer reached the client: its outcome is unknown */
-	TR_PHASE_PARTIAL,   /* part of its answer reached the client */
+	TR_PHASE_PARTIAL,   /* part of its answer reached the client, whole messages (ParseComplete, rows, ...) */
+	TR_PHASE_TORN,      /* ... ending inside a message: the client holds part of a frame */
 	TR_PHASE_COPY,      /* a COPY was in progress */
 	TR_PHASE_COUNT
 };

@@ -24,7 +24,7 @@ sys.path.insert(0, HERE)
 from pgcluster import PgCluster, find_pg_bindir, free_port  # noqa: E402
 from procs import TernProcess  # noqa: E402
 from run_integration import check, wait_for  # noqa: E402
-from wire import SYNC, Wire, bind, data_row, error_fields, execute, message, parse  # noqa: E402
+from wire import FLUSH, SYNC, Wire, bind, data_row, describe, error_fields, execute, message, parse  # noqa: E402
 
 ROOT = os.environ.get("TERN_SOURCE_ROOT", os.path.dirname(os.path.dirname(HERE)))
 TERN = os.environ.get("TERN_BINARY", os.path.join(ROOT, "build", "tern"))
@@ -651,11 +651,16 @@ def case_extended_in_transaction_then_extended_rollback(b, w, mode, fault, m):
 @inflight("select g, repeat('x', 9000), pg_sleep(case when g = 2 then %d else 0 end) /*{m}*/ "
           "from generate_series(1, 2) g" % SLEEP_S)
 def case_partial_result(b, w, mode, fault, m):
-    """Part of the answer (a first row of 9 kB, which the server flushes) reached the client: the
-    session closes (08006) rather than send a second answer after the first; none: 57P01."""
+    """Part of the answer (a first row of 9 kB, which the server flushes) reached the client: the read is
+    never run again (a second answer would follow the first); it gets 08007 after what the client saw,
+    and the session goes on; none: 57P01, closed."""
     o = read_outcome(w)
-    check(o.kind == "closed" and o.sqlstate == ("57P01" if mode == "none" else "08006"),
-          "closed: %r" % o)
+    if mode == "none":
+        check(o.kind == "closed" and o.sqlstate == "57P01", "closed: %r" % o.kind)
+    else:
+        check(o.kind == "error" and o.sqlstate == "08007" and o.status == "I",
+              "08007 after the rows shown: %s %s %s" % (o.kind, o.sqlstate, o.status))
+        expect_session_goes_on(b, w, mode)
     check(len(o.rows) <= 1, "no row twice: %r" % len(o.rows))
 
 
@@ -819,9 +824,11 @@ def fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says(b
     connection after the first k bytes of an answer, once per statement): for every k, what reached the
     client decides. A read (RowDescription, DataRow, CommandComplete, ReadyForQuery): while the client has
     nothing of it (k within the RowDescription, which tern holds) select runs it again on the next
-    connection and the client gets its row once, session says 08007; from the first byte of the DataRow
-    on, 08006 and closed. A write (CommandComplete, ReadyForQuery) and a COMMIT: k = 0 gives 08007 (the
-    COMMIT's transaction over: 'I'), any byte at the client 08006. No k gives a row twice, a second
+    connection and the client gets its row once, session says 08007; a cut at the end of a message the
+    client has whole gives 08007 after it (and ReadyForQuery, the session goes on); a cut inside one
+    closes the connection with nothing more (the client holds part of a frame). A write (CommandComplete,
+    ReadyForQuery) and a COMMIT: k = 0 or a cut after CommandComplete gives 08007 (the COMMIT's
+    transaction over: 'I'), a cut inside a message closes. No k gives a row twice, a second
     RowDescription, or a write run twice."""
     import re
     from polar_fake import FakePolarServer
@@ -872,14 +879,23 @@ def fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says(b
                       % (free_port(), fake.port, mode))
             terns[mode] = TernProcess(TERN, config)
             terns[mode].start()
-        read_len = len(fake._rows(["x"]) + fake._msg(b"Z", b"I"))
-        head = len(fake._rows(["x"]).split(b"D\0")[0])  # the RowDescription's bytes
+        def answer_of(sql):
+            """What the fake answers sql with, and where each of its messages (T, D, C, Z) ends."""
+            answer = fake._select({"settings": {}}, sql) + fake._msg(b"Z", b"I")
+            ends, at = [], 0
+            while at < len(answer):
+                at += 1 + int.from_bytes(answer[at + 1:at + 5], "big")
+                ends.append(at)
+            return answer, ends
+
         cases = 0
         for mode, t in terns.items():
-            for k in range(read_len):
+            for k in range(len(answer_of("select 'x' /*cut:%d %s*/" % (99, mode))[0])):
+                sql = "select 'x' /*cut:%d %s*/" % (k, mode)
+                answer, boundaries = answer_of(sql)
+                head = boundaries[0]  # the RowDescription, which tern holds until the first row
                 with Wire(t.port, timeout=20) as w:
                     w.login("postgres")
-                    sql = "select 'x' /*cut:%d %s*/" % (k, mode)
                     send_query(w, sql)
                     kinds, sqlstate = "", None
                     while True:
@@ -896,11 +912,15 @@ def fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says(b
                         check(kinds == "TDCZ", "%s k=%d: run again, once: %r" % (mode, k, kinds))
                     elif k <= head:
                         check(kinds == "EZ" and sqlstate == "08007", "%s k=%d: 08007: %r %s" % (mode, k, kinds, sqlstate))
+                    elif k in boundaries:
+                        shown = "TDCZ"[:boundaries.index(k) + 1]
+                        check(kinds == shown + "EZ" and sqlstate == "08007",
+                              "%s k=%d: 08007 after %s: %r %s" % (mode, k, shown, kinds, sqlstate))
+                        check(run(w, "select 'y'").rows == [["y"]], "%s k=%d: the session goes on" % (mode, k))
                     else:
-                        # Closed: with 08006 when the cut fell between two messages (inside one, the
-                        # client has half a message and can only be cut off).
+                        # Cut inside a message: the client has half a frame and can only be cut off.
                         tail = w.read_message() if msg is not None else None
-                        check(tail is None and (sqlstate in (None, "08006")) and "Z" not in kinds,
+                        check(tail is None and sqlstate is None and "Z" not in kinds,
                               "%s k=%d: closed: %r %s" % (mode, k, kinds, sqlstate))
                     cases += 1
             for verb, tag in (("insert", b"INSERT 0 1\0"), ("commit", b"COMMIT\0")):
@@ -913,11 +933,11 @@ def fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says(b
                         else:
                             sql = "insert into t values (1) /*cut:%d %s*/" % (k, mode)
                         o = run(w, sql)
-                        if k == 0:
+                        if k == 0 or k == len(fake._msg(b"C", tag)):
                             check(o.kind == "error" and o.sqlstate == "08007" and o.status == "I",
-                                  "%s %s k=0: 08007: %r" % (mode, verb, o))
+                                  "%s %s k=%d: 08007: %r" % (mode, verb, k, o))
                         else:
-                            check(o.kind == "closed" and o.sqlstate in (None, "08006"),
+                            check(o.kind == "closed" and o.sqlstate is None,
                                   "%s %s k=%d: closed: %r" % (mode, verb, k, o))
                     check(fake.seen().count(sql) == 1, "%s k=%d: ran once: %d" % (verb, k, fake.seen().count(sql)))
                     cases += 1
@@ -927,6 +947,149 @@ def fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says(b
         for t in terns.values():
             t.stop()
         fake.stop()
+
+
+def read_kinds(w):
+    """Messages to ReadyForQuery or the end: their types as one string, the first error's SQLSTATE, the
+    data rows, and whether the connection ended (None for the status then)."""
+    kinds, sqlstate, rows = "", None, []
+    while True:
+        try:
+            msg = w.read_message()
+        except OSError:
+            msg = None
+        if msg is None:
+            return kinds, sqlstate, rows, None
+        kinds += msg[0].decode()
+        if msg[0] == b"E" and sqlstate is None:
+            sqlstate = error_fields(msg[1]).get("C")
+        elif msg[0] == b"D":
+            rows.append(data_row(msg[1]))
+        elif msg[0] == b"Z":
+            return kinds, sqlstate, rows, msg[1].decode()
+
+
+def a_lost_answer_cut_between_messages_gets_its_one_error_and_the_session_goes_on(b):
+    """The primary's connection cut at an exact message of an answer (tests/integration/cutting_proxy.py,
+    in front of the real primary): after ParseComplete, after BindComplete, after RowDescription (an
+    extended batch with a Flush, so tern forwards them at once; synced, it holds them until the first row
+    or completion), after some DataRows (a simple query), and inside a DataRow. Whatever whole messages
+    reached the client, the request gets the one error its outcome calls for after them, 08007 outside a
+    transaction (57P01 inside one, which is then aborted), then ReadyForQuery, and the session goes on;
+    nothing runs twice, no row is shown twice. Only a cut inside a message closes the session (the client
+    holds part of a frame). tr_mode none closes with 57P01. Before: every one of these closed with 08006."""
+    from cutting_proxy import CuttingProxy
+    pg = b.pg
+    pg.psql("create table if not exists trcut(m text, n int)")
+    with CuttingProxy(pg.primary_port) as proxy:
+        terns = {}
+        try:
+            for mode in MODES:
+                config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+                          "primary = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable\n"
+                          "[routing]\nmonitor_interval_ms = 100\n"
+                          "[replay]\ntr_mode = %s\nwrite_timeout_secs = 10\n" % (free_port(), proxy.port, mode))
+                terns[mode] = TernProcess(TERN, config)
+                terns[mode].start()
+            cases = 0
+            for mode, t in terns.items():
+                none = mode == "none"
+                for name, after, kind in (("parse", "after=1", "insert"), ("bind", "after=2", "insert"),
+                                          ("rowdesc", "after=T", "select")):
+                    marker = "%s-%s" % (name, mode)
+                    sql = ("insert into trcut values ('%s', 1)" % marker if kind == "insert"
+                           else "select g from generate_series(1, 3) g")
+                    with Wire(t.port, timeout=20) as w:
+                        w.login("postgres")
+                        w.send(parse("", "%s /*cut:%s %s*/" % (sql, after, marker)) + bind("") +
+                               describe("P", "") + execute() + FLUSH)
+                        want_head = {"after=1": "1", "after=2": "12", "after=T": "12T"}[after]
+                        kinds, sqlstate, rows, status = read_kinds_until_error(w)
+                        if none:
+                            check(kinds == want_head + "E" and sqlstate == "57P01" and read_kinds(w)[3] is None,
+                                  "%s %s: 57P01, closed: %r %s" % (mode, name, kinds, sqlstate))
+                        else:
+                            check(kinds == want_head + "E" and sqlstate == "08007",
+                                  "%s %s: what came, then 08007: %r %s" % (mode, name, kinds, sqlstate))
+                            w.send(SYNC)
+                            kinds, sqlstate, rows, status = read_kinds(w)
+                            check(kinds == "Z" and status == "I", "%s %s: the Sync's ReadyForQuery: %r" % (mode, name, kinds))
+                            check(w.query("select 7") == [["7"]], "%s %s: the session goes on" % (mode, name))
+                    if kind == "insert":
+                        check(b.count("trcut", marker) <= 1, "%s %s: written at most once" % (mode, name))
+                    cases += 1
+                # The same INSERT synced: tern holds ParseComplete and BindComplete until the first row or
+                # completion, so the client sees the error alone.
+                marker = "synced-%s" % mode
+                with Wire(t.port, timeout=20) as w:
+                    w.login("postgres")
+                    w.send(parse("", "insert into trcut values ('%s', 1) /*cut:after=2 %s*/" % (marker, marker)) +
+                           bind("") + describe("P", "") + execute() + SYNC)
+                    kinds, sqlstate, rows, status = read_kinds(w)
+                    check((kinds[-1:], sqlstate, status) == ("E", "57P01", None) if none else
+                          (kinds, sqlstate, status) == ("EZ", "08007", "I"), "%s synced: %r %s %s" % (mode, kinds, sqlstate, status))
+                    if not none:
+                        check(w.query("select 7") == [["7"]], "%s synced: the session goes on" % mode)
+                check(b.count("trcut", marker) <= 1, "%s synced: written at most once" % mode)
+                cases += 1
+                # Rows: after two of five (a simple query), outside and inside a transaction; inside one.
+                for where in ("autocommit", "transaction"):
+                    marker = "rows-%s-%s" % (where, mode)
+                    with Wire(t.port, timeout=20) as w:
+                        w.login("postgres")
+                        if where == "transaction":
+                            check(w.query("begin") == [], "begin")
+                        send_query(w, "select g from generate_series(1, 5) g /*cut:after=D2 %s*/" % marker)
+                        kinds, sqlstate, rows, status = read_kinds(w)
+                        if none:
+                            check(kinds.startswith("TDD") and sqlstate == "57P01" and status is None,
+                                  "%s rows %s: 57P01, closed: %r" % (mode, where, kinds))
+                        elif where == "autocommit":
+                            check((kinds, sqlstate, status) == ("TDDEZ", "08007", "I") and rows == [["1"], ["2"]],
+                                  "%s rows: two rows, 08007: %r %s %s" % (mode, kinds, sqlstate, status))
+                            check(w.query("select 7") == [["7"]], "%s rows: the session goes on" % mode)
+                        else:
+                            check((kinds, sqlstate, status) == ("TDDEZ", "57P01", "E"),
+                                  "%s rows in a transaction: 57P01, aborted: %r %s %s" % (mode, kinds, sqlstate, status))
+                            check(run(w, "select 1").sqlstate == "25P02", "%s: 25P02 until ROLLBACK" % mode)
+                            check(run(w, "rollback").status == "I", "%s: ROLLBACK ends it" % mode)
+                            check(w.query("select 7") == [["7"]], "%s rows in a transaction: the session goes on" % mode)
+                    cases += 1
+                marker = "torn-%s" % mode
+                with Wire(t.port, timeout=20) as w:
+                    w.login("postgres")
+                    send_query(w, "select g, repeat('y', 200) from generate_series(1, 5) g /*cut:in=D2 %s*/" % marker)
+                    kinds, sqlstate, rows, status = read_kinds(w)
+                    check(kinds == "TD" and status is None and len(rows) == 1,
+                          "%s inside a DataRow: one row, then the connection ends: %r %s" % (mode, kinds, sqlstate))
+                cases += 1
+            check(len(proxy.cuts) == cases, "every case was cut once: %d of %d" % (len(proxy.cuts), cases))
+            b.counts["cases"] += cases - 1  # (the caller counts one)
+            print("  cut between and inside messages: %d cases" % cases)
+        finally:
+            for t in terns.values():
+                t.stop()
+            for mode, t in terns.items():
+                check(t.returncode == 0, "tern (%s) exited with %s:\n%s" % (mode, t.returncode, t.log_tail(20)))
+
+
+def read_kinds_until_error(w):
+    """As read_kinds, but an ErrorResponse ends it too (an unsynced batch's error comes with no
+    ReadyForQuery)."""
+    kinds, sqlstate, rows = "", None, []
+    while True:
+        try:
+            msg = w.read_message()
+        except OSError:
+            msg = None
+        if msg is None:
+            return kinds, sqlstate, rows, None
+        kinds += msg[0].decode()
+        if msg[0] == b"E":
+            sqlstate = error_fields(msg[1]).get("C")
+            return kinds, sqlstate, rows, "error"
+        if msg[0] == b"D":
+            rows.append(data_row(msg[1]))
 
 
 def show_failovers_and_api_status_list_what_the_battery_did(b):
@@ -1099,7 +1262,8 @@ SPECIAL = [show_failovers_and_api_status_list_what_the_battery_did,
            tr_max_session_set_statements_refuses_the_move_with_08006,
            backend_response_timeout_secs_closes_a_stuck_answer_and_the_session_goes_on,
            no_primary_within_write_timeout_secs_ends_the_session_with_08006,
-           fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says]
+           fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says,
+           a_lost_answer_cut_between_messages_gets_its_one_error_and_the_session_goes_on]
 
 
 def main():

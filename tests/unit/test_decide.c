@@ -53,14 +53,29 @@ Test(decide, none_is_a_plain_pooler)
 	}
 }
 
-Test(decide, a_partial_answer_or_a_copy_closes_the_session)
+Test(decide, only_a_message_cut_at_the_client_or_a_copy_closes_the_session)
 {
 	EACH_CASE(m, p, t, k)
 	{
 		struct tr_decision d = decide(m, p, t, k);
-		bool must_close = p == TR_PHASE_PARTIAL || p == TR_PHASE_COPY || (p != TR_PHASE_IDLE && k == TR_KIND_COPY);
+		bool must_close = p == TR_PHASE_TORN || p == TR_PHASE_COPY || (p != TR_PHASE_IDLE && k == TR_KIND_COPY);
 		if (m != TR_MODE_NONE)
 			cr_assert_eq(must_close, is(d, TR_CLOSE, "08006"), CASE_FMT, CASE_ARGS(m, p, t, k, d));
+	}
+}
+
+Test(decide, a_partly_answered_statement_gets_its_one_error_and_nothing_runs_again)
+{
+	EACH_CASE(m, p, t, k)
+	{
+		struct tr_decision d = decide(m, p, t, k);
+		if (m == TR_MODE_NONE || p != TR_PHASE_PARTIAL || k == TR_KIND_COPY || k == TR_KIND_NONE)
+			continue;
+		const char *want = k == TR_KIND_COMMIT	  ? "08007"
+				   : t == TR_TX_FAILED	  ? "25P02"
+				   : t != TR_TX_NONE	  ? "57P01"
+							  : "08007";
+		cr_assert(is(d, TR_FAIL, want), "no second result after the first: " CASE_FMT, CASE_ARGS(m, p, t, k, d));
 	}
 }
 
@@ -116,7 +131,8 @@ Test(decide, one_error_then_the_transaction_is_aborted)
 	EACH_CASE(m, p, t, k)
 	{
 		struct tr_decision d = decide(m, p, t, k);
-		if (m == TR_MODE_NONE || p == TR_PHASE_PARTIAL || p == TR_PHASE_COPY || k == TR_KIND_COPY)
+		if (m == TR_MODE_NONE || p == TR_PHASE_PARTIAL || p == TR_PHASE_TORN || p == TR_PHASE_COPY ||
+		    k == TR_KIND_COPY)
 			continue;
 		if (t == TR_TX_NONE && (p == TR_PHASE_NOT_SENT || p == TR_PHASE_IDLE || k == TR_KIND_NONE))
 			cr_assert(d.action == TR_REEXECUTE || d.action == TR_REHOME, CASE_FMT, CASE_ARGS(m, p, t, k, d));
@@ -157,7 +173,10 @@ Test(decide, rows_the_contract_spells_out)
 		{TR_MODE_TRANSACTION, TR_PHASE_SENT, TR_TX_SNAPSHOT, TR_KIND_WRITE, TR_FAIL, "57P01"},
 		{TR_MODE_TRANSACTION, TR_PHASE_SENT, TR_TX_NOT_REPLAYABLE, TR_KIND_READ_SAFE, TR_FAIL, "57P01"},
 		{TR_MODE_TRANSACTION, TR_PHASE_COPY, TR_TX_NONE, TR_KIND_COPY, TR_CLOSE, "08006"},
-		{TR_MODE_TRANSACTION, TR_PHASE_PARTIAL, TR_TX_NONE, TR_KIND_READ_SAFE, TR_CLOSE, "08006"},
+		{TR_MODE_TRANSACTION, TR_PHASE_TORN, TR_TX_NONE, TR_KIND_READ_SAFE, TR_CLOSE, "08006"},
+		{TR_MODE_TRANSACTION, TR_PHASE_PARTIAL, TR_TX_NONE, TR_KIND_READ_SAFE, TR_FAIL, "08007"},
+		{TR_MODE_SELECT, TR_PHASE_PARTIAL, TR_TX_NONE, TR_KIND_WRITE, TR_FAIL, "08007"},
+		{TR_MODE_TRANSACTION, TR_PHASE_PARTIAL, TR_TX_WRITTEN, TR_KIND_WRITE, TR_FAIL, "57P01"},
 		{TR_MODE_NONE, TR_PHASE_NOT_SENT, TR_TX_NONE, TR_KIND_READ_SAFE, TR_CLOSE, "57P01"},
 		/* a failed transaction: ROLLBACK ends it anywhere; anything else is 25P02 as it was */
 		{TR_MODE_TRANSACTION, TR_PHASE_SENT, TR_TX_FAILED, TR_KIND_ROLLBACK, TR_REEXECUTE, NULL},
