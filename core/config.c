@@ -779,7 +779,7 @@ static int config_format_value(const struct tern_config *cfg, const struct confi
 
 /* ---- loading ---- */
 
-void config_init_defaults(struct tern_config *cfg)
+int config_init_defaults(struct tern_config *cfg)
 {
 	TERN_ASSERT(cfg != NULL);
 	memset(cfg, 0, sizeof(*cfg));
@@ -789,12 +789,13 @@ void config_init_defaults(struct tern_config *cfg)
 		TERN_ASSERT(key->field_size == config_types[key->type].field_size);
 		TERN_ASSERT((key->type == CONFIG_ENUM) == (key->enum_names != NULL));
 		TERN_ASSERT((key->flags & CONFIG_PATH) == 0 || key->type == CONFIG_STRING);
-		/* A failure is a bad table entry, or no memory for a few bytes at boot: neither can go on. */
-		int rc = config_set(cfg, key, key->default_text, NULL, reason, sizeof(reason));
-		TERN_ASSERT(rc == 0);
+		/* (a default the table's own parser refuses is a bad entry: test_config sets every one) */
+		if (config_set(cfg, key, key->default_text, NULL, reason, sizeof(reason)) < 0)
+			return -ENOMEM;
 	}
 	TERN_ASSERT(cfg->min_pool_size <= cfg->pool_size);
 	TERN_ASSERT((cfg->buffer_count & (cfg->buffer_count - 1)) == 0);
+	return 0;
 }
 
 void config_deinit(struct tern_config *cfg)
@@ -1103,8 +1104,11 @@ int config_load(struct tern_config *cfg, const char *path, char *err, size_t err
 {
 	TERN_ASSERT(cfg != NULL && path != NULL && err != NULL && err_size > 0);
 	err[0] = '\0';
-	config_init_defaults(cfg);
 	struct config_parse parse = {.cfg = cfg, .path = path, .err = err, .err_size = err_size};
+	if (config_init_defaults(cfg) < 0) {
+		config_fail(&parse, 0, "out of memory");
+		return -ENOMEM;
+	}
 
 	parse.file = fopen(path, "re");
 	if (parse.file == NULL) {
@@ -1149,7 +1153,8 @@ int config_load(struct tern_config *cfg, const char *path, char *err, size_t err
 	free(parse.line);
 	if (parse.rc != 0) {
 		config_deinit(cfg);
-		config_init_defaults(cfg);
+		if (config_init_defaults(cfg) < 0 && parse.rc != -ENOMEM) /* (what was set, as the contract says) */
+			parse.rc = -ENOMEM;
 	}
 	return parse.rc;
 }

@@ -138,15 +138,17 @@ struct tern_config {
 	char *path; /* the file it was loaded from, or NULL for pure defaults */
 };
 
-/* Fills `cfg` with every key's default, ignoring (not freeing) what it held before. */
-void config_init_defaults(struct tern_config *cfg);
+/* Fills `cfg` with every key's default, ignoring (not freeing) what it held before. 0, or -ENOMEM when a
+ * default string could not be copied (cfg then holds what was set: pass it to config_deinit). */
+TERN_MUST_USE int config_init_defaults(struct tern_config *cfg);
 
 /*
  * Fills `cfg` with the defaults, then the keys set in the file at `path`. Like config_init_defaults it
  * ignores what `cfg` held before, so deinit an earlier config first (or load a reload into a fresh one).
  * Returns 0, or a negative errno with `err` holding one line: "FILE:LINE: [section] key: reason", or
- * "FILE: reason" when the file cannot be read. On error `cfg` holds the pure defaults (path NULL);
- * either way it must be passed to config_deinit.
+ * "FILE: reason" when the file cannot be read ("out of memory" when that ran out, at a reload say). On
+ * error `cfg` holds the pure defaults (path NULL; out of memory: what was set); either way it must be
+ * passed to config_deinit.
  */
 TERN_MUST_USE int config_load(struct tern_config *cfg, const char *path, char *err, size_t err_size);
 /* "host:port, host:port" (as `listen` takes it: "*:port", "[ipv6]:port") into out: the count, or -1 when

@@ -561,7 +561,17 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 			route_answer_setting(s, sql);
 			return ROUTE_QUERY_ANSWERED;
 		}
-		TERN_ASSERT(s->routing.state == ROUTE_IDLE); /* a replica transaction's is settled between requests */
+		if (s->routing.state != ROUTE_IDLE) {
+			/* In a read-only transaction on a replica, behind extended-protocol messages with no Sync
+			 * yet: tern cannot answer it in its turn among the replica's answers. */
+			base_strlcpy(s->end_error.sqlstate, "0A000", sizeof(s->end_error.sqlstate));
+			base_strlcpy(s->end_error.message,
+				     "SET, SHOW or RESET of tern.* behind extended-protocol messages not yet synced, in a "
+				     "read-only transaction on a replica, is not supported: send a Sync first",
+				     sizeof(s->end_error.message));
+			session_end_later(s, SESSION_END_PROTOCOL_VIOLATION);
+			return ROUTE_QUERY_REFUSED;
+		}
 		if (route_hold(s, body, len) < 0)
 			return ROUTE_QUERY_ADMIT; /* out of memory: the server answers it (as a placeholder) */
 		s->routing.state = ROUTE_SETTLING; /* answered once what is owed before it is in */

@@ -665,6 +665,7 @@ struct leg *session_set_aside_leg(struct session *s, enum leg_role role)
 		return NULL;
 	session_free_drained(s);
 	TERN_ASSERT(old && !old->is_request_pending);
+	old->is_starved = false; /* a leg set aside reads nothing more: no receive waits for buffers */
 	base_list_insert_tail(&s->legs_draining, &old->link);
 	s->legs[role] = leg;
 	return leg;
@@ -680,6 +681,7 @@ struct leg *session_replace_leg(struct session *s, enum leg_role role)
 	session_free_drained(s);
 	if (old) {
 		TERN_ASSERT(!old->is_request_pending);
+		old->is_starved = false; /* (as in session_set_aside_leg) */
 		leg_drop(old);
 		(void)leg_reap(old);
 		if (leg_is_reapable(old))
@@ -759,6 +761,10 @@ void session_end(struct session *s, enum session_end_reason reason)
 	if (base_list_is_linked(&s->ending_link))
 		base_list_remove(&s->ending_link);
 	const struct session_end_info *info = session_end_info(reason);
+	if (s->lookup) { /* an auth_query answer still to come finds no owner: the worker frees it */
+		s->lookup->owner = NULL;
+		s->lookup = NULL;
+	}
 	s->end_reason = reason;
 	host->stats.ended[reason]++;
 	bool tell_client = info->sqlstate != NULL && !s->client_eof && !session_client_is_mid_message(s);

@@ -318,6 +318,8 @@ static void login_complete(struct session *s)
 	if (!s->db) { /* the startup packet kept at the front of login_buf, checked at startup */
 		struct proto_startup st;
 		char options[LOGIN_OPTIONS_MAX];
+		/* (kept by every login that did not make its key at its startup packet: login_on_startup read the
+		 * mode once, and passed it on) */
 		TERN_ASSERT(s->login_kept >= 8);
 		if (proto_startup_parse(s->login_buf + 4, s->login_kept - 4, &st) < 0 ||
 		    !login_build_options(s, &st, options, sizeof(options))) {
@@ -369,12 +371,13 @@ static void login_look_up(struct session *s)
 	s->lookup = lookup;
 }
 
-static void login_begin_auth(struct session *s)
+/* `mode` is [auth] mode as the login read it at its startup packet (a reload in between changes nothing
+ * of this login: what it kept of the startup packet depends on it). */
+static void login_begin_auth(struct session *s, int mode)
 {
 	const struct tern_runtime *rt = s->host->runtime;
 	const struct auth_user *user = login_user_entry(s);
 	const struct tern_config *config = runtime_config(rt);
-	int mode = config->auth_mode;
 	if (mode == CONFIG_AUTH_TRUST) {
 		login_complete(s);
 		return;
@@ -535,19 +538,20 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 			return;
 		}
 		s->is_admin = true;
-		login_begin_auth(s);
+		login_begin_auth(s, runtime_config(rt)->auth_mode);
 		return;
 	}
 	/* Nothing of the pool before the client has authenticated (a startup packet alone must grow
 	 * nothing, and take no pool lock): without a password to check, now; else the packet stays at the
 	 * front of login_buf and the pool key is made from it once the password is right. */
-	if (runtime_config(rt)->auth_mode == CONFIG_AUTH_TRUST) {
+	int mode = runtime_config(rt)->auth_mode;
+	if (mode == CONFIG_AUTH_TRUST) {
 		if (!login_take_db(s, options))
 			return;
 	} else {
 		s->is_login_startup_kept = true;
 	}
-	login_begin_auth(s);
+	login_begin_auth(s, mode);
 }
 
 /* One complete untyped startup-phase packet: 0 consumed it, <0 ended the session. */
@@ -664,6 +668,7 @@ void session_login_on_lookup(struct auth_lookup *lookup)
 {
 	struct session *s = lookup->owner;
 	if (s) {
+		/* (owner is set while its session authenticates, and cleared by session_end and session_destroy) */
 		TERN_ASSERT(s->lookup == lookup && s->phase == SESSION_AUTH);
 		s->lookup = NULL;
 		s->is_lookup_done = true;
@@ -679,7 +684,9 @@ void session_login_on_lookup(struct auth_lookup *lookup)
 		else if (lookup->status < 0 && lookup->status != -ENOENT)
 			session_end_with_error(s, SESSION_END_SERVER_REFUSED, lookup->error.sqlstate, lookup->error.message);
 		else
-			login_begin_auth(s); /* an unknown user goes through the same exchange and fails at the proof */
+			/* (the startup packet is kept by now: the mode of the moment may be any) An unknown user goes
+			 * through the same exchange and fails at the proof. */
+			login_begin_auth(s, runtime_config(s->host->runtime)->auth_mode);
 	}
 	if (lookup->status == 0 && lookup->found.secret)
 		auth_user_deinit(&lookup->found);

@@ -92,7 +92,7 @@ static unsigned relay_client_admit(struct session *s, struct leg *leg, uint8_t t
 {
 	s->routing.is_begin_alone = false; /* a statement after the BEGIN: the transaction stays where it is */
 	uint32_t mask = dispatch_client_mask(s->observers_on, type);
-	s->client_readers = 0;
+	s->client_readers = 0; /* (admit comes again for a Query routing held) */
 	if (mask) {
 		unsigned taken = dispatch_client_type(s, leg, type, mask, &s->client_readers, &s->client_taker);
 		if (taken != OBSERVER_PASS)
@@ -112,6 +112,8 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
 	struct leg *leg = chunk->leg;
+	s->client_readers = 0; /* what read or took the message before this one has nothing of this one */
+	s->client_taker = 0;
 	if (recover_is_answering(s))
 		return recover_client_type(type); /* its transaction was lost: tern answers */
 	if (leg->is_skipping_to_sync && type != PROTO_FE_SYNC && type != PROTO_FE_TERMINATE)

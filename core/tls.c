@@ -505,10 +505,15 @@ void tls_conn_destroy(struct tls_conn *conn)
 }
 
 /* Ends the connection with `rc` (-ENOMEM instead if OpenSSL ran out of memory); the text is `what`
- * followed by OpenSSL's reasons, if any. */
+ * followed by OpenSSL's reasons, if any. The first error stays (a close_notify of tern's own that fails
+ * after the peer's, out of memory, says nothing new). */
 static int tls_conn_fail(struct tls_conn *conn, int rc, const char *what)
 {
-	TERN_ASSERT(rc < 0 && conn->error == 0);
+	TERN_ASSERT(rc < 0);
+	if (conn->error != 0) {
+		ERR_clear_error();
+		return conn->error;
+	}
 	snprintf(conn->error_text, sizeof(conn->error_text), "%s", what);
 	if (tls_error_queue_drain(conn->error_text, sizeof(conn->error_text), rc) == -ENOMEM)
 		rc = -ENOMEM;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Completions handled per pass before buffers go back to the kernel; bounds the pass's latency. */
@@ -79,6 +80,7 @@ int ring_init(struct ring *ring, const struct ring_params *params, char *why, si
 {
 	TERN_ASSERT(params->buffer_count > 0 && params->buffer_count <= RING_BUFFER_COUNT_MAX);
 	TERN_ASSERT((params->buffer_count & (params->buffer_count - 1)) == 0);
+	TERN_ASSERT(params->buffer_size > 0 && params->buffer_size <= RING_BUFFER_SIZE_MAX); /* (config's 1MB) */
 	memset(ring, 0, sizeof(*ring));
 	ring->event_fd = -1;
 	struct io_uring *uring = calloc(1, sizeof(*uring));
@@ -159,9 +161,20 @@ static struct io_uring_sqe *ring_get_sqe(struct ring *ring)
 	struct io_uring *uring = ring_uring(ring);
 	struct io_uring_sqe *sqe = io_uring_get_sqe(uring);
 	while (!sqe) {
-		/* The submission queue is full: hand what is queued to the kernel and take a slot. */
+		/* The submission queue is full: hand what is queued to the kernel and take a slot. The kernel's
+		 * own shortage (EBUSY, EAGAIN, ENOMEM: completions it holds, memory) passes: try again, after a
+		 * millisecond for memory. EBADR says it dropped a completion under memory pressure: logged once,
+		 * then on (that op never completes; its owner's timeouts end it). Any other error is tern's misuse
+		 * of its own ring (EBADF, EFAULT, EINVAL, ENXIO): no peer's bytes reach it. */
 		int rc = io_uring_submit(uring);
-		TERN_ASSERT(rc >= 0 || rc == -EBUSY || rc == -EAGAIN || rc == -EINTR);
+		if (rc == -ENOMEM)
+			(void)nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+		else if (rc == -EBADR && !ring->is_drop_logged) {
+			ring->is_drop_logged = true;
+			TERN_ERROR("io_uring dropped completions (the kernel is out of memory): some connections may hang "
+				   "until their timeouts");
+		}
+		TERN_ASSERT(rc >= 0 || rc == -EBUSY || rc == -EAGAIN || rc == -EINTR || rc == -ENOMEM || rc == -EBADR);
 		sqe = io_uring_get_sqe(uring);
 	}
 	ring->stats.submissions++;
@@ -292,7 +305,7 @@ void ring_buffer_take(struct ring *ring, uint16_t buffer_id)
 void ring_buffer_ref(struct ring *ring, uint16_t buffer_id)
 {
 	TERN_DEBUG_ASSERT(buffer_id < ring->buf_count * RING_BUFFER_GROUPS);
-	TERN_ASSERT(ring->buf_refs[buffer_id] > 0 && ring->buf_refs[buffer_id] < RING_BUFFER_REFS_MAX);
+	TERN_ASSERT(ring->buf_refs[buffer_id] > 0 && ring->buf_refs[buffer_id] < RING_BUFFER_REFS_MAX); /* ring.h */
 	ring->buf_refs[buffer_id]++;
 }
 

@@ -41,11 +41,14 @@ struct ring_params {
 /* Receive buffers come in separate groups so one kind of reader can never take the buffers another
  * needs to make progress (the owner decides what each group is for). */
 #define RING_BUFFER_GROUPS 2u
-/* Hard bounds: buffer ids, across all groups, are 16 bits in a completion; references per buffer fit
- * in 16 bits. */
+/* Hard bounds: buffer ids, across all groups, are 16 bits in a completion. A reference is a send slice
+ * of at least one byte of the buffer (slices of one buffer that touch merge), and a buffer holds at most
+ * RING_BUFFER_SIZE_MAX bytes: its references stay far below 32 bits, whatever a peer sends. */
 #define RING_BUFFER_COUNT_MAX 32768u
 static_assert(RING_BUFFER_COUNT_MAX * RING_BUFFER_GROUPS <= 65536u, "buffer ids fit 16 bits");
-#define RING_BUFFER_REFS_MAX UINT16_MAX
+#define RING_BUFFER_SIZE_MAX (1u << 20)
+#define RING_BUFFER_REFS_MAX UINT32_MAX
+static_assert(RING_BUFFER_SIZE_MAX < RING_BUFFER_REFS_MAX, "a buffer's references fit");
 
 struct ring_stats {
 	uint64_t passes; /* ring_run_once calls: one io_uring_enter each, which submits and waits */
@@ -63,7 +66,8 @@ struct ring_buffer_group {
 struct ring {
 	void *uring; /* struct io_uring, private to ring.c */
 	uint8_t *buf_base;
-	uint16_t *buf_refs; /* by buffer id: group * buf_count + index in the group */
+	uint32_t *buf_refs; /* by buffer id: group * buf_count + index in the group */
+	bool is_drop_logged; /* the kernel's dropped completions were logged (ring_get_sqe) */
 	uint32_t buf_count; /* per group */
 	uint32_t buf_size;
 	struct ring_buffer_group groups[RING_BUFFER_GROUPS];

@@ -702,6 +702,36 @@ def auth_query_finds_users_not_in_the_userlist_with_a_parameterized_query(ctx):
 
 
 @test
+def a_client_gone_while_its_auth_query_runs_never_takes_tern_down(ctx):
+    """A client whose lookup is in flight (auth_query takes 2 s) ends first: it sends a password
+    before it was asked (a protocol violation), or client_login_timeout passes; the client keeps its
+    socket open, so the ended session lingers. When the lookup answers, the answer is dropped. Before: an assertion ended the whole
+    process (the session had ended, yet still owned the lookup). tern serves the next client."""
+    server_secret(ctx, "tern_scram", "scrampw", "scram-sha-256")
+    slow = "SELECT usename, passwd FROM pg_catalog.pg_shadow, pg_catalog.pg_sleep(2) WHERE usename = $1"
+    t = ctx.tern(auth="scram", users='"postgres" "pgpw"\n', auth_extra="auth_user = postgres\nauth_query = %s" % slow,
+                 extra="client_login_timeout = 1s")
+    held = []
+    for how in ("password unasked", "login timeout"):
+        sock = socket.create_connection(("127.0.0.1", t.port), timeout=10)
+        sock.sendall(startup_packet("tern_scram"))
+        if how == "password unasked":
+            sock.sendall(message(b"p", b"scrampw\0"))
+        sock.settimeout(5)
+        check(sock.recv(1) == b"E", "%s: the session ends while its lookup runs" % how)
+        held.append(sock)  # open: the ended session lingers until the client closes
+    lookups_running = ("select count(*) from pg_stat_activity where application_name = 'tern auth_query' "
+                       "and state = 'active'")
+    wait_for(lambda: ctx.pg.psql(lookups_running) != "0", "a lookup to run", timeout=10)
+    wait_for(lambda: ctx.pg.psql(lookups_running) == "0", "the lookups to answer", timeout=10)
+    for sock in held:
+        sock.close()
+    check(t.alive(), "tern is up")
+    check(psql_ok(t.port, "select current_user", password="pgpw") == "postgres",
+          "the next client gets in (one in auth_file: a lookup takes longer than client_login_timeout)")
+
+
+@test
 def an_md5_hash_in_the_userlist_logs_in_to_an_md5_server(ctx):
     secret = server_secret(ctx, "tern_md5", "md5pw", "md5")
     check(secret.startswith("md5"), "the server stores an md5 hash: %r" % secret)
@@ -3294,6 +3324,26 @@ def routing_tern(ctx, level="primary", routing="", pool="", dbname=None):
     ctx.terns.append(t)
     t.start()
     return t
+
+
+@test
+def set_tern_behind_an_unsynced_batch_in_a_replica_transaction_ends_only_that_session(ctx):
+    """In a BEGIN READ ONLY that runs on the replica, a client sends Parse, Bind, Execute without a Sync,
+    then SET tern.consistency: tern cannot answer the SET in its turn among the replica's answers still to
+    come. That session ends with 0A000 saying so; tern serves the next client. Before: an assertion ended
+    the whole process."""
+    t = routing_tern(ctx, level="session")
+    with Wire(t.port) as w:
+        w.login("postgres")
+        w.query("begin read only")
+        check(w.query("select pg_is_in_recovery()") == [["t"]], "the transaction runs on the replica")
+        w.send(parse("", "select 1") + bind("") + execute() + message(b"Q", b"set tern.consistency = primary\0"))
+        fields = w.expect_error_and_close()
+        check(fields is not None and fields["C"] == "0A000" and "Sync" in fields["M"], "0A000, closed: %r" % fields)
+    check(t.alive(), "tern is up")
+    with Wire(t.port) as w:
+        w.login("postgres")
+        check(w.query("select 1") == [["1"]], "the next client")
 
 
 def replica_commits(pg, dbname):

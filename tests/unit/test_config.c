@@ -95,7 +95,7 @@ static void expect_value(const char *section_and_key, const char *value, const c
 Test(config, defaults_match_the_documented_table)
 {
 	struct tern_config cfg;
-	config_init_defaults(&cfg);
+	cr_assert_eq(config_init_defaults(&cfg), 0);
 	cr_assert_str_eq(cfg.listen_host, "127.0.0.1");
 	cr_assert_eq(cfg.listen_port, 6432);
 	cr_assert_eq(cfg.workers, 0);
@@ -552,7 +552,7 @@ Test(config, every_described_value_loads_back_to_the_same_value)
 Test(config, describe_reports_defaults_reloadability_and_bounds)
 {
 	struct tern_config cfg;
-	config_init_defaults(&cfg);
+	cr_assert_eq(config_init_defaults(&cfg), 0);
 	const char *section, *key, *default_text;
 	bool reloadable;
 	char value[512]; /* as main's reload log: auth_query's default is 130 characters */
@@ -611,7 +611,7 @@ Test(config, markdown_has_one_row_per_key)
 		bool reloadable;
 		char value[256], cell[128];
 		struct tern_config cfg;
-		config_init_defaults(&cfg);
+		cr_assert_eq(config_init_defaults(&cfg), 0);
 		cr_assert_eq(config_describe_key(&cfg, i, &section, &key, value, sizeof(value), &default_text,
 						 &reloadable),
 			     0);

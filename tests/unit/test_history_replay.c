@@ -62,7 +62,7 @@ Test(history_replay, other_time_forms_are_refused)
 static struct history *history_of(uint32_t count, const uint32_t *flags)
 {
 	struct tern_config cfg;
-	config_init_defaults(&cfg); /* (its [journal] dir is empty: memory only) */
+	cr_assert_eq(config_init_defaults(&cfg), 0); /* (its [journal] dir is empty: memory only) */
 	struct history *h = NULL;
 	char err[256] = "";
 	cr_assert_eq(history_open(&h, &cfg, err, sizeof(err)), 0, "%s", err);

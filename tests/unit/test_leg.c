@@ -68,7 +68,7 @@ static const struct host_ops test_host_ops = {
 static void setup(void)
 {
 	memset(&fx, 0, sizeof(fx));
-	config_init_defaults(&fx.config);
+	cr_assert_eq(config_init_defaults(&fx.config), 0);
 	fx.config.pool_mode = CONFIG_POOL_SESSION;
 	fx.runtime.config = &fx.config;
 	fx.runtime.parts = &session_relay_parts;

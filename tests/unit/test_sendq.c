@@ -176,6 +176,21 @@ Test(sendq, push_buffer_takes_a_reference_that_clear_drops)
 	assert_all_buffers_back();
 }
 
+Test(sendq, one_buffer_takes_more_references_than_sixteen_bits_hold)
+{
+	/* A large buffer can hold more than 65535 messages a peer makes the relay slice apart (a Flush by
+	 * reference between rewritten Describes, say): each slice is a reference. Before: an assertion at
+	 * 65535 ended the process. */
+	uint8_t *data = take_buffer(5);
+	fill(data, 2, 5);
+	for (uint32_t i = 0; i < 70000u; i++)
+		cr_assert_eq(sendq_push_buffer(&fx.q, &fx.ring, 5, data, 1), 0); /* (the same byte: never contiguous) */
+	cr_assert_eq(fx.ring.buf_refs[5], 70001u);
+	ring_buffer_unref(&fx.ring, 5);
+	sendq_clear(&fx.q, &fx.ring);
+	assert_all_buffers_back();
+}
+
 Test(sendq, contiguous_pushes_of_one_buffer_extend_one_slice)
 {
 	uint8_t *a = take_buffer(0);
