@@ -35,7 +35,10 @@ from procs import PgBouncerProcess, ProcessError, TernProcess  # noqa: E402
 # tern-tr-none: a second tern with [replay] tr_mode = none, for the cost of Transaction Replay's record.
 # tern-journal-disk: [journal] dir in a temp folder with fsync = interval (the default tern journals in
 # memory only); tern-tr-off: [replay] tr_enabled = false, no journal and no Transaction Replay.
-TARGETS = ("tern", "direct", "pgbouncer", "tern-tr-none", "tern-journal-disk", "tern-tr-off")
+# tern-1w, tern-2w, ...: tern with that many workers (whatever --tern-workers says).
+# tern-b: a second tern binary (--tern-binary-b), to compare two builds side by side.
+TARGETS = ("tern", "direct", "pgbouncer", "tern-tr-none", "tern-journal-disk", "tern-tr-off", "tern-1w", "tern-2w",
+           "tern-4w", "tern-b")
 DEFAULT_TARGETS = ("tern", "direct", "pgbouncer")
 WORKLOADS = ("select-only", "tpcb-like")
 MODES = ("simple", "extended", "prepared")
@@ -108,6 +111,8 @@ def parse_args(argv):
                    help="an extra [tern] key for tern's config, e.g. pin_workers=false (repeatable)")
     p.add_argument("--tern-binary", default="build/tern",
                    help="path to tern (relative: to cwd, else the repo root)")
+    p.add_argument("--tern-binary-b", default=None,
+                   help="the tern-b target's binary (another build, for an A/B comparison)")
     p.add_argument("--repeat", type=int, default=1,
                    help="runs per (workload, mode, clients, target), interleaved across targets; "
                         "the table and CSV report medians (default 1)")
@@ -387,8 +392,9 @@ def bench(args, stack):
     if tls:
         log("clients use TLS to tern and PgBouncer (sslmode=require); direct runs stay plaintext")
     for target in [t for t in args.targets if t.startswith("tern")]:
-        cfg = tern_config(free_port(), pg_port, args.tern_workers,
-                          args.pool_size, tls, args.tern_set)
+        m = re.match(r"tern-(\d+)w$", target)
+        workers = int(m.group(1)) if m else args.tern_workers
+        cfg = tern_config(free_port(), pg_port, workers, args.pool_size, tls, args.tern_set)
         if target == "tern-tr-none":
             cfg += "[replay]\ntr_mode = none\n"
         elif target == "tern-tr-off":
@@ -396,8 +402,9 @@ def bench(args, stack):
         elif target == "tern-journal-disk":
             cfg += "[journal]\ndir = %s\nfsync = interval\n" % stack.enter_context(tempfile.TemporaryDirectory())
         log("starting %s (%s, workers=%d, pool_size=%d) ..."
-            % (target, tern_binary, args.tern_workers, args.pool_size))
-        t = stack.enter_context(TernProcess(tern_binary, cfg))
+            % (target, tern_binary, workers, args.pool_size))
+        binary = resolve_tern_binary(args.tern_binary_b) if target == "tern-b" else tern_binary
+        t = stack.enter_context(TernProcess(binary, cfg))
         procs[target], ports[target] = t, t.port
         log("  %s pid %d on 127.0.0.1:%d" % (target, t.pid, t.port))
     if "pgbouncer" in args.targets:
