@@ -105,8 +105,8 @@ def parse_args(argv):
     p.add_argument("--scale", type=int, default=10, help="pgbench -i -s")
     p.add_argument("--pool-size", type=int, default=20,
                    help="server connections per pool (tern and PgBouncer)")
-    p.add_argument("--tern-workers", type=int, default=0,
-                   help="tern worker threads (0 = one per CPU)")
+    p.add_argument("--tern-workers", type=int, default=1,
+                   help="tern worker threads (1, tern's default; 0 = one per CPU)")
     p.add_argument("--tern-set", action="append", default=[], metavar="KEY=VALUE",
                    help="an extra [tern] key for tern's config, e.g. pin_workers=false (repeatable)")
     p.add_argument("--tern-binary", default="build/tern",

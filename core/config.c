@@ -127,8 +127,11 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("tern", "logfile", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD | CONFIG_PATH, logfile, NULL,
 		   "file the log is appended to instead of stderr, reopened on SIGHUP (for logrotate); empty = "
 		   "stderr"),
-	CONFIG_KEY("tern", "workers", CONFIG_INT, "0", 0, 1024, CONFIG_RESTART, workers, NULL,
-		   "worker threads, each with its own io_uring and listener; 0 = one per CPU"),
+	CONFIG_KEY("tern", "workers", CONFIG_INT, "1", 0, 1024, CONFIG_RESTART, workers, NULL,
+		   "worker threads, each with its own io_uring and listener; 0 = one per CPU. One serves a host whose "
+		   "cores the database or its clients share (each io_uring pass finds more to do: fewer system calls "
+		   "and context switches a transaction); raise it when tern has cores of its own and its worker's "
+		   "CPU nears 100% (SHOW WORKERS)"),
 	CONFIG_KEY("tern", "pin_workers", CONFIG_BOOL, "false", 0, 0, CONFIG_RESTART, pin_workers, NULL,
 		   "pin worker i to CPU i mod CPU count: only for cores that are tern's own (a pinned worker on a "
 		   "core shared with the database waits for that core, and costs more CPU per transaction)"),

@@ -39,18 +39,28 @@ bool sql_take_word(const uint8_t **p, const uint8_t *end, const char *word)
 	return true;
 }
 
+/* ASCII lower case: SQL keywords are ASCII, and a byte of a multi-byte character never matches one. */
+static inline uint8_t sql_lower(uint8_t c) { return (uint8_t)((unsigned)c - 'A' < 26u ? c + ('a' - 'A') : c); }
+
+/* The n lower-case bytes of `word` begin at p (case-insensitive). */
+static bool sql_is_word_at(const uint8_t *p, const char *word, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (sql_lower(p[i]) != (uint8_t)word[i])
+			return false;
+	return true;
+}
+
 bool sql_mentions_search_path(const uint8_t *sql, uint32_t len)
 {
-	static const char *const words[] = {"search_path", "reset"};
-	for (uint32_t i = 0; i < len; i++) {
-		int c = tolower(sql[i]);
-		if (c != 's' && c != 'r')
-			continue;
-		for (size_t w = 0; w < TERN_ARRAY_LEN(words); w++) {
-			size_t n = strlen(words[w]);
-			if (words[w][0] == c && len - i >= n && strncasecmp((const char *)sql + i, words[w], n) == 0)
-				return true;
-		}
+	/* Every query passes here: one pass, a word compared only where its first two letters are. */
+	for (uint32_t i = 0; i + 5 <= len; i++) {
+		uint8_t c = sql_lower(sql[i]), next = sql_lower(sql[i + 1]);
+		if (next != 'e')
+			continue; /* (both words have 'e' second) */
+		if ((c == 'r' && sql_is_word_at(sql + i, "reset", 5)) ||
+		    (c == 's' && len - i >= 11 && sql_is_word_at(sql + i, "search_path", 11)))
+			return true;
 	}
 	return false;
 }

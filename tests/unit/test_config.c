@@ -98,7 +98,7 @@ Test(config, defaults_match_the_documented_table)
 	cr_assert_eq(config_init_defaults(&cfg), 0);
 	cr_assert_str_eq(cfg.listen_host, "127.0.0.1");
 	cr_assert_eq(cfg.listen_port, 6432);
-	cr_assert_eq(cfg.workers, 0);
+	cr_assert_eq(cfg.workers, 1);
 	cr_assert_eq(cfg.pin_workers, false);
 	cr_assert_eq(cfg.pool_mode, CONFIG_POOL_SESSION);
 	cr_assert_eq(cfg.ring_entries, 1024);

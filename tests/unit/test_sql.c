@@ -44,6 +44,9 @@ Test(sql, a_text_mentions_search_path_or_reset_in_any_case_anywhere)
 	cr_assert(check(sql_mentions_search_path, "select 1; SET Search_Path = x"));
 	cr_assert(check(sql_mentions_search_path, "begin; reset all"));
 	cr_assert(check(sql_mentions_search_path, "search_path"));
+	cr_assert(check(sql_mentions_search_path, "RESET"), "a word that ends the text");
+	cr_assert(check(sql_mentions_search_path, "select 1;SEARCH_PATH"));
+	cr_assert_not(check(sql_mentions_search_path, "rese"));
 	cr_assert_not(check(sql_mentions_search_path, "set local app.tenant = '7'; select 'search path'"));
 	cr_assert_not(check(sql_mentions_search_path, "search_pat"));
 	cr_assert_not(check(sql_mentions_search_path, ""));
