@@ -1,15 +1,23 @@
 #!/usr/bin/python3
-"""tern benchmark driver: pgbench against tern, PgBouncer and PostgreSQL direct.
+"""tern benchmark driver: pgbench against tern, PgBouncer, PostgreSQL direct and a zero-logic relay.
 
 Starts a throwaway PostgreSQL primary + replica (not durable) unless
 --pg-port is given, initialises pgbench tables once on the primary, starts
-tern and PgBouncer once each (same pool size, transaction pooling) in front
-of the primary, then runs every workload x mode x clients x target with
-pgbench, measuring throughput, latency and the proxy's CPU time per
-transaction.  Prints a table and writes the same rows to a CSV file.
+tern and PgBouncer once each (same pool size, transaction pooling) and the
+relay of bench/relay.c (compiled here: a connection to the server per client,
+bytes copied, nothing else: what any proxy hop costs) in front of the primary,
+then runs every workload x mode x clients x target with pgbench, repetitions
+interleaved across targets, measuring throughput, p50/p99 latency (pgbench's
+per-transaction log, sampled) and each proxy's user and system CPU time per
+transaction.  Prints a table of medians (with the spread of the runs), and
+writes the rows to a CSV, a markdown table and, with matplotlib (Debian's
+python3-matplotlib), plots of TPS and CPU per transaction against clients.
+
+  python3 bench/pgbench_driver.py --tern-binary build-release/tern            # the whole matrix
+  python3 bench/pgbench_driver.py --tern-binary build-release/tern --quick    # the README's points
 
 Exit status: 0 when every run succeeded, 1 when a pgbench run failed or
-reported failed transactions, 2 on a setup error.  Standard library only.
+reported failed transactions, 2 on a setup error.
 """
 
 import argparse
@@ -30,25 +38,33 @@ sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "integration"))
 
 import pgcluster  # noqa: E402
 from pgcluster import PgCluster, clean_env, free_port  # noqa: E402
-from procs import PgBouncerProcess, ProcessError, TernProcess  # noqa: E402
+from procs import PgBouncerProcess, ProcessError, RelayProcess, TernProcess  # noqa: E402
 
 # tern-tr-none: a second tern with [replay] tr_mode = none, for the cost of Transaction Replay's record.
 # tern-journal-disk: [journal] dir in a temp folder with fsync = interval (the default tern journals in
 # memory only); tern-tr-off: [replay] tr_enabled = false, no journal and no Transaction Replay.
 # tern-1w, tern-2w, ...: tern with that many workers (whatever --tern-workers says).
 # tern-b: a second tern binary (--tern-binary-b), to compare two builds side by side.
-TARGETS = ("tern", "direct", "pgbouncer", "tern-tr-none", "tern-journal-disk", "tern-tr-off", "tern-1w", "tern-2w",
-           "tern-4w", "tern-b")
-DEFAULT_TARGETS = ("tern", "direct", "pgbouncer")
+# relay: bench/relay.c, the zero-logic relay.
+TARGETS = ("tern", "direct", "pgbouncer", "relay", "tern-tr-none", "tern-journal-disk", "tern-tr-off", "tern-1w",
+           "tern-2w", "tern-4w", "tern-b")
+DEFAULT_TARGETS = ("tern", "pgbouncer", "direct", "relay")
+PROXIES = ("pgbouncer", "relay")  # besides the tern targets, the processes whose CPU is measured
 WORKLOADS = ("select-only", "tpcb-like")
 MODES = ("simple", "extended", "prepared")
 
 TABLE_COLUMNS = ["workload", "mode", "clients", "target", "tps",
                  "latency_avg_ms", "proxy_cpu_us_per_txn", "tps_vs_direct",
                  "cpu_per_txn_vs_pgbouncer"]
-CSV_COLUMNS = TABLE_COLUMNS + ["status", "transactions", "failed_transactions",
+CSV_COLUMNS = TABLE_COLUMNS + ["tps_vs_pgbouncer", "latency_p50_ms", "latency_p99_ms", "proxy_user_us_per_txn",
+                               "proxy_system_us_per_txn", "tps_spread_pct", "cpu_spread_pct",
+                               "status", "transactions", "failed_transactions",
                                "proxy_cpu_seconds", "duration_s", "jobs",
                                "pool_size", "scale", "runs", "tls"]
+# pgbench's per-transaction log, sampled so a fast run writes at most about this many lines.
+LATENCY_SAMPLES = 20000
+QUICK = {"workloads": ["select-only", "tpcb-like"], "modes": ["simple", "extended"], "clients": [16, 64],
+         "duration": 5, "repeat": 3}
 
 
 class SetupError(Exception):
@@ -94,7 +110,7 @@ def parse_args(argv):
                    default=list(WORKLOADS),
                    help="comma list of %s" % ",".join(WORKLOADS))
     p.add_argument("--modes", type=csv_list("mode", MODES),
-                   default=["extended"],
+                   default=list(MODES),
                    help="pgbench -M modes, comma list of %s" % ",".join(MODES))
     p.add_argument("--clients", type=csv_list("client count", conv=int),
                    default=[1, 16, 64, 256], help="comma list of client counts")
@@ -113,9 +129,14 @@ def parse_args(argv):
                    help="path to tern (relative: to cwd, else the repo root)")
     p.add_argument("--tern-binary-b", default=None,
                    help="the tern-b target's binary (another build, for an A/B comparison)")
-    p.add_argument("--repeat", type=int, default=1,
+    p.add_argument("--repeat", type=int, default=3,
                    help="runs per (workload, mode, clients, target), interleaved across targets; "
-                        "the table and CSV report medians (default 1)")
+                        "the table and CSV report medians (default 3)")
+    p.add_argument("--quick", action="store_true",
+                   help="the README's points: select-only and tpcb-like, simple and extended, 16 and 64 "
+                        "clients, 5 s, 3 runs each (overrides those options)")
+    p.add_argument("--plots", default=None,
+                   help="folder for the PNG plots (default: beside the CSV; needs matplotlib)")
     p.add_argument("--csv", default=None,
                    help="CSV output (default bench/results/%s.csv)" % stamp)
     p.add_argument("--pg-port", type=int, default=None,
@@ -132,6 +153,11 @@ def parse_args(argv):
                         "certificate made with the openssl command); direct stays plaintext, as the "
                         "PostgreSQL started here has no certificate")
     args = p.parse_args(argv)
+    if args.quick:
+        for key, value in QUICK.items():
+            setattr(args, key, value)
+    if "tern-b" in args.targets and not args.tern_binary_b:
+        p.error("the tern-b target needs --tern-binary-b")
     for name in ("duration", "jobs", "scale", "pool_size", "repeat"):
         if getattr(args, name) < 1:
             p.error("--%s must be >= 1" % name.replace("_", "-"))
@@ -252,6 +278,23 @@ def parse_pgbench(out):
     return res
 
 
+def latency_percentiles(log_dir):
+    """(p50, p99) in ms of the transactions pgbench logged in log_dir (-l: the third field of each line is
+    the transaction's time in microseconds); (None, None) when it logged none."""
+    times = []
+    for name in os.listdir(log_dir):
+        with open(os.path.join(log_dir, name)) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and parts[2].isdigit():
+                    times.append(int(parts[2]))
+    if not times:
+        return None, None
+    times.sort()
+    pick = lambda q: times[min(len(times) - 1, int(q * len(times)))] / 1000.0
+    return pick(0.50), pick(0.99)
+
+
 def fmt(v, spec):
     return "" if v is None else format(v, spec)
 
@@ -261,6 +304,7 @@ def add_ratios(rows):
               for r in rows if r["status"] == "ok"}
     for r in rows:
         r["tps_vs_direct"] = None
+        r["tps_vs_pgbouncer"] = None
         r["cpu_per_txn_vs_pgbouncer"] = None
         if r["status"] != "ok":
             continue
@@ -268,8 +312,10 @@ def add_ratios(rows):
         d = by_key.get(k + ("direct",))
         if d and d["tps"]:
             r["tps_vs_direct"] = r["tps"] / d["tps"]
-        if r["target"].startswith("tern"):
-            b = by_key.get(k + ("pgbouncer",))
+        b = by_key.get(k + ("pgbouncer",))
+        if b and b["tps"] and r["target"] != "pgbouncer":
+            r["tps_vs_pgbouncer"] = r["tps"] / b["tps"]
+        if r["target"].startswith("tern") or r["target"] == "relay":
             if b and b["proxy_cpu_us_per_txn"] and \
                     r["proxy_cpu_us_per_txn"] is not None:
                 r["cpu_per_txn_vs_pgbouncer"] = \
@@ -279,22 +325,25 @@ def add_ratios(rows):
 def display_row(r):
     if r["status"] != "ok":
         return [r["workload"], r["mode"], str(r["clients"]), r["target"],
-                r["status"].upper(), "", "", "", ""]
+                r["status"].upper()] + [""] * 8
     return [r["workload"], r["mode"], str(r["clients"]), r["target"],
-            fmt(r["tps"], ".1f"), fmt(r["latency_ms"], ".3f"),
+            fmt(r["tps"], ".1f"), fmt(r["latency_p50_ms"], ".2f"), fmt(r["latency_p99_ms"], ".2f"),
             fmt(r["proxy_cpu_us_per_txn"], ".2f"),
-            fmt(r["tps_vs_direct"], ".3f"),
-            fmt(r["cpu_per_txn_vs_pgbouncer"], ".3f")]
+            "" if r["proxy_user_us_per_txn"] is None else "%.1f+%.1f" % (r["proxy_user_us_per_txn"],
+                                                                      r["proxy_system_us_per_txn"]),
+            fmt(r["tps_vs_direct"], ".3f"), fmt(r["tps_vs_pgbouncer"], ".3f"),
+            fmt(r["cpu_per_txn_vs_pgbouncer"], ".3f"),
+            "%s/%s" % (fmt(r.get("tps_spread_pct"), ".0f") or "-", fmt(r.get("cpu_spread_pct"), ".0f") or "-")]
 
 
 def print_table(rows):
-    header = ["workload", "mode", "clients", "target", "tps",
-              "avg lat ms", "proxy us CPU/txn", "tps vs direct",
-              "CPU/txn vs pgbouncer"]
+    header = ["workload", "mode", "clients", "target", "tps", "p50 ms", "p99 ms",
+              "proxy us CPU/txn", "user+sys", "tps vs direct", "tps vs pgb",
+              "CPU/txn vs pgbouncer", "spread% tps/cpu"]
     body = [display_row(r) for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h)
               for i, h in enumerate(header)]
-    right = {2, 4, 5, 6, 7, 8}
+    right = set(range(4, 13)) | {2}
 
     def line(cells):
         return "  ".join(c.rjust(w) if i in right else c.ljust(w)
@@ -317,11 +366,46 @@ def write_csv(path, rows, args):
                 fmt(r["proxy_cpu_us_per_txn"], ".3f"),
                 fmt(r["tps_vs_direct"], ".4f"),
                 fmt(r["cpu_per_txn_vs_pgbouncer"], ".4f"),
+                fmt(r["tps_vs_pgbouncer"], ".4f"), fmt(r["latency_p50_ms"], ".3f"),
+                fmt(r["latency_p99_ms"], ".3f"), fmt(r["proxy_user_us_per_txn"], ".3f"),
+                fmt(r["proxy_system_us_per_txn"], ".3f"), fmt(r.get("tps_spread_pct"), ".1f"),
+                fmt(r.get("cpu_spread_pct"), ".1f"),
                 r["status"], fmt(r["transactions"], "d"),
                 fmt(r["failed"], "d"), fmt(r["proxy_cpu_s"], ".3f"),
                 args.duration, r["jobs"], args.pool_size, args.scale, r.get("runs", 1),
                 int(args.tls and r["target"] != "direct"),
             ])
+
+
+def write_markdown(path, rows, args):
+    """The table of medians as markdown, with the command's shape and the spread of the runs."""
+    with open(path, "w") as f:
+        f.write("Medians of %d interleaved %d s runs (spread: (max - min) / min over them); pool_size %d, "
+                "scale %d, tern workers %d.\n\n" % (args.repeat, args.duration, args.pool_size, args.scale,
+                                                     args.tern_workers))
+        f.write("| workload | mode | clients | target | TPS | ÷ PgBouncer | p50 ms | p99 ms | µs CPU/txn "
+                "(user + system) | CPU ÷ PgBouncer | spread TPS / CPU |\n")
+        f.write("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+        for r in rows:
+            if r["status"] != "ok":
+                f.write("| %s | %s | %d | %s | %s |  |  |  |  |  |  |\n" % (
+                    r["workload"], r["mode"], r["clients"], r["target"], r["status"]))
+                continue
+            cpu = "" if r["proxy_cpu_us_per_txn"] is None else "%.1f (%.1f + %.1f)" % (
+                r["proxy_cpu_us_per_txn"], r["proxy_user_us_per_txn"] or 0, r["proxy_system_us_per_txn"] or 0)
+            spread = "%s / %s" % (fmt(r.get("tps_spread_pct"), ".0f") or "-", fmt(r.get("cpu_spread_pct"), ".0f") or "-")
+            f.write("| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %s | %s%% |\n" % (
+                r["workload"], r["mode"], r["clients"], r["target"], r["tps"], fmt(r["tps_vs_pgbouncer"], ".2f"),
+                fmt(r["latency_p50_ms"], ".2f"), fmt(r["latency_p99_ms"], ".2f"), cpu,
+                fmt(r["cpu_per_txn_vs_pgbouncer"], ".2f"), spread))
+
+
+def write_plots(csv_path, folder):
+    """bench/plot_results.py over the CSV, with Debian's python3 (where python3-matplotlib lives) when this
+    is another Python; the PNG paths it wrote, or None."""
+    python = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+    rc, out = run_cmd([python, os.path.join(REPO_ROOT, "bench", "plot_results.py"), csv_path, folder], 300)
+    return out.split() if rc == 0 and out.strip() else None
 
 
 def bench(args, stack):
@@ -407,6 +491,15 @@ def bench(args, stack):
         t = stack.enter_context(TernProcess(binary, cfg))
         procs[target], ports[target] = t, t.port
         log("  %s pid %d on 127.0.0.1:%d" % (target, t.pid, t.port))
+    if "relay" in args.targets:
+        relay_dir = stack.enter_context(tempfile.TemporaryDirectory())
+        relay_binary = os.path.join(relay_dir, "relay")
+        rc, out = run_cmd(["cc", "-O2", "-o", relay_binary, os.path.join(REPO_ROOT, "bench", "relay.c")], 120)
+        if rc != 0:
+            raise SetupError("cc bench/relay.c failed:\n%s" % tail(out))
+        r = stack.enter_context(RelayProcess(relay_binary, pg_port))
+        procs["relay"], ports["relay"] = r, r.port
+        log("  relay pid %d on 127.0.0.1:%d" % (r.pid, r.port))
     if "pgbouncer" in args.targets:
         log("starting pgbouncer (pool_size=%d, transaction pooling) ..."
             % args.pool_size)
@@ -425,13 +518,15 @@ def bench(args, stack):
             for c in args.clients for r in range(args.repeat) for t in args.targets]
     rows, failures = [], []
     dead = set()
+    last_tps = {}
     log("running %d pgbench runs of %ds each" % (len(plan), args.duration))
     for i, (workload, mode, clients, rep, target) in enumerate(plan, 1):
         jobs = min(clients, args.jobs)
         row = {"workload": workload, "mode": mode, "clients": clients,
                "target": target, "status": "ok", "tps": None,
                "latency_ms": None, "transactions": None, "failed": None,
-               "proxy_cpu_s": None, "proxy_cpu_us_per_txn": None,
+               "proxy_cpu_s": None, "proxy_cpu_us_per_txn": None, "proxy_user_us_per_txn": None,
+               "proxy_system_us_per_txn": None, "latency_p50_ms": None, "latency_p99_ms": None,
                "jobs": jobs}
         rows.append(row)
         prefix = "[%d/%d] %s %s c=%d %s%s ..." % (
@@ -446,18 +541,26 @@ def bench(args, stack):
             log(prefix + " not run: %s is no longer running" % target)
             continue
         print(prefix, end=" ", flush=True)
+        log_dir = tempfile.mkdtemp(prefix="tern-bench-log-")
+        # (sampled from what the previous run of the point did, so a fast run writes a bounded log)
+        rate = min(1.0, LATENCY_SAMPLES / max(1.0, (last_tps.get((workload, mode, clients)) or 1000.0) * args.duration))
         argv = [pgbench, "-n", "-T", str(args.duration), "-c", str(clients),
-                "-j", str(jobs), "-M", mode]
+                "-j", str(jobs), "-M", mode, "-l", "--log-prefix", os.path.join(log_dir, "txn"),
+                "--sampling-rate", "%.6f" % rate]
         if workload == "select-only":
             argv.append("-S")
         argv += ["-h", "127.0.0.1", "-p", str(ports[target]),
                  "-U", "postgres", "postgres"]
         proc = procs.get(target)
-        cpu0 = proc.cpu_seconds() if proc else None
+        cpu0 = proc.cpu_times() if proc else None
         rc, out = run_cmd(argv, timeout=args.duration + 60,
                           env={"PGSSLMODE": "require"} if tls and target != "direct" else None)
-        cpu1 = proc.cpu_seconds() if proc and proc.alive() else None
+        cpu1 = proc.cpu_times() if proc and proc.alive() else None
+        row["latency_p50_ms"], row["latency_p99_ms"] = latency_percentiles(log_dir)
+        shutil.rmtree(log_dir, ignore_errors=True)
         res = parse_pgbench(out)
+        if res["tps"]:
+            last_tps[(workload, mode, clients)] = res["tps"]
         row.update(tps=res["tps"], latency_ms=res["latency_ms"],
                    failed=res["failed"], transactions=res["transactions"])
         problems = []
@@ -473,10 +576,12 @@ def bench(args, stack):
             dead.add(target)
             problems.append("%s exited (code %s)" % (target, proc.returncode))
         if cpu0 is not None and cpu1 is not None:
-            row["proxy_cpu_s"] = cpu1 - cpu0
+            user, system = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+            row["proxy_cpu_s"] = user + system
             if res["transactions"]:
-                row["proxy_cpu_us_per_txn"] = \
-                    row["proxy_cpu_s"] / res["transactions"] * 1e6
+                row["proxy_cpu_us_per_txn"] = row["proxy_cpu_s"] / res["transactions"] * 1e6
+                row["proxy_user_us_per_txn"] = user / res["transactions"] * 1e6
+                row["proxy_system_us_per_txn"] = system / res["transactions"] * 1e6
         if problems:
             row["status"] = "failed"
             log("FAILED: " + "; ".join(problems))
@@ -509,9 +614,13 @@ def medians(rows):
         row["runs"] = len(runs)
         if any(r["status"] != "ok" for r in runs):
             row["status"] = next(r["status"] for r in runs if r["status"] != "ok")
-        for key in ("tps", "latency_ms", "proxy_cpu_us_per_txn", "proxy_cpu_s"):
-            values = [r[key] for r in runs if r[key] is not None]
+        for key in ("tps", "latency_ms", "proxy_cpu_us_per_txn", "proxy_cpu_s", "proxy_user_us_per_txn",
+                    "proxy_system_us_per_txn", "latency_p50_ms", "latency_p99_ms"):
+            values = [r[key] for r in runs if r.get(key) is not None]
             row[key] = statistics.median(values) if values else None
+        for key, spread in (("tps", "tps_spread_pct"), ("proxy_cpu_us_per_txn", "cpu_spread_pct")):
+            values = [r[key] for r in runs if r.get(key)]
+            row[spread] = 100.0 * (max(values) - min(values)) / min(values) if len(values) > 1 else None
         for key in ("transactions", "failed"):
             values = [r[key] for r in runs if r[key] is not None]
             row[key] = sum(values) if values else None
@@ -535,8 +644,13 @@ def main(argv=None):
     log("")
     print_table(rows)
     write_csv(args.csv, rows, args)
+    markdown = os.path.splitext(args.csv)[0] + ".md"
+    write_markdown(markdown, rows, args)
+    plots = write_plots(args.csv, args.plots or os.path.splitext(args.csv)[0] + "-plots")
     log("")
     log("CSV: %s" % args.csv)
+    log("markdown: %s" % markdown)
+    log("plots: %s" % (", ".join(plots) if plots else "none (install python3-matplotlib)"))
     if failures:
         log("%d of %d runs FAILED:" % (len(failures), len(rows)))
         for f in failures:

@@ -15,7 +15,7 @@ PACKAGES=(
     postgresql postgresql-contrib pgbouncer
     python3 clang
     patroni etcd-server etcd-client
-    python3-psycopg python3-prometheus-client nodejs openjdk-17-jdk-headless libpostgresql-jdbc-java
+    python3-psycopg python3-prometheus-client python3-matplotlib nodejs openjdk-17-jdk-headless libpostgresql-jdbc-java
 )
 # npm for the node-postgres client test; a nodejs from NodeSource ships its own npm and conflicts
 # with Debian's npm package.

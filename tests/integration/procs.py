@@ -32,7 +32,7 @@ except ImportError:
 
 free_port = _pgc.free_port
 
-__all__ = ["proc_cpu_seconds", "TernProcess", "PgBouncerProcess",
+__all__ = ["proc_cpu_seconds", "proc_cpu_times", "TernProcess", "PgBouncerProcess", "RelayProcess",
            "ProcessError", "free_port"]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -52,8 +52,13 @@ def _stat_fields(pid):
 def proc_cpu_seconds(pid):
     """utime + stime (fields 14 and 15 of /proc/<pid>/stat, all threads) in
     seconds."""
+    return sum(proc_cpu_times(pid))
+
+
+def proc_cpu_times(pid):
+    """(utime, stime) of /proc/<pid>/stat (all threads) in seconds."""
     rest = _stat_fields(pid)      # rest[0] is field 3 (state)
-    return (int(rest[11]) + int(rest[12])) / _CLK_TCK
+    return int(rest[11]) / _CLK_TCK, int(rest[12]) / _CLK_TCK
 
 
 def _descendants(pid):
@@ -180,6 +185,12 @@ class _MeasuredProcess:
                     pass
         return total
 
+    def cpu_times(self):
+        """(user, system) CPU seconds used so far by the process (every thread)."""
+        if self.pid is None:
+            raise ProcessError("%s not started" % self.name)
+        return proc_cpu_times(self.pid)
+
     def _read_log(self, n):
         return _tail_file(self._log_path, n)
 
@@ -270,6 +281,20 @@ class TernProcess(_MeasuredProcess):
                                "(build it: meson compile -C build)"
                                % self.binary)
         return super().start(timeout)
+
+
+class RelayProcess(_MeasuredProcess):
+    """bench/relay.c (built by the caller) from a free port to 127.0.0.1:server_port."""
+
+    name = "relay"
+
+    def __init__(self, binary, server_port):
+        super().__init__()
+        self.host, self.port = "127.0.0.1", free_port()
+        self.workdir = tempfile.mkdtemp(prefix="tern-relay-")
+        self._created_workdir = True
+        self._log_path = os.path.join(self.workdir, "relay.log")
+        self._argv = [binary, str(self.port), str(server_port)]
 
 
 class PgBouncerProcess(_MeasuredProcess):
