@@ -595,7 +595,7 @@ void recover_replay_done(struct session *s, struct leg *leg)
 			base_strlcpy(r->fail_sqlstate, "40001", sizeof(r->fail_sqlstate));
 		}
 	}
-	if (held.len > 0) {
+	if (held.len > 0 && s->phase != SESSION_CLOSING) { /* (an ended session's client sends nothing more) */
 		s->client_active_ns = base_now_ns();
 		s->parts->feed(s, leg, true, held.data, held.len);
 	}

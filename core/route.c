@@ -561,13 +561,15 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 			route_answer_setting(s, sql);
 			return ROUTE_QUERY_ANSWERED;
 		}
-		if (s->routing.state != ROUTE_IDLE) {
-			/* In a read-only transaction on a replica, behind extended-protocol messages with no Sync
-			 * yet: tern cannot answer it in its turn among the replica's answers. */
+		const struct leg *replica = s->legs[LEG_REPLICA];
+		if (s->routing.state != ROUTE_IDLE || session_primary(s)->is_unsynced || (replica && replica->is_unsynced)) {
+			/* Behind extended-protocol messages with no Sync yet (in a read-only transaction on a replica,
+			 * the only way a replica transaction is not settled here): their answers come only after a
+			 * Sync the client sends behind this, so tern can never answer it in its turn. */
 			base_strlcpy(s->end_error.sqlstate, "0A000", sizeof(s->end_error.sqlstate));
 			base_strlcpy(s->end_error.message,
-				     "SET, SHOW or RESET of tern.* behind extended-protocol messages not yet synced, in a "
-				     "read-only transaction on a replica, is not supported: send a Sync first",
+				     "SET, SHOW or RESET of tern.* behind extended-protocol messages not yet synced is not "
+				     "supported: send a Sync first",
 				     sizeof(s->end_error.message));
 			session_end_later(s, SESSION_END_PROTOCOL_VIOLATION);
 			return ROUTE_QUERY_REFUSED;

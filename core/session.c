@@ -86,6 +86,8 @@ void session_send_to_client(struct session *s, const void *data, uint32_t len)
 
 int session_bytes_append(struct route_bytes *b, const void *data, uint32_t len)
 {
+	if (len == 0)
+		return 0; /* (an empty Query's text, say: nothing to copy into a buffer not yet made) */
 	if (b->len + len > b->cap) {
 		uint32_t cap = TERN_MAX(b->cap * 2, b->len + len);
 		uint8_t *grown = realloc(b->data, cap);
@@ -637,6 +639,11 @@ void session_settle(struct session *s, struct leg *leg)
 {
 	if (!leg->conn)
 		return;
+	if (!leg->is_dropping && s->phase == SESSION_CLOSING && !leg_is_idle(leg) && leg->pending_ready == 0 &&
+	    !leg->is_unsynced && sendq_is_idle(&leg->to_server) && proto_stream_is_at_boundary(&leg->stream))
+		/* An ended session's server owes nothing more yet is not idle (a transaction left open, a
+		 * replay's that tern's own hidden answers began): nothing will end it, so it goes. */
+		leg_drop(leg);
 	if (leg->is_dropping) {
 		(void)leg_reap(leg);
 		return;
@@ -827,11 +834,13 @@ void session_end_with_error(struct session *s, enum session_end_reason reason, c
 void session_linger_expired(struct session *s)
 {
 	TERN_ASSERT(s->phase == SESSION_CLOSING);
-	shutdown(s->client_fd, SHUT_RDWR);
-	s->is_client_cut = true;
-	s->client_eof = true;
-	s->is_client_draining = false;
-	ring_cancel(&s->host->ring, &s->client_recv);
+	if (!s->is_client_cut) {
+		shutdown(s->client_fd, SHUT_RDWR);
+		s->is_client_cut = true;
+		s->client_eof = true;
+		s->is_client_draining = false;
+		ring_cancel(&s->host->ring, &s->client_recv);
+	}
 	struct leg *leg;
 	SESSION_EACH_LEG(s, leg)
 	{

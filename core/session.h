@@ -514,7 +514,8 @@ void session_release_client_buffers(struct session *s);
 bool session_resume_starved(struct session *s);
 /* Ends the session if one of the client-side timeouts has passed. */
 void session_check_timeouts(struct session *s, uint64_t now_ns);
-/* The session's time to say goodbye ran out: cut the client and the server. */
+/* The session's time to say goodbye ran out: cut the client, and the servers it still waits for (a reset
+ * whose answer does not come, say). Again at each tick while something remains. */
 void session_linger_expired(struct session *s);
 
 /* ---- login (session_login.c) and relay (session_relay.c): session_relay_parts ---- */

@@ -326,9 +326,11 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
 	struct leg *leg = chunk->leg;
-	unsigned counted = type == PROTO_BE_READY ? PROTO_INSPECT : 0; /* the relay counts every ReadyForQuery */
 	leg->server_readers = 0;
 	chunk->is_guard_held = chunk->is_ready_rebuilt = chunk->is_notice_held = chunk->is_preamble_held = false;
+	if (!leg->conn)
+		return 0; /* let go in this chunk (a message before this one ended the session): the rest is nobody's */
+	unsigned counted = type == PROTO_BE_READY ? PROTO_INSPECT : 0; /* the relay counts every ReadyForQuery */
 	if (leg->hidden_ready > 0) /* the answer to tern's own query: the observer that asked reads it */
 		return dispatch_hidden_type(s, leg, type) | counted; /* the client is shown nothing */
 	uint32_t mask = dispatch_server_mask(s->observers_on, type);

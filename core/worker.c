@@ -540,8 +540,8 @@ static void worker_on_tick(struct ring *ring)
 	base_list_for_each_safe(node, tmp, &worker->host.reaping)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-		if (s->closing_ns + WORKER_LINGER_NS <= now && !s->is_client_cut)
-			session_linger_expired(s);
+		if (s->closing_ns + WORKER_LINGER_NS <= now)
+			session_linger_expired(s); /* (the client cut already, its servers may still hold it) */
 	}
 	if (worker->host.pause_waiting_count > 0)
 		worker_pause_scan(worker, now);
@@ -664,7 +664,7 @@ static void worker_shutdown_sessions(struct worker *worker)
 			base_list_for_each_safe(node, tmp, &worker->host.reaping)
 			{
 				struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-				if ((s->is_client_fin_sent || round > 0) && !s->is_client_cut)
+				if (s->is_client_fin_sent || round > 0)
 					session_linger_expired(s);
 			}
 			worker_end_pass(worker);

@@ -397,7 +397,7 @@ static void fuzz_tick(void)
 	base_list_for_each_safe(node, tmp, &host->reaping)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-		if (s->closing_ns + FUZZ_LINGER_NS <= now && !s->is_client_cut)
+		if (s->closing_ns + FUZZ_LINGER_NS <= now) /* (as worker.c: the servers of a cut client too) */
 			session_linger_expired(s);
 	}
 	if (host->route_waiting > 0)
