@@ -5,6 +5,8 @@
 
 #include "proto.h"
 
+#include <string.h>
+
 static unsigned copy_client_type(struct session *s, struct leg *leg, uint8_t type)
 {
 	(void)s;
@@ -30,10 +32,24 @@ static unsigned copy_client_type(struct session *s, struct leg *leg, uint8_t typ
 
 static int copy_server_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
-	(void)s;
 	struct leg_copy *copy = &leg->copy;
 	if (m->type == PROTO_BE_READY) {
 		copy->is_copy_in = false;
+		return 0;
+	}
+	if (m->type == PROTO_BE_ERROR) {
+		/* A request the client pipelined behind its COPY FROM STDIN reached the server in copy-in: the
+		 * server ends the COPY with 08P01 and swallows that request, which then brings no ReadyForQuery
+		 * of its own; which one it was tern cannot know. The client broke the protocol: it is let go. */
+		struct proto_error_fields f;
+		if (copy->is_copy_in && leg_client_owed(leg) > 1 && proto_error_parse(m->body, m->len, &f) == 0 &&
+		    strcmp(f.sqlstate, "08P01") == 0) {
+			base_strlcpy(s->end_error.sqlstate, "08P01", sizeof(s->end_error.sqlstate));
+			base_strlcpy(s->end_error.message,
+				     "a query was sent during COPY FROM STDIN (only CopyData, CopyDone or CopyFail may follow "
+				     "it)", sizeof(s->end_error.message));
+			session_end_later(s, SESSION_END_PROTOCOL_VIOLATION);
+		}
 		return 0;
 	}
 	TERN_ASSERT(m->type == PROTO_BE_COPY_IN);
@@ -48,6 +64,6 @@ const struct observer observer_copy = {
 	.name = "copy",
 	.client_types = "QEScf",
 	.client_type = copy_client_type,
-	.server_types = "GZ",
+	.server_types = "GZE",
 	.server_message = copy_server_message,
 };

@@ -557,6 +557,8 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 		return ROUTE_QUERY_ADMIT; /* malformed: the server says so */
 	const char *sql = (const char *)body;
 	if (route_is_setting(sql)) {
+		if (session_client_leg(s)->copy.is_copy_in)
+			return ROUTE_QUERY_ADMIT; /* a Query inside COPY FROM STDIN: the server refuses it, as any other */
 		if (route_is_settled(s)) {
 			route_answer_setting(s, sql);
 			return ROUTE_QUERY_ANSWERED;
@@ -1065,6 +1067,16 @@ void route_run(struct session *s)
 			continue;
 		}
 		if (route->state == ROUTE_SETTLING) {
+			if (session_client_leg(s)->copy.is_copy_in) {
+				/* A COPY FROM STDIN the client began ahead of it: the Query is the COPY's next message,
+				 * which the server refuses, as PostgreSQL does any Query there (nothing else ends it). */
+				route->state = ROUTE_IDLE;
+				struct route_bytes held = route->held;
+				route->held = (struct route_bytes){0};
+				s->parts->feed(s, session_client_leg(s), true, held.data, held.len);
+				free(held.data);
+				continue;
+			}
 			if (!route_is_settled(s))
 				return;
 			route->state = ROUTE_IDLE;

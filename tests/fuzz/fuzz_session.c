@@ -93,6 +93,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FUZZ_PASSES_MAX 20000u
 /* worker.c's WORKER_LINGER_NS: how long an ended session may take to say goodbye. */
 #define FUZZ_LINGER_NS (2 * BASE_NS_PER_SEC)
+/* Rounds of answers the end of a run waits through: more than any input can pipeline requests that tern
+ * sends one at a time (each SET tern.* waits for the answer before it). */
+#define FUZZ_FINISH_ROUNDS 64u
 /* A small ring: buffers run out (starvation, back pressure) and messages straddle buffers. */
 #define FUZZ_RING_ENTRIES 256u
 #define FUZZ_RING_BUFFERS 16u
@@ -1045,7 +1048,8 @@ static void fuzz_finish(void)
 	}
 	fz.is_open_held = false;
 	fuzz_pump();
-	for (uint32_t round = 0; round < 4 && fuzz_any_session(); round++) {
+	/* (a round a request: a client may have pipelined a few dozen that tern releases one by one) */
+	for (uint32_t round = 0; round < FUZZ_FINISH_ROUNDS && fuzz_any_session(); round++) {
 		for (uint32_t i = 0; i < fz.server_count; i++) {
 			struct fuzz_server *srv = &fz.servers[i];
 			if (srv->fd < 0)

@@ -345,6 +345,18 @@ static void fuzz_put_error(struct fuzz_server *srv, uint8_t error)
 		srv->tx_status = 'E';
 }
 
+/* A message other than CopyData, CopyDone, CopyFail, Flush or Sync in copy-in: PostgreSQL ends the COPY
+ * with this error and swallows the message (a Query so swallowed brings no ReadyForQuery of its own). */
+static void fuzz_put_copy_violation(struct fuzz_server *srv, uint8_t type)
+{
+	char body[96];
+	int n = snprintf(body, sizeof(body), "SERROR%cC08P01%cMunexpected message type 0x%02X during COPY from stdin%c", 0,
+			 0, type, 0);
+	fuzz_bytes_message(&srv->held, 'E', (const uint8_t *)body, (uint32_t)n + 1);
+	if (srv->tx_status == 'T')
+		srv->tx_status = 'E';
+}
+
 /* The tag PostgreSQL would give a statement the fake server knows nothing of: its first word, or two. */
 static void fuzz_put_other_tag(struct fuzz_server *srv, const char *text, size_t len)
 {
@@ -447,7 +459,7 @@ static void fuzz_answer_query(struct fuzz_server *srv, const char *text, size_t 
 {
 	if (srv->is_copy_in) { /* a Query in copy-in ends the COPY with an error */
 		srv->is_copy_in = false;
-		fuzz_put_error(srv, 0);
+		fuzz_put_copy_violation(srv, 'Q');
 		fuzz_put_ready(srv);
 		return;
 	}
@@ -540,7 +552,7 @@ static bool fuzz_answer_extended(struct fuzz_server *srv, uint8_t type, const ui
 			return false; /* ignored in copy-in, as PostgreSQL does */
 		default:
 			srv->is_copy_in = false;
-			fuzz_put_error(srv, 0);
+			fuzz_put_copy_violation(srv, type);
 			srv->is_skipping = srv->is_copy_extended;
 			if (!srv->is_copy_extended) {
 				fuzz_put_ready(srv);
