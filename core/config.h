@@ -102,6 +102,7 @@ struct tern_config {
 	uint64_t query_wait_timeout_ms, server_connect_timeout_ms, server_idle_timeout_ms, server_lifetime_ms;
 	char *track_extra_parameters;
 	uint32_t max_prepared_statements; /* 0 = named statements pass through untouched */
+	bool server_side_prepare; /* unnamed extended statements prepared once per connection under tern's name */
 	/* [auth] */
 	int auth_mode; /* enum config_auth_mode */
 	char *auth_file; /* already resolved against the config file's directory; "" when unset */

@@ -154,6 +154,18 @@ void replay_flush_preamble(struct session *s, struct leg *leg)
 	held->len = 0;
 }
 
+void replay_reply(struct session *s, const void *data, uint32_t len)
+{
+	struct leg *leg = session_primary(s);
+	if (len > 0 && proto_be_is_preamble(((const uint8_t *)data)[0])) {
+		if (session_bytes_append(&s->replay.preamble, data, len) < 0)
+			session_end_later(s, SESSION_END_OUT_OF_MEMORY);
+		return;
+	}
+	replay_flush_preamble(s, leg);
+	session_send_to_client(s, data, len); /* (as any reply tern makes up: not the server's answer to digest) */
+}
+
 /* A step whose statements end a transaction (a COMMIT, END, ROLLBACK or PREPARE TRANSACTION among
  * several, "COMMIT; BEGIN" say): the transaction now open began inside it, and its record cannot start
  * there. */

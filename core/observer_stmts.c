@@ -150,10 +150,10 @@ static struct iovec stmts_cstring(const char *text) { return (struct iovec){(voi
 /* Queues tern's messages that prepare stmt (their answers hidden): a Close of `evicted` when the cache
  * made room, then a Close of stmt itself — harmless when the server lacks it, and it heals a server
  * that kept it where the cache lost track (a Close skipped after an error) — then the Parse. At the
- * front of the queue, or at its end. With `client_name` (taken) the Parse is the client's own: its
- * answer is shown, and if it fails the client's name is forgotten. */
+ * front of the queue, or at its end. With `is_clients` the Parse is the client's own: its answer is shown,
+ * and if it fails the client's name (`client_name`, taken; NULL for its unnamed statement) is forgotten. */
 static int stmts_queue_prepare(struct session *s, struct stmt *stmt, const char *evicted, bool at_front,
-			       char *client_name)
+			       bool is_clients, char *client_name)
 {
 	struct leg *leg = session_client_leg(s);
 	struct iovec parse[] = {stmts_cstring(stmt->server_name), {stmt->content, stmt->content_len}};
@@ -167,7 +167,7 @@ static int stmts_queue_prepare(struct session *s, struct stmt *stmt, const char 
 	} steps[] = {
 		{PROTO_FE_CLOSE, close_evicted, STMT_REPLY_CLOSE_HIDDEN, NULL},
 		{PROTO_FE_CLOSE, close_self, STMT_REPLY_CLOSE_HIDDEN, NULL},
-		{PROTO_FE_PARSE, parse, client_name ? STMT_REPLY_PARSE : STMT_REPLY_PARSE_HIDDEN, stmt},
+		{PROTO_FE_PARSE, parse, is_clients ? STMT_REPLY_PARSE : STMT_REPLY_PARSE_HIDDEN, stmt},
 	};
 	unsigned first = evicted ? 0 : 1, count = 3;
 	int rc = 0;
@@ -215,7 +215,7 @@ static int stmts_need(struct session *s, struct stmt *stmt)
 		if (stmt_cache_touch(cache, stmt))
 			return 0;
 		int rc = stmts_cache_add(s, cache, stmt, evicted_name, &evicted);
-		return rc < 0 ? rc : stmts_queue_prepare(s, stmt, evicted, false, NULL);
+		return rc < 0 ? rc : stmts_queue_prepare(s, stmt, evicted, false, false, NULL);
 	}
 	for (uint32_t i = leg->needed_barrier; i < leg->needed_count; i++)
 		if (leg->needed[i].stmt == stmt)
@@ -229,7 +229,7 @@ static int stmts_need(struct session *s, struct stmt *stmt)
 		leg->needed_cap = cap;
 	}
 	bool is_first = sendq_is_empty(&leg->to_server) && leg->needed_count == 0;
-	int rc = is_first ? 0 : stmts_queue_prepare(s, stmt, NULL, false, NULL);
+	int rc = is_first ? 0 : stmts_queue_prepare(s, stmt, NULL, false, false, NULL);
 	if (rc == 0)
 		leg->needed[leg->needed_count++] = (struct stmt_need){.stmt = stmt_ref(stmt), .is_queued = !is_first};
 	return rc;
@@ -257,7 +257,7 @@ static int stmts_prepare_needed(struct session *s, struct leg *leg)
 		if (rc < 0)
 			break;
 		if (!need->is_queued) {
-			rc = stmts_queue_prepare(s, need->stmt, evicted, true, NULL); /* in front of its first use */
+			rc = stmts_queue_prepare(s, need->stmt, evicted, true, false, NULL); /* in front of its first use */
 		} else if (evicted) {
 			struct iovec close[] = {{(void *)"S", 1}, stmts_cstring(evicted)};
 			rc = stmts_queue(s, PROTO_FE_CLOSE, close, 2, true);
@@ -368,7 +368,7 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 		char evicted_name[STMT_SERVER_NAME_LEN];
 		rc = stmts_cache_add(s, cache, stmt, evicted_name, &evicted);
 		if (rc == 0)
-			rc = stmts_queue_prepare(s, stmt, evicted, false, name_copy);
+			rc = stmts_queue_prepare(s, stmt, evicted, false, true, name_copy);
 		else
 			free(name_copy);
 		leg->is_unsynced = true;
@@ -376,6 +376,65 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 	}
 	/* The prepare waits for the connection that runs the statement's first use. */
 	return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, name_copy, 0, stmt);
+}
+
+/* server_side_prepare: the client's unnamed statement becomes stmt, prepared under its server name (in
+ * the connection's cache, or the client's Parse goes there renamed, or it waits for the first use). */
+static int stmts_on_unnamed_parse(struct session *s, struct stmt *stmt)
+{
+	struct leg *leg = session_client_leg(s);
+	struct stmt_cache *cache = stmts_has_backend(leg) ? stmts_cache_of(leg->conn) : NULL;
+	/* (unsynced in every case: the batch's Sync goes to the server, whose answer ends the request, as it
+	 * would have without tern; a Sync tern answered would leave Transaction Replay's record closed) */
+	leg->is_unsynced = true;
+	if (cache && stmt_cache_touch(cache, stmt))
+		return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0, stmt);
+	if (cache) {
+		const char *evicted;
+		char evicted_name[STMT_SERVER_NAME_LEN];
+		int rc = stmts_cache_add(s, cache, stmt, evicted_name, &evicted);
+		return rc < 0 ? rc : stmts_queue_prepare(s, stmt, evicted, false, true, NULL);
+	}
+	return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0, stmt);
+}
+
+/* The stmt for an unnamed Parse's content: one of the session's recent ones (moved to the front), or a
+ * new one in front of them. A reference for the caller; NULL when out of memory. */
+static struct stmt *stmts_recent_unnamed(struct session *s, const uint8_t *content, uint32_t len)
+{
+	struct stmt **recent = s->stmts.recent_unnamed;
+	uint32_t i = 0;
+	while (i < STMTS_RECENT_UNNAMED && recent[i] &&
+	       (recent[i]->content_len != len || memcmp(recent[i]->content, content, len) != 0))
+		i++;
+	struct stmt *stmt = i < STMTS_RECENT_UNNAMED ? recent[i] : NULL;
+	if (!stmt) {
+		if (!(stmt = stmt_create(content, len)))
+			return NULL;
+		i = STMTS_RECENT_UNNAMED - 1;
+		if (recent[i])
+			stmt_unref(recent[i]);
+	}
+	memmove(recent + 1, recent, i * sizeof(*recent));
+	recent[0] = stmt;
+	return stmt_ref(stmt);
+}
+
+static void stmts_set_unnamed(struct session *s, struct stmt *stmt)
+{
+	if (s->stmts.unnamed)
+		stmt_unref(s->stmts.unnamed);
+	s->stmts.unnamed = stmt;
+}
+
+/* An unnamed Parse whose statement may be kept under tern's name: the key is its content (text and
+ * parameter types) on a connection of the client's pool key (its startup options) with search_path as
+ * the client has it; one that may set search_path, or forget the statements, passes on. */
+static bool stmts_is_server_prepared(const struct session *s, bool names_search_path, const uint8_t *content,
+				     uint32_t len)
+{
+	return runtime_config(s->host->runtime)->server_side_prepare && !names_search_path &&
+	       !sql_is_forget_all(content, len);
 }
 
 /* A Bind: body holds its first len bytes of body_len (all of them, or the head of a long one whose rest
@@ -396,7 +455,7 @@ static int stmts_on_bind(struct session *s, const uint8_t *body, uint32_t len, u
 			int rc = stmts_make_bytes(s, proto_bind_complete, sizeof(proto_bind_complete));
 			return rc < 0 ? rc : 0;
 		}
-		stmt = name[0] ? stmt_map_get(&s->stmts.statements, name) : NULL;
+		stmt = name[0] ? stmt_map_get(&s->stmts.statements, name) : s->stmts.unnamed;
 		bool names = stmt ? stmt->names_search_path : !name[0] && s->params.is_unnamed_naming_search_path;
 		s->params.is_search_path_mentioned |= names;
 	} else if (len == body_len) {
@@ -447,8 +506,16 @@ static int stmts_on_client_message(struct session *s, uint8_t type, const uint8_
 		if (sql_is_forget_all(body + offset, len - offset))
 			stmts_forget_all_ahead(s);
 		s->stmts.is_unnamed_deallocate = stmts_is_deallocate_of_own(s, body + offset, len - offset);
+		stmts_set_unnamed(s, NULL);
 		if (s->stmts.is_unnamed_deallocate)
 			return stmts_make_reply(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0);
+		if (stmts_is_server_prepared(s, names, body + offset, len - offset)) {
+			struct stmt *stmt = stmts_recent_unnamed(s, body + offset, len - offset);
+			if (!stmt)
+				return -ENOMEM;
+			stmts_set_unnamed(s, stmt);
+			return stmts_on_unnamed_parse(s, stmt);
+		}
 		int rc = stmts_forward(s, type, body, len, buffer_id, chunk);
 		return rc < 0 ? rc : stmts_expect(leg, STMT_REPLY_PARSE);
 	}
@@ -477,10 +544,13 @@ static int stmts_on_client_message(struct session *s, uint8_t type, const uint8_
 		return stmts_make_bytes(s, stmts_describe_no_data, sizeof(stmts_describe_no_data));
 	if (type == PROTO_FE_DESCRIBE && !name[0] && kind == 'P' && s->stmts.is_portal_deallocate)
 		return stmts_make_bytes(s, proto_no_data, sizeof(proto_no_data));
-	struct stmt *stmt = kind == 'S' && name[0] ? stmt_map_get(&s->stmts.statements, name) : NULL;
+	struct stmt *stmt = kind != 'S' ? NULL : name[0] ? stmt_map_get(&s->stmts.statements, name) : s->stmts.unnamed;
 	if (type == PROTO_FE_CLOSE && stmt) {
 		/* The server-side statement stays for other clients; only the client's name goes. */
-		(void)stmt_map_remove(&s->stmts.statements, name);
+		if (name[0])
+			(void)stmt_map_remove(&s->stmts.statements, name);
+		else
+			stmts_set_unnamed(s, NULL);
 		return stmts_make_reply(s, STMT_REPLY_MADE_CLOSE_COMPLETE, NULL, 0);
 	}
 	int rc;
@@ -585,11 +655,14 @@ static void stmts_forget_on_connection(struct session *s, const struct stmt *stm
 }
 
 /* A client statement the server never created: the client's name for it goes too, as in PostgreSQL,
- * if it still names that statement (the client may have closed and reused it since). */
+ * if it still names that statement (the client may have closed and reused it since); NULL: its unnamed
+ * statement, if still that one (server_side_prepare). */
 static void stmts_forget_name(struct session *s, const char *name, struct stmt *stmt)
 {
 	if (name && stmt && stmt_map_get(&s->stmts.statements, name) == stmt)
 		(void)stmt_map_remove(&s->stmts.statements, name);
+	else if (!name && stmt && s->stmts.unnamed == stmt)
+		stmts_set_unnamed(s, NULL);
 }
 
 /* An ErrorResponse for the head reply: after an extended-protocol message's error the server skips
@@ -624,6 +697,18 @@ static void stmts_on_error(struct session *s, struct stmt_reply_entry *head)
 	} while (head && head->kind != STMT_REPLY_SYNC);
 	if (!head)
 		leg->is_skipping_to_sync = true; /* the client has not sent the Sync yet: the server skips to it */
+}
+
+/* "cached plan must not change result type" (0A000): a statement on this connection no longer fits its
+ * tables (a column added to what a SELECT * reads). The connection's statements are forgotten, so each is
+ * prepared again at its next use (tern's Close before its Parse heals the server's copy): the client sees
+ * the error once, as with a prepared statement of its own, and the next run works. */
+static void stmts_on_stale_plan(struct leg *leg, const uint8_t *body, uint32_t len)
+{
+	struct proto_error_fields fields;
+	if (leg->conn && leg->conn->extra && proto_error_parse(body, len, &fields) == 0 &&
+	    strcmp(fields.sqlstate, "0A000") == 0 && strstr(fields.message, "cached plan must not change result type"))
+		stmt_cache_clear(leg->conn->extra);
 }
 
 static int stmts_on_server_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
@@ -669,6 +754,7 @@ static int stmts_on_server_message(struct session *s, struct leg *leg, uint8_t t
 	case PROTO_BE_ERROR:
 		if (kind == STMT_REPLY_PARSE_REFUSED)
 			stmts_show_refusal(s, head, body, len);
+		stmts_on_stale_plan(leg, body, len);
 		stmts_on_error(s, head);
 		stmts_send_made_replies(s);
 		return 0;
@@ -713,7 +799,14 @@ static void stmts_forget_all(struct session *s, struct leg *leg)
 		stmt_cache_clear(leg->conn->extra);
 }
 
-static void stmts_deinit(struct session *s) { stmt_map_deinit(&s->stmts.statements); }
+static void stmts_deinit(struct session *s)
+{
+	stmt_map_deinit(&s->stmts.statements);
+	stmts_set_unnamed(s, NULL);
+	for (uint32_t i = 0; i < STMTS_RECENT_UNNAMED; i++)
+		if (s->stmts.recent_unnamed[i])
+			stmt_unref(s->stmts.recent_unnamed[i]);
+}
 
 /* ---- the observer ---- */
 

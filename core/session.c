@@ -103,12 +103,13 @@ int session_bytes_append(struct route_bytes *b, const void *data, uint32_t len)
 
 void session_send_reply(struct session *s, const void *data, uint32_t len)
 {
-	if (session_client_leg(s)->is_reply_guarded)
+	const struct leg *leg = session_client_leg(s);
+	if (leg->is_reply_guarded)
 		s->parts->hold_reply(s, data, len);
-	else if (s->replay.preamble.len == 0)
+	else if ((s->replay.is_open && leg->role == LEG_PRIMARY) || s->replay.preamble.len > 0)
+		s->parts->replay_reply(s, data, len);
+	else
 		session_send_to_client(s, data, len);
-	else if (session_bytes_append(&s->replay.preamble, data, len) < 0) /* behind what Transaction Replay holds */
-		session_end_later(s, SESSION_END_OUT_OF_MEMORY);
 }
 
 void session_end_later(struct session *s, enum session_end_reason reason)

@@ -120,6 +120,8 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 		return 0; /* as the server would after an error tern made up */
 	if (type == PROTO_FE_SYNC)
 		leg->is_skipping_to_sync = false;
+	if (type == PROTO_FE_FLUSH && leg->role == LEG_PRIMARY)
+		replay_flush_preamble(s, leg); /* the client asks for what it is owed so far: tern's own replies too */
 	if (type == PROTO_FE_QUERY && !chunk->is_routed)
 		return PROTO_HOLD | PROTO_HOLD_SMALL; /* routing reads its text first (relay_client_query) */
 	if (type == PROTO_FE_SYNC && route_is_replica_tx(s))
@@ -515,6 +517,7 @@ const struct session_parts session_relay_parts = {
 	.leg_lost = route_on_lost,
 	.ending = session_relay_ending,
 	.hold_reply = route_hold_reply,
+	.replay_reply = replay_reply,
 	.decide_lost = recover_decide,
 	.recover = recover_start,
 	.awaits_primary = recover_awaits_primary,

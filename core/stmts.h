@@ -113,10 +113,17 @@ void stmt_cache_clear(struct stmt_cache *cache);
 /* A session's named statements, as observer_stmts.c keeps them (transaction pooling with
  * max_prepared_statements): the client's names, and whether the unnamed statement and portal are a SQL
  * DEALLOCATE of one of them, which tern answers itself (the server knows the statement by another name). */
+/* Unnamed statements a session keeps prepared under tern's names (server_side_prepare): the last few
+ * texts, so a client that cycles through its statements allocates nothing per Parse. */
+#define STMTS_RECENT_UNNAMED 8u
 struct stmts_state {
 	struct stmt_map statements;
 	bool is_unnamed_deallocate;
 	bool is_portal_deallocate;
+	/* server_side_prepare: what the client's unnamed statement is on the server (a reference; NULL: the
+	 * server's own unnamed statement, the client's Parse passed on), and the recent ones, newest first. */
+	struct stmt *unnamed;
+	struct stmt *recent_unnamed[STMTS_RECENT_UNNAMED];
 };
 
 /* A statement a session's queued messages use, collected while no connection is attached. */

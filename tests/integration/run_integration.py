@@ -3346,6 +3346,56 @@ def set_tern_behind_an_unsynced_batch_in_a_replica_transaction_ends_only_that_se
         check(w.query("select 1") == [["1"]], "the next client")
 
 
+@test
+def server_side_prepare_runs_unnamed_statements_by_tern_s_name_and_stays_correct(ctx):
+    """[pool] server_side_prepare = on: pgbench -M extended's unnamed statements are prepared once per
+    server connection under tern's name (pg_prepared_statements on a pool connection lists them) and run
+    by it. Correct across DDL (an added index, an added column a SELECT * reads: that one fails once with
+    0A000, as a prepared statement does, then runs prepared again), a changed search_path (the same text
+    finds the other schema's table), two clients with different search_paths on one server connection,
+    and a statement that fails to prepare (the client sees its error where PostgreSQL puts it, and the next
+    one works)."""
+    import psycopg
+    ctx.pg.psql("drop schema if exists ssp_a cascade; drop schema if exists ssp_b cascade; "
+                "create schema ssp_a; create schema ssp_b; create table ssp_a.t(id int, v text); "
+                "create table ssp_b.t(id int, v text); insert into ssp_a.t values (1, 'a'); "
+                "insert into ssp_b.t values (1, 'b'); drop table if exists ssp_ddl; "
+                "create table ssp_ddl(id int); insert into ssp_ddl values (1)")
+    pgbench(ctx.pg.primary_port, ["-i", "-q", "-s", "1"])
+    t = ctx.tern(pool_size=1, sections={"pool": "server_side_prepare = on"})
+    out = pgbench(t.port, ["-n", "-S", "-M", "extended", "-c", "4", "-t", "200"])
+    check("actually processed: 800/800" in out, "pgbench -M extended: %s" % out[-300:])
+    names = psql_ok(t.port, "select count(*) from pg_prepared_statements where name like 'tern\\_%'")
+    check(int(names) >= 1, "the pool connection holds tern's statements: %r" % names)
+    dsn = "host=127.0.0.1 port=%d user=postgres dbname=postgres" % t.port
+    with psycopg.connect(dsn, autocommit=True) as a, psycopg.connect(dsn, autocommit=True) as b:
+        query = "select v from t where id = %s"
+        a.execute("set search_path = ssp_a")
+        b.execute("set search_path = ssp_b")
+        for _ in range(3):  # one server connection (pool_size 1): each client's search_path restored on it
+            check(a.execute(query, (1,)).fetchone() == ("a",), "client a: schema ssp_a")
+            check(b.execute(query, (1,)).fetchone() == ("b",), "client b: schema ssp_b")
+        a.execute("set search_path = ssp_b")
+        check(a.execute(query, (1,)).fetchone() == ("b",), "a changed search_path: the same text, the other table")
+        ddl = "select * from public.ssp_ddl where id = %s"
+        check(a.execute(ddl, (1,)).fetchone() == (1,), "before the DDL")
+        a.execute("create index on public.ssp_ddl(id)")
+        check(a.execute(ddl, (1,)).fetchone() == (1,), "after an index: replanned by the server")
+        a.execute("alter table public.ssp_ddl add column w int default 7")
+        try:
+            row = a.execute(ddl, (1,)).fetchone()
+        except psycopg.errors.FeatureNotSupported as exc:  # 0A000: cached plan must not change result type
+            check("result type" in str(exc), "the one error: %s" % exc)
+            row = a.execute(ddl, (1,)).fetchone()
+        check(row == (1, 7), "the new column, prepared again: %r" % (row,))
+        try:
+            a.execute("select no_such_column from public.ssp_ddl where id = %s", (1,))
+            raise AssertionError("a bad statement ran")
+        except psycopg.errors.UndefinedColumn:
+            pass
+        check(a.execute(ddl, (1,)).fetchone() == (1, 7), "the next statement works")
+
+
 def replica_commits(pg, dbname):
     """Transactions the replica counted for dbname (its own statistics, not tern's)."""
     return int(pg.psql("select pg_stat_clear_snapshot(); select xact_commit from pg_stat_database "
