@@ -119,10 +119,9 @@ void journal_note_unread_query(struct session *s);
 void journal_on_lost(struct session *s, bool is_moved);
 /* What is held goes to the client (counted as leg's), ahead of what leg says next. */
 void replay_flush_preamble(struct session *s, struct leg *leg);
-/* session_parts.replay_reply: a reply tern made up ahead of the answer's first row or completion (a
- * ParseComplete server_side_prepare answers itself, say) is held with the answer's start, so a request
- * lost before that may run again with nothing of it shown twice; any other (a ReadyForQuery tern answers
- * a Sync with, an error) first lets out what is held, as a server's own completion does. */
+/* session_parts.replay_reply, while the start of an answer is held: a reply tern made up ahead of the
+ * answer's first row or completion joins it; any other (a ReadyForQuery tern answers a Sync with, an
+ * error) first lets out what is held, as a server's own completion does. */
 void replay_reply(struct session *s, const void *data, uint32_t len);
 /* Bytes of the primary's answer the client is shown, while s->replay.is_hashing. */
 void replay_hash(struct session *s, const void *data, uint32_t len);

@@ -387,14 +387,18 @@ static int stmts_on_unnamed_parse(struct session *s, struct stmt *stmt)
 	/* (unsynced in every case: the batch's Sync goes to the server, whose answer ends the request, as it
 	 * would have without tern; a Sync tern answered would leave Transaction Replay's record closed) */
 	leg->is_unsynced = true;
-	if (cache && stmt_cache_touch(cache, stmt))
-		return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0, stmt);
-	if (cache) {
+	if (cache && !stmt_cache_touch(cache, stmt)) {
 		const char *evicted;
 		char evicted_name[STMT_SERVER_NAME_LEN];
 		int rc = stmts_cache_add(s, cache, stmt, evicted_name, &evicted);
 		return rc < 0 ? rc : stmts_queue_prepare(s, stmt, evicted, false, true, NULL);
 	}
+	/* tern answers it (prepared there already, or at the first use): with nothing owed before it and
+	 * Transaction Replay's record open, the answer is held with the start of the answer the batch's Sync
+	 * brings (as the server's own ParseComplete would be), so the batch may run again if that is lost,
+	 * with nothing shown twice; a client Flush lets it out. */
+	if (leg->replies.count == 0 && s->replay.is_open && leg->role == LEG_PRIMARY)
+		return session_bytes_append(&s->replay.preamble, proto_parse_complete, sizeof(proto_parse_complete));
 	return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0, stmt);
 }
 

@@ -106,8 +106,7 @@ struct session_parts {
 	void (*ending)(struct session *s);
 	/* Routing's: a reply tern made up for the client's leg while it guards that leg's answer. */
 	void (*hold_reply)(struct session *s, const void *data, uint32_t len);
-	/* Transaction Replay's (observer_replay.c): a reply tern made up for the primary's leg while its record
-	 * of the request is open, or while it holds the start of an answer. */
+	/* Transaction Replay's (observer_replay.c): a reply tern made up while it holds the start of an answer. */
 	void (*replay_reply)(struct session *s, const void *data, uint32_t len);
 	/* Transaction Replay's (recover.h): the decision about a lost or refused primary connection, the
 	 * recovery it starts, and the gate a primary leg passes before it asks the pool. */
