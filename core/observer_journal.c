@@ -94,7 +94,7 @@ static struct journal_capture *journal_pending_head(struct session_journal *j)
 
 static const char *journal_text(const struct session_journal *j, const struct journal_capture *c)
 {
-	return (const char *)j->arena.data + c->text_at;
+	return c->text_len == 0 ? "" : (const char *)j->arena.data + c->text_at; /* (an empty text: no arena yet) */
 }
 
 /* The first word of a statement says it reads: its text is not copied (its tag decides in the end). */
@@ -226,7 +226,7 @@ static void journal_commit(struct session *s, struct leg *leg)
 		statements[i] = (struct journal_statement){
 			.kind = (enum journal_statement_kind)(c->kind & JOURNAL_KIND_MASK),
 			.text = {journal_text(j, c), c->text_len},
-			.tag = {(const char *)j->arena.data + c->tag_at, c->tag_len},
+			.tag = {c->tag_len ? (const char *)j->arena.data + c->tag_at : "", c->tag_len},
 			.bind_tail = c->tail_len ? j->arena.data + c->tail_at : NULL,
 			.bind_tail_len = c->tail_len,
 			.type_tail = c->types_len ? j->arena.data + c->types_at : NULL,
