@@ -166,6 +166,20 @@ extern const uint8_t proto_parse_complete[PROTO_HEADER_LEN], proto_bind_complete
 	proto_close_complete[PROTO_HEADER_LEN], proto_no_data[PROTO_HEADER_LEN];
 
 /* What a server says ahead of a statement's first row or completion (nothing of its outcome yet). */
+/* A type a server may send once logged in (CopyData 'd', CopyDone 'c' and FunctionCallResponse 'V'
+ * among them): any other byte where a message begins is a server tern does not understand. */
+static inline bool proto_be_is_known(uint8_t type)
+{
+	switch (type) {
+	case '1': case '2': case '3': case 'A': case 'C': case 'D': case 'E': case 'G': case 'H': case 'I':
+	case 'K': case 'N': case 'R': case 'S': case 'T': case 'V': case 'W': case 'Z': case 'c': case 'd':
+	case 'n': case 's': case 't': case 'v':
+		return true;
+	default:
+		return false;
+	}
+}
+
 static inline bool proto_be_is_preamble(uint8_t type)
 {
 	return type == PROTO_BE_ROW_DESCRIPTION || type == PROTO_BE_PARSE_COMPLETE || type == PROTO_BE_BIND_COMPLETE ||

@@ -332,6 +332,10 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	chunk->is_guard_held = chunk->is_ready_rebuilt = chunk->is_notice_held = chunk->is_preamble_held = false;
 	if (!leg->conn)
 		return 0; /* let go in this chunk (a message before this one ended the session): the rest is nobody's */
+	if (!proto_be_is_known(type)) {
+		chunk->error = -EPROTO; /* garbage where a message begins: the connection is closed (a lost server) */
+		return 0;
+	}
 	unsigned counted = type == PROTO_BE_READY ? PROTO_INSPECT : 0; /* the relay counts every ReadyForQuery */
 	if (leg->hidden_ready > 0) /* the answer to tern's own query: the observer that asked reads it */
 		return dispatch_hidden_type(s, leg, type) | counted; /* the client is shown nothing */
@@ -473,6 +477,8 @@ int session_relay_on_server_bytes(struct leg *leg, uint16_t buffer_id, const uin
 	struct relay_chunk chunk = {.s = s, .leg = leg, .buffer_id = buffer_id, .data = data};
 	int rc = proto_stream_feed(&leg->stream, data, len, runtime_config(s->host->runtime)->max_backend_frame_bytes,
 				   &relay_server_ops, &chunk);
+	if (rc == 0 && chunk.error == -EPROTO)
+		return -EPROTO; /* a message type no server sends */
 	if (rc == 0 && chunk.error < 0) {
 		session_end(s, chunk.error == -ENOBUFS ? SESSION_END_PIPELINE_TOO_DEEP : SESSION_END_OUT_OF_MEMORY);
 		return 0; /* the server did nothing wrong: its connection is settled as the session ends */
