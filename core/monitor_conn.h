@@ -10,7 +10,9 @@
  *   (monitor_learn_key); a server that asks for nothing takes either.
  * - otherwise libpq, with the plaintext password given (or none: trust, peer, .pgpass, the conninfo's).
  *
- * Threads: the monitor's only. Blocking, every call bounded by the login's timeout.
+ * Threads: the monitor's only. Blocking: tern's own login and queries are bounded by the login's timeout;
+ * libpq's login by connect_timeout, its queries by TCP alone (a server that stops answering without a reset
+ * holds the monitor until the kernel gives up).
  * Ownership: the caller owns the connection from monitor_conn_open to monitor_conn_close.
  * Never: keeps a secret after the login, or parses more of an answer than the one row it asked for.
  */

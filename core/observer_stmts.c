@@ -402,9 +402,9 @@ static int stmts_on_unnamed_parse(struct session *s, struct stmt *stmt)
 	return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0, stmt);
 }
 
-/* The stmt for an unnamed Parse's content: one of the session's recent ones (moved to the front), or a
- * new one in front of them. A reference for the caller; NULL when out of memory. */
-static struct stmt *stmts_recent_unnamed(struct session *s, const uint8_t *content, uint32_t len)
+/* The stmt for an unnamed Parse's content: one of the session's recent ones (moved to the front;
+ * *is_again), or a new one in front of them. A reference for the caller; NULL when out of memory. */
+static struct stmt *stmts_recent_unnamed(struct session *s, const uint8_t *content, uint32_t len, bool *is_again)
 {
 	struct stmt **recent = s->stmts.recent_unnamed;
 	uint32_t i = 0;
@@ -412,6 +412,7 @@ static struct stmt *stmts_recent_unnamed(struct session *s, const uint8_t *conte
 	       (recent[i]->content_len != len || memcmp(recent[i]->content, content, len) != 0))
 		i++;
 	struct stmt *stmt = i < STMTS_RECENT_UNNAMED ? recent[i] : NULL;
+	*is_again = stmt != NULL;
 	if (!stmt) {
 		if (!(stmt = stmt_create(content, len)))
 			return NULL;
@@ -432,13 +433,13 @@ static void stmts_set_unnamed(struct session *s, struct stmt *stmt)
 }
 
 /* An unnamed Parse whose statement may be kept under tern's name: the key is its content (text and
- * parameter types) on a connection of the client's pool key (its startup options) with search_path as
- * the client has it; one that may set search_path, or forget the statements, passes on. */
-static bool stmts_is_server_prepared(const struct session *s, bool names_search_path, const uint8_t *content,
-				     uint32_t len)
+ * parameter types) on a connection of the client's pool key (its startup options); PostgreSQL re-parses it
+ * where search_path changed since its last use. One that may set search_path or forgets the statements
+ * passes on, and so does a long one (its text is kept per session). */
+static bool stmts_is_server_prepared(const struct session *s, bool names_search_path, bool is_forget_all, uint32_t len)
 {
-	return runtime_config(s->host->runtime)->server_side_prepare && !names_search_path &&
-	       !sql_is_forget_all(content, len);
+	return runtime_config(s->host->runtime)->server_side_prepare && !names_search_path && !is_forget_all &&
+	       len <= STMTS_UNNAMED_TEXT_MAX;
 }
 
 /* A Bind: body holds its first len bytes of body_len (all of them, or the head of a long one whose rest
@@ -507,18 +508,23 @@ static int stmts_on_client_message(struct session *s, uint8_t type, const uint8_
 		if (name[0])
 			return stmts_on_parse(s, name, body + offset, len - offset, names);
 		s->params.is_unnamed_naming_search_path = names;
-		if (sql_is_forget_all(body + offset, len - offset))
+		bool is_forget_all = sql_is_forget_all(body + offset, len - offset);
+		if (is_forget_all)
 			stmts_forget_all_ahead(s);
 		s->stmts.is_unnamed_deallocate = stmts_is_deallocate_of_own(s, body + offset, len - offset);
 		stmts_set_unnamed(s, NULL);
 		if (s->stmts.is_unnamed_deallocate)
 			return stmts_make_reply(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0);
-		if (stmts_is_server_prepared(s, names, body + offset, len - offset)) {
-			struct stmt *stmt = stmts_recent_unnamed(s, body + offset, len - offset);
+		if (stmts_is_server_prepared(s, names, is_forget_all, len - offset)) {
+			bool is_again;
+			struct stmt *stmt = stmts_recent_unnamed(s, body + offset, len - offset, &is_again);
 			if (!stmt)
 				return -ENOMEM;
-			stmts_set_unnamed(s, stmt);
-			return stmts_on_unnamed_parse(s, stmt);
+			if (is_again) { /* (a text seen once passes on unnamed: one that never repeats costs nothing) */
+				stmts_set_unnamed(s, stmt);
+				return stmts_on_unnamed_parse(s, stmt);
+			}
+			stmt_unref(stmt);
 		}
 		int rc = stmts_forward(s, type, body, len, buffer_id, chunk);
 		return rc < 0 ? rc : stmts_expect(leg, STMT_REPLY_PARSE);
@@ -703,15 +709,17 @@ static void stmts_on_error(struct session *s, struct stmt_reply_entry *head)
 		leg->is_skipping_to_sync = true; /* the client has not sent the Sync yet: the server skips to it */
 }
 
-/* "cached plan must not change result type" (0A000): a statement on this connection no longer fits its
- * tables (a column added to what a SELECT * reads). The connection's statements are forgotten, so each is
- * prepared again at its next use (tern's Close before its Parse heals the server's copy): the client sees
- * the error once, as with a prepared statement of its own, and the next run works. */
+/* "cached plan must not change result type" (0A000 from RevalidateCachedQuery, matched by that routine,
+ * which no translation changes): a statement on this connection no longer fits its tables (a column added
+ * to what a SELECT * reads). The connection's statements are forgotten, so each is prepared again at its
+ * next use there (tern's Close before its Parse heals the server's copy): the client sees the error once
+ * on each server connection that held the statement, as with a prepared statement of its own. One never
+ * used again stays on the server until the connection closes (server_lifetime). */
 static void stmts_on_stale_plan(struct leg *leg, const uint8_t *body, uint32_t len)
 {
 	struct proto_error_fields fields;
 	if (leg->conn && leg->conn->extra && proto_error_parse(body, len, &fields) == 0 &&
-	    strcmp(fields.sqlstate, "0A000") == 0 && strstr(fields.message, "cached plan must not change result type"))
+	    strcmp(fields.sqlstate, "0A000") == 0 && strcmp(fields.routine, "RevalidateCachedQuery") == 0)
 		stmt_cache_clear(leg->conn->extra);
 }
 

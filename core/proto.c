@@ -230,6 +230,8 @@ int proto_error_parse(const uint8_t *body, uint32_t len, struct proto_error_fiel
 			base_strlcpy(out->sqlstate, text, sizeof(out->sqlstate));
 		else if (field == 'M')
 			base_strlcpy(out->message, text, sizeof(out->message));
+		else if (field == 'R')
+			base_strlcpy(out->routine, text, sizeof(out->routine));
 	}
 	return 0;
 }

@@ -157,8 +157,9 @@ struct proto_error_fields {
 	char severity[16];
 	char sqlstate[6];
 	char message[256];
+	char routine[48]; /* R: the server function that raised it (never translated, unlike the message) */
 };
-/* Reads S/V, C and M fields of an ErrorResponse or NoticeResponse body (truncating long text). */
+/* Reads S/V, C, M and R fields of an ErrorResponse or NoticeResponse body (truncating long text). */
 TERN_MUST_USE int proto_error_parse(const uint8_t *body, uint32_t len, struct proto_error_fields *out);
 
 /* The bodiless replies tern makes up in place of a server's (each PROTO_HEADER_LEN bytes). */

@@ -234,7 +234,7 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 					      .tr = tr,
 					      .phase = phase,
 					      .is_in_tx = is_in_tx,
-					      .is_commit = kind == TR_KIND_COMMIT && text};
+					      .is_commit = (kind == TR_KIND_COMMIT || kind == TR_KIND_ROLLBACK) && text};
 }
 
 enum tr_tx recover_tx_state(const struct session *s, char status)

@@ -945,7 +945,7 @@ void session_destroy(struct session *s)
 	if (s->lookup)
 		s->lookup->owner = NULL; /* the worker frees it when it comes back */
 	if (s->db)
-		pool_db_put(s->host->runtime->pool, s->db); /* the pool thread frees it once nothing uses it */
+		pool_db_put(s->host->runtime->pool, s->db); /* (freed now when it has no connection, else with its last) */
 	if (s->looked_up) {
 		auth_user_deinit(s->looked_up);
 		free(s->looked_up);

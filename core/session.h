@@ -463,8 +463,8 @@ struct session_lost_decision {
 	struct tr_decision tr;          /* RECOVER */
 	enum tr_phase phase;            /* RECOVER: how far the request in flight got */
 	bool is_in_tx;                  /* RECOVER: the client's transaction was open */
-	bool is_commit;                 /* RECOVER: the statement in flight is known to be a COMMIT (it ends the
-					 * transaction, whatever became of it) */
+	bool is_commit;                 /* RECOVER: the statement in flight is known to be a COMMIT or ROLLBACK
+					 * (it ends the transaction, whatever became of it) */
 };
 struct session_lost_decision session_decide_lost(const struct session *s, const struct leg *leg,
 						 enum leg_fault fault);

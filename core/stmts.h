@@ -110,12 +110,14 @@ TERN_MUST_USE int stmt_cache_add(struct stmt_cache *cache, const struct stmt *st
 void stmt_cache_remove(struct stmt_cache *cache, const struct stmt *stmt);
 void stmt_cache_clear(struct stmt_cache *cache);
 
+/* Unnamed statements a session keeps prepared under tern's names (server_side_prepare): the last few
+ * texts, so a client that cycles through its statements allocates nothing per Parse; a longer text passes
+ * on unnamed (it would be kept eight times over, per session). */
+#define STMTS_RECENT_UNNAMED 8u
+#define STMTS_UNNAMED_TEXT_MAX 8192u
 /* A session's named statements, as observer_stmts.c keeps them (transaction pooling with
  * max_prepared_statements): the client's names, and whether the unnamed statement and portal are a SQL
  * DEALLOCATE of one of them, which tern answers itself (the server knows the statement by another name). */
-/* Unnamed statements a session keeps prepared under tern's names (server_side_prepare): the last few
- * texts, so a client that cycles through its statements allocates nothing per Parse. */
-#define STMTS_RECENT_UNNAMED 8u
 struct stmts_state {
 	struct stmt_map statements;
 	bool is_unnamed_deallocate;

@@ -5,8 +5,9 @@
  *      replays where the mode allows it, else it is lost and the client's next statement says so.
  *   4. a COMMIT delivered is never run again (08007); one never delivered is as any statement.
  *   4b. whole messages of the answer reached the client: nothing runs again (the client would see a
- *      second result after the first). Its one error follows what it saw: 25P02 in a failed
- *      transaction, 57P01 in a live one (which is lost), 08007 outside one (its outcome is unknown).
+ *      second result after the first). Its one error follows what it saw: 08007 for a ROLLBACK (the
+ *      transaction is over either way), 25P02 in a failed transaction, 57P01 in a live one (which is
+ *      lost), 08007 outside one (its outcome is unknown).
  *   5. a ROLLBACK ends the transaction either way: it runs again on the new primary.
  *   6. a transaction already failed answers its statements with 25P02 (it is gone: no replay).
  *   7. never delivered: outside a transaction it runs there once; inside, the transaction replays
@@ -49,6 +50,8 @@ struct tr_decision tr_decide(enum tr_mode mode, enum tr_phase phase, enum tr_tx 
 	}
 	if (kind == TR_KIND_COMMIT && (phase == TR_PHASE_SENT || phase == TR_PHASE_PARTIAL))
 		return tr_make(TR_FAIL, "08007");
+	if (kind == TR_KIND_ROLLBACK && phase == TR_PHASE_PARTIAL)
+		return tr_make(TR_FAIL, "08007"); /* its answer began (its CommandComplete, say): over either way */
 	if (phase == TR_PHASE_PARTIAL)
 		return tr_make(TR_FAIL, tx == TR_TX_FAILED ? "25P02" : in_tx ? "57P01" : "08007");
 	if (kind == TR_KIND_ROLLBACK)

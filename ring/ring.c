@@ -164,8 +164,8 @@ static struct io_uring_sqe *ring_get_sqe(struct ring *ring)
 		/* The submission queue is full: hand what is queued to the kernel and take a slot. The kernel's
 		 * own shortage (EBUSY, EAGAIN, ENOMEM: completions it holds, memory) passes: try again, after a
 		 * millisecond for memory. EBADR says it dropped a completion under memory pressure: logged once,
-		 * then on (that op never completes; its owner's timeouts end it). Any other error is tern's misuse
-		 * of its own ring (EBADF, EFAULT, EINVAL, ENXIO): no peer's bytes reach it. */
+		 * then on (that op never completes: its owner is never freed, a leak the log line names). Any other
+		 * error is tern's misuse of its own ring (EBADF, EFAULT, EINVAL, ENXIO): no peer's bytes reach it. */
 		int rc = io_uring_submit(uring);
 		if (rc == -ENOMEM)
 			(void)nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
@@ -340,7 +340,13 @@ int ring_run_once(struct ring *ring)
 	struct io_uring *uring = ring_uring(ring);
 	int rc = io_uring_submit_and_wait(uring, 1);
 	ring->stats.passes++;
-	if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME)
+	if (rc == -ENOMEM)
+		(void)nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL); /* (as in ring_get_sqe) */
+	if (rc == -EBADR && !ring->is_drop_logged) {
+		ring->is_drop_logged = true;
+		TERN_ERROR("io_uring dropped completions (the kernel is out of memory): some connections may hang");
+	}
+	if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME && rc != -EBADR && rc != -ENOMEM)
 		return rc;
 	unsigned handled = 0;
 	struct io_uring_cqe *cqe;

@@ -71,7 +71,7 @@ Test(decide, a_partly_answered_statement_gets_its_one_error_and_nothing_runs_aga
 		struct tr_decision d = decide(m, p, t, k);
 		if (m == TR_MODE_NONE || p != TR_PHASE_PARTIAL || k == TR_KIND_COPY || k == TR_KIND_NONE)
 			continue;
-		const char *want = k == TR_KIND_COMMIT	  ? "08007"
+		const char *want = k == TR_KIND_COMMIT || k == TR_KIND_ROLLBACK ? "08007"
 				   : t == TR_TX_FAILED	  ? "25P02"
 				   : t != TR_TX_NONE	  ? "57P01"
 							  : "08007";
