@@ -864,8 +864,9 @@ void session_check_timeouts(struct session *s, uint64_t now_ns)
 		session_end(s, SESSION_END_CLIENT_LOGIN_TIMEOUT);
 		return;
 	}
-	if (s->phase != SESSION_READY || s->routing.state != ROUTE_IDLE)
-		return; /* a routed read has its own deadline */
+	if (s->phase != SESSION_READY ||
+	    (s->routing.state != ROUTE_IDLE && s->routing.state != ROUTE_SETTLING && s->routing.state != ROUTE_COLLECTING))
+		return; /* a routed read has its own deadline (a SET tern.* or a batch being read waits on the primary) */
 	uint64_t query_ns = cfg->query_timeout_ms * BASE_NS_PER_MS;
 	uint64_t idle_tx_ns = cfg->idle_transaction_timeout_ms * BASE_NS_PER_MS;
 	uint64_t idle_ns = cfg->client_idle_timeout_ms * BASE_NS_PER_MS;
