@@ -761,6 +761,19 @@ static bool session_client_is_mid_message(const struct session *s)
 	return false;
 }
 
+/* The client hears nothing more: both directions shut, its receive and a send still waiting for room
+ * called back (a shutdown wakes a send waiting on a TCP socket, not on every kind: an AF_UNIX stream's
+ * stays armed, and the session could never be freed; found by the whole-session fuzzer). The send's
+ * -ECANCELED, not recalled, ends what is queued (session_client_sent). */
+static void session_client_cut(struct session *s)
+{
+	shutdown(s->client_fd, SHUT_RDWR);
+	s->is_client_cut = true;
+	ring_cancel(&s->host->ring, &s->client_recv);
+	if (s->to_client.op.is_armed && !s->is_client_send_recalled)
+		ring_cancel(&s->host->ring, &s->to_client.op);
+}
+
 void session_end(struct session *s, enum session_end_reason reason)
 {
 	if (s->phase == SESSION_CLOSING)
@@ -813,9 +826,7 @@ void session_end(struct session *s, enum session_end_reason reason)
 		session_client_recv_resume(s);
 		session_client_goodbye_check(s);
 	} else {
-		shutdown(s->client_fd, SHUT_RDWR);
-		s->is_client_cut = true;
-		ring_cancel(&host->ring, &s->client_recv);
+		session_client_cut(s);
 	}
 	SESSION_EACH_LEG(s, leg)
 		session_leg_finish(s, leg);
@@ -836,11 +847,9 @@ void session_linger_expired(struct session *s)
 {
 	TERN_ASSERT(s->phase == SESSION_CLOSING);
 	if (!s->is_client_cut) {
-		shutdown(s->client_fd, SHUT_RDWR);
-		s->is_client_cut = true;
+		session_client_cut(s);
 		s->client_eof = true;
 		s->is_client_draining = false;
-		ring_cancel(&s->host->ring, &s->client_recv);
 	}
 	struct leg *leg;
 	SESSION_EACH_LEG(s, leg)

@@ -958,8 +958,10 @@ static void fuzz_begin(uint8_t bits)
 /* What a session that is never freed is waiting for, on one line (its legs, and a replay's state). */
 static void fuzz_describe(const struct session *s, char *out, size_t size)
 {
-	int n = snprintf(out, size, "phase %d, ended %s, client %s; replay %s", (int)s->phase,
+	int n = snprintf(out, size, "phase %d, ended %s, client %s%s%s%s%s; replay %s", (int)s->phase,
 			 session_end_info(s->end_reason)->name, s->is_client_cut ? "cut" : "open",
+			 s->client_recv.is_armed ? ", receive armed" : "", s->to_client.op.is_armed ? ", send armed" : "",
+			 sendq_is_empty(&s->to_client) ? "" : ", bytes queued", s->client_eof ? ", eof" : "",
 			 s->replay.is_replaying ? "replaying" : s->replay.is_waiting ? "waiting" : "none");
 	const struct base_list *node = s->legs_draining.next;
 	for (uint32_t i = 0; n > 0 && (size_t)n < size; i++) {
