@@ -850,6 +850,10 @@ void session_linger_expired(struct session *s)
 		session_client_cut(s);
 		s->client_eof = true;
 		s->is_client_draining = false;
+	} else if (s->to_client.op.is_armed) {
+		/* A cancel that found the send being tried (-EALREADY: an io-wq worker had it) does not stop
+		 * it from waiting for room again: asked again at every tick until it returns. */
+		ring_cancel(&s->host->ring, &s->to_client.op);
 	}
 	struct leg *leg;
 	SESSION_EACH_LEG(s, leg)

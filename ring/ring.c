@@ -192,7 +192,7 @@ static void ring_arm(struct ring_op *op, struct io_uring_sqe *sqe)
 void ring_accept_multishot(struct ring *ring, struct ring_op *op, int listen_fd)
 {
 	struct io_uring_sqe *sqe = ring_get_sqe(ring);
-	io_uring_prep_multishot_accept(sqe, listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	io_uring_prep_multishot_accept(sqe, listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	ring_arm(op, sqe);
 }
 

@@ -181,8 +181,7 @@ static void fuzz_hook_close(struct pool *pool, struct pool_conn *conn)
 
 static void fuzz_socketpair(int fds[2])
 {
-	FUZZ_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0);
-	FUZZ_CHECK(fcntl(fds[1], F_SETFL, O_NONBLOCK) == 0);
+	FUZZ_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0);
 }
 
 static void fuzz_open_take(uint32_t i, struct fuzz_open *open)
