@@ -179,6 +179,10 @@ def set_read_only(pg, on):
     """default_transaction_read_only on the primary, reloaded."""
     pg.psql("alter system %s default_transaction_read_only%s" % (("set", " = on") if on else ("reset", "")))
     pg.psql("select pg_reload_conf()")
+    # pg_reload_conf only signals the postmaster: once a new backend sees the value, the postmaster has
+    # reloaded and signalled every backend, which then applies it before the next command it reads.
+    wait_for(lambda: pg.psql("show default_transaction_read_only") == ("on" if on else "off"),
+             "the primary reloaded default_transaction_read_only", 10)
 
 
 def a_read_only_primary_is_fenced_and_its_open_transaction_cut(pg):
