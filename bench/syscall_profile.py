@@ -6,7 +6,7 @@ wakeups of its threads. Optionally a perf record -e cpu-clock profile of each, f
 
   python3 bench/syscall_profile.py [--workload select-only|tpcb-like] [--mode simple|extended|prepared]
                                    [--clients 16] [--duration 10] [--repeat 3] [--tern-binary build-release/tern]
-                                   [--tern-set workers=1] [--record DIR]
+                                   [--tern-set workers=1] [--record DIR] [--call-graph dwarf]
 
 Starts its own PostgreSQL (primary only, not durable), pgbench -i -s 10, tern and PgBouncer in
 transaction pooling with pool_size 20; runs are interleaved (tern, pgbouncer, tern, ...) and each count
@@ -86,8 +86,10 @@ def main():
     p.add_argument("--tern-binary", default="build-release/tern")
     p.add_argument("--tern-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a [tern] key for tern's config (workers=1, say)")
+    p.add_argument("--call-graph", default="fp", choices=["fp", "dwarf", "lbr"],
+                   help="perf record's call graph: fp (frame pointers; libc's callers are lost), dwarf")
     p.add_argument("--record", default=None, metavar="DIR",
-                   help="also perf record -e cpu-clock -g each proxy's first run into DIR/<target>.data")
+                   help="also perf record -e cpu-clock (with --call-graph) each proxy's first run into DIR/<target>.data")
     args = p.parse_args()
     pgbench = driver.find_pgbench()
     tern_binary = driver.resolve_tern_binary(args.tern_binary)
@@ -113,7 +115,8 @@ def main():
                 record = None
                 if args.record and run == 0:
                     os.makedirs(args.record, exist_ok=True)
-                    record = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-g", "-p", str(proc.pid),
+                    record = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "--call-graph", args.call_graph,
+                                               "-p", str(proc.pid),
                                                "-o", os.path.join(args.record, name + ".data"), "--", "sleep",
                                                str(args.duration)], stdout=subprocess.DEVNULL,
                                               stderr=subprocess.STDOUT)

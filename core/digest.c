@@ -71,6 +71,24 @@ uint64_t digest_fingerprint(struct digest_local *local, const char *sql, char *t
 	return slot->fingerprint;
 }
 
+uint64_t digest_statement_fingerprint(struct digest_local *local, const char *sql, size_t len, char *text,
+				      size_t text_size)
+{
+	uint64_t hash = XXH3_64bits(sql, len) | 1; /* 64 bits: a collision only merges two digests */
+	struct digest_shape_slot *slot = &local->texts[hash % DIGEST_TEXT_SLOTS];
+	if (slot->hash != hash) {
+		slot->hash = hash;
+		slot->fingerprint = digest_fingerprint(local, sql, text, text_size);
+		return slot->fingerprint;
+	}
+	const struct digest_entry *e = digest_find(local->slots, DIGEST_LOCAL_SLOTS, slot->fingerprint);
+	if (slot->fingerprint && !(e->fingerprint == slot->fingerprint && e->text[0]))
+		(void)digest_fingerprint(local, sql, text, text_size); /* its text, for a new entry */
+	else
+		text[0] = '\0';
+	return slot->fingerprint;
+}
+
 static void digest_add_to(struct digest_entry *e, uint64_t fingerprint, const char *text, uint64_t calls, uint64_t ns,
 			  uint64_t rows)
 {

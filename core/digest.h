@@ -20,6 +20,7 @@
 #define DIGEST_LOCAL_SLOTS 256u   /* a worker's table: merged when half full, and at every tick */
 #define DIGEST_SHARED_MAX 4096u   /* fingerprints kept; more are counted as dropped */
 #define DIGEST_SHAPE_SLOTS 512u   /* a worker's shape -> fingerprint memory */
+#define DIGEST_TEXT_SLOTS 512u    /* a worker's statement text -> fingerprint memory */
 
 struct digest_entry {
 	uint64_t fingerprint; /* 0: empty slot */
@@ -36,6 +37,7 @@ struct digest_local {
 	uint32_t used;
 	struct digest_entry slots[DIGEST_LOCAL_SLOTS];
 	struct digest_shape_slot shapes[DIGEST_SHAPE_SLOTS];
+	struct digest_shape_slot texts[DIGEST_TEXT_SLOTS]; /* (hash: of the text itself) */
 };
 
 struct digest_shared {
@@ -51,6 +53,12 @@ void digest_shared_deinit(struct digest_shared *shared);
 
 /* The fingerprint of a Query's text (0 when libpg_query cannot parse it), and its text to show. */
 uint64_t digest_fingerprint(struct digest_local *local, const char *sql, char *text, size_t text_size);
+/* The same for a prepared statement's text (a Parse's), whose constants are parameters, so the same text
+ * comes again and again: remembered by a hash of the text itself, a text seen before costs that hash
+ * and no lexing. *text is filled only when the worker's table has no text for the fingerprint yet ("" when
+ * it has one). */
+uint64_t digest_statement_fingerprint(struct digest_local *local, const char *sql, size_t len, char *text,
+				      size_t text_size);
 /* Adds to the worker's table (text: shown for a fingerprint it has not seen yet; may be NULL). False
  * when the table is half full: the caller merges, then adds again. */
 bool digest_local_add(struct digest_local *local, uint64_t fingerprint, const char *text, uint64_t calls,

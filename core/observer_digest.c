@@ -36,13 +36,13 @@ static void digest_add(struct session *s, uint64_t fingerprint, const char *text
 }
 
 /* The fingerprint of a statement's text, its digest entry made (with no call yet) so the text is there. */
-static uint64_t digest_statement(struct session *s, const char *sql)
+static uint64_t digest_statement(struct session *s, const char *sql, size_t len)
 {
 	struct digest_local *local = digest_local_of(s->host);
 	if (!local)
 		return 0;
 	char text[DIGEST_TEXT_MAX];
-	uint64_t fingerprint = digest_fingerprint(local, sql, text, sizeof(text));
+	uint64_t fingerprint = digest_statement_fingerprint(local, sql, len, text, sizeof(text));
 	if (fingerprint)
 		digest_add(s, fingerprint, text, 0, 0, 0);
 	return fingerprint;
@@ -58,8 +58,9 @@ static int digest_extended_message(struct session *s, const struct observer_mess
 		return 0;
 	if (m->type == PROTO_FE_PARSE) {
 		const uint8_t *sql = name_end + 1;
-		if (m->body[0] == '\0' && sql < end && memchr(sql, '\0', (size_t)(end - sql)))
-			d->unnamed = digest_statement(s, (const char *)sql);
+		const uint8_t *sql_end = sql < end ? memchr(sql, '\0', (size_t)(end - sql)) : NULL;
+		if (m->body[0] == '\0' && sql_end)
+			d->unnamed = digest_statement(s, (const char *)sql, (size_t)(sql_end - sql));
 	} else if (m->type == PROTO_FE_BIND) {
 		const char *stmt_name = (const char *)name_end + 1; /* after the portal's name */
 		if ((const uint8_t *)stmt_name >= end || !memchr(stmt_name, '\0', (size_t)(end - (const uint8_t *)stmt_name))) {
@@ -70,8 +71,10 @@ static int digest_extended_message(struct session *s, const struct observer_mess
 			struct stmt *stmt = (s->observers_on & (1u << OBSERVER_STMTS))
 						    ? stmt_map_get(&s->stmts.statements, stmt_name)
 						    : NULL;
-			if (stmt && !stmt->digest && memchr(stmt->content, '\0', stmt->content_len))
-				stmt->digest = digest_statement(s, (const char *)stmt->content); /* once a statement */
+			const char *content_end = stmt && !stmt->digest ? memchr(stmt->content, '\0', stmt->content_len) : NULL;
+			if (content_end) /* once a statement */
+				stmt->digest = digest_statement(s, (const char *)stmt->content,
+								(size_t)(content_end - (const char *)stmt->content));
 			d->bound = stmt ? stmt->digest : 0;
 		}
 	} else if (m->type == PROTO_FE_EXECUTE) {

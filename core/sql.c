@@ -5,7 +5,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <string.h>
-#include <strings.h>
 
 const uint8_t *sql_skip_blank(const uint8_t *p, const uint8_t *end)
 {
@@ -27,20 +26,21 @@ const uint8_t *sql_skip_blank(const uint8_t *p, const uint8_t *end)
 	return p;
 }
 
-bool sql_take_word(const uint8_t **p, const uint8_t *end, const char *word)
-{
-	size_t n = strlen(word);
-	if ((size_t)(end - *p) < n || strncasecmp((const char *)*p, word, n) != 0)
-		return false;
-	const uint8_t *after = *p + n;
-	if (after < end && (isalnum(*after) || *after == '_' || *after == '$'))
-		return false; /* a longer identifier */
-	*p = sql_skip_blank(after, end);
-	return true;
-}
-
 /* ASCII lower case: SQL keywords are ASCII, and a byte of a multi-byte character never matches one. */
 static inline uint8_t sql_lower(uint8_t c) { return (uint8_t)((unsigned)c - 'A' < 26u ? c + ('a' - 'A') : c); }
+
+/* One pass, no strlen: most calls end at the first byte (a statement that is not the keyword). */
+bool sql_take_word(const uint8_t **p, const uint8_t *end, const char *word)
+{
+	const uint8_t *q = *p;
+	for (; *word; word++, q++)
+		if (q == end || sql_lower(*q) != sql_lower((uint8_t)*word))
+			return false;
+	if (q < end && (isalnum(*q) || *q == '_' || *q == '$'))
+		return false; /* a longer identifier */
+	*p = sql_skip_blank(q, end);
+	return true;
+}
 
 /* The n lower-case bytes of `word` begin at p (case-insensitive). */
 static bool sql_is_word_at(const uint8_t *p, const char *word, size_t n)

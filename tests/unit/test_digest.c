@@ -27,6 +27,30 @@ Test(digest, constants_share_a_fingerprint_and_the_text_shows_their_places)
 	cr_assert_eq(digest_fingerprint(&local, "select from where", a_text, sizeof(a_text)), 0, "unparsable: none");
 }
 
+Test(digest, a_statement_text_seen_before_is_remembered_and_its_text_given_only_when_wanted)
+{
+	memset(&local, 0, sizeof(local));
+	static const char sql[] = "update t set v = v + $1 where id = $2";
+	char text[DIGEST_TEXT_MAX], query_text[DIGEST_TEXT_MAX];
+	uint64_t first = digest_statement_fingerprint(&local, sql, strlen(sql), text, sizeof(text));
+	cr_assert_neq(first, 0);
+	cr_assert_eq(first, digest_fingerprint(&local, sql, query_text, sizeof(query_text)), "as a Query's");
+	cr_assert_str_eq(text, query_text, "a new fingerprint: its text");
+	cr_assert(digest_local_add(&local, first, text, 1, 10, 1));
+	cr_assert_eq(digest_statement_fingerprint(&local, sql, strlen(sql), text, sizeof(text)), first);
+	cr_assert_str_eq(text, "", "the table has its text: none made");
+	struct digest_shared shared;
+	cr_assert_eq(digest_shared_init(&shared), 0);
+	digest_merge(&shared, &local);
+	cr_assert_eq(digest_statement_fingerprint(&local, sql, strlen(sql), text, sizeof(text)), first, "remembered");
+	cr_assert_str_eq(text, query_text, "the emptied table wants its text again");
+	static const char other[] = "update u set v = v + $1 where id = $2";
+	cr_assert_neq(digest_statement_fingerprint(&local, other, strlen(other), text, sizeof(text)), first);
+	cr_assert_eq(digest_statement_fingerprint(&local, "select from where", 17, text, sizeof(text)), 0, "unparsable");
+	cr_assert_eq(digest_statement_fingerprint(&local, "select from where", 17, text, sizeof(text)), 0, "still");
+	digest_shared_deinit(&shared);
+}
+
 Test(digest, rows_come_from_the_command_tag)
 {
 	cr_assert_eq(digest_tag_rows((const uint8_t *)"SELECT 5", 9), 5);
