@@ -104,7 +104,7 @@ static bool journal_looks_read(const uint8_t *text, uint32_t len)
 	const uint8_t *end = text + len, *p = sql_skip_blank(text, end);
 	for (size_t i = 0; i < TERN_ARRAY_LEN(reads); i++)
 		if (sql_take_word(&p, end, reads[i]))
-			return i > 0 || (!memmem(text, len, "into", 4) && !memmem(text, len, "INTO", 4)); /* SELECT INTO writes */
+			return i > 0 || !sql_mentions_into(text, len); /* SELECT INTO writes */
 	return false;
 }
 

@@ -65,6 +65,14 @@ bool sql_mentions_search_path(const uint8_t *sql, uint32_t len)
 	return false;
 }
 
+bool sql_mentions_into(const uint8_t *sql, uint32_t len)
+{
+	for (uint32_t i = 0; i + 4 <= len; i++)
+		if (sql_lower(sql[i]) == 'i' && sql_is_word_at(sql + i + 1, "nto", 3))
+			return true;
+	return false;
+}
+
 bool sql_statement_may_set_search_path(const uint8_t *sql, uint32_t len)
 {
 	const uint8_t *end = sql + len;

@@ -26,6 +26,9 @@ bool sql_take_word(const uint8_t **p, const uint8_t *end, const char *word);
 /* True when `sql` holds "search_path" or "reset" anywhere (ASCII, any case): without either, a SET it
  * runs (SET LOCAL, SET TRANSACTION...) cannot have changed search_path. */
 bool sql_mentions_search_path(const uint8_t *sql, uint32_t len);
+/* "into" anywhere in the text, in any case (inside a word or a literal too: a caller that reads it as
+ * "may write" errs on the safe side). */
+bool sql_mentions_into(const uint8_t *sql, uint32_t len);
 /* For the one statement of a Parse: true when it is a SET or RESET that mentions search_path (above).
  * Reads the first word of most texts only. */
 bool sql_statement_may_set_search_path(const uint8_t *sql, uint32_t len);

@@ -806,8 +806,9 @@ def only_what_committed_is_journaled(s):
     """Separate Queries, as an application sends them: a transaction with a savepoint rolled back to (the
     statement after it dropped, the one after the ROLLBACK TO kept), a rolled-back transaction, a failed
     autocommit statement, a transaction whose COMMIT the server answers ROLLBACK (an error in it), a read,
-    and two writes whose tag is SELECT (CREATE TABLE AS, SELECT INTO). committed_history applies exactly
-    three transactions, and the copy holds what the source holds."""
+    and three writes whose tag is SELECT (CREATE TABLE AS, SELECT INTO, and one whose INTO is in mixed case,
+    which the journal once took for a read). committed_history applies exactly four transactions, and the
+    copy holds what the source holds."""
     from run_failover import run
     pg = s.pg
     for name in ("jcap", "jcap2"):
@@ -825,14 +826,15 @@ def only_what_committed_is_journaled(s):
                               ("insert into f values (5, 'x'), (1, 'duplicate')", "error"),
                               ("begin", "ok"), ("insert into f values (6, 'failed')", "ok"), ("select 1/0", "error"),
                               ("commit", "ok"), ("select * from f", "ok"),
-                              ("create table g as select 7 as a", "ok"), ("select 8 as a into h", "ok")):
+                              ("create table g as select 7 as a", "ok"), ("select 8 as a into h", "ok"),
+                              ("SELECT 9 AS a Into k", "ok")):
                 o = run(w, sql)
                 check(o.kind == kind, "%s: %r" % (sql, o))
         status, answer = replay(t, {"mode": "committed_history", "target": s.target("jcap2"), "after_commit_seq": high})
         check(status == 200, "committed_history: %s %r" % (status, answer))
-        check_answer(answer, 3, what="the savepoint transaction, CREATE TABLE AS, SELECT INTO")
+        check_answer(answer, 4, what="the savepoint transaction, CREATE TABLE AS, SELECT INTO twice")
         for sql, want in (("select id, v from f order by id", "1|kept\n3|kept"), ("select a from g", "7"),
-                          ("select a from h", "8")):
+                          ("select a from h", "8"), ("select a from k", "9")):
             got = pg.psql(sql, dbname="jcap2")
             check(got == want and got == pg.psql(sql, dbname="jcap"), "%s on the copy: %r" % (sql, got))
 

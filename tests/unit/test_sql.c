@@ -89,6 +89,15 @@ Test(sql, words_skip_blanks_and_comments_and_never_match_a_longer_identifier)
 	cr_assert_eq(sql_skip_blank(p, p + strlen(open_comment)), p + strlen(open_comment));
 }
 
+Test(sql, into_is_found_in_any_case)
+{
+	cr_assert(check(sql_mentions_into, "select 8 as a into h"));
+	cr_assert(check(sql_mentions_into, "SELECT 9 AS a Into k"), "mixed case");
+	cr_assert(check(sql_mentions_into, "select * from pointo"), "inside a word: errs on the safe side");
+	cr_assert_not(check(sql_mentions_into, "select int from t"));
+	cr_assert_not(check(sql_mentions_into, "int"));
+}
+
 Test(sql, unlisten_star_is_recognised_as_the_first_statement_only)
 {
 	cr_assert(check(sql_is_unlisten_all, "UNLISTEN *"));
