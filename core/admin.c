@@ -665,7 +665,7 @@ static void admin_welcome(struct session *s)
 	session_send_to_client(s, msg, (uint32_t)n);
 	n = proto_build_ready(msg, sizeof(msg), 'I');
 	session_send_to_client(s, msg, (uint32_t)n);
-	s->phase = SESSION_ADMIN; /* login_buf stays: it assembles the admin queries */
+	session_set_phase(s, SESSION_ADMIN); /* login_buf stays: it assembles the admin queries */
 }
 
 static void admin_on_bytes(struct session *s, const uint8_t *data, uint32_t len)

@@ -29,6 +29,23 @@ static struct leg *session_leg_create(struct session *s, enum leg_role role)
 	return leg;
 }
 
+void session_set_phase(struct session *s, enum session_phase to)
+{
+#define FROM(phase) (1u << (phase))
+	static const uint8_t allowed_from[] = {
+		[SESSION_STARTUP] = FROM(0), /* (calloc'd) */
+		[SESSION_AUTH] = FROM(SESSION_STARTUP) | FROM(SESSION_AUTH),
+		[SESSION_LOGIN_WAIT] = FROM(SESSION_STARTUP) | FROM(SESSION_AUTH),
+		[SESSION_ADMIN] = FROM(SESSION_STARTUP) | FROM(SESSION_AUTH),
+		[SESSION_READY] = FROM(SESSION_LOGIN_WAIT),
+		[SESSION_CLOSING] = FROM(SESSION_STARTUP) | FROM(SESSION_AUTH) | FROM(SESSION_LOGIN_WAIT) |
+				    FROM(SESSION_READY) | FROM(SESSION_ADMIN),
+	};
+#undef FROM
+	TERN_ASSERT((size_t)to < TERN_ARRAY_LEN(allowed_from) && (allowed_from[to] >> s->phase & 1u));
+	s->phase = to;
+}
+
 struct session *session_create(struct host *host, int client_fd)
 {
 	struct session *s = calloc(1, sizeof(*s));
@@ -37,7 +54,7 @@ struct session *session_create(struct host *host, int client_fd)
 	struct tern_runtime *rt = host->runtime;
 	s->host = host;
 	s->parts = rt->parts;
-	s->phase = SESSION_STARTUP;
+	session_set_phase(s, SESSION_STARTUP);
 	s->is_transaction_pooling = runtime_config(rt)->pool_mode == CONFIG_POOL_TRANSACTION;
 	s->client_fd = client_fd;
 	s->client_recv.handler = session_client_recv_done;
@@ -799,7 +816,7 @@ void session_end(struct session *s, enum session_end_reason reason)
 		 s->database[0] ? s->database : "-", host->index, info->name,
 		 reason == SESSION_END_SERVER_REFUSED ? ": " : "",
 		 reason == SESSION_END_SERVER_REFUSED ? s->end_error.message : "");
-	s->phase = SESSION_CLOSING;
+	session_set_phase(s, SESSION_CLOSING);
 	s->closing_ns = base_now_ns();
 	__atomic_sub_fetch(&host->runtime->client_count, 1, __ATOMIC_RELAXED);
 	if (s->is_counted)

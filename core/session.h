@@ -428,6 +428,12 @@ void session_end_later(struct session *s, enum session_end_reason reason);
 /* session_end, telling the client this instead of the reason's own SQLSTATE and message. */
 void session_end_with_error(struct session *s, enum session_end_reason reason, const char *sqlstate,
 			    const char *message);
+/* The one place a session's phase changes (test_layout.c checks no other file writes it). The moves:
+ * STARTUP at creation; AUTH from STARTUP, or from AUTH again (an auth_query answer begins the exchange
+ * anew); LOGIN_WAIT or ADMIN from STARTUP (trust) or AUTH; READY from LOGIN_WAIT; CLOSING from any but
+ * itself. Each caller's own state implies its move (no input chooses one), so a move outside these is a
+ * bug in tern, and asserted. */
+void session_set_phase(struct session *s, enum session_phase to);
 /* True while the client has a transaction (or a statement) open on a server. */
 bool session_is_in_transaction(const struct session *s);
 /* Debug builds: checks what must hold between the session and its legs (each leg's connection, queue,

@@ -232,7 +232,7 @@ static void login_send_welcome(struct session *s, const struct pool_param *param
 	session_send_to_client(s, msg, (uint32_t)n);
 	n = proto_build_ready(msg, sizeof(msg), 'I');
 	session_send_to_client(s, msg, (uint32_t)n);
-	s->phase = SESSION_READY;
+	session_set_phase(s, SESSION_READY);
 	s->is_counted = true;
 	__atomic_add_fetch(&s->db->client_count, 1, __ATOMIC_RELAXED);
 	free(s->login_buf);
@@ -330,7 +330,7 @@ static void login_complete(struct session *s)
 			return;
 	}
 	login_drop_scram(s);
-	s->phase = SESSION_LOGIN_WAIT;
+	session_set_phase(s, SESSION_LOGIN_WAIT);
 	s->observers_on = dispatch_observers_for(s);
 	if (s->is_transaction_pooling && pool_db_has_params(s->db)) {
 		login_send_welcome(s, s->db->params, s->db->param_count);
@@ -382,7 +382,7 @@ static void login_begin_auth(struct session *s, int mode)
 		login_complete(s);
 		return;
 	}
-	s->phase = SESSION_AUTH;
+	session_set_phase(s, SESSION_AUTH);
 	if (!user && !s->is_lookup_done && config->auth_user[0] && rt->auth_query && !s->is_admin) {
 		login_look_up(s);
 		return;

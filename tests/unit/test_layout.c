@@ -226,6 +226,11 @@ static void layout_check_file(struct layout *l, const char *path, const char *re
 		line_no++;
 		char name[512];
 		bool is_quoted;
+		/* A session's phase changes in session_set_phase alone, which asserts the move (a test's fixture
+		 * may set one directly). */
+		if (strstr(line, "phase = SESSION_") && strcmp(rel, "core/session.c") != 0 && !has_prefix(rel, "tests/"))
+			layout_report(l, "%s:%u: sets a session's phase; only session_set_phase (core/session.c) may\n", rel,
+				      line_no);
 		if (!parse_include(line, name, sizeof(name), &is_quoted))
 			continue;
 		l->includes++;
@@ -411,6 +416,21 @@ Test(layout, checker_reports_each_crossing_as_file_and_line)
 		cr_assert_not_null(strstr(l->report, expected[i]), "no report for %s in:\n%s", expected[i], l->report);
 	cr_assert_eq(l->violations, TERN_ARRAY_LEN(expected), "%u violations:\n%s", l->violations, l->report);
 	cr_assert_null(strstr(l->report, "core/proto.c"), "core may include every module:\n%s", l->report);
+	free(l);
+	fake_remove(root);
+	free(root);
+}
+
+Test(layout, checker_lets_only_session_c_set_a_sessions_phase)
+{
+	char *root = fake_root();
+	fake_clean_tree(root);
+	fake_write(root, "core/proto.c", "#include \"proto.h\"\n\ts->phase = SESSION_READY;\n");
+	fake_write(root, "core/session.c", "#include \"proto.h\"\n\ts->phase = to;\n\tx.phase = SESSION_READY;\n");
+	fake_write(root, "tests/unit/test_x.c", "\ts->phase = SESSION_READY; /* a fixture */\n");
+	struct layout *l = layout_check(root);
+	cr_assert_not_null(strstr(l->report, "core/proto.c:2: sets a session's phase"), "%s", l->report);
+	cr_assert_eq(l->violations, 1, "%u violations:\n%s", l->violations, l->report);
 	free(l);
 	fake_remove(root);
 	free(root);
