@@ -53,7 +53,7 @@ static uint32_t journal_store(struct session *s, const void *data, uint32_t len)
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	uint32_t at = j->arena.len;
 	if (len > cfg->journal_max_statement_bytes || (uint64_t)at + len > JOURNAL_TX_BYTES(cfg) ||
-	    session_bytes_append(&j->arena, data, len) < 0) {
+	    base_bytes_append(&j->arena, data, len) < 0) {
 		j->is_incomplete = true;
 		return UINT32_MAX;
 	}

@@ -143,7 +143,7 @@ void replay_hash(struct session *s, const void *data, uint32_t len)
 
 void replay_flush_preamble(struct session *s, struct leg *leg)
 {
-	struct route_bytes *held = &s->replay.preamble;
+	struct base_bytes *held = &s->replay.preamble;
 	if (held->len == 0)
 		return;
 	if (s->phase != SESSION_CLOSING)
@@ -158,7 +158,7 @@ void replay_reply(struct session *s, const void *data, uint32_t len)
 {
 	struct leg *leg = session_primary(s);
 	if (len > 0 && proto_be_is_preamble(((const uint8_t *)data)[0])) {
-		if (session_bytes_append(&s->replay.preamble, data, len) < 0)
+		if (base_bytes_append(&s->replay.preamble, data, len) < 0)
 			session_end_later(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}
@@ -208,11 +208,11 @@ static int replay_log_stmt_use(struct session_replay *r, const uint8_t *msg, uin
 	uint32_t server_len = (uint32_t)strlen(stmt->server_name) + 1;
 	uint8_t header[PROTO_HEADER_LEN] = {msg[0]};
 	proto_write_u32(header + 1, len - PROTO_HEADER_LEN + 4 - (after - name_at) + server_len);
-	if (session_bytes_append(&r->tx_log, header, sizeof(header)) < 0 ||
-	    session_bytes_append(&r->tx_log, msg + PROTO_HEADER_LEN, name_at - PROTO_HEADER_LEN) < 0 ||
-	    session_bytes_append(&r->tx_log, stmt->server_name, server_len) < 0)
+	if (base_bytes_append(&r->tx_log, header, sizeof(header)) < 0 ||
+	    base_bytes_append(&r->tx_log, msg + PROTO_HEADER_LEN, name_at - PROTO_HEADER_LEN) < 0 ||
+	    base_bytes_append(&r->tx_log, stmt->server_name, server_len) < 0)
 		return -ENOMEM;
-	return session_bytes_append(&r->tx_log, msg + after, len - after);
+	return base_bytes_append(&r->tx_log, msg + after, len - after);
 }
 
 /* The request in flight into tx_log, its named statements under their server names. */
@@ -233,7 +233,7 @@ static int replay_log_request(struct session *s)
 					   : NULL;
 		struct stmt *stmt = replay_stmt_of(s, name);
 		int rc = stmt ? replay_log_stmt_use(r, msg, PROTO_HEADER_LEN + offset - (uint32_t)strlen(name) - 1, name, stmt)
-			      : session_bytes_append(&r->tx_log, msg, len);
+			      : base_bytes_append(&r->tx_log, msg, len);
 		if (rc < 0)
 			return rc;
 		at += len;
@@ -298,8 +298,8 @@ static int replay_client_message(struct session *s, struct leg *leg, const struc
 	r->has_parse |= m->type == PROTO_FE_PARSE;
 	uint8_t header[PROTO_HEADER_LEN] = {m->type};
 	proto_write_u32(header + 1, m->len + 4);
-	if (session_bytes_append(&r->inflight, header, sizeof(header)) < 0 ||
-	    session_bytes_append(&r->inflight, m->body, m->len) < 0)
+	if (base_bytes_append(&r->inflight, header, sizeof(header)) < 0 ||
+	    base_bytes_append(&r->inflight, m->body, m->len) < 0)
 		return -ENOMEM;
 	r->logged++;
 	return 0;
@@ -437,7 +437,7 @@ static void replay_destroy(struct session *s)
 	free(r->tx_stmts);
 	free(r->steps);
 	XXH3_freeState(r->hash);
-	r->inflight = r->preamble = r->tx_log = r->held_back = (struct route_bytes){0};
+	r->inflight = r->preamble = r->tx_log = r->held_back = (struct base_bytes){0};
 	r->steps = NULL;
 	r->tx_stmts = NULL;
 	r->tx_stmt_cap = 0;

@@ -398,7 +398,7 @@ static int stmts_on_unnamed_parse(struct session *s, struct stmt *stmt)
 	 * brings (as the server's own ParseComplete would be), so the batch may run again if that is lost,
 	 * with nothing shown twice; a client Flush lets it out. */
 	if (leg->replies.count == 0 && s->replay.is_open && leg->role == LEG_PRIMARY)
-		return session_bytes_append(&s->replay.preamble, proto_parse_complete, sizeof(proto_parse_complete));
+		return base_bytes_append(&s->replay.preamble, proto_parse_complete, sizeof(proto_parse_complete));
 	return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0, stmt);
 }
 

@@ -508,8 +508,8 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 		  server->name, recover_phase_names[d->phase], tr_action_names[d->tr.action],
 		  d->tr.sqlstate ? " with " : "", d->tr.sqlstate ? d->tr.sqlstate : "");
 	journal_on_lost(s, d->tr.action == TR_REPLAY); /* what it sent there is answered here, or again */
-	struct route_bytes again = r->inflight; /* the Query in flight, for TR_REEXECUTE */
-	r->inflight = (struct route_bytes){0};
+	struct base_bytes again = r->inflight; /* the Query in flight, for TR_REEXECUTE */
+	r->inflight = (struct base_bytes){0};
 	r->is_open = r->is_unloggable = r->has_parse = r->has_tx_ended = false;
 	r->noted = r->logged = 0;
 	r->preamble.len = 0; /* the start of the lost answer, never shown */
@@ -531,7 +531,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 		r->replay_next = 0;
 		r->held_back = again;
 		r->held_inflight = d->phase == TR_PHASE_IDLE ? 0 : again.len;
-		again = (struct route_bytes){0};
+		again = (struct base_bytes){0};
 		session_acquire(s, fresh);
 		break;
 	case TR_REHOME:
@@ -561,9 +561,9 @@ void recover_replay_done(struct session *s, struct leg *leg)
 	struct session_replay *r = &s->replay;
 	TERN_ASSERT(r->is_replaying);
 	r->is_replaying = false;
-	struct route_bytes held = r->held_back;
+	struct base_bytes held = r->held_back;
 	uint32_t inflight = r->held_inflight;
-	r->held_back = (struct route_bytes){0};
+	r->held_back = (struct base_bytes){0};
 	r->held_inflight = 0;
 	if (!r->is_replay_failed) {
 		s->host->stats.tr_replayed++;

@@ -282,8 +282,8 @@ static int route_hold(struct session *s, const uint8_t *body, uint32_t len)
 	uint8_t header[PROTO_HEADER_LEN] = {PROTO_FE_QUERY};
 	proto_write_u32(header + 1, len + 4);
 	s->routing.held.len = 0;
-	return session_bytes_append(&s->routing.held, header, sizeof(header)) < 0 ? -ENOMEM
-									: session_bytes_append(&s->routing.held, body, len);
+	return base_bytes_append(&s->routing.held, header, sizeof(header)) < 0 ? -ENOMEM
+									: base_bytes_append(&s->routing.held, body, len);
 }
 
 /* The read's target: strict, a primary LSN probed after now; session, the client's last write's
@@ -625,7 +625,7 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 
 int route_backlog_append(struct session *s, const uint8_t *data, uint32_t len)
 {
-	return len ? session_bytes_append(&s->routing.backlog, data, len) : 0;
+	return len ? base_bytes_append(&s->routing.backlog, data, len) : 0;
 }
 
 /* The replica to serve the read (pick.h) among the standbys that may: up, not the primary, a weight
@@ -1034,7 +1034,7 @@ static bool route_collect(struct session *s)
 			break; /* not a batch routing reads: the relay takes it from here */
 		if (route->backlog.len < 1 + length)
 			return false;
-		if (session_bytes_append(&route->held, route->backlog.data, 1 + length) < 0)
+		if (base_bytes_append(&route->held, route->backlog.data, 1 + length) < 0)
 			break;
 		route->backlog.len -= 1 + length;
 		memmove(route->backlog.data, route->backlog.data + 1 + length, route->backlog.len);
@@ -1071,8 +1071,8 @@ void route_run(struct session *s)
 				/* A COPY FROM STDIN the client began ahead of it: the Query is the COPY's next message,
 				 * which the server refuses, as PostgreSQL does any Query there (nothing else ends it). */
 				route->state = ROUTE_IDLE;
-				struct route_bytes held = route->held;
-				route->held = (struct route_bytes){0};
+				struct base_bytes held = route->held;
+				route->held = (struct base_bytes){0};
 				s->parts->feed(s, session_client_leg(s), true, held.data, held.len);
 				free(held.data);
 				continue;
@@ -1087,8 +1087,8 @@ void route_run(struct session *s)
 		bool is_tx = route->state == ROUTE_REPLICA_TX;
 		if ((route->state != ROUTE_IDLE && !is_tx) || route->backlog.len == 0)
 			break;
-		struct route_bytes fed = route->backlog; /* fed whole: what it leaves goes back to an empty backlog */
-		route->backlog = (struct route_bytes){0};
+		struct base_bytes fed = route->backlog; /* fed whole: what it leaves goes back to an empty backlog */
+		route->backlog = (struct base_bytes){0};
 		s->parts->feed(s, session_client_leg(s), false, fed.data, fed.len);
 		free(fed.data);
 	}
@@ -1150,8 +1150,8 @@ int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const 
 	if (type != PROTO_BE_ERROR) {
 		uint8_t header[PROTO_HEADER_LEN] = {type};
 		proto_write_u32(header + 1, len + 4);
-		if (session_bytes_append(&route->reply_held, header, sizeof(header)) < 0 ||
-		    session_bytes_append(&route->reply_held, body, len) < 0)
+		if (base_bytes_append(&route->reply_held, header, sizeof(header)) < 0 ||
+		    base_bytes_append(&route->reply_held, body, len) < 0)
 			return -ENOMEM;
 		return 0;
 	}
@@ -1170,7 +1170,7 @@ int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const 
 
 void route_hold_reply(struct session *s, const void *data, uint32_t len)
 {
-	if (!s->routing.is_rerun && session_bytes_append(&s->routing.reply_held, data, len) < 0)
+	if (!s->routing.is_rerun && base_bytes_append(&s->routing.reply_held, data, len) < 0)
 		session_end_later(s, SESSION_END_OUT_OF_MEMORY);
 }
 
@@ -1285,7 +1285,7 @@ void route_deinit(struct session *s)
 	free(s->routing.held.data);
 	free(s->routing.backlog.data);
 	free(s->routing.reply_held.data);
-	s->routing.held = s->routing.backlog = s->routing.reply_held = (struct route_bytes){0};
+	s->routing.held = s->routing.backlog = s->routing.reply_held = (struct base_bytes){0};
 }
 
 void route_check_waits(struct host *host, uint64_t now_ns)

@@ -101,23 +101,6 @@ void session_send_to_client(struct session *s, const void *data, uint32_t len)
 	session_mark_dirty(s, &s->to_client);
 }
 
-int session_bytes_append(struct route_bytes *b, const void *data, uint32_t len)
-{
-	if (len == 0)
-		return 0; /* (an empty Query's text, say: nothing to copy into a buffer not yet made) */
-	if (b->len + len > b->cap) {
-		uint32_t cap = TERN_MAX(b->cap * 2, b->len + len);
-		uint8_t *grown = realloc(b->data, cap);
-		if (!grown)
-			return -ENOMEM;
-		b->data = grown;
-		b->cap = cap;
-	}
-	memcpy(b->data + b->len, data, len);
-	b->len += len;
-	return 0;
-}
-
 void session_send_reply(struct session *s, const void *data, uint32_t len)
 {
 	const struct leg *leg = session_client_leg(s);

@@ -292,7 +292,7 @@ void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const 
 	if (s->replay.is_replaying) { /* its transaction is being replayed: what it sends waits for the verdict */
 		if (s->replay.held_back.len + len > SESSION_QUEUE_PARKED_BYTES * 32)
 			session_end(s, SESSION_END_PIPELINE_TOO_DEEP); /* (a client that does not wait for its answers) */
-		else if (session_bytes_append(&s->replay.held_back, data, len) < 0)
+		else if (base_bytes_append(&s->replay.held_back, data, len) < 0)
 			session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}
@@ -427,8 +427,8 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		uint8_t header[PROTO_HEADER_LEN] = {type};
 		proto_write_u32(header + 1, len + 4);
 		if (chunk->is_preamble_held) {
-			if (session_bytes_append(&s->replay.preamble, header, sizeof(header)) < 0 ||
-			    session_bytes_append(&s->replay.preamble, body, len) < 0)
+			if (base_bytes_append(&s->replay.preamble, header, sizeof(header)) < 0 ||
+			    base_bytes_append(&s->replay.preamble, body, len) < 0)
 				chunk->error = -ENOMEM;
 		} else if (s->phase != SESSION_CLOSING) {
 			/* (a notice or an error is not digested: a replay need not raise the same notices) */

@@ -1,7 +1,9 @@
 #include "base.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 int base_log_level_current = BASE_LOG_INFO;
@@ -46,4 +48,21 @@ bool base_strlcpy(char *dst, const char *src, size_t dst_size)
 	}
 	memcpy(dst, src, n + 1);
 	return true;
+}
+
+int base_bytes_append(struct base_bytes *b, const void *data, uint32_t len)
+{
+	if (len == 0)
+		return 0; /* (an empty Query's text, say: nothing to copy into a buffer not yet made) */
+	if (b->len + len > b->cap) {
+		uint32_t cap = TERN_MAX(b->cap * 2, b->len + len);
+		uint8_t *grown = realloc(b->data, cap);
+		if (!grown)
+			return -ENOMEM;
+		b->data = grown;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, data, len);
+	b->len += len;
+	return 0;
 }

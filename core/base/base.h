@@ -80,6 +80,15 @@ static inline void base_list_splice_tail(struct base_list *to, struct base_list 
 #define base_list_for_each_safe(pos, tmp, head) \
 	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
 
+/* ---- a growable byte buffer (a held query, a record's bytes, an arena) ---- */
+struct base_bytes {
+	uint8_t *data;
+	uint32_t len, cap;
+};
+
+/* Appends len bytes (nothing for len 0, which makes no buffer); 0 or -ENOMEM, b unchanged then. */
+TERN_MUST_USE int base_bytes_append(struct base_bytes *b, const void *data, uint32_t len);
+
 /* ---- clocks ---- */
 static inline uint64_t base_now_ns(void)
 {
