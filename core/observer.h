@@ -119,7 +119,7 @@ void journal_note_unread_query(struct session *s);
 void journal_on_lost(struct session *s, bool is_moved);
 /* What is held goes to the client (counted as leg's), ahead of what leg says next. */
 void replay_flush_preamble(struct session *s, struct leg *leg);
-/* session_parts.replay_reply, while the start of an answer is held: a reply tern made up ahead of the
+/* session_parts.preamble_reply, while the start of an answer is held: a reply tern made up ahead of the
  * answer's first row or completion joins it; any other (a ReadyForQuery tern answers a Sync with, an
  * error) first lets out what is held, as a server's own completion does. */
 void replay_reply(struct session *s, const void *data, uint32_t len);

@@ -107,7 +107,7 @@ void session_send_reply(struct session *s, const void *data, uint32_t len)
 	if (leg->is_reply_guarded)
 		s->parts->hold_reply(s, data, len);
 	else if (s->replay.preamble.len > 0)
-		s->parts->replay_reply(s, data, len); /* behind the start of the answer Transaction Replay holds */
+		s->parts->preamble_reply(s, data, len); /* behind the start of the answer Transaction Replay holds */
 	else
 		session_send_to_client(s, data, len);
 }

@@ -107,7 +107,7 @@ struct session_parts {
 	/* Routing's: a reply tern made up for the client's leg while it guards that leg's answer. */
 	void (*hold_reply)(struct session *s, const void *data, uint32_t len);
 	/* Transaction Replay's (observer_replay.c): a reply tern made up while it holds the start of an answer. */
-	void (*replay_reply)(struct session *s, const void *data, uint32_t len);
+	void (*preamble_reply)(struct session *s, const void *data, uint32_t len);
 	/* Transaction Replay's (recover.h): the decision about a lost or refused primary connection, the
 	 * recovery it starts, and the gate a primary leg passes before it asks the pool. */
 	struct session_lost_decision (*decide_lost)(const struct session *s, const struct leg *leg,
