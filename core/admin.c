@@ -21,7 +21,7 @@
 #define ADMIN_MESSAGE_MAX 8192u
 
 /* A command whose answer is not ready when it arrives (admin_state.waiting). Queries behind it
- * wait in login_buf, so answers keep the order of the questions. */
+ * wait in login->buf, so answers keep the order of the questions. */
 enum admin_wait {
 	ADMIN_WAIT_NONE = 0,
 	ADMIN_WAIT_PAUSE,  /* polled on the tick: every worker acknowledged, no server connection in use */
@@ -665,7 +665,7 @@ static void admin_welcome(struct session *s)
 	session_send_to_client(s, msg, (uint32_t)n);
 	n = proto_build_ready(msg, sizeof(msg), 'I');
 	session_send_to_client(s, msg, (uint32_t)n);
-	session_set_phase(s, SESSION_ADMIN); /* login_buf stays: it assembles the admin queries */
+	session_set_phase(s, SESSION_ADMIN); /* s->login stays: its buffer assembles the admin queries */
 }
 
 static void admin_on_bytes(struct session *s, const uint8_t *data, uint32_t len)
@@ -675,24 +675,24 @@ static void admin_on_bytes(struct session *s, const uint8_t *data, uint32_t len)
 		admin_run(s);
 }
 
-/* Answers the complete messages in login_buf in order, until one must wait for its answer. */
+/* Answers the complete messages in login->buf in order, until one must wait for its answer. */
 static void admin_run(struct session *s)
 {
-	while (s->phase == SESSION_ADMIN && admin_of(s)->waiting == ADMIN_WAIT_NONE && s->login_len >= PROTO_HEADER_LEN) {
-		uint8_t type = s->login_buf[0];
-		uint32_t length = proto_read_u32(s->login_buf + 1);
+	while (s->phase == SESSION_ADMIN && admin_of(s)->waiting == ADMIN_WAIT_NONE && s->login->len >= PROTO_HEADER_LEN) {
+		uint8_t type = s->login->buf[0];
+		uint32_t length = proto_read_u32(s->login->buf + 1);
 		if (length < 4 || length + 1 > ADMIN_MESSAGE_MAX) {
 			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return;
 		}
-		if (s->login_len < length + 1)
+		if (s->login->len < length + 1)
 			return;
 		if (type == PROTO_FE_TERMINATE) {
 			session_end(s, SESSION_END_CLIENT_TERMINATE);
 			return;
 		}
-		if (type == PROTO_FE_QUERY && s->login_buf[length] == '\0') {
-			admin_on_query(s, (const char *)s->login_buf + PROTO_HEADER_LEN);
+		if (type == PROTO_FE_QUERY && s->login->buf[length] == '\0') {
+			admin_on_query(s, (const char *)s->login->buf + PROTO_HEADER_LEN);
 		} else if (type == PROTO_FE_SYNC || type == PROTO_FE_FLUSH) {
 			/* A Flush is answered like a Sync: a pipelining driver that flushes to read would wait
 			 * for ever for an answer the console cannot give. */
@@ -703,8 +703,8 @@ static void admin_run(struct session *s)
 			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return;
 		} /* other extended-protocol messages wait for their Sync, which answers for them */
-		memmove(s->login_buf, s->login_buf + length + 1, s->login_len - length - 1);
-		s->login_len -= length + 1;
+		memmove(s->login->buf, s->login->buf + length + 1, s->login->len - length - 1);
+		s->login->len -= length + 1;
 	}
 }
 

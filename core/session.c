@@ -51,6 +51,11 @@ struct session *session_create(struct host *host, int client_fd)
 	struct session *s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
+	s->login = calloc(1, sizeof(*s->login));
+	if (!s->login) {
+		free(s);
+		return NULL;
+	}
 	struct tern_runtime *rt = host->runtime;
 	s->host = host;
 	s->parts = rt->parts;
@@ -66,6 +71,7 @@ struct session *session_create(struct host *host, int client_fd)
 	base_list_init(&s->legs_draining);
 	s->legs[LEG_PRIMARY] = session_leg_create(s, LEG_PRIMARY);
 	if (!s->legs[LEG_PRIMARY]) {
+		free(s->login);
 		free(s);
 		return NULL;
 	}
@@ -949,20 +955,12 @@ void session_destroy(struct session *s)
 	TERN_ASSERT(base_list_is_empty(&s->legs_draining));
 	proto_stream_deinit(&s->client_stream);
 	s->parts->deinit(s);
-	free(s->login_buf);
+	session_login_free(s);
 	if (s->console)
 		s->host->runtime->console->destroy(s);
-	if (s->scram) {
-		scram_server_deinit(s->scram);
-		free(s->scram);
-	}
 	if (s->lookup)
 		s->lookup->owner = NULL; /* the worker frees it when it comes back */
 	if (s->db)
 		pool_db_put(s->host->runtime->pool, s->db); /* (freed now when it has no connection, else with its last) */
-	if (s->looked_up) {
-		auth_user_deinit(s->looked_up);
-		free(s->looked_up);
-	}
 	free(s);
 }

@@ -298,6 +298,24 @@ struct session_replay {
 /* Protocol 3.0's key is 4 bytes. */
 #define SESSION_CANCEL_KEY_LEN_3_0 4u
 
+/* What only the login needs (session_login.c; the admin console reads buf and len). */
+struct session_login {
+	uint8_t *buf; /* startup and auth messages, assembled (the admin console's queries) */
+	uint32_t len;
+	uint32_t cap;
+	/* Until the password is checked, the startup packet stays at the front of buf (kept bytes): the
+	 * pool key is made from it only for a client that authenticated. */
+	uint32_t kept;
+	bool is_startup_kept;
+	bool is_options_taken; /* its tern.* startup settings were read (they are read once) */
+	bool ssl_request_seen;
+	bool gss_request_seen;
+	bool is_lookup_done;
+	uint8_t md5_salt[4];
+	struct scram_server *scram;
+	struct auth_user *looked_up; /* what auth_query found (NULL: the user is auth_file's, or unknown) */
+};
+
 struct session {
 	struct base_list link; /* host->sessions, or host->reaping once ended */
 	struct host *host;
@@ -312,15 +330,9 @@ struct session {
 	struct sendq to_client;
 	struct proto_stream client_stream;
 
-	/* Login. */
-	uint8_t *login_buf; /* startup and auth messages, assembled; freed at READY */
-	uint32_t login_len;
-	uint32_t login_cap;
-	/* Until the password is checked, the startup packet stays at the front of login_buf (login_kept
-	 * bytes): the pool key is made from it only for a client that authenticated. */
-	uint32_t login_kept;
-	bool is_login_startup_kept;
-	bool is_login_options_taken; /* its tern.* startup settings were read (they are read once) */
+	/* The login's own state (session_login.c): from creation to READY, when it is freed; the admin console
+	 * keeps it (its buffer assembles the console's queries). NULL after. */
+	struct session_login *login;
 	bool is_over_client_limit;
 	bool is_admin;
 	bool is_counted; /* in db->client_count */
@@ -331,13 +343,9 @@ struct session {
 	const struct database_entry *route;
 	struct pool_server *pinned_server; /* the route's `server`; NULL: the primary of the moment */
 	char application_name[POOL_NAME_LEN_MAX];
-	uint8_t md5_salt[4];
-	struct scram_server *scram;
-	/* auth_query: the lookup in flight (its owner is this session until it is freed), then what it
-	 * found (NULL: the user is auth_file's, or unknown). */
+	/* auth_query: the lookup in flight (its owner is this session until it is freed); what it found is
+	 * login->looked_up. */
 	struct auth_lookup *lookup;
-	struct auth_user *looked_up;
-	bool is_lookup_done;
 	struct pool_db *db;
 	uint32_t key_pid; /* BackendKeyData tern gave the client; the worker index is the top byte */
 	/* Its secret: the first 4 bytes under protocol 3.0, all SESSION_CANCEL_KEY_LEN under 3.2. */
@@ -351,8 +359,6 @@ struct session {
 	/* A receive ended for want of buffers, by buffer group; the session is on host->starved. */
 	bool is_starved[RING_BUFFER_GROUPS];
 	struct base_list starved_link;
-	bool ssl_request_seen;
-	bool gss_request_seen;
 	struct session_tls *tls; /* NULL: the client speaks in the clear (see session_tls.c) */
 	const struct session_transport *transport; /* NULL: the plain socket */
 	/* What the observers keep (observer.h), each in its own struct. */
@@ -523,7 +529,9 @@ void session_linger_expired(struct session *s);
 /* ---- login (session_login.c) and relay (session_relay.c): session_relay_parts ---- */
 
 void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len);
-/* Appends to login_buf (startup and auth messages; the admin console's queries), at most `max` bytes in
+/* Frees s->login (at READY, and with the session); none left is a no-op. */
+void session_login_free(struct session *s);
+/* Appends to login->buf (startup and auth messages; the admin console's queries), at most `max` bytes in
  * all. False when the session ended instead (over max: protocol violation; out of memory). */
 TERN_MUST_USE bool session_login_buf_append(struct session *s, const uint8_t *data, uint32_t len, uint32_t max);
 /* The primary leg got a connection while the session waits to be welcomed. */

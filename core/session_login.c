@@ -161,7 +161,7 @@ static bool login_build_options(struct session *s, const struct proto_startup *s
 	out[0] = '\0';
 	const char *options = proto_startup_get(st, "options");
 	if (options) {
-		if (!login_split_options(s, options, !s->is_login_options_taken, out, cap))
+		if (!login_split_options(s, options, !s->login->is_options_taken, out, cap))
 			return false;
 		len = strlen(out);
 	}
@@ -171,7 +171,7 @@ static bool login_build_options(struct session *s, const struct proto_startup *s
 		if (strncasecmp(st->names[i], "tern.", 5) == 0) { /* tern's own, as a startup parameter */
 			char setting[256];
 			snprintf(setting, sizeof(setting), "%s=%s", st->names[i], st->values[i]);
-			if (!s->is_login_options_taken && !login_take_tern_setting(s, setting))
+			if (!s->login->is_options_taken && !login_take_tern_setting(s, setting))
 				return false;
 			continue;
 		}
@@ -193,7 +193,7 @@ static bool login_build_options(struct session *s, const struct proto_startup *s
 	for (uint32_t k = 0; k < n; k++)
 		if (!login_append_option(out, cap, &len, st->names[order[k]], st->values[order[k]]))
 			return false;
-	s->is_login_options_taken = true;
+	s->login->is_options_taken = true;
 	return true;
 }
 
@@ -235,17 +235,33 @@ static void login_send_welcome(struct session *s, const struct pool_param *param
 	session_set_phase(s, SESSION_READY);
 	s->is_counted = true;
 	__atomic_add_fetch(&s->db->client_count, 1, __ATOMIC_RELAXED);
-	free(s->login_buf);
-	s->login_buf = NULL;
-	s->login_len = s->login_cap = s->login_kept = 0;
+	session_login_free(s);
+}
+
+void session_login_free(struct session *s)
+{
+	struct session_login *login = s->login;
+	if (!login)
+		return;
+	free(login->buf);
+	if (login->scram) {
+		scram_server_deinit(login->scram);
+		free(login->scram);
+	}
+	if (login->looked_up) {
+		auth_user_deinit(login->looked_up);
+		free(login->looked_up);
+	}
+	free(login);
+	s->login = NULL;
 }
 
 /* The client's user as tern knows it: auth_file's entry, or what auth_query found for this login; NULL
  * when neither knows it. */
 static const struct auth_user *login_user_entry(const struct session *s)
 {
-	if (s->looked_up)
-		return s->looked_up;
+	if (s->login->looked_up)
+		return s->login->looked_up;
 	const struct auth_file *auth = __atomic_load_n(&s->host->runtime->auth_file, __ATOMIC_ACQUIRE); /* SIGHUP swaps it */
 	return auth ? auth_file_find(auth, s->user) : NULL;
 }
@@ -290,7 +306,7 @@ static bool login_take_db(struct session *s, const char *options)
 	pool_db_set_overrides(s->db, &overrides);
 	struct server_auth_secret secret;
 	/* A forced user has no proof of the client's to log in with: its plaintext, or libpq's own. */
-	if (entry && !is_forced && server_auth_secret_from(entry, s->scram, &secret)) {
+	if (entry && !is_forced && server_auth_secret_from(entry, s->login->scram, &secret)) {
 		pool_db_set_secret(rt->pool, s->db, &secret, sizeof(secret));
 		monitor_learn_key(rt->monitor, &secret); /* the monitor may need this user's key too */
 		explicit_bzero(&secret, sizeof(secret));
@@ -300,10 +316,10 @@ static bool login_take_db(struct session *s, const char *options)
 
 static void login_drop_scram(struct session *s)
 {
-	if (s->scram) {
-		scram_server_deinit(s->scram);
-		free(s->scram);
-		s->scram = NULL;
+	if (s->login->scram) {
+		scram_server_deinit(s->login->scram);
+		free(s->login->scram);
+		s->login->scram = NULL;
 	}
 }
 
@@ -315,13 +331,13 @@ static void login_complete(struct session *s)
 		s->host->runtime->console->welcome(s);
 		return;
 	}
-	if (!s->db) { /* the startup packet kept at the front of login_buf, checked at startup */
+	if (!s->db) { /* the startup packet kept at the front of login->buf, checked at startup */
 		struct proto_startup st;
 		char options[LOGIN_OPTIONS_MAX];
 		/* (kept by every login that did not make its key at its startup packet: login_on_startup read the
 		 * mode once, and passed it on) */
-		TERN_ASSERT(s->login_kept >= 8);
-		if (proto_startup_parse(s->login_buf + 4, s->login_kept - 4, &st) < 0 ||
+		TERN_ASSERT(s->login->kept >= 8);
+		if (proto_startup_parse(s->login->buf + 4, s->login->kept - 4, &st) < 0 ||
 		    !login_build_options(s, &st, options, sizeof(options))) {
 			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return;
@@ -383,18 +399,18 @@ static void login_begin_auth(struct session *s, int mode)
 		return;
 	}
 	session_set_phase(s, SESSION_AUTH);
-	if (!user && !s->is_lookup_done && config->auth_user[0] && rt->auth_query && !s->is_admin) {
+	if (!user && !s->login->is_lookup_done && config->auth_user[0] && rt->auth_query && !s->is_admin) {
 		login_look_up(s);
 		return;
 	}
 	/* A user whose only secret is SCRAM cannot answer md5; PostgreSQL upgrades such users too. */
 	if (mode == CONFIG_AUTH_MD5 && !(user && user->kind == AUTH_SECRET_SCRAM)) {
-		login_random(s->md5_salt, sizeof(s->md5_salt));
-		login_send_auth(s, PROTO_AUTH_MD5, s->md5_salt, sizeof(s->md5_salt));
+		login_random(s->login->md5_salt, sizeof(s->login->md5_salt));
+		login_send_auth(s, PROTO_AUTH_MD5, s->login->md5_salt, sizeof(s->login->md5_salt));
 		return;
 	}
-	s->scram = calloc(1, sizeof(*s->scram));
-	if (!s->scram) {
+	s->login->scram = calloc(1, sizeof(*s->login->scram));
+	if (!s->login->scram) {
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}
@@ -404,7 +420,7 @@ static void login_begin_auth(struct session *s, int mode)
 		secret = &user->scram;
 	else if (scram_secret_mock(s->user, &mock) == 0)
 		secret = &mock;
-	if (scram_server_begin(s->scram, secret, NULL) < 0) {
+	if (scram_server_begin(s->login->scram, secret, NULL) < 0) {
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}
@@ -416,7 +432,7 @@ static void login_begin_auth(struct session *s, int mode)
 	const uint8_t *binding;
 	size_t binding_len = session_tls_channel_binding(s, &binding);
 	if (binding_len > 0 && binding_len <= SCRAM_CHANNEL_BINDING_MAX) {
-		scram_server_set_channel_binding(s->scram, binding, binding_len);
+		scram_server_set_channel_binding(s->login->scram, binding, binding_len);
 		login_send_auth(s, PROTO_AUTH_SASL, plus, sizeof(plus));
 	} else {
 		login_send_auth(s, PROTO_AUTH_SASL, plain, sizeof(plain));
@@ -543,13 +559,13 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 	}
 	/* Nothing of the pool before the client has authenticated (a startup packet alone must grow
 	 * nothing, and take no pool lock): without a password to check, now; else the packet stays at the
-	 * front of login_buf and the pool key is made from it once the password is right. */
+	 * front of login->buf and the pool key is made from it once the password is right. */
 	int mode = runtime_config(rt)->auth_mode;
 	if (mode == CONFIG_AUTH_TRUST) {
 		if (!login_take_db(s, options))
 			return;
 	} else {
-		s->is_login_startup_kept = true;
+		s->login->is_startup_kept = true;
 	}
 	login_begin_auth(s, mode);
 }
@@ -570,7 +586,7 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 	if (st.code == PROTO_CODE_SSL || st.code == PROTO_CODE_GSSENC) {
 		/* One of each, as PostgreSQL allows: a client repeating them forever must not grow tern's
 		 * queue of answers. */
-		bool *seen = st.code == PROTO_CODE_SSL ? &s->ssl_request_seen : &s->gss_request_seen;
+		bool *seen = st.code == PROTO_CODE_SSL ? &s->login->ssl_request_seen : &s->login->gss_request_seen;
 		if (*seen || s->tls) { /* inside TLS, as PostgreSQL: encryption is negotiated already */
 			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return -1;
@@ -613,10 +629,10 @@ static int login_on_startup_packet(struct session *s, const uint8_t *body, uint3
 
 static int login_on_password(struct session *s, const uint8_t *body, uint32_t len)
 {
-	if (!s->scram) {
+	if (!s->login->scram) {
 		const struct auth_user *user = login_user_entry(s);
 		size_t response_len = len > 0 && body[len - 1] == '\0' ? len - 1 : len;
-		if (!auth_md5_verify(user, s->md5_salt, (const char *)body, response_len)) {
+		if (!auth_md5_verify(user, s->login->md5_salt, (const char *)body, response_len)) {
 			session_end(s, SESSION_END_AUTH_FAILED);
 			return -1;
 		}
@@ -625,14 +641,14 @@ static int login_on_password(struct session *s, const uint8_t *body, uint32_t le
 	}
 	char out[SCRAM_SERVER_FIRST_MAX];
 	int n;
-	if (s->scram->step == SCRAM_STEP_BEGUN) {
+	if (s->login->scram->step == SCRAM_STEP_BEGUN) {
 		uint32_t offset = 0;
 		const char *mechanism = proto_read_cstring(body, len, &offset);
 		if (!mechanism || offset + 4 > len) {
 			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return -1;
 		}
-		if (scram_server_select_mechanism(s->scram, mechanism) < 0) {
+		if (scram_server_select_mechanism(s->login->scram, mechanism) < 0) {
 			session_end(s, SESSION_END_AUTH_UNSUPPORTED);
 			return -1;
 		}
@@ -642,7 +658,7 @@ static int login_on_password(struct session *s, const uint8_t *body, uint32_t le
 			session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return -1;
 		}
-		n = scram_server_first(s->scram, body + offset, data_len, out, sizeof(out));
+		n = scram_server_first(s->login->scram, body + offset, data_len, out, sizeof(out));
 		if (n < 0) {
 			session_end(s, n == -ENOTSUP ? SESSION_END_AUTH_UNSUPPORTED : SESSION_END_PROTOCOL_VIOLATION);
 			return -1;
@@ -650,7 +666,7 @@ static int login_on_password(struct session *s, const uint8_t *body, uint32_t le
 		login_send_auth(s, PROTO_AUTH_SASL_CONTINUE, out, (size_t)n);
 		return 0;
 	}
-	n = scram_server_final(s->scram, body, len, out, sizeof(out));
+	n = scram_server_final(s->login->scram, body, len, out, sizeof(out));
 	if (n == -EKEYREJECTED) { /* as PostgreSQL words it */
 		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "08P01", "SCRAM channel binding check failed");
 		return -1;
@@ -671,15 +687,15 @@ void session_login_on_lookup(struct auth_lookup *lookup)
 		/* (owner is set while its session authenticates, and cleared by session_end and session_destroy) */
 		TERN_ASSERT(s->lookup == lookup && s->phase == SESSION_AUTH);
 		s->lookup = NULL;
-		s->is_lookup_done = true;
+		s->login->is_lookup_done = true;
 		if (lookup->status == 0) {
-			s->looked_up = malloc(sizeof(*s->looked_up));
-			if (s->looked_up) {
-				*s->looked_up = lookup->found; /* its secret moves to the session */
+			s->login->looked_up = malloc(sizeof(*s->login->looked_up));
+			if (s->login->looked_up) {
+				*s->login->looked_up = lookup->found; /* its secret moves to the session */
 				explicit_bzero(&lookup->found, sizeof(lookup->found));
 			}
 		}
-		if (lookup->status == 0 && !s->looked_up)
+		if (lookup->status == 0 && !s->login->looked_up)
 			session_end(s, SESSION_END_OUT_OF_MEMORY);
 		else if (lookup->status < 0 && lookup->status != -ENOENT)
 			session_end_with_error(s, SESSION_END_SERVER_REFUSED, lookup->error.sqlstate, lookup->error.message);
@@ -695,24 +711,24 @@ void session_login_on_lookup(struct auth_lookup *lookup)
 
 bool session_login_buf_append(struct session *s, const uint8_t *data, uint32_t len, uint32_t max)
 {
-	if (s->login_len + len > max) {
+	if (s->login->len + len > max) {
 		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 		return false;
 	}
-	if (s->login_len + len > s->login_cap) {
-		uint32_t cap = TERN_MAX(s->login_cap * 2, 512u);
-		while (cap < s->login_len + len)
+	if (s->login->len + len > s->login->cap) {
+		uint32_t cap = TERN_MAX(s->login->cap * 2, 512u);
+		while (cap < s->login->len + len)
 			cap *= 2;
-		uint8_t *grown = realloc(s->login_buf, TERN_MIN(cap, max));
+		uint8_t *grown = realloc(s->login->buf, TERN_MIN(cap, max));
 		if (!grown) {
 			session_end(s, SESSION_END_OUT_OF_MEMORY);
 			return false;
 		}
-		s->login_buf = grown;
-		s->login_cap = TERN_MIN(cap, max);
+		s->login->buf = grown;
+		s->login->cap = TERN_MIN(cap, max);
 	}
-	memcpy(s->login_buf + s->login_len, data, len);
-	s->login_len += len;
+	memcpy(s->login->buf + s->login->len, data, len);
+	s->login->len += len;
 	return true;
 }
 
@@ -722,8 +738,8 @@ bool session_login_buf_append(struct session *s, const uint8_t *data, uint32_t l
 
 void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len)
 {
-	if (s->phase == SESSION_STARTUP && s->login_len == 0 && !s->tls && !s->ssl_request_seen &&
-	    !s->gss_request_seen && data[0] == LOGIN_TLS_HANDSHAKE) {
+	if (s->phase == SESSION_STARTUP && s->login->len == 0 && !s->tls && !s->login->ssl_request_seen &&
+	    !s->login->gss_request_seen && data[0] == LOGIN_TLS_HANDSHAKE) {
 		/* Direct TLS (PostgreSQL 17's sslnegotiation=direct): the handshake with no SSLRequest. */
 		const struct tls_context *tls = __atomic_load_n(&s->host->runtime->tls, __ATOMIC_ACQUIRE);
 		if (!tls) {
@@ -743,8 +759,8 @@ void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len
 	while (s->phase == SESSION_STARTUP || s->phase == SESSION_AUTH) {
 		bool typed = s->phase == SESSION_AUTH;
 		uint32_t header = typed ? PROTO_HEADER_LEN : 4;
-		uint8_t *buf = s->login_buf + s->login_kept; /* after the startup packet kept for the pool key */
-		uint32_t have = s->login_len - s->login_kept;
+		uint8_t *buf = s->login->buf + s->login->kept; /* after the startup packet kept for the pool key */
+		uint32_t have = s->login->len - s->login->kept;
 		if (have < header)
 			return;
 		uint32_t length = proto_read_u32(buf + (typed ? 1 : 0));
@@ -769,19 +785,19 @@ void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len
 		}
 		if (rc < 0 || s->phase == SESSION_CLOSING)
 			return;
-		if (!s->login_buf) { /* welcomed: the buffer is gone */
+		if (!s->login) { /* welcomed: the login's state is gone */
 			if (leftover)
 				session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 			return;
 		}
-		if (s->is_login_startup_kept && s->login_kept == 0) {
-			s->login_kept = total; /* the startup packet stays: the pool key is made from it later */
+		if (s->login->is_startup_kept && s->login->kept == 0) {
+			s->login->kept = total; /* the startup packet stays: the pool key is made from it later */
 			continue;
 		}
-		memmove(s->login_buf + s->login_kept, s->login_buf + s->login_kept + total, s->login_len - s->login_kept - total);
-		s->login_len -= total;
+		memmove(s->login->buf + s->login->kept, s->login->buf + s->login->kept + total, s->login->len - s->login->kept - total);
+		s->login->len -= total;
 	}
 	/* A client must wait for the welcome before it sends queries; bytes already here broke that. */
-	if (s->login_buf && s->login_len > s->login_kept && s->phase != SESSION_STARTUP && s->phase != SESSION_AUTH)
+	if (s->login && s->login->len > s->login->kept && s->phase != SESSION_STARTUP && s->phase != SESSION_AUTH)
 		session_end(s, SESSION_END_PROTOCOL_VIOLATION);
 }
