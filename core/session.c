@@ -935,6 +935,24 @@ bool session_is_reapable(const struct session *s)
 	return true;
 }
 
+void session_login_free(struct session *s)
+{
+	struct session_login *login = s->login;
+	if (!login)
+		return;
+	free(login->buf);
+	if (login->scram) {
+		scram_server_deinit(login->scram);
+		free(login->scram);
+	}
+	if (login->looked_up) {
+		auth_user_deinit(login->looked_up);
+		free(login->looked_up);
+	}
+	free(login);
+	s->login = NULL;
+}
+
 void session_destroy(struct session *s)
 {
 	TERN_ASSERT(session_is_reapable(s));

@@ -446,6 +446,8 @@ void session_assert_invariants(const struct session *s);
 /* True when nothing of the session is in flight and it may be freed. */
 bool session_is_reapable(const struct session *s);
 void session_destroy(struct session *s);
+/* Frees s->login (at READY, and with the session); none left is a no-op. */
+void session_login_free(struct session *s);
 
 /* ---- the server legs ---- */
 
@@ -529,8 +531,6 @@ void session_linger_expired(struct session *s);
 /* ---- login (session_login.c) and relay (session_relay.c): session_relay_parts ---- */
 
 void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len);
-/* Frees s->login (at READY, and with the session); none left is a no-op. */
-void session_login_free(struct session *s);
 /* Appends to login->buf (startup and auth messages; the admin console's queries), at most `max` bytes in
  * all. False when the session ended instead (over max: protocol violation; out of memory). */
 TERN_MUST_USE bool session_login_buf_append(struct session *s, const uint8_t *data, uint32_t len, uint32_t max);

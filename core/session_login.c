@@ -238,24 +238,6 @@ static void login_send_welcome(struct session *s, const struct pool_param *param
 	session_login_free(s);
 }
 
-void session_login_free(struct session *s)
-{
-	struct session_login *login = s->login;
-	if (!login)
-		return;
-	free(login->buf);
-	if (login->scram) {
-		scram_server_deinit(login->scram);
-		free(login->scram);
-	}
-	if (login->looked_up) {
-		auth_user_deinit(login->looked_up);
-		free(login->looked_up);
-	}
-	free(login);
-	s->login = NULL;
-}
-
 /* The client's user as tern knows it: auth_file's entry, or what auth_query found for this login; NULL
  * when neither knows it. */
 static const struct auth_user *login_user_entry(const struct session *s)
