@@ -35,6 +35,9 @@ void dispatch_init(void)
 			dispatch_tables.server[(uint8_t)*t] |= 1u << id;
 		if (o->hidden_type)
 			dispatch_tables.hidden |= 1u << id;
+		if (o->shown)
+			dispatch_tables.shown |= 1u << id;
+		TERN_ASSERT(!o->show_type == !o->watches && !o->show_type == !o->show);
 		TERN_ASSERT(!o->client_types || o->client_message || o->client_type);
 		TERN_ASSERT(!o->server_types || o->server_message || o->server_type);
 	}
@@ -138,6 +141,48 @@ int dispatch_hidden_message(struct session *s, struct leg *leg, const struct obs
 {
 	TERN_ASSERT(m->is_hidden);
 	return dispatch_server_message(s, leg, m, dispatch_tables.hidden & s->observers_on);
+}
+
+uint32_t dispatch_watchers_for(const struct session *s, const struct leg *leg)
+{
+	uint32_t watchers = 0;
+	DISPATCH_EACH(id, s->observers_on)
+	{
+		const struct observer *o = dispatch_registry[id];
+		if (o->watches && o->watches(s, leg))
+			watchers |= 1u << id;
+	}
+	return watchers;
+}
+
+unsigned dispatch_show_type(struct session *s, struct leg *leg, uint8_t type, unsigned action, uint8_t *claimer)
+{
+	DISPATCH_EACH(id, leg->watchers)
+	{
+		if (!(action & PROTO_FORWARD))
+			break; /* hidden, or claimed: nothing of it reaches the client as it is */
+		bool claims = false;
+		action = dispatch_registry[id]->show_type(s, leg, type, action, &claims);
+		if (claims) {
+			TERN_ASSERT(!(action & PROTO_FORWARD) && (action & PROTO_INSPECT));
+			*claimer = (uint8_t)id;
+		}
+	}
+	return action;
+}
+
+int dispatch_show(struct session *s, struct leg *leg, uint8_t claimer, const struct observer_message *m)
+{
+	TERN_ASSERT(claimer < OBSERVER_COUNT && (leg->watchers & (1u << claimer)));
+	return dispatch_registry[claimer]->show(s, leg, m);
+}
+
+void dispatch_shown(struct session *s, struct leg *leg, const void *data, uint32_t len)
+{
+	DISPATCH_EACH(id, leg->watchers & dispatch_tables.shown)
+	{
+		dispatch_registry[id]->shown(s, leg, data, len);
+	}
 }
 
 int dispatch_attach(struct session *s, struct leg *leg)

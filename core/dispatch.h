@@ -16,6 +16,7 @@ struct dispatch_tables {
 	uint32_t client[256];
 	uint32_t server[256];
 	uint32_t hidden; /* observers with a hidden_type hook */
+	uint32_t shown;  /* ... with a shown hook */
 	bool is_ready;
 };
 extern struct dispatch_tables dispatch_tables;
@@ -49,6 +50,15 @@ int dispatch_server_message(struct session *s, struct leg *leg, const struct obs
 unsigned dispatch_hidden_type(struct session *s, struct leg *leg, uint8_t type);
 /* A hidden server message to the observers with a hidden_type hook. */
 int dispatch_hidden_message(struct session *s, struct leg *leg, const struct observer_message *m);
+/* The show stage (observer.watches): the observers of s that watch leg, for leg->watchers. */
+uint32_t dispatch_watchers_for(const struct session *s, const struct leg *leg);
+/* A server message the type hooks let forward, to the show_type hooks of leg->watchers in registry order:
+ * the action; *claimer gets the id of the observer that claimed it (else it is left as it was). */
+unsigned dispatch_show_type(struct session *s, struct leg *leg, uint8_t type, unsigned action, uint8_t *claimer);
+/* The claimed message, to its claimer's show hook. */
+int dispatch_show(struct session *s, struct leg *leg, uint8_t claimer, const struct observer_message *m);
+/* Bytes of leg's answer the client was shown, to the shown hooks of leg->watchers. */
+void dispatch_shown(struct session *s, struct leg *leg, const void *data, uint32_t len);
 /* leg got a connection: every observer restores its part. 0 or -ENOMEM. */
 TERN_MUST_USE int dispatch_attach(struct session *s, struct leg *leg);
 /* leg is idle and about to go back: true when an observer queued something first. */

@@ -70,7 +70,13 @@ struct leg {
 	struct ring_op recv;    /* single shot: nothing is armed when the connection is released */
 	struct sendq to_server; /* fd -1 while detached: bytes wait for a connection */
 	struct proto_stream stream; /* what the server sends */
-	uint32_t server_readers;    /* the observers that read the server message being scanned */
+	/* The server message being scanned, from its type byte to its end (which may come in a later receive):
+	 * the observers that read it, the one whose show stage claimed it (OBSERVER_COUNT: none), and whether
+	 * it is a polar server's ReadyForQuery, shown without its marker. */
+	uint32_t server_readers;
+	uint8_t server_claimer;
+	bool is_ready_rebuilt;
+	uint32_t watchers; /* the observers whose show stage sees what it shows the client (its connection's) */
 	/* Waiting for a connection from the pool (host->parked, oldest first). */
 	struct pool_request request;
 	bool is_request_pending; /* must not be freed until the request resolves */
@@ -88,7 +94,7 @@ struct leg {
 	bool is_probe_answering; /* the hidden answer being read is the probe's */
 	uint64_t to_client_bytes; /* what it forwarded to the client, all told (a replica read re-run only at 0 new) */
 	/* A routed read's answer is held back until it is known not to be one routing re-runs on the
-	 * primary (route_guard_type): what precedes its first row or completion waits. */
+	 * primary (route.c's show stage): what precedes its first row or completion waits. */
 	bool is_reply_guarded;
 	uint8_t probe_kind; /* enum route_probe: what tern's probe behind or answering asks */
 	/* A polar server's last ReadyForQuery: its marker ('x', 'w') and the transaction's XIDs ("cid,xid,..."),

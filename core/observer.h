@@ -80,6 +80,18 @@ struct observer {
 	/* A complete server message of its types, after the relay's own accounting (a ReadyForQuery has
 	 * already been counted). 0, or <0 when the server broke the protocol. */
 	int (*server_message)(struct session *s, struct leg *leg, const struct observer_message *m);
+	/* The show stage: what the client is shown of a leg's answer, on the legs the observer watches
+	 * (watches, asked when the leg gets a connection, sets its bit in leg->watchers; NULL: none). */
+	bool (*watches)(const struct session *s, const struct leg *leg);
+	/* At a server message's type byte, after the type hooks, when their `action` forwards it (never a
+	 * hidden answer's): the action to take instead. To show the message its own way (hold it, put
+	 * another in its place) the observer drops PROTO_FORWARD, adds PROTO_INSPECT and sets *claims: its
+	 * show hook then has the message. Those after it are not asked once the action forwards nothing. */
+	unsigned (*show_type)(struct session *s, struct leg *leg, uint8_t type, unsigned action, bool *claims);
+	/* The message it claimed, complete, before the readers' message hooks. 0, or -ENOMEM. */
+	int (*show)(struct session *s, struct leg *leg, const struct observer_message *m);
+	/* Bytes of the leg's answer that reached the client as the server sent them, or in a message's place. */
+	void (*shown)(struct session *s, struct leg *leg, const void *data, uint32_t len);
 	/* While the leg owes answers to tern's own queries: the action for a server message of any type (0:
 	 * dropped unread; the relay reads ReadyForQuery itself). Such messages reach only observers with
 	 * this hook, through server_message with is_hidden. */
@@ -123,8 +135,6 @@ void replay_flush_preamble(struct session *s, struct leg *leg);
  * answer's first row or completion joins it; any other (a ReadyForQuery tern answers a Sync with, an
  * error) first lets out what is held, as a server's own completion does. */
 void replay_reply(struct session *s, const void *data, uint32_t len);
-/* Bytes of the primary's answer the client is shown, while s->replay.is_hashing. */
-void replay_hash(struct session *s, const void *data, uint32_t len);
 
 
 #endif

@@ -128,7 +128,8 @@ static bool replay_is_connection_bound(const struct session *s, uint8_t type, co
 	}
 }
 
-void replay_hash(struct session *s, const void *data, uint32_t len)
+/* Bytes of the primary's answer the client is shown, while s->replay.is_hashing. */
+static void replay_hash(struct session *s, const void *data, uint32_t len)
 {
 	struct session_replay *r = &s->replay;
 	TERN_ASSERT(r->is_hashing);
@@ -444,6 +445,54 @@ static void replay_destroy(struct session *s)
 	r->hash = NULL;
 }
 
+/* The show stage on the primary's legs: under Transaction Replay the client is not shown the server going
+ * away (a recovery may follow), what precedes an answer's first row or completion is held until it comes
+ * (a loss before it leaves no byte at the client), and what the client is shown is digested. */
+static bool replay_watches(const struct session *s, const struct leg *leg)
+{
+	(void)s;
+	return leg->role == LEG_PRIMARY;
+}
+
+static unsigned replay_show_type(struct session *s, struct leg *leg, uint8_t type, unsigned action, bool *claims)
+{
+	if (leg->is_reply_guarded)
+		return action;
+	/* (a preamble only ahead of a completion that is sure to come: after a Flush the client waits for it) */
+	*claims = type == PROTO_BE_ERROR || type == PROTO_BE_NOTICE ||
+		  (proto_be_is_preamble(type) && leg_client_owed(leg) > 0 && !leg->is_unsynced);
+	if (*claims)
+		return (action & ~(unsigned)PROTO_FORWARD) | PROTO_INSPECT;
+	replay_flush_preamble(s, leg); /* the answer's first row or completion: what it held goes first */
+	return action;
+}
+
+static int replay_show(struct session *s, struct leg *leg, const struct observer_message *m)
+{
+	uint8_t header[PROTO_HEADER_LEN] = {m->type};
+	proto_write_u32(header + 1, m->len + 4);
+	if (proto_be_is_preamble(m->type))
+		return base_bytes_append(&s->replay.preamble, header, sizeof(header)) < 0 ||
+			       base_bytes_append(&s->replay.preamble, m->body, m->len) < 0
+			       ? -ENOMEM
+			       : 0;
+	if (recover_shows_notice(s, m->body, m->len) && s->phase != SESSION_CLOSING) {
+		/* (a notice or an error is not digested: a replay need not raise the same notices) */
+		replay_flush_preamble(s, leg);
+		session_send_to_client(s, header, sizeof(header));
+		session_send_to_client(s, m->body, m->len);
+		leg->to_client_bytes += PROTO_HEADER_LEN + m->len;
+	}
+	return 0;
+}
+
+static void replay_shown(struct session *s, struct leg *leg, const void *data, uint32_t len)
+{
+	(void)leg;
+	if (s->replay.is_hashing)
+		replay_hash(s, data, len); /* the transaction's answer, for its replay */
+}
+
 const struct observer observer_replay = {
 	.name = "replay",
 	.is_on = replay_is_on,
@@ -453,6 +502,10 @@ const struct observer observer_replay = {
 	.server_types = "Z",
 	.server_message = replay_server_message,
 	.hidden_type = replay_hidden_type,
+	.watches = replay_watches,
+	.show_type = replay_show_type,
+	.show = replay_show,
+	.shown = replay_shown,
 	.attach = replay_attach,
 	.destroy = replay_destroy,
 };

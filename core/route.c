@@ -1132,8 +1132,14 @@ static void route_guard_release(struct session *s, struct leg *leg)
 	route->reply_held.len = 0;
 }
 
+/* A routed read's answer from a replica, before any of it reached the client, at the type byte of a
+ * message it would show (on legs with is_reply_guarded). HOLD: route_guard_message has it (what precedes
+ * a first row or a completion is kept, an ErrorResponse judged); HIDE: not shown (the answer of a read
+ * routing re-runs on the primary); PASS: the answer is the client's. */
+enum route_guard { ROUTE_GUARD_PASS = 0, ROUTE_GUARD_HOLD, ROUTE_GUARD_HIDE };
+
 /* What an answer says before its first row or completion: the primary would say it too. */
-enum route_guard route_guard_type(struct session *s, struct leg *leg, uint8_t type)
+static enum route_guard route_guard_type(struct session *s, struct leg *leg, uint8_t type)
 {
 	enum route_state state = (enum route_state)s->routing.state;
 	if (s->routing.is_rerun || (state != ROUTE_ON_REPLICA && state != ROUTE_REPLICA_TX_BUSY))
@@ -1144,7 +1150,7 @@ enum route_guard route_guard_type(struct session *s, struct leg *leg, uint8_t ty
 	return ROUTE_GUARD_PASS;
 }
 
-int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
+static int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
 {
 	struct session_route *route = &s->routing;
 	if (type != PROTO_BE_ERROR) {
@@ -1507,6 +1513,36 @@ static bool route_before_release(struct session *s, struct leg *leg)
 	return true;
 }
 
+/* The show stage on a replica's legs: a routed read's answer is guarded until it is the client's, and a
+ * split read's ReadyForQuery says the replica is idle where the client's transaction goes on on the
+ * primary. */
+static bool route_watches(const struct session *s, const struct leg *leg)
+{
+	(void)s;
+	return leg->role == LEG_REPLICA;
+}
+
+static unsigned route_show_type(struct session *s, struct leg *leg, uint8_t type, unsigned action, bool *claims)
+{
+	enum route_guard guard = leg->is_reply_guarded ? route_guard_type(s, leg, type) : ROUTE_GUARD_PASS;
+	if (guard == ROUTE_GUARD_HIDE)
+		return action & ~(unsigned)PROTO_FORWARD;
+	*claims = guard == ROUTE_GUARD_HOLD || (type == PROTO_BE_READY && s->routing.is_split);
+	return *claims ? (action & ~(unsigned)PROTO_FORWARD) | PROTO_INSPECT : action;
+}
+
+static int route_show(struct session *s, struct leg *leg, const struct observer_message *m)
+{
+	if (m->type != PROTO_BE_READY) /* (route_guard_type holds none) */
+		return route_guard_message(s, leg, m->type, m->body, m->len);
+	if (s->phase != SESSION_CLOSING) {
+		uint8_t ready[PROTO_HEADER_LEN + 1] = {PROTO_BE_READY, 0, 0, 0, 5, (uint8_t)session_primary(s)->tx_status};
+		session_send_to_client(s, ready, sizeof(ready));
+		leg->to_client_bytes += sizeof(ready);
+	}
+	return 0;
+}
+
 const struct observer observer_route = {
 	.name = "route",
 	.is_on = route_observer_is_on,
@@ -1516,6 +1552,9 @@ const struct observer observer_route = {
 	.server_types = "",
 	.server_message = route_hidden_message,
 	.hidden_type = route_hidden_type,
+	.watches = route_watches,
+	.show_type = route_show_type,
+	.show = route_show,
 	.before_release = route_before_release,
 	.destroy = route_deinit,
 };

@@ -75,15 +75,6 @@ static inline void route_note_request(struct session *s, const struct leg *leg)
 	if (leg->role == LEG_PRIMARY && !s->routing.is_read_on_primary)
 		s->routing.is_write_unprobed = true;
 }
-/* A routed read's answer from a replica, before any of it reached the client: what the relay does with
- * a message it would forward (route_guard_type, at its type byte, on legs with is_reply_guarded). HOLD:
- * inspect it, do not forward it, and hand it to route_guard_message (what precedes a first row or a
- * completion is kept, an ErrorResponse judged);
- * HIDE: do not forward it (the answer of a read routing re-runs on the primary). */
-enum route_guard { ROUTE_GUARD_PASS = 0, ROUTE_GUARD_HOLD, ROUTE_GUARD_HIDE };
-enum route_guard route_guard_type(struct session *s, struct leg *leg, uint8_t type);
-/* A message route_guard_type held. 0 or -ENOMEM. */
-int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len);
 /* A reply tern made up for a guarded answer (observer_stmts' ParseComplete, say): held with the server's
  * messages, or dropped when the read re-runs (session_send_reply). */
 void route_hold_reply(struct session *s, const void *data, uint32_t len);

@@ -25,11 +25,6 @@ struct relay_chunk {
 	const uint8_t *data;
 	int error; /* a queue push failed (-ENOMEM, -ENOBUFS): the scan goes on, the session ends after it */
 	bool is_routed; /* client → server: a query routing placed already (route_dispatch): not held again */
-	bool is_guard_held; /* server → client: route_guard_type held the message being scanned */
-	bool is_ready_rebuilt; /* server → client: a polar server's ReadyForQuery, shown without its marker */
-	bool is_notice_held; /* server → client: an error or notice of the primary's, shown unless it says the
-			      * server is going away (recover_shows_notice) */
-	bool is_preamble_held; /* server → client: the primary's, ahead of its answer's first row (s->replay) */
 };
 
 /* Why a client's chunk ends its session: a scan's or a push's error. */
@@ -328,8 +323,9 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
 	struct leg *leg = chunk->leg;
-	leg->server_readers = 0;
-	chunk->is_guard_held = chunk->is_ready_rebuilt = chunk->is_notice_held = chunk->is_preamble_held = false;
+	leg->server_readers = 0; /* (the message's state is the leg's: its end may come in a later receive) */
+	leg->server_claimer = OBSERVER_COUNT;
+	leg->is_ready_rebuilt = false;
 	if (!leg->conn)
 		return 0; /* let go in this chunk (a message before this one ended the session): the rest is nobody's */
 	if (!proto_be_is_known(type)) {
@@ -346,30 +342,12 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 		action = taken != OBSERVER_PASS ? taken : action | (leg->server_readers ? PROTO_INSPECT : 0);
 	}
 	/* (what an observer hides, tern's own Parse's answer, is no part of the client's answer) */
-	enum route_guard guard = leg->is_reply_guarded && (action & PROTO_FORWARD) ? route_guard_type(s, leg, type)
-										    : ROUTE_GUARD_PASS;
-	if (guard == ROUTE_GUARD_HOLD) {
-		chunk->is_guard_held = true;
-		action = (action & ~(unsigned)PROTO_FORWARD) | PROTO_INSPECT; /* route_guard_message decides */
-	} else if (guard == ROUTE_GUARD_HIDE) {
+	if (leg->watchers && (action & PROTO_FORWARD))
+		action = dispatch_show_type(s, leg, type, action, &leg->server_claimer);
+	/* The client is shown PostgreSQL's own (relay_server_on_message): a polar server's has more in it. */
+	leg->is_ready_rebuilt = type == PROTO_BE_READY && (action & PROTO_FORWARD) && leg->conn->server->is_polar;
+	if (leg->is_ready_rebuilt)
 		action &= ~(unsigned)PROTO_FORWARD;
-	}
-	/* The client is shown PostgreSQL's own (relay_server_on_message): a polar server's has more in it, and a
-	 * split read's says the replica is idle where the client's transaction goes on on the primary. */
-	chunk->is_ready_rebuilt = type == PROTO_BE_READY && (action & PROTO_FORWARD) &&
-				  (leg->conn->server->is_polar || (leg->role == LEG_REPLICA && s->routing.is_split));
-	if (chunk->is_ready_rebuilt)
-		action &= ~(unsigned)PROTO_FORWARD;
-	/* Under Transaction Replay the client is not shown the server going away: a recovery may follow. */
-	if (!(action & PROTO_FORWARD) || leg->role != LEG_PRIMARY || !(s->observers_on & (1u << OBSERVER_REPLAY)) ||
-	    leg->is_reply_guarded)
-		return action;
-	chunk->is_notice_held = type == PROTO_BE_ERROR || type == PROTO_BE_NOTICE;
-	/* (only ahead of a completion that is sure to come: after a Flush the client waits for these) */
-	chunk->is_preamble_held = proto_be_is_preamble(type) && leg_client_owed(leg) > 0 && !leg->is_unsynced;
-	if (chunk->is_notice_held || chunk->is_preamble_held)
-		return (action & ~(unsigned)PROTO_FORWARD) | PROTO_INSPECT;
-	replay_flush_preamble(s, leg); /* the answer's first row or completion: what it held goes first */
 	return action;
 }
 
@@ -412,34 +390,17 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		if (rc < 0)
 			return rc;
 	}
-	if (chunk->is_ready_rebuilt && s->phase != SESSION_CLOSING) {
-		char status = leg->role == LEG_REPLICA && s->routing.is_split ? session_primary(s)->tx_status : (char)body[0];
-		uint8_t ready[PROTO_HEADER_LEN + 1] = {PROTO_BE_READY, 0, 0, 0, 5, (uint8_t)status};
-		replay_flush_preamble(s, leg); /* (a ParseComplete, say, ahead of it) */
+	if (leg->is_ready_rebuilt && s->phase != SESSION_CLOSING) {
+		uint8_t ready[PROTO_HEADER_LEN + 1] = {PROTO_BE_READY, 0, 0, 0, 5, body[0]};
 		session_send_to_client(s, ready, sizeof(ready));
-		if (s->replay.is_hashing && leg->role == LEG_PRIMARY)
-			replay_hash(s, ready, sizeof(ready));
+		if (leg->watchers)
+			dispatch_shown(s, leg, ready, sizeof(ready));
 		leg->to_client_bytes += sizeof(ready);
 	}
 	if (m.is_hidden)
 		return dispatch_hidden_message(s, leg, &m);
-	if ((chunk->is_notice_held && recover_shows_notice(s, body, len)) || chunk->is_preamble_held) {
-		uint8_t header[PROTO_HEADER_LEN] = {type};
-		proto_write_u32(header + 1, len + 4);
-		if (chunk->is_preamble_held) {
-			if (base_bytes_append(&s->replay.preamble, header, sizeof(header)) < 0 ||
-			    base_bytes_append(&s->replay.preamble, body, len) < 0)
-				chunk->error = -ENOMEM;
-		} else if (s->phase != SESSION_CLOSING) {
-			/* (a notice or an error is not digested: a replay need not raise the same notices) */
-			replay_flush_preamble(s, leg);
-			session_send_to_client(s, header, sizeof(header));
-			session_send_to_client(s, body, len);
-			leg->to_client_bytes += PROTO_HEADER_LEN + len;
-		}
-	}
-	if (chunk->is_guard_held) {
-		int rc = route_guard_message(s, leg, type, body, len);
+	if (leg->server_claimer < OBSERVER_COUNT) {
+		int rc = dispatch_show(s, leg, leg->server_claimer, &m);
 		if (rc < 0) {
 			chunk->error = rc;
 			return 0;
@@ -460,8 +421,8 @@ static void relay_server_forward(void *ctx, uint32_t offset, uint32_t len)
 		return;
 	}
 	chunk->leg->to_client_bytes += len;
-	if (s->replay.is_hashing && chunk->leg->role == LEG_PRIMARY)
-		replay_hash(s, chunk->data + offset, len); /* the transaction's answer, for its replay */
+	if (chunk->leg->watchers)
+		dispatch_shown(s, chunk->leg, chunk->data + offset, len);
 	session_mark_dirty(s, &s->to_client);
 }
 
@@ -489,6 +450,7 @@ int session_relay_on_server_bytes(struct leg *leg, uint16_t buffer_id, const uin
 void session_relay_attach(struct session *s, struct leg *leg, struct pool_conn *conn)
 {
 	leg_attach(leg, conn);
+	leg->watchers = dispatch_watchers_for(s, leg);
 	if (s->client_recv_paused)
 		session_client_pace(s); /* paused while parked: the server drains the queue now */
 	if (s->phase == SESSION_LOGIN_WAIT) {

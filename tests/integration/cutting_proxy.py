@@ -8,6 +8,10 @@ types count from the first server message after the marker went by; the server g
 client sent, so a write may well commit (its outcome is unknown to the client, which is the point). A
 marker is cut once: the same text sent again (a re-run after the recovery) passes whole.
 
+`/*cut:split=T*/` cuts no connection: the answer's first RowDescription goes in two writes, its first
+three bytes and, once the receiver has had them a while (SPLIT_PAUSE_S), the rest, so the proxy's client
+(tern) reads the message in two receives; everything else passes as it comes.
+
     with CuttingProxy(pg.primary_port) as proxy:   # proxy.port instead of the server's
         ...
         proxy.cuts   # the markers cut so far
@@ -17,8 +21,12 @@ import re
 import socket
 import struct
 import threading
+import time
 
-MARKER = re.compile(rb"/\*cut:(after|in)=([A-Za-z0-9])(\d*)[^*]*\*/")
+MARKER = re.compile(rb"/\*cut:(after|in|split)=([A-Za-z0-9])(\d*)[^*]*\*/")
+# Between the two writes of a split message: the receiver's read of the first is armed already (tern keeps
+# a receive armed while it waits for an answer), so this only has to outlast one loopback delivery.
+SPLIT_PAUSE_S = 0.05
 
 
 class CuttingProxy:
@@ -133,7 +141,13 @@ class CuttingProxy:
                         how, kind, nth, text = armed
                         if msg[:1] == kind:
                             counts[kind] = counts.get(kind, 0) + 1
-                            if counts[kind] == nth:
+                            if counts[kind] == nth and how == "split":
+                                client.sendall(out + msg[:3])
+                                time.sleep(SPLIT_PAUSE_S)
+                                out, msg, armed = b"", msg[3:], None
+                                with self.lock:
+                                    self.cuts.append(text)
+                            elif counts[kind] == nth:
                                 out += msg if how == "after" else msg[:max(1, len(msg) // 2)]
                                 client.sendall(out)
                                 with self.lock:

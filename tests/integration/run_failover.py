@@ -1073,6 +1073,54 @@ def a_lost_answer_cut_between_messages_gets_its_one_error_and_the_session_goes_o
                 check(t.returncode == 0, "tern (%s) exited with %s:\n%s" % (mode, t.returncode, t.log_tail(20)))
 
 
+def a_message_split_across_two_receives_is_shown_whole(b):
+    """The primary's answer read in two receives inside one message (tests/integration/cutting_proxy.py's
+    split: its first three bytes, then the rest): what Transaction Replay holds or judges there (a
+    RowDescription and a ParseComplete ahead of the first row, a notice, an error) reaches the client
+    whole and once, in every tr_mode. Before: the message's hold was the receive's, so a held message whose
+    end came in the next receive was shown to nobody (a query answered without its RowDescription, an
+    error lost)."""
+    from cutting_proxy import CuttingProxy
+    pg = b.pg
+    with CuttingProxy(pg.primary_port) as proxy:
+        terns = {}
+        try:
+            for mode in MODES:
+                config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+                          "primary = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable\n"
+                          "[replay]\ntr_mode = %s\n" % (free_port(), proxy.port, mode))
+                terns[mode] = TernProcess(TERN, config)
+                terns[mode].start()
+            cases = 0
+            for mode, t in terns.items():
+                with Wire(t.port, timeout=20) as w:
+                    w.login("postgres")
+                    for kind, sql, want in (("T", "select 7 as a", ("TDCZ", None, [["7"]])),
+                                            ("N", "do $$ begin raise notice 'split'; end $$", ("NCZ", None, [])),
+                                            ("E", "select 1 / 0", ("EZ", "22012", []))):
+                        send_query(w, "%s /*cut:split=%s simple-%s-%s*/" % (sql, kind, kind, mode))
+                        kinds, sqlstate, rows, status = read_kinds(w)
+                        check((kinds, sqlstate, rows) == want and status == "I",
+                              "%s: a %s in two receives: %r %s %r" % (mode, kind, kinds, sqlstate, rows))
+                        cases += 1
+                    for kind in "1T":
+                        w.send(parse("", "select 8 as b /*cut:split=%s extended-%s-%s*/" % (kind, kind, mode)) +
+                               bind("") + describe("P", "") + execute() + SYNC)
+                        kinds, sqlstate, rows, status = read_kinds(w)
+                        check((kinds, sqlstate, rows, status) == ("12TDCZ", None, [["8"]], "I"),
+                              "%s: a synced batch's %s in two receives: %r %s %r" % (mode, kind, kinds, sqlstate, rows))
+                        cases += 1
+                    check(w.query("select 9") == [["9"]], "%s: the session goes on" % mode)
+            check(len(proxy.cuts) == cases, "every answer was split once: %d of %d" % (len(proxy.cuts), cases))
+            b.counts["cases"] += cases - 1  # (the caller counts one)
+            print("  messages split across receives: %d cases" % cases)
+        finally:
+            for t in terns.values():
+                t.stop()
+            for mode, t in terns.items():
+                check(t.returncode == 0, "tern (%s) exited with %s:\n%s" % (mode, t.returncode, t.log_tail(20)))
+
+
 def read_kinds_until_error(w):
     """As read_kinds, but an ErrorResponse ends it too (an unsynced batch's error comes with no
     ReadyForQuery)."""
@@ -1263,7 +1311,8 @@ SPECIAL = [show_failovers_and_api_status_list_what_the_battery_did,
            backend_response_timeout_secs_closes_a_stuck_answer_and_the_session_goes_on,
            no_primary_within_write_timeout_secs_ends_the_session_with_08006,
            fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says,
-           a_lost_answer_cut_between_messages_gets_its_one_error_and_the_session_goes_on]
+           a_lost_answer_cut_between_messages_gets_its_one_error_and_the_session_goes_on,
+           a_message_split_across_two_receives_is_shown_whole]
 
 
 def main():

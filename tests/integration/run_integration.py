@@ -3338,13 +3338,14 @@ def writes_go_to_the_server_that_says_it_is_the_primary_whatever_its_name(ctx):
 # ---------------------------------------------------------------- reads on replicas (issue 10)
 
 
-def routing_tern(ctx, level="primary", routing="", pool="", dbname=None):
-    """A tern in transaction pooling over the harness's primary and streaming replica."""
+def routing_tern(ctx, level="primary", routing="", pool="", dbname=None, replica_port=None):
+    """A tern in transaction pooling over the harness's primary and streaming replica (or what listens on
+    replica_port in front of it)."""
     config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n"
               "primary = host=127.0.0.1 port=%d\nreplica = host=127.0.0.1 port=%d\n"
               "[routing]\nmonitor_interval_ms = 100\ndefault_consistency = %s\n%s\n"
               "[pool]\npool_size = 8\nserver_login_retry = 1s\n%s\n"
-              % (free_port(), ctx.pg.primary_port, ctx.pg.replica_port, level, routing, pool))
+              % (free_port(), ctx.pg.primary_port, replica_port or ctx.pg.replica_port, level, routing, pool))
     t = TernProcess(TERN, config)
     ctx.terns.append(t)
     t.start()
@@ -3998,6 +3999,46 @@ def scrape_metrics(http_port):
 
 def metric(samples, name, **labels):
     return samples.get((name, tuple(sorted(labels.items()))), 0)
+
+
+@test
+def a_replica_message_split_across_two_receives_is_shown_whole(ctx):
+    """A replica's answer read in two receives inside one message (tests/integration/cutting_proxy.py's
+    split, in front of the replica: the message's first three bytes, then the rest): what routing holds
+    or rewrites there reaches the client whole and once: a split read's RowDescription (held until its
+    first row) and its ReadyForQuery (shown with the primary's transaction status), an autocommit read's
+    RowDescription and its error (judged) at level eventual. Before: the hold was the receive's, so a held
+    message whose end came in the next receive was shown to nobody."""
+    from cutting_proxy import CuttingProxy
+    ctx.pg.wait_replica_caught_up()
+    http_port = free_port()
+    with CuttingProxy(ctx.pg.replica_port) as proxy:
+        t = routing_tern(ctx, level="primary", routing="transaction_split = on", replica_port=proxy.port,
+                         pool="[admin]\nhttp_listen = 127.0.0.1:%d" % http_port)
+        try:
+            wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica",
+                                    role="standby") == 1, "the monitor to know the replica", timeout=10)
+            with Wire(t.port) as w:
+                w.login("postgres")
+                w.query("begin")
+                for kind in "TZ":
+                    w.send(message(b"Q", b"select pg_is_in_recovery() /*cut:split=%s tx*/\0" % kind.encode()))
+                    messages = w.read_until_ready()
+                    check(b"".join(k for k, _ in messages) == b"TDCZ" and data_row(messages[1][1]) == ["t"] and
+                          messages[-1][1] == b"T", "a split read's %s in two receives: %r" % (kind, messages))
+                w.query("rollback")
+                w.query("set tern.consistency = eventual")
+                w.send(message(b"Q", b"select pg_is_in_recovery() /*cut:split=T autocommit*/\0"))
+                messages = w.read_until_ready()
+                check(b"".join(k for k, _ in messages) == b"TDCZ" and data_row(messages[1][1]) == ["t"],
+                      "an autocommit read's T in two receives: %r" % messages)
+                kinds, rows, sqlstate, status = w.exchange(message(b"Q", b"select 1 / 0 /*cut:split=E autocommit*/\0"))
+                check((kinds, sqlstate, status) == ("EZ", "22012", "I"),
+                      "its E in two receives: %r %r %r" % (kinds, sqlstate, status))
+                check(w.query("select 9") == [["9"]], "the session goes on")
+            check(len(proxy.cuts) == 4, "every answer was split once: %r" % proxy.cuts)
+        finally:
+            t.stop()
 
 
 @test
