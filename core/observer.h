@@ -6,7 +6,7 @@
  *   observer_params.c  tracked parameters and search_path (s->params);
  *   observer_pins.c    LISTEN and SQL PREPARE, which keep the client on its connection (s->pins);
  *   observer_stats.c   SHOW STATS (s->stats);
- *   route.c            the write-LSN probe of reads on replicas (s->routing);
+ *   route_observer.c   routing: the write-LSN probe, a replica answer's guard (s->routing);
  *   observer_digest.c  query digests (s->digest);
  *   observer_replay.c  Transaction Replay: the client's requests in flight on the primary (s->replay).
  * The relay moves bytes and asks them through dispatch.c, which calls an observer only for the message
@@ -119,7 +119,7 @@ extern const struct observer observer_stmts;
 extern const struct observer observer_params;
 extern const struct observer observer_pins;
 extern const struct observer observer_stats;
-extern const struct observer observer_route; /* route.c: the write-LSN probe's hidden answers */
+extern const struct observer observer_route; /* route_observer.c: the write-LSN probe, the replica legs' show stage */
 extern const struct observer observer_digest;
 extern const struct observer observer_replay; /* Transaction Replay's record of the requests in flight */
 extern const struct observer observer_journal; /* the recovery journal's capture of committed transactions */

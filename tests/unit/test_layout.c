@@ -11,7 +11,8 @@
  *   - core's own files keep a declared order (core_order below, lowest first): a file includes core
  *     headers of its own unit or of units below it, never above, so core has no include cycles. A unit
  *     is a file name without its extension (session.h and session.c are one unit); a core file whose
- *     unit is not in the order is reported, so a new file takes its place in the order on purpose.
+ *     unit is not in the order is reported, so a new file takes its place in the order on purpose;
+ *   - route_internal.h, what routing's files share, is included by core/route*.c alone;
  * An include is resolved the way a compiler with every include directory would (the including file's
  * folder, then '.', 'core' and 'core/base'), so `#include "proto.h"` from pool/ counts as core/, even
  * though meson gives pool/ only core/base and the compiler refuses it too.
@@ -49,7 +50,7 @@ static const char *const core_order[] = {
 	"proto", "sendq", "reasons", "sql", "classify", "split", "digest", "params", "stmts", "databases", "config", "import", "listen", "scram", "auth", "server_auth", "auth_query", "tls",
 	"gates", "failovers", "history", "history_replay", "runtime", "patroni", "monitor_conn", "monitor", "host", "leg",
 	"session", "session_tls", "observer", "observer_copy", "observer_stmts", "observer_params", "observer_pins",
-	"observer_stats", "observer_digest", "dispatch", "route", "recover", "observer_replay", "observer_journal",
+	"observer_stats", "observer_digest", "dispatch", "route_internal", "route", "route_setting", "route_batch", "route_guard", "route_observer", "recover", "observer_replay", "observer_journal",
 	"session_login", "session_relay",
 	"worker", "http", "admin_reply", "admin_show", "admin", "main",
 };
@@ -234,6 +235,10 @@ static void layout_check_file(struct layout *l, const char *path, const char *re
 		if (!parse_include(line, name, sizeof(name), &is_quoted))
 			continue;
 		l->includes++;
+		/* Routing's files share route_internal.h among themselves alone. */
+		if (strcmp(name, "route_internal.h") == 0 && !has_prefix(rel, "core/route"))
+			layout_report(l, "%s:%u: includes route_internal.h; only routing's files (core/route*.c) may\n", rel,
+				      line_no);
 		if ((strcmp(name, "liburing.h") == 0 || has_prefix(name, "liburing/")) && from != MODULE_RING)
 			layout_report(l, "%s:%u: includes %s; only ring/ may use liburing\n", rel, line_no, name);
 		char to_rel[LAYOUT_PATH_MAX];
@@ -430,6 +435,21 @@ Test(layout, checker_lets_only_session_c_set_a_sessions_phase)
 	fake_write(root, "tests/unit/test_x.c", "\ts->phase = SESSION_READY; /* a fixture */\n");
 	struct layout *l = layout_check(root);
 	cr_assert_not_null(strstr(l->report, "core/proto.c:2: sets a session's phase"), "%s", l->report);
+	cr_assert_eq(l->violations, 1, "%u violations:\n%s", l->violations, l->report);
+	free(l);
+	fake_remove(root);
+	free(root);
+}
+
+Test(layout, checker_keeps_routings_shared_header_to_routing)
+{
+	char *root = fake_root();
+	fake_clean_tree(root);
+	fake_write(root, "core/route_internal.h", "#include \"session.h\"\n");
+	fake_write(root, "core/route_guard.c", "#include \"route_internal.h\"\n");
+	fake_write(root, "core/recover.c", "#include \"proto.h\"\n#include \"route_internal.h\"\n");
+	struct layout *l = layout_check(root);
+	cr_assert_not_null(strstr(l->report, "core/recover.c:2: includes route_internal.h"), "%s", l->report);
 	cr_assert_eq(l->violations, 1, "%u violations:\n%s", l->violations, l->report);
 	free(l);
 	fake_remove(root);
