@@ -253,7 +253,7 @@ static struct session *admin_job_session(struct admin_job *aj)
 	base_list_for_each_safe(node, tmp, &aj->job.origin->host.sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-		if (s->key_pid == aj->key_pid && s->phase == SESSION_ADMIN && admin_of(s)->job == aj)
+		if (s->key.pid == aj->key_pid && s->phase == SESSION_ADMIN && admin_of(s)->job == aj)
 			return s;
 	}
 	return NULL; /* the console left before the answers were in */
@@ -319,7 +319,7 @@ static void admin_ask_workers(struct session *s, struct admin_reply *r, enum adm
 		return;
 	}
 	aj->what = (uint8_t)what;
-	aj->key_pid = s->key_pid;
+	aj->key_pid = s->key.pid;
 	base_strlcpy(aj->database, database ? database : "", sizeof(aj->database));
 	aj->job.origin = worker_of(s->host);
 	aj->job.fill = fill;
@@ -661,7 +661,7 @@ static void admin_welcome(struct session *s)
 		size_t n = proto_build_parameter_status(msg, sizeof(msg), params[i][0], value);
 		session_send_to_client(s, msg, (uint32_t)n);
 	}
-	size_t n = proto_build_key_data(msg, sizeof(msg), s->key_pid, s->key_secret, s->key_len);
+	size_t n = proto_build_key_data(msg, sizeof(msg), s->key.pid, s->key.secret, s->key.len);
 	session_send_to_client(s, msg, (uint32_t)n);
 	n = proto_build_ready(msg, sizeof(msg), 'I');
 	session_send_to_client(s, msg, (uint32_t)n);

@@ -293,9 +293,9 @@ void admin_show_client_row(struct admin_reply *r, struct session *s, uint64_t no
 	} else if (leg->is_request_pending) {
 		state = "waiting";
 		waited_ns = now_ns - TERN_MIN(leg->request.parked_ns, now_ns);
-	} else if (s->is_pause_waiting) {
+	} else if (s->gate.is_waiting) {
 		state = "waiting";
-		waited_ns = now_ns - TERN_MIN(s->pause_wait_ns, now_ns);
+		waited_ns = now_ns - TERN_MIN(s->gate.wait_ns, now_ns);
 	} else if (leg->conn) {
 		state = "active";
 	} else if (s->phase != SESSION_READY) {

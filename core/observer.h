@@ -65,7 +65,7 @@ struct observer {
 	/* At a client message's type byte: OBSERVER_PASS, OBSERVER_SKIP, or the PROTO_* action when the
 	 * observer takes the message over (holds, answers or drops it); the relay then neither forwards nor
 	 * counts it, and the other observers of the type still read it if the action inspects it. A hook
-	 * that fails sets s->hook_error (-ENOMEM, -ENOBUFS). */
+	 * that fails sets s->scan.hook_error (-ENOMEM, -ENOBUFS). */
 	unsigned (*client_type)(struct session *s, struct leg *leg, uint8_t type);
 	/* PROTO_HOLD_HEAD, for the observer that took a long message over: its first head_len bytes of
 	 * body_len. PROTO_FORWARD (the rest follows by reference), 0 (the rest is dropped) or <0. */

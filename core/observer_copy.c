@@ -44,10 +44,10 @@ static int copy_server_message(struct session *s, struct leg *leg, const struct 
 		struct proto_error_fields f;
 		if (copy->is_copy_in && leg_client_owed(leg) > 1 && proto_error_parse(m->body, m->len, &f) == 0 &&
 		    strcmp(f.sqlstate, "08P01") == 0) {
-			base_strlcpy(s->end_error.sqlstate, "08P01", sizeof(s->end_error.sqlstate));
-			base_strlcpy(s->end_error.message,
+			base_strlcpy(s->end.error.sqlstate, "08P01", sizeof(s->end.error.sqlstate));
+			base_strlcpy(s->end.error.message,
 				     "a query was sent during COPY FROM STDIN (only CopyData, CopyDone or CopyFail may follow "
-				     "it)", sizeof(s->end_error.message));
+				     "it)", sizeof(s->end.error.message));
 			session_end_later(s, SESSION_END_PROTOCOL_VIOLATION);
 		}
 		return 0;

@@ -197,7 +197,7 @@ void journal_note_unread_query(struct session *s)
 		return;
 	/* Its completion is matched; its text is unknown (a write there makes its transaction incomplete). */
 	if (journal_push_pending(s, (struct journal_capture){.kind = JOURNAL_STATEMENT_SIMPLE | JOURNAL_KIND_READ}) < 0)
-		s->hook_error = -ENOMEM;
+		s->scan.hook_error = -ENOMEM;
 }
 
 static void journal_client_address(struct session *s)

@@ -867,7 +867,7 @@ static unsigned stmts_client_type(struct session *s, struct leg *leg, uint8_t ty
 		TERN_ASSERT(!"a type stmts did not register");
 	}
 	if (rc < 0)
-		s->hook_error = rc;
+		s->scan.hook_error = rc;
 	return OBSERVER_SKIP;
 }
 

@@ -34,7 +34,7 @@ bool route_is_settled(const struct session *s)
  * nothing in flight or queued on either leg (a read must not pass what the client sent before it). */
 bool route_wants(const struct session *s, enum config_consistency level)
 {
-	if (level == CONFIG_CONSISTENCY_PRIMARY || s->phase != SESSION_READY || s->is_pause_waiting ||
+	if (level == CONFIG_CONSISTENCY_PRIMARY || s->phase != SESSION_READY || s->gate.is_waiting ||
 	    session_is_pinned(s) || !s->host->runtime->monitor)
 		return false;
 	const struct leg *p = session_primary(s), *r = s->legs[LEG_REPLICA];
@@ -152,7 +152,7 @@ static bool route_begin_may_move(struct session *s, const struct tern_config *cf
 	struct classify_result r;
 	s->routing.is_begin_alone = false;
 	if (!primary->conn || primary->tx_status != 'T' || !route_leg_owes_nothing(primary) || (replica && replica->conn) ||
-	    s->is_pause_waiting || session_is_pinned(s) || !s->host->runtime->monitor)
+	    s->gate.is_waiting || session_is_pinned(s) || !s->host->runtime->monitor)
 		return false;
 	if (!classify_fast_path(sql, &r))
 		route_classify(s, cfg, sql, &r);
@@ -221,7 +221,7 @@ void route_note_unread_query(struct session *s)
 static bool route_split_is_ready(const struct session *s)
 {
 	const struct leg *p = session_primary(s), *r = s->legs[LEG_REPLICA];
-	if (s->phase != SESSION_READY || s->is_pause_waiting || session_is_pinned(s) || !route_leg_owes_nothing(p))
+	if (s->phase != SESSION_READY || s->gate.is_waiting || session_is_pinned(s) || !route_leg_owes_nothing(p))
 		return false;
 	if (!r)
 		return true;
@@ -339,11 +339,11 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 			/* Behind extended-protocol messages with no Sync yet (in a read-only transaction on a replica,
 			 * the only way a replica transaction is not settled here): their answers come only after a
 			 * Sync the client sends behind this, so tern can never answer it in its turn. */
-			base_strlcpy(s->end_error.sqlstate, "0A000", sizeof(s->end_error.sqlstate));
-			base_strlcpy(s->end_error.message,
+			base_strlcpy(s->end.error.sqlstate, "0A000", sizeof(s->end.error.sqlstate));
+			base_strlcpy(s->end.error.message,
 				     "SET, SHOW or RESET of tern.* behind extended-protocol messages not yet synced is not "
 				     "supported: send a Sync first",
-				     sizeof(s->end_error.message));
+				     sizeof(s->end.error.message));
 			session_end_later(s, SESSION_END_PROTOCOL_VIOLATION);
 			return ROUTE_QUERY_REFUSED;
 		}

@@ -67,7 +67,7 @@ struct session *session_create(struct host *host, int client_fd)
 	s->to_client.fd = client_fd;
 	proto_stream_init(&s->client_stream);
 	base_list_init(&s->starved_link);
-	base_list_init(&s->ending_link);
+	base_list_init(&s->end.link);
 	base_list_init(&s->legs_draining);
 	s->legs[LEG_PRIMARY] = session_leg_create(s, LEG_PRIMARY);
 	if (!s->legs[LEG_PRIMARY]) {
@@ -78,13 +78,13 @@ struct session *session_create(struct host *host, int client_fd)
 	s->started_ns = base_now_ns();
 	s->client_active_ns = s->legs[LEG_PRIMARY]->ready_ns = s->started_ns;
 	host->session_serial = (host->session_serial + 1) & 0xffffffu;
-	s->key_pid = (host->index << 24) | host->session_serial;
-	if (getrandom(s->key_secret, sizeof(s->key_secret), 0) != sizeof(s->key_secret)) {
+	s->key.pid = (host->index << 24) | host->session_serial;
+	if (getrandom(s->key.secret, sizeof(s->key.secret), 0) != sizeof(s->key.secret)) {
 		uint64_t now = base_now_ns(); /* no entropy yet: a guessable key is better than no session */
-		memcpy(s->key_secret, &now, sizeof(now));
+		memcpy(s->key.secret, &now, sizeof(now));
 	}
-	s->key_len = SESSION_CANCEL_KEY_LEN_3_0; /* a client that negotiates 3.2 gets the whole key */
-	s->is_drain_spared = __atomic_load_n(&rt->draining, __ATOMIC_RELAXED); /* accepted while draining */
+	s->key.len = SESSION_CANCEL_KEY_LEN_3_0; /* a client that negotiates 3.2 gets the whole key */
+	s->gate.is_drain_spared = __atomic_load_n(&rt->draining, __ATOMIC_RELAXED); /* accepted while draining */
 	uint32_t clients = __atomic_add_fetch(&rt->client_count, 1, __ATOMIC_RELAXED);
 	s->is_over_client_limit = clients > runtime_config(rt)->max_client_conn;
 	base_list_insert_tail(&host->sessions, &s->link);
@@ -120,10 +120,10 @@ void session_send_reply(struct session *s, const void *data, uint32_t len)
 
 void session_end_later(struct session *s, enum session_end_reason reason)
 {
-	if (s->phase == SESSION_CLOSING || base_list_is_linked(&s->ending_link))
+	if (s->phase == SESSION_CLOSING || base_list_is_linked(&s->end.link))
 		return;
-	s->ending_reason = reason;
-	base_list_insert_tail(&s->host->ending, &s->ending_link);
+	s->end.later_reason = reason;
+	base_list_insert_tail(&s->host->ending, &s->end.link);
 }
 
 void session_send_error(struct session *s, const char *severity, const char *sqlstate, const char *message,
@@ -139,7 +139,7 @@ void session_client_recv_resume(struct session *s)
 {
 	if (s->client_recv.is_armed || s->client_eof || s->is_starved[HOST_BUFFERS_CLIENT])
 		return;
-	if (s->phase == SESSION_CLOSING ? !s->is_client_draining : s->client_recv_paused)
+	if (s->phase == SESSION_CLOSING ? !s->end.is_client_draining : s->client_recv_paused)
 		return;
 	ring_recv_multishot(&s->host->ring, &s->client_recv, s->client_fd, HOST_BUFFERS_CLIENT);
 }
@@ -242,13 +242,13 @@ static void session_client_recv_done(struct ring_op *op, int res, uint32_t flags
 		ring_buffer_unref(ring, bid);
 	} else if (res == 0) {
 		s->client_eof = true;
-		s->is_client_draining = false;
+		s->end.is_client_draining = false;
 		session_end(s, SESSION_END_CLIENT_CLOSED);
 	} else if (res == -ENOBUFS) {
 		session_starve(s, HOST_BUFFERS_CLIENT);
 	} else if (res != -ECANCELED) {
 		s->client_eof = true;
-		s->is_client_draining = false;
+		s->end.is_client_draining = false;
 		session_end(s, SESSION_END_CLIENT_IO_ERROR);
 	}
 	if (!op->is_armed)
@@ -313,11 +313,11 @@ void session_client_pace(struct session *s)
  * are still read and dropped until it closes too, or the linger cuts it. */
 static void session_client_goodbye_check(struct session *s)
 {
-	if (s->is_client_cut || s->is_client_fin_sent || !sendq_is_idle(&s->to_client) ||
+	if (s->end.is_client_cut || s->end.is_client_fin_sent || !sendq_is_idle(&s->to_client) ||
 	    (s->transport && s->transport->is_sending(s)))
 		return;
 	shutdown(s->client_fd, SHUT_WR);
-	s->is_client_fin_sent = true;
+	s->end.is_client_fin_sent = true;
 }
 
 void session_client_drained(struct session *s)
@@ -403,7 +403,7 @@ static void session_leg_on_progress(struct leg *leg)
 	/* SIGTERM: a client goes at the ReadyForQuery that leaves it idle, so one that starts its next
 	 * transaction right after each COMMIT is let go between two, not cut at shutdown_timeout. */
 	if (s->phase == SESSION_READY && __atomic_load_n(&s->host->runtime->draining, __ATOMIC_RELAXED) &&
-	    !session_is_in_transaction(s) && (!s->is_drain_spared || s->stats.query_count > 0))
+	    !session_is_in_transaction(s) && (!s->gate.is_drain_spared || s->stats.query_count > 0))
 		session_end_later(s, SESSION_END_SHUTDOWN);
 	session_assert_invariants(s);
 }
@@ -431,7 +431,7 @@ static void session_lost(struct session *s, struct leg *leg, enum leg_fault faul
 	}
 	TERN_ASSERT(decision.action == SESSION_LOST_END);
 	if (fault == LEG_FAULT_REFUSED)
-		s->end_error = leg->request.error; /* the server's own refusal, or why it could not be reached */
+		s->end.error = leg->request.error; /* the server's own refusal, or why it could not be reached */
 	if (decision.sqlstate)
 		session_end_with_error(s, decision.reason, decision.sqlstate, decision.message);
 	else
@@ -493,19 +493,19 @@ bool session_is_gated(struct session *s)
 bool session_pause_gate(struct session *s)
 {
 	if (session_is_gated(s)) {
-		if (!s->is_pause_waiting) {
-			s->is_pause_waiting = true;
-			s->pause_wait_ns = base_now_ns();
+		if (!s->gate.is_waiting) {
+			s->gate.is_waiting = true;
+			s->gate.wait_ns = base_now_ns();
 			s->host->pause_waiting_count++;
 		}
 		session_hold_parked_bytes(s); /* a waiting client holds no receive buffers */
 		return true;
 	}
-	if (s->is_pause_waiting) {
+	if (s->gate.is_waiting) {
 		uint64_t now = base_now_ns();
-		s->is_pause_waiting = false;
-		s->stats.wait_ns += now - s->pause_wait_ns;
-		s->pause_wait_ns = now; /* the server assignment starts after the wait, not before it */
+		s->gate.is_waiting = false;
+		s->stats.wait_ns += now - s->gate.wait_ns;
+		s->gate.wait_ns = now; /* the server assignment starts after the wait, not before it */
 	}
 	return false;
 }
@@ -537,7 +537,7 @@ void session_acquire(struct session *s, struct leg *leg)
 	if (conn) {
 		host->stats.local_reuse++;
 		/* The request arrived just now (no clock read here), or left the PAUSE gate just now. */
-		s->stats.assigned_ns = TERN_MAX(s->client_active_ns, s->pause_wait_ns);
+		s->stats.assigned_ns = TERN_MAX(s->client_active_ns, s->gate.wait_ns);
 		s->parts->attach(s, leg, conn);
 		return;
 	}
@@ -581,7 +581,7 @@ void session_hold_parked_bytes(struct session *s)
 void session_hold_now(struct leg *leg)
 {
 	struct session *s = leg->session;
-	if (s->phase == SESSION_CLOSING || !(leg->is_request_pending || s->is_pause_waiting || s->replay.is_waiting))
+	if (s->phase == SESSION_CLOSING || !(leg->is_request_pending || s->gate.is_waiting || s->replay.is_waiting))
 		return; /* its wait ended in the pass: its bytes went on by reference */
 	if (leg_hold_queued(leg) < 0)
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
@@ -774,7 +774,7 @@ static bool session_client_is_mid_message(const struct session *s)
 static void session_client_cut(struct session *s)
 {
 	shutdown(s->client_fd, SHUT_RDWR);
-	s->is_client_cut = true;
+	s->end.is_client_cut = true;
 	ring_cancel(&s->host->ring, &s->client_recv);
 	if (s->to_client.op.is_armed && !s->is_client_send_recalled)
 		ring_cancel(&s->host->ring, &s->to_client.op);
@@ -785,28 +785,28 @@ void session_end(struct session *s, enum session_end_reason reason)
 	if (s->phase == SESSION_CLOSING)
 		return;
 	struct host *host = s->host;
-	if (base_list_is_linked(&s->ending_link))
-		base_list_remove(&s->ending_link);
+	if (base_list_is_linked(&s->end.link))
+		base_list_remove(&s->end.link);
 	const struct session_end_info *info = session_end_info(reason);
 	if (s->lookup) { /* an auth_query answer still to come finds no owner: the worker frees it */
 		s->lookup->owner = NULL;
 		s->lookup = NULL;
 	}
-	s->end_reason = reason;
+	s->end.reason = reason;
 	host->stats.ended[reason]++;
 	bool tell_client = info->sqlstate != NULL && !s->client_eof && !session_client_is_mid_message(s);
 	if (tell_client) {
-		if (s->end_error.sqlstate[0])
-			session_send_error(s, "FATAL", s->end_error.sqlstate, s->end_error.message, NULL);
+		if (s->end.error.sqlstate[0])
+			session_send_error(s, "FATAL", s->end.error.sqlstate, s->end.error.message, NULL);
 		else
 			session_send_error(s, "FATAL", info->sqlstate, info->message, info->hint);
 	}
 	TERN_LOG(info->log_level, "client %s/%s (worker %u) ended: %s%s%s", s->user[0] ? s->user : "-",
 		 s->database[0] ? s->database : "-", host->index, info->name,
 		 reason == SESSION_END_SERVER_REFUSED ? ": " : "",
-		 reason == SESSION_END_SERVER_REFUSED ? s->end_error.message : "");
+		 reason == SESSION_END_SERVER_REFUSED ? s->end.error.message : "");
 	session_set_phase(s, SESSION_CLOSING);
-	s->closing_ns = base_now_ns();
+	s->end.closing_ns = base_now_ns();
 	__atomic_sub_fetch(&host->runtime->client_count, 1, __ATOMIC_RELAXED);
 	if (s->is_counted)
 		__atomic_sub_fetch(&s->db->client_count, 1, __ATOMIC_RELAXED);
@@ -828,7 +828,7 @@ void session_end(struct session *s, enum session_end_reason reason)
 		s->transport->flush(s);
 	bool keep_writing = tell_client || (s->transport && s->transport->is_sending(s) && !s->client_eof);
 	if (keep_writing) {
-		s->is_client_draining = !s->client_eof;
+		s->end.is_client_draining = !s->client_eof;
 		session_client_recv_resume(s);
 		session_client_goodbye_check(s);
 	} else {
@@ -844,18 +844,18 @@ void session_end(struct session *s, enum session_end_reason reason)
 void session_end_with_error(struct session *s, enum session_end_reason reason, const char *sqlstate,
 			    const char *message)
 {
-	base_strlcpy(s->end_error.sqlstate, sqlstate, sizeof(s->end_error.sqlstate));
-	base_strlcpy(s->end_error.message, message, sizeof(s->end_error.message));
+	base_strlcpy(s->end.error.sqlstate, sqlstate, sizeof(s->end.error.sqlstate));
+	base_strlcpy(s->end.error.message, message, sizeof(s->end.error.message));
 	session_end(s, reason);
 }
 
 void session_linger_expired(struct session *s)
 {
 	TERN_ASSERT(s->phase == SESSION_CLOSING);
-	if (!s->is_client_cut) {
+	if (!s->end.is_client_cut) {
 		session_client_cut(s);
 		s->client_eof = true;
-		s->is_client_draining = false;
+		s->end.is_client_draining = false;
 	} else if (s->to_client.op.is_armed) {
 		/* A cancel that found the send being tried (-EALREADY: an io-wq worker had it) does not stop
 		 * it from waiting for room again: asked again at every tick until it returns. */
@@ -959,8 +959,8 @@ void session_destroy(struct session *s)
 	struct host *host = s->host;
 	base_list_remove(&s->link);
 	session_unstarve(s); /* a closing session may starve again (its reset's answer); never leave it linked */
-	if (base_list_is_linked(&s->ending_link))
-		base_list_remove(&s->ending_link);
+	if (base_list_is_linked(&s->end.link))
+		base_list_remove(&s->end.link);
 	host->session_count--;
 	close(s->client_fd);
 	sendq_deinit(&s->to_client, &host->ring);

@@ -316,6 +316,49 @@ struct session_login {
 	struct auth_user *looked_up; /* what auth_query found (NULL: the user is auth_file's, or unknown) */
 };
 
+/* The BackendKeyData tern gave the client: the pid (the worker index is its top byte) and the secret, the
+ * first 4 bytes under protocol 3.0, all SESSION_CANCEL_KEY_LEN under 3.2. */
+struct session_key {
+	uint32_t pid;
+	uint8_t secret[SESSION_CANCEL_KEY_LEN];
+	uint8_t len;
+};
+
+/* The relay's scan of the client message under way (session_relay.c), and what the observers' type hooks
+ * report back into it. */
+struct session_scan {
+	uint32_t client_readers; /* the observers that read the client message being scanned */
+	uint8_t client_taker;    /* the observer that took it over, if one did */
+	int hook_error;          /* an observer's type hook failed (-ENOMEM, -ENOBUFS): the relay ends the session */
+};
+
+/* The one end (session.c): why, what the client is told, and the goodbye. */
+struct session_end {
+	enum session_end_reason reason;
+	uint64_t closing_ns;
+	struct base_list link; /* host->ending: session_end_later */
+	enum session_end_reason later_reason;
+	/* What the client is told at the end instead of the reason's words ("" sqlstate: the reason's): the
+	 * server's own refusal, or a specific error (session_end_with_error). */
+	struct pool_error error;
+	bool is_client_cut; /* the client socket is shut both ways: the linger has nothing left to cut */
+	/* Ended, saying goodbye: what the client still sends is read and dropped until it closes (its
+	 * unread bytes would make the close a reset that loses the goodbye), and FIN follows the goodbye. */
+	bool is_client_draining;
+	bool is_client_fin_sent;
+};
+
+/* The gate a session's next transaction passes (session_pause_gate; worker.c opens it). */
+struct session_gate {
+	/* PAUSE: the next transaction waits at the gate since wait_ns (worker.c lets it go at RESUME, or
+	 * ends it at query_wait_timeout). */
+	bool is_waiting;
+	uint64_t wait_ns;
+	/* SIGTERM came before this client finished a transaction of its own: it is let go at the end of
+	 * its first one, not at once (a rolling restart's late arrivals are served). */
+	bool is_drain_spared;
+};
+
 struct session {
 	struct base_list link; /* host->sessions, or host->reaping once ended */
 	struct host *host;
@@ -347,10 +390,7 @@ struct session {
 	 * login->looked_up. */
 	struct auth_lookup *lookup;
 	struct pool_db *db;
-	uint32_t key_pid; /* BackendKeyData tern gave the client; the worker index is the top byte */
-	/* Its secret: the first 4 bytes under protocol 3.0, all SESSION_CANCEL_KEY_LEN under 3.2. */
-	uint8_t key_secret[SESSION_CANCEL_KEY_LEN];
-	uint8_t key_len;
+	struct session_key key; /* the BackendKeyData tern gave the client (worker.c matches a cancel to it) */
 
 	/* The server side: a leg per role (the primary's exists from the start), and legs set aside while
 	 * their dropped connection drains (leg.link). */
@@ -363,9 +403,7 @@ struct session {
 	const struct session_transport *transport; /* NULL: the plain socket */
 	/* What the observers keep (observer.h), each in its own struct. */
 	uint32_t observers_on;   /* bit per observer id: on for this session (set at login) */
-	uint32_t client_readers; /* the observers that read the client message being scanned */
-	uint8_t client_taker;    /* the observer that took it over, if one did */
-	int hook_error;          /* an observer's type hook failed (-ENOMEM, -ENOBUFS): the relay ends the session */
+	struct session_scan scan; /* session_relay.c: the client message being scanned */
 	struct params_state params;     /* observer_params.c: parameters and search_path */
 	struct session_pins pins;       /* observer_pins.c: LISTEN, SQL PREPARE */
 	struct stmts_state stmts;       /* observer_stmts.c: the client's named statements */
@@ -374,31 +412,14 @@ struct session {
 	struct session_replay replay;   /* observer_replay.c, recover.c: Transaction Replay */
 	struct session_journal journal; /* observer_journal.c: the recovery journal's capture */
 
-	enum session_end_reason end_reason;
-	uint64_t closing_ns;
-	struct base_list ending_link; /* host->ending: session_end_later */
-	enum session_end_reason ending_reason;
+	struct session_end end; /* session.c: the one end */
 	/* For the timeouts, read once a second by the worker: when the client last sent bytes (the legs
 	 * keep when they last answered). */
 	uint64_t client_active_ns;
-	/* What the client is told at the end instead of the reason's words ("" sqlstate: the reason's): the
-	 * server's own refusal, or a specific error (session_end_with_error). */
-	struct pool_error end_error;
-	bool is_client_cut; /* the client socket is shut both ways: the linger has nothing left to cut */
-	/* Ended, saying goodbye: what the client still sends is read and dropped until it closes (its
-	 * unread bytes would make the close a reset that loses the goodbye), and FIN follows the goodbye. */
-	bool is_client_draining;
-	bool is_client_fin_sent;
 	uint64_t started_ns;
 
 	struct session_stats stats;
-	/* PAUSE: the session's next transaction waits at the gate since pause_wait_ns (worker.c lets it go
-	 * at RESUME, or ends it at query_wait_timeout). */
-	bool is_pause_waiting;
-	/* SIGTERM came before this client finished a transaction of its own: it is let go at the end of
-	 * its first one, not at once (a rolling restart's late arrivals are served). */
-	bool is_drain_spared;
-	uint64_t pause_wait_ns;
+	struct session_gate gate; /* PAUSE and SIGTERM's drain (session_pause_gate, worker.c) */
 	/* The admin console's own state for this session (session_console.destroy frees it). */
 	void *console;
 };

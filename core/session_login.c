@@ -228,7 +228,7 @@ static void login_send_welcome(struct session *s, const struct pool_param *param
 		if (n > 0)
 			session_send_to_client(s, msg, (uint32_t)n);
 	}
-	size_t n = proto_build_key_data(msg, sizeof(msg), s->key_pid, s->key_secret, s->key_len);
+	size_t n = proto_build_key_data(msg, sizeof(msg), s->key.pid, s->key.secret, s->key.len);
 	session_send_to_client(s, msg, (uint32_t)n);
 	n = proto_build_ready(msg, sizeof(msg), 'I');
 	session_send_to_client(s, msg, (uint32_t)n);
@@ -494,7 +494,7 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 	if (login_needs_negotiation(st))
 		login_negotiate_version(s, st);
 	if (login_protocol_version(st->code) == PROTO_VERSION_3_2)
-		s->key_len = SESSION_CANCEL_KEY_LEN; /* 3.2's long key */
+		s->key.len = SESSION_CANCEL_KEY_LEN; /* 3.2's long key */
 	const struct session_console *console = rt->console;
 	bool is_console = console && (strcmp(s->database, console->database) == 0 ||
 				      (console->alias && strcmp(s->database, console->alias) == 0));

@@ -87,14 +87,14 @@ static unsigned relay_client_admit(struct session *s, struct leg *leg, uint8_t t
 {
 	s->routing.is_begin_alone = false; /* a statement after the BEGIN: the transaction stays where it is */
 	uint32_t mask = dispatch_client_mask(s->observers_on, type);
-	s->client_readers = 0; /* (admit comes again for a Query routing held) */
+	s->scan.client_readers = 0; /* (admit comes again for a Query routing held) */
 	if (mask) {
-		unsigned taken = dispatch_client_type(s, leg, type, mask, &s->client_readers, &s->client_taker);
+		unsigned taken = dispatch_client_type(s, leg, type, mask, &s->scan.client_readers, &s->scan.client_taker);
 		if (taken != OBSERVER_PASS)
 			return taken;
 	}
 	unsigned action = relay_client_count(s, leg, type);
-	if (s->client_readers)
+	if (s->scan.client_readers)
 		/* Observers read a query's text (and digests a Parse or Bind they did not take) only when short; a
 		 * long one passes unread, which they allow for. */
 		action |= type == PROTO_FE_QUERY || type == PROTO_FE_PARSE || type == PROTO_FE_BIND ? PROTO_INSPECT_SMALL
@@ -107,8 +107,8 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
 	struct leg *leg = chunk->leg;
-	s->client_readers = 0; /* what read or took the message before this one has nothing of this one */
-	s->client_taker = 0;
+	s->scan.client_readers = 0; /* what read or took the message before this one has nothing of this one */
+	s->scan.client_taker = 0;
 	if (recover_is_answering(s))
 		return recover_client_type(type); /* its transaction was lost: tern answers */
 	if (leg->is_skipping_to_sync && type != PROTO_FE_SYNC && type != PROTO_FE_TERMINATE)
@@ -156,15 +156,15 @@ static void relay_client_forward_held(struct relay_chunk *chunk, uint8_t type, c
 		relay_client_push_copy(chunk, type, len, body, len);
 }
 
-/* A complete client message to the observers that read it (s->client_readers). */
+/* A complete client message to the observers that read it (s->scan.client_readers). */
 static int relay_client_read(struct relay_chunk *chunk, uint8_t type, const uint8_t *body, uint32_t len)
 {
 	struct session *s = chunk->s;
-	if (!s->client_readers)
+	if (!s->scan.client_readers)
 		return 0;
 	struct observer_message m = {
 		.type = type, .body = body, .len = len, .buffer_id = chunk->buffer_id, .chunk = chunk->data};
-	return dispatch_client_message(s, chunk->leg, &m, s->client_readers);
+	return dispatch_client_message(s, chunk->leg, &m, s->scan.client_readers);
 }
 
 /* A Query held for routing: tern answers it (SET tern.*), routing takes it for a replica (the scan stops
@@ -226,7 +226,7 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		return relay_client_query(chunk, body, len);
 	if (type == PROTO_FE_SYNC && route_is_replica_tx(s))
 		return relay_client_tx_sync(chunk, body, len);
-	if (s->client_readers)
+	if (s->scan.client_readers)
 		return relay_client_read(chunk, type, body, len);
 	return RELAY_UNKNOWN_TYPE;
 }
@@ -240,7 +240,7 @@ static int relay_client_on_head(void *ctx, uint8_t type, const uint8_t *head, ui
 	if (recover_is_answering(s))
 		return recover_client_message(s, type, head, head_len); /* 0: the rest is dropped */
 	if (type != PROTO_FE_QUERY || chunk->is_routed)
-		return dispatch_client_head(s, chunk->leg, s->client_taker, type, head, head_len, body_len);
+		return dispatch_client_head(s, chunk->leg, s->scan.client_taker, type, head, head_len, body_len);
 	unsigned action = relay_client_admit(s, chunk->leg, type);
 	TERN_ASSERT(action & PROTO_FORWARD);
 	route_note_unread_query(s);
@@ -267,7 +267,7 @@ void session_relay_feed(struct session *s, struct leg *leg, bool is_routed, uint
 	if (is_taken) /* the rest waits for the routed read's answer */
 		rc = route_backlog_append(s, data + s->client_stream.stop_offset, len - s->client_stream.stop_offset);
 	if (rc == 0)
-		rc = chunk.error ? chunk.error : s->hook_error;
+		rc = chunk.error ? chunk.error : s->scan.hook_error;
 	if (rc < 0) {
 		session_end(s, relay_client_reason(rc));
 		return;

@@ -75,14 +75,14 @@ static void worker_apply_cancel(struct worker *worker, const struct worker_cance
 	base_list_for_each_safe(node, tmp, &worker->host.sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-		if (s->key_pid != cancel->pid)
+		if (s->key.pid != cancel->pid)
 			continue;
 		/* Compared without an early exit, so timing does not reveal how much of a guess was right; a
 		 * key of another length than the one given (3.0's 4 bytes, 3.2's 32) is no match. */
 		const struct leg *leg = session_primary(s);
-		uint8_t diff = cancel->key_len != s->key_len;
-		for (uint32_t i = 0; i < s->key_len; i++)
-			diff |= (uint8_t)(s->key_secret[i] ^ (i < cancel->key_len ? cancel->key[i] : 0));
+		uint8_t diff = cancel->key_len != s->key.len;
+		for (uint32_t i = 0; i < s->key.len; i++)
+			diff |= (uint8_t)(s->key.secret[i] ^ (i < cancel->key_len ? cancel->key[i] : 0));
 		if (diff != 0 || !leg->conn || leg->pending_ready == 0)
 			return;
 		TERN_DEBUG("cancel for client %#x: server pid %u, %u queries pending", cancel->pid,
@@ -326,7 +326,7 @@ static void worker_pause_scan(struct worker *worker, uint64_t now_ns)
 	base_list_for_each_safe(node, tmp, &worker->host.sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-		if (!s->is_pause_waiting)
+		if (!s->gate.is_waiting)
 			continue;
 		if (!session_is_gated(s)) {
 			struct leg *leg = session_primary(s);
@@ -336,12 +336,12 @@ static void worker_pause_scan(struct worker *worker, uint64_t now_ns)
 			if (wants_server)
 				session_acquire(s, leg); /* passes the gate, which counts the wait */
 			else
-				s->is_pause_waiting = false;
-		} else if (wait_ns > 0 && now_ns - s->pause_wait_ns >= wait_ns) {
-			s->is_pause_waiting = false;
+				s->gate.is_waiting = false;
+		} else if (wait_ns > 0 && now_ns - s->gate.wait_ns >= wait_ns) {
+			s->gate.is_waiting = false;
 			session_end(s, SESSION_END_WAIT_TIMEOUT);
 		}
-		held += s->is_pause_waiting; /* an ended session stays readable until the pass ends */
+		held += s->gate.is_waiting; /* an ended session stays readable until the pass ends */
 	}
 	worker->host.pause_waiting_count = held;
 }
@@ -450,7 +450,7 @@ static void worker_drain(struct worker *worker, uint64_t now_ns)
 		base_list_for_each_safe(node, tmp, &worker->host.sessions)
 		{
 			struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-			s->is_drain_spared = s->phase != SESSION_READY && s->phase != SESSION_ADMIN;
+			s->gate.is_drain_spared = s->phase != SESSION_READY && s->phase != SESSION_ADMIN;
 		}
 	}
 	bool is_closing = now_ns - worker->drain_started_ns >= WORKER_DRAIN_ACCEPT_NS;
@@ -466,7 +466,7 @@ static void worker_drain(struct worker *worker, uint64_t now_ns)
 	base_list_for_each_safe(node, tmp, &worker->host.sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-		if (!session_is_in_transaction(s) && !s->is_drain_spared)
+		if (!session_is_in_transaction(s) && !s->gate.is_drain_spared)
 			session_end(s, SESSION_END_SHUTDOWN);
 	}
 	if (is_closing && base_list_is_empty(&worker->host.sessions) && base_list_is_empty(&worker->host.reaping))
@@ -540,7 +540,7 @@ static void worker_on_tick(struct ring *ring)
 	base_list_for_each_safe(node, tmp, &worker->host.reaping)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-		if (s->closing_ns + WORKER_LINGER_NS <= now)
+		if (s->end.closing_ns + WORKER_LINGER_NS <= now)
 			session_linger_expired(s); /* (the client cut already, its servers may still hold it) */
 	}
 	if (worker->host.pause_waiting_count > 0)
@@ -571,8 +571,8 @@ static void worker_end_pass(struct worker *worker)
 		worker_pause_scan(worker, base_now_ns()); /* RESUME: before the flush, which sends their bytes */
 	struct base_list *node, *tmp;
 	while ((node = base_list_pop_head(&worker->host.ending)) != NULL) {
-		struct session *s = TERN_CONTAINER_OF(node, struct session, ending_link);
-		session_end(s, s->ending_reason);
+		struct session *s = TERN_CONTAINER_OF(node, struct session, end.link);
+		session_end(s, s->end.later_reason);
 	}
 	base_list_for_each_safe(node, tmp, &worker->host.starved)
 	{
@@ -664,7 +664,7 @@ static void worker_shutdown_sessions(struct worker *worker)
 			base_list_for_each_safe(node, tmp, &worker->host.reaping)
 			{
 				struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-				if (s->is_client_fin_sent || round > 0)
+				if (s->end.is_client_fin_sent || round > 0)
 					session_linger_expired(s);
 			}
 			worker_end_pass(worker);

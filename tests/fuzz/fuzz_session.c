@@ -342,8 +342,8 @@ static void fuzz_end_pass(void)
 	struct host *host = &fz.host;
 	struct base_list *node, *tmp;
 	while ((node = base_list_pop_head(&host->ending)) != NULL) {
-		struct session *s = TERN_CONTAINER_OF(node, struct session, ending_link);
-		session_end(s, s->ending_reason);
+		struct session *s = TERN_CONTAINER_OF(node, struct session, end.link);
+		session_end(s, s->end.later_reason);
 	}
 	base_list_for_each_safe(node, tmp, &host->starved)
 	{
@@ -399,7 +399,7 @@ static void fuzz_tick(void)
 	base_list_for_each_safe(node, tmp, &host->reaping)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-		if (s->closing_ns + FUZZ_LINGER_NS <= now) /* (as worker.c: the servers of a cut client too) */
+		if (s->end.closing_ns + FUZZ_LINGER_NS <= now) /* (as worker.c: the servers of a cut client too) */
 			session_linger_expired(s);
 	}
 	if (host->route_waiting > 0)
@@ -958,7 +958,7 @@ static void fuzz_begin(uint8_t bits)
 static void fuzz_describe(const struct session *s, char *out, size_t size)
 {
 	int n = snprintf(out, size, "phase %d, ended %s, client %s%s%s%s%s; replay %s", (int)s->phase,
-			 session_end_info(s->end_reason)->name, s->is_client_cut ? "cut" : "open",
+			 session_end_info(s->end.reason)->name, s->end.is_client_cut ? "cut" : "open",
 			 s->client_recv.is_armed ? ", receive armed" : "", s->to_client.op.is_armed ? ", send armed" : "",
 			 sendq_is_empty(&s->to_client) ? "" : ", bytes queued", s->client_eof ? ", eof" : "",
 			 s->replay.is_replaying ? "replaying" : s->replay.is_waiting ? "waiting" : "none");
@@ -989,7 +989,7 @@ static void fuzz_describe(const struct session *s, char *out, size_t size)
 /* The way a session is stuck, coarsely (what it waits for, not how much), to report each way once. */
 static uint64_t fuzz_stuck_kind(const struct session *s)
 {
-	uint64_t h = (uint64_t)s->phase * 31 + s->is_client_cut * 7 + s->replay.is_replaying * 3 +
+	uint64_t h = (uint64_t)s->phase * 31 + s->end.is_client_cut * 7 + s->replay.is_replaying * 3 +
 		     fz.is_server_scripted;
 	const struct leg *leg = session_primary(s);
 	h = h * 131 + (leg->conn != NULL) * 64 + (uint64_t)leg->tx_status + (leg->pending_ready > 0) * 97 +

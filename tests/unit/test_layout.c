@@ -389,6 +389,74 @@ static void fake_clean_tree(const char *root)
 	fake_write(root, "replay/txlog.c", "#include \"base/base.h\"\n");
 }
 
+/* The members of `struct NAME {` in the file at path, counted at the struct's own level (comments
+ * skipped): what a newcomer reads to know what the type holds. -1 when it is not there. */
+static int layout_struct_members(const char *path, const char *name)
+{
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f, "open %s: %s", path, strerror(errno));
+	char opening[128];
+	snprintf(opening, sizeof(opening), "struct %s {", name);
+	char line[1024];
+	int depth = 0, members = -1;
+	bool is_in = false, is_comment = false;
+	while (fgets(line, sizeof(line), f)) {
+		if (!is_in) {
+			if (strncmp(line, opening, strlen(opening)) != 0)
+				continue;
+			is_in = true;
+			depth = 1;
+			members = 0;
+			continue;
+		}
+		for (const char *p = line; *p; p++) {
+			if (is_comment) {
+				if (p[0] == '*' && p[1] == '/')
+					is_comment = false, p++;
+			} else if (p[0] == '/' && p[1] == '*') {
+				is_comment = true, p++;
+			} else if (*p == '{') {
+				depth++;
+			} else if (*p == '}') {
+				depth--;
+			} else if (*p == ';' && depth == 1) {
+				members++;
+			}
+		}
+		if (depth == 0)
+			break;
+	}
+	fclose(f);
+	return members;
+}
+
+Test(layout, struct_session_holds_at_most_45_direct_members)
+{
+	char path[LAYOUT_PATH_MAX];
+	path_join(path, sizeof(path), TERN_SOURCE_ROOT, "core/session.h");
+	int members = layout_struct_members(path, "session");
+	cr_assert_gt(members, 10, "struct session not found in %s (%d)", path, members);
+	/* (a concern's state is a type of its own, in the session as one member: issue 22) */
+	cr_assert_leq(members, 45, "struct session has %d direct members", members);
+}
+
+Test(layout, struct_members_are_counted_at_the_structs_own_level)
+{
+	char *root = fake_root();
+	char path[LAYOUT_PATH_MAX];
+	path_join(path, sizeof(path), root, "s.h");
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("struct other {\n\tint x;\n};\nstruct session {\n\tint a; /* b; c; */\n\tstruct {\n\t\tint d;\n"
+	      "\t\tint e;\n\t} inner;\n\t/* int f;\n\t * int g; */\n\tint h, i;\n};\nint after;\n", f);
+	fclose(f);
+	cr_assert_eq(layout_struct_members(path, "session"), 3, "a, inner and h/i");
+	cr_assert_eq(layout_struct_members(path, "missing"), -1);
+	unlink(path);
+	rmdir(root);
+	free(root);
+}
+
 Test(layout, checker_passes_a_tree_that_keeps_the_arrows)
 {
 	char *root = fake_root();

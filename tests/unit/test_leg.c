@@ -194,7 +194,7 @@ Test(leg, a_leg_is_dropped_and_replaced_while_its_session_stays_open)
 	cr_assert_eq(fx.closes, 1);
 	cr_assert_eq(fx.closed[0], old_conn, "its connection is discarded, never reused");
 	cr_assert_eq(s->phase, SESSION_READY, "a dropped leg is no loss: the session stays, no decision is made");
-	cr_assert_eq(s->end_reason, SESSION_END_NONE);
+	cr_assert_eq(s->end.reason, SESSION_END_NONE);
 	close(server_end);
 
 	/* The new leg gets a connection of its own and relays what the server says. */
@@ -221,7 +221,7 @@ Test(leg, a_leg_is_dropped_and_replaced_while_its_session_stays_open)
 
 static bool has_ended(void *arg) { return ((struct session *)arg)->phase == SESSION_CLOSING; }
 
-static bool goodbye_is_out(void *arg) { return ((struct session *)arg)->is_client_fin_sent; }
+static bool goodbye_is_out(void *arg) { return ((struct session *)arg)->end.is_client_fin_sent; }
 
 Test(leg, a_lost_connection_goes_through_the_sessions_one_decision)
 {
@@ -229,7 +229,7 @@ Test(leg, a_lost_connection_goes_through_the_sessions_one_decision)
 	struct session *s = session_with_connection(&server_end);
 	close(server_end); /* the server goes away between two transactions */
 	run_until(has_ended, s);
-	cr_assert_eq(s->end_reason, SESSION_END_SERVER_LOST);
+	cr_assert_eq(s->end.reason, SESSION_END_SERVER_LOST);
 	cr_assert_eq(fx.host.stats.ended[SESSION_END_SERVER_LOST], 1);
 	run_until(goodbye_is_out, s);
 	uint8_t buf[256];
