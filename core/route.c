@@ -123,7 +123,7 @@ void route_tx_request_sent(struct session *s)
 }
 
 /* Queues tern's own Query behind what leg holds; one more ReadyForQuery owed. 0 or -ENOMEM. */
-int route_push_query(struct leg *leg, const char *sql)
+static int route_push_query(struct leg *leg, const char *sql)
 {
 	uint8_t msg[256];
 	size_t n = proto_build_query(msg, sizeof(msg), sql);
@@ -131,6 +131,28 @@ int route_push_query(struct leg *leg, const char *sql)
 	if (rc == 0)
 		leg->pending_ready++;
 	return rc;
+}
+
+/* The write-LSN probe (route.h). */
+int route_push_probe(struct session *s, struct leg *leg, enum route_probe kind)
+{
+	TERN_ASSERT(kind != ROUTE_PROBE_NONE);
+	if (leg->probe_behind > 0 || leg->is_probe_answering)
+		return 0; /* one at a time: a write stays unprobed (the release probes it), an isolation unknown */
+	uint32_t ahead = leg->pending_ready - leg->hidden_ready; /* the client's replies owed before it */
+	int rc = route_push_query(leg, kind == ROUTE_PROBE_LSN ? MONITOR_INSERT_LSN_SQL : "SHOW transaction_isolation");
+	if (rc < 0)
+		return rc;
+	leg->probe_kind = (uint8_t)kind;
+	if (ahead == 0) {
+		leg->hidden_ready++;
+		leg->is_probe_answering = true;
+	} else {
+		leg->probe_behind = ahead;
+	}
+	if (kind == ROUTE_PROBE_LSN)
+		s->routing.is_write_unprobed = false;
+	return 0;
 }
 
 /* Queues a hidden Query (its answer never reaches the client) behind what leg holds. 0 or -ENOMEM. */

@@ -19,16 +19,8 @@
 #define TERN_ROUTE_H
 
 #include "classify.h"
+#include "route_setting.h"
 #include "session.h"
-
-/* tern's own session parameters, answered by tern and never sent to a server (SET, RESET, SHOW, or the
- * startup option -c name=value). */
-/* The setting of that name (name_len bytes, any case), or -1. */
-int route_setting_from_name(const char *name, size_t name_len);
-/* The client's value of setting id from its startup: 0, or -1 when value is not one of its values. */
-int route_setting_take(struct session *s, enum route_setting id, const char *value);
-/* "Available values: ..." of setting id. */
-const char *route_setting_hint(enum route_setting id);
 
 /* A text's classification (classify.h) through the worker's shape cache, under cfg's read_functions. */
 void route_classify(struct session *s, const struct tern_config *cfg, const char *sql, struct classify_result *r);

@@ -15,20 +15,12 @@ enum route_text { ROUTE_TEXT_OTHER = 0, ROUTE_TEXT_READ, ROUTE_TEXT_BEGIN_READ_O
  * on the primary); PASS, the answer is the client's. */
 enum route_guard { ROUTE_GUARD_PASS = 0, ROUTE_GUARD_HOLD, ROUTE_GUARD_HIDE };
 
-/* ---- route_setting.c ---- */
-enum config_consistency route_level(const struct session *s, const struct tern_config *cfg);
-int route_setting(const struct session *s, const struct tern_config *cfg, enum route_setting id);
-void route_send_ready(struct session *s);
-void route_answer_setting(struct session *s, const char *sql);
-bool route_is_setting(const char *sql);
-
 /* ---- route.c ---- */
 bool route_leg_owes_nothing(const struct leg *leg);
 bool route_is_settled(const struct session *s);
 bool route_wants(const struct session *s, enum config_consistency level);
 void route_read_begins(struct session *s, const struct tern_config *cfg, enum config_consistency level);
 int route_push_hidden(struct leg *leg, const char *sql);
-int route_push_query(struct leg *leg, const char *sql);
 bool route_split_is_on(const struct session *s);
 void route_split_reset_if_idle(struct session *s);
 void route_split_note(struct session *s, const struct classify_result *r);

@@ -5,33 +5,9 @@
 #include "route.h"
 #include "route_internal.h"
 
-#include "monitor.h"
 #include "observer.h"
 
 #include <string.h>
-
-/* ---- the write-LSN probe ---- */
-
-int route_push_probe(struct session *s, struct leg *leg, enum route_probe kind)
-{
-	TERN_ASSERT(kind != ROUTE_PROBE_NONE);
-	if (leg->probe_behind > 0 || leg->is_probe_answering)
-		return 0; /* one at a time: a write stays unprobed (the release probes it), an isolation unknown */
-	uint32_t ahead = leg->pending_ready - leg->hidden_ready; /* the client's replies owed before it */
-	int rc = route_push_query(leg, kind == ROUTE_PROBE_LSN ? MONITOR_INSERT_LSN_SQL : "SHOW transaction_isolation");
-	if (rc < 0)
-		return rc;
-	leg->probe_kind = (uint8_t)kind;
-	if (ahead == 0) {
-		leg->hidden_ready++;
-		leg->is_probe_answering = true;
-	} else {
-		leg->probe_behind = ahead;
-	}
-	if (kind == ROUTE_PROBE_LSN)
-		s->routing.is_write_unprobed = false;
-	return 0;
-}
 
 static bool route_observer_is_on(const struct session *s) { return s->is_transaction_pooling; }
 

@@ -1,8 +1,7 @@
 /* Routing's own session parameters, tern.consistency and tern.transaction_split: their names and values,
  * SET, RESET and SHOW of them answered by tern (never a server's). Owns s->routing.settings; never
  * routes anything. */
-#include "route.h"
-#include "route_internal.h"
+#include "route_setting.h"
 
 #include <ctype.h>
 #include <errno.h>
