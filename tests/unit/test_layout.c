@@ -7,6 +7,8 @@
  *   - pool/ includes nothing of core/ except core/base/, and nothing of replay/;
  *   - replay/ includes nothing of core/ (except core/base/), pool/ or ring/;
  *   - core/base/ includes nothing from other tern folders;
+ *   - the wings: auth/ includes core/base/, pool/ and, of core/, the protocol codec (core/proto.h) alone;
+ *     core/ includes nothing of admin/, which may include all but main (core/main.c, the top);
  *   - a module includes another module's root headers only (pool/pool.h, never pool/x/y.h);
  *   - core's own files keep a declared order (core_order below, lowest first): a file includes core
  *     headers of its own unit or of units below it, never above, so core has no include cycles. A unit
@@ -14,7 +16,7 @@
  *     unit is not in the order is reported, so a new file takes its place in the order on purpose;
  *   - route_internal.h, what routing's files share, is included by core/route*.c alone;
  * An include is resolved the way a compiler with every include directory would (the including file's
- * folder, then '.', 'core' and 'core/base'), so `#include "proto.h"` from pool/ counts as core/, even
+ * folder, then '.', 'core', 'core/base', 'auth' and 'admin'), so `#include "proto.h"` from pool/ counts as core/, even
  * though meson gives pool/ only core/base and the compiler refuses it too.
  * The checker is also run on a small tree written here with known violations, so it can fail.
  */
@@ -40,19 +42,19 @@
 /* Folder depth walked; the tree is shallow, this only stops a symlink loop. */
 #define LAYOUT_DEPTH_MAX 16
 
-enum module { MODULE_OTHER = 0, MODULE_BASE, MODULE_CORE, MODULE_POOL, MODULE_REPLAY, MODULE_RING };
+enum module { MODULE_OTHER = 0, MODULE_BASE, MODULE_CORE, MODULE_POOL, MODULE_REPLAY, MODULE_RING, MODULE_AUTH, MODULE_ADMIN, MODULE_MAIN };
 
-static const char *const module_names[] = {"other", "core/base", "core", "pool", "replay", "ring"};
+static const char *const module_names[] = {"other", "core/base", "core", "pool", "replay", "ring", "auth", "admin", "main"};
 
 /* core's units, lowest first: the codec and libraries, the process's shared state, what a worker lends
  * its sessions, the session and its parts, then the worker, the admin console and main. */
 static const char *const core_order[] = {
-	"proto", "sendq", "reasons", "sql", "classify", "split", "digest", "params", "stmts", "databases", "config", "import", "listen", "scram", "auth", "server_auth", "auth_query", "tls",
+	"proto", "sendq", "reasons", "sql", "classify", "split", "digest", "params", "stmts", "databases", "config", "import", "listen",
 	"gates", "failovers", "history", "history_replay", "runtime", "patroni", "monitor_conn", "monitor", "host", "leg",
 	"session", "session_tls", "observer", "observer_copy", "observer_stmts", "observer_params", "observer_pins",
-	"observer_stats", "observer_digest", "dispatch", "route_internal", "route", "route_setting", "route_batch", "route_guard", "route_observer", "recover", "observer_replay", "observer_journal",
+	"observer_stats", "observer_digest", "dispatch", "route_internal", "route_setting", "route", "route_batch", "route_guard", "route_observer", "recover", "observer_replay", "observer_journal",
 	"session_login", "session_relay",
-	"worker", "http", "admin_reply", "admin_show", "admin", "main",
+	"worker", "main",
 };
 
 /* The rank of a core file's unit in core_order, or -1. `rel` is relative to the root. */
@@ -100,6 +102,8 @@ static enum module module_of(const char *rel)
 {
 	if (has_prefix(rel, "core/base/"))
 		return MODULE_BASE;
+	if (strcmp(rel, "core/main.c") == 0)
+		return MODULE_MAIN;
 	if (has_prefix(rel, "core/"))
 		return MODULE_CORE;
 	if (has_prefix(rel, "pool/"))
@@ -108,6 +112,10 @@ static enum module module_of(const char *rel)
 		return MODULE_REPLAY;
 	if (has_prefix(rel, "ring/"))
 		return MODULE_RING;
+	if (has_prefix(rel, "auth/"))
+		return MODULE_AUTH;
+	if (has_prefix(rel, "admin/"))
+		return MODULE_ADMIN;
 	return MODULE_OTHER;
 }
 
@@ -124,14 +132,14 @@ static bool is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The tern module an include lands in, resolved like a compiler with -I. -Icore -Icore/base;
+/* The tern module an include lands in, resolved like a compiler with -I. -Icore -Icore/base -Iauth -Iadmin;
  * MODULE_OTHER for system and library headers. `dir_rel` is the including file's folder, relative to
  * the root; `to_rel` gets the included file's path relative to the root ("" for MODULE_OTHER). */
 static enum module layout_resolve(const struct layout *l, const char *dir_rel, const char *name, bool is_quoted,
 				  char *to_rel, size_t to_rel_size)
 {
 	char candidate[LAYOUT_PATH_MAX];
-	const char *bases[4];
+	const char *bases[6];
 	size_t base_count = 0;
 	to_rel[0] = '\0';
 	if (is_quoted)
@@ -139,6 +147,8 @@ static enum module layout_resolve(const struct layout *l, const char *dir_rel, c
 	bases[base_count++] = "";
 	bases[base_count++] = "core";
 	bases[base_count++] = "core/base";
+	bases[base_count++] = "auth";
+	bases[base_count++] = "admin";
 	for (size_t i = 0; i < base_count; i++) {
 		char base_path[LAYOUT_PATH_MAX];
 		path_join(base_path, sizeof(base_path), l->root, bases[i]);
@@ -156,8 +166,9 @@ static enum module layout_resolve(const struct layout *l, const char *dir_rel, c
 	return MODULE_OTHER;
 }
 
-/* Whether module `from` may include a header of module `to`. */
-static bool layout_edge_is_allowed(enum module from, enum module to)
+/* Whether module `from` may include header `to_rel` of module `to`. The wings: auth lies below core (it
+ * reads the protocol codec, core/proto.h, alone of core's headers), admin above it; main is the top. */
+static bool layout_edge_is_allowed(enum module from, enum module to, const char *to_rel)
 {
 	if (to == MODULE_OTHER || to == from)
 		return true;
@@ -167,9 +178,15 @@ static bool layout_edge_is_allowed(enum module from, enum module to)
 	case MODULE_RING:
 		return to == MODULE_BASE;
 	case MODULE_POOL:
-		return to != MODULE_CORE && to != MODULE_REPLAY;
+		return to == MODULE_BASE || to == MODULE_RING;
 	case MODULE_REPLAY:
 		return to == MODULE_BASE;
+	case MODULE_AUTH:
+		return to == MODULE_BASE || to == MODULE_POOL || (to == MODULE_CORE && strcmp(to_rel, "core/proto.h") == 0);
+	case MODULE_CORE:
+		return to != MODULE_ADMIN && to != MODULE_MAIN;
+	case MODULE_ADMIN:
+		return to != MODULE_MAIN;
 	default:
 		return true;
 	}
@@ -243,7 +260,7 @@ static void layout_check_file(struct layout *l, const char *path, const char *re
 			layout_report(l, "%s:%u: includes %s; only ring/ may use liburing\n", rel, line_no, name);
 		char to_rel[LAYOUT_PATH_MAX];
 		enum module to = layout_resolve(l, dir_rel, name, is_quoted, to_rel, sizeof(to_rel));
-		if (!layout_edge_is_allowed(from, to)) {
+		if (!layout_edge_is_allowed(from, to, to_rel)) {
 			layout_report(l, "%s:%u: %s includes \"%s\" from %s\n", rel, line_no, module_names[from], name,
 				      module_names[to]);
 		} else if (to != from && to != MODULE_OTHER && to != MODULE_BASE && strchr(strchr(to_rel, '/') + 1, '/')) {
@@ -504,6 +521,26 @@ Test(layout, checker_lets_only_session_c_set_a_sessions_phase)
 	struct layout *l = layout_check(root);
 	cr_assert_not_null(strstr(l->report, "core/proto.c:2: sets a session's phase"), "%s", l->report);
 	cr_assert_eq(l->violations, 1, "%u violations:\n%s", l->violations, l->report);
+	free(l);
+	fake_remove(root);
+	free(root);
+}
+
+Test(layout, checker_keeps_the_wings_in_their_order)
+{
+	char *root = fake_root();
+	fake_clean_tree(root);
+	fake_write(root, "core/session.h", "#include \"proto.h\"\n");
+	fake_write(root, "auth/auth.h", "#include \"base.h\"\n");
+	fake_write(root, "auth/auth.c", "#include \"auth.h\"\n#include \"core/proto.h\"\n#include \"pool/pool.h\"\n"
+					"#include \"core/session.h\"\n");
+	fake_write(root, "admin/admin.h", "#include \"session.h\"\n#include \"auth.h\"\n");
+	fake_write(root, "core/sendq.c", "#include \"proto.h\"\n#include \"auth.h\"\n#include \"admin.h\"\n");
+	fake_write(root, "core/main.c", "#include \"admin.h\"\n#include \"session.h\"\n");
+	struct layout *l = layout_check(root);
+	cr_assert_not_null(strstr(l->report, "auth/auth.c:4: auth includes \"core/session.h\" from core"), "%s", l->report);
+	cr_assert_not_null(strstr(l->report, "core/sendq.c:3: core includes \"admin.h\" from admin"), "%s", l->report);
+	cr_assert_eq(l->violations, 2, "%u violations:\n%s", l->violations, l->report);
 	free(l);
 	fake_remove(root);
 	free(root);

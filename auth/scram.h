@@ -20,7 +20,7 @@
 #ifndef TERN_SCRAM_H
 #define TERN_SCRAM_H
 
-#include "base/base.h"
+#include "base.h"
 
 #define SCRAM_KEY_LEN 32 /* SHA-256 output */
 /* PostgreSQL writes 16-byte salts; 64 leaves room for hand-made secrets without unbounded storage. */

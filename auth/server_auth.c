@@ -3,7 +3,7 @@
  */
 #include "server_auth.h"
 
-#include "proto.h"
+#include "core/proto.h"
 
 #include <errno.h>
 #include <stdarg.h>

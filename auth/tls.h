@@ -25,7 +25,7 @@
 #ifndef TERN_TLS_H
 #define TERN_TLS_H
 
-#include "base/base.h"
+#include "base.h"
 
 /* RFC 8446 §5.1: a record carries at most 2^14 bytes of plaintext. */
 #define TLS_RECORD_PLAINTEXT_MAX 16384u

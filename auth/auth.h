@@ -16,7 +16,7 @@
 #ifndef TERN_AUTH_H
 #define TERN_AUTH_H
 
-#include "base/base.h"
+#include "base.h"
 #include "scram.h"
 
 /* PostgreSQL's NAMEDATALEN - 1: a longer name could never match a role. */
