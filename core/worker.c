@@ -162,146 +162,9 @@ void worker_finish_jobs(struct tern_runtime *runtime)
 	}
 }
 
-/* ---- SHOW STATS: per-database totals ---- */
-
-/* worker_totals is added and subtracted as an array of counters. */
-static_assert(sizeof(struct worker_totals) % sizeof(uint64_t) == 0, "worker_totals holds uint64_t only");
-#define WORKER_TOTALS_FIELDS (sizeof(struct worker_totals) / sizeof(uint64_t))
-
-static void worker_totals_add(struct worker_totals *to, const struct worker_totals *from)
-{
-	uint64_t *a = (uint64_t *)to;
-	const uint64_t *b = (const uint64_t *)from;
-	for (size_t i = 0; i < WORKER_TOTALS_FIELDS; i++)
-		a[i] += b[i];
-}
-
-static void worker_totals_add_session(struct worker_totals *to, struct session *s)
-{
-	session_stats_close_assignment(s);
-	struct worker_totals t = {
-		.xact_count = s->stats.xact_count,
-		.query_count = s->stats.query_count,
-		.received_bytes = session_primary(s)->to_server.sent_bytes_total,
-		.sent_bytes = s->to_client.sent_bytes_total,
-		.xact_ns = s->stats.xact_ns,
-		.query_ns = s->stats.query_ns,
-		.wait_ns = s->stats.wait_ns,
-	};
-	worker_totals_add(to, &t);
-}
-
-#define WORKER_STATS_NO_SLOT UINT32_MAX
-
-static uint32_t worker_stats_find(const struct worker *worker, const char *database)
-{
-	for (uint32_t i = 0; i < worker->db_totals_count; i++)
-		if (strcmp(worker->db_totals[i].database, database) == 0)
-			return i;
-	return WORKER_STATS_NO_SLOT;
-}
-
-/* The session's row, made on first use; WORKER_STATS_NO_SLOT for an admin session or out of memory. */
-static uint32_t worker_stats_slot(struct worker *worker, struct session *s)
-{
-	if (!s->db)
-		return WORKER_STATS_NO_SLOT; /* the admin console, or a client that never named a database */
-	if (s->stats.slot)
-		return s->stats.slot - 1;
-	const char *database = s->database;
-	uint32_t i = worker_stats_find(worker, database);
-	if (i == WORKER_STATS_NO_SLOT && worker->db_totals_count >= WORKER_STATS_DATABASES_MAX - 1) {
-		database = WORKER_STATS_OTHER; /* the last row is kept for every further name */
-		i = worker_stats_find(worker, database);
-	}
-	if (i == WORKER_STATS_NO_SLOT) {
-		if (worker->db_totals_count == worker->db_totals_cap) {
-			uint32_t cap = TERN_MIN(TERN_MAX(worker->db_totals_cap * 2, 8u), WORKER_STATS_DATABASES_MAX);
-			struct worker_db_totals *grown = realloc(worker->db_totals, cap * sizeof(*grown));
-			if (!grown)
-				return WORKER_STATS_NO_SLOT; /* this session goes uncounted */
-			worker->db_totals = grown;
-			worker->db_totals_cap = cap;
-		}
-		i = worker->db_totals_count++;
-		memset(&worker->db_totals[i], 0, sizeof(worker->db_totals[i]));
-		base_strlcpy(worker->db_totals[i].database, database, sizeof(worker->db_totals[i].database));
-	}
-	s->stats.slot = i + 1;
-	return i;
-}
-
-/* A session is freed: what it counted joins its row. */
-static void worker_stats_fold(struct worker *worker, struct session *s)
-{
-	uint32_t slot = worker_stats_slot(worker, s);
-	if (slot != WORKER_STATS_NO_SLOT)
-		worker_totals_add_session(&worker->db_totals[slot].freed, s);
-}
-
-/* Every row's count so far: freed sessions, live ones and ending ones. Malloc'd; NULL: no memory. */
-static struct worker_totals *worker_stats_current(struct worker *worker)
-{
-	struct base_list *lists[] = {&worker->host.sessions, &worker->host.reaping};
-	struct base_list *node, *tmp;
-	for (size_t l = 0; l < TERN_ARRAY_LEN(lists); l++) { /* rows first: the table may grow */
-		base_list_for_each_safe(node, tmp, lists[l])
-		{
-			(void)worker_stats_slot(worker, TERN_CONTAINER_OF(node, struct session, link));
-		}
-	}
-	struct worker_totals *current = calloc(TERN_MAX(worker->db_totals_count, 1u), sizeof(*current));
-	if (!current)
-		return NULL;
-	for (uint32_t i = 0; i < worker->db_totals_count; i++)
-		current[i] = worker->db_totals[i].freed;
-	for (size_t l = 0; l < TERN_ARRAY_LEN(lists); l++) {
-		base_list_for_each_safe(node, tmp, lists[l])
-		{
-			struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-			uint32_t slot = worker_stats_slot(worker, s);
-			if (slot != WORKER_STATS_NO_SLOT)
-				worker_totals_add_session(&current[slot], s);
-		}
-	}
-	return current;
-}
-
-/* The period's end: its increase becomes `last`, which the averages are made of. */
-static void worker_stats_period(struct worker *worker, uint64_t now_ns)
-{
-	worker->next_stats_period_ns = now_ns + WORKER_STATS_PERIOD_S * BASE_NS_PER_SEC;
-	struct worker_totals *current = worker_stats_current(worker);
-	if (!current)
-		return; /* out of memory: the averages stay those of the period before */
-	for (uint32_t i = 0; i < worker->db_totals_count; i++) {
-		struct worker_db_totals *row = &worker->db_totals[i];
-		uint64_t *last = (uint64_t *)&row->last;
-		const uint64_t *now = (const uint64_t *)&current[i], *mark = (const uint64_t *)&row->mark;
-		for (size_t f = 0; f < WORKER_TOTALS_FIELDS; f++)
-			last[f] = now[f] - mark[f];
-		row->mark = current[i];
-	}
-	free(current);
-}
-
 struct worker_db_report *worker_stats_report(struct worker *worker, uint32_t *count)
 {
-	struct worker_totals *current = worker_stats_current(worker);
-	struct worker_db_report *rows =
-		current ? calloc(TERN_MAX(worker->db_totals_count, 1u), sizeof(*rows)) : NULL;
-	if (!rows) {
-		free(current);
-		return NULL;
-	}
-	for (uint32_t i = 0; i < worker->db_totals_count; i++) {
-		memcpy(rows[i].database, worker->db_totals[i].database, sizeof(rows[i].database));
-		rows[i].total = current[i];
-		rows[i].last = worker->db_totals[i].last;
-	}
-	*count = worker->db_totals_count;
-	free(current);
-	return rows;
+	return worker_db_stats_report(&worker->db_stats, &worker->host, count);
 }
 
 /* ---- PAUSE's gate ---- */
@@ -552,8 +415,8 @@ static void worker_on_tick(struct ring *ring)
 		recover_check_waits(&worker->host, now); /* write_timeout_secs: they end */
 	if (worker->host.console_waiting_count > 0)
 		worker->host.runtime->console->on_tick(&worker->host);
-	if (now >= worker->next_stats_period_ns)
-		worker_stats_period(worker, now);
+	if (now >= worker->db_stats.next_period_ns)
+		worker_db_stats_period(&worker->db_stats, &worker->host, now);
 	for (uint32_t i = 0; i < worker->listener_count; i++) {
 		struct worker_listener *listener = &worker->listeners[i];
 		if (!listener->accept_op.is_armed && listener->fd >= 0 &&
@@ -612,7 +475,7 @@ static void worker_end_pass(struct worker *worker)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 		if (session_is_reapable(s)) {
-			worker_stats_fold(worker, s);
+			worker_db_stats_fold(&worker->db_stats, s);
 			session_destroy(s);
 		}
 	}
@@ -705,7 +568,7 @@ static void *worker_main(void *arg)
 	worker->host.ring.on_wake = worker_on_wake;
 	worker->host.ring.on_tick = worker_on_tick;
 	ring_tick_start(&worker->host.ring, (uint64_t)WORKER_TICK_MS * BASE_NS_PER_MS);
-	worker->next_stats_period_ns = base_now_ns() + WORKER_STATS_PERIOD_S * BASE_NS_PER_SEC;
+	worker->db_stats.next_period_ns = base_now_ns() + WORKER_STATS_PERIOD_S * BASE_NS_PER_SEC;
 	for (uint32_t i = 0; i < worker->listener_count; i++) {
 		worker->listeners[i].accept_op.handler = worker_on_accept;
 		ring_accept_multishot(&worker->host.ring, &worker->listeners[i].accept_op, worker->listeners[i].fd);
@@ -827,13 +690,11 @@ void worker_deinit(struct worker *worker)
 	if (worker->wake_fd >= 0)
 		close(worker->wake_fd);
 	worker->wake_fd = -1;
-	free(worker->db_totals);
-	worker->db_totals = NULL;
+	worker_db_stats_deinit(&worker->db_stats);
 	free(worker->host.classify_cache);
 	worker->host.classify_cache = NULL;
 	free(worker->host.digests);
 	worker->host.digests = NULL;
-	worker->db_totals_count = worker->db_totals_cap = 0;
 	pthread_mutex_destroy(&worker->mailbox_lock);
 	pthread_mutex_destroy(&worker->init_lock);
 	pthread_cond_destroy(&worker->init_cond);

@@ -12,6 +12,7 @@
 
 #include "host.h"
 #include "listen.h"
+#include "worker_stats.h"
 
 #include <pthread.h>
 
@@ -19,40 +20,7 @@
 #define WORKER_TICK_MS 100u
 /* Worker indexes fit the top byte of the BackendKeyData pid (for cancel routing). */
 #define WORKER_COUNT_MAX 128u
-/* SHOW STATS's averages are over the last full period of this many seconds (PgBouncer's stats_period). */
-#define WORKER_STATS_PERIOD_S 60u
-/* Database names one worker keeps SHOW STATS totals for: a table scanned by name when a session first
- * needs its row. Past it, sessions of further names are counted in the row WORKER_STATS_OTHER. */
-#define WORKER_STATS_DATABASES_MAX 1024u
-#define WORKER_STATS_OTHER "(other)"
-
 struct worker;
-
-/* SHOW STATS's sums for one database (times in ns). */
-struct worker_totals {
-	uint64_t xact_count;
-	uint64_t query_count;
-	uint64_t received_bytes; /* from clients, sent on to servers (with tern's own parameter restores) */
-	uint64_t sent_bytes;     /* to clients */
-	uint64_t xact_ns;
-	uint64_t query_ns;
-	uint64_t wait_ns;
-};
-
-/* One worker's row of SHOW STATS: totals of freed sessions, and the period bookkeeping. */
-struct worker_db_totals {
-	char database[POOL_NAME_LEN_MAX];
-	struct worker_totals freed; /* sessions freed since start */
-	struct worker_totals mark;  /* everything (freed + live) at the start of the current period */
-	struct worker_totals last;  /* the increase over the last full period */
-};
-
-/* A worker's answer to SHOW STATS for one database. */
-struct worker_db_report {
-	char database[POOL_NAME_LEN_MAX];
-	struct worker_totals total; /* since start, live sessions included */
-	struct worker_totals last;  /* the last full period's increase */
-};
 
 /* A question for every worker (SHOW CLIENTS, SHOW STATS). A session is touched only by its worker, so
  * each worker answers its own part on its own thread, from its mailbox; the last to answer hands the
@@ -98,9 +66,7 @@ struct worker {
 	struct base_list jobs;      /* worker_job_parts to answer (mailbox_lock) */
 	struct base_list jobs_done; /* worker_jobs this worker asked, all answered (mailbox_lock) */
 	uint32_t pause_generation_seen; /* atomic: written by the worker, read by PAUSE on any worker */
-	struct worker_db_totals *db_totals;
-	uint32_t db_totals_count, db_totals_cap;
-	uint64_t next_stats_period_ns;
+	struct worker_db_stats db_stats; /* SHOW STATS's rows (worker_stats.c) */
 	/* Startup handshake with main: init result. */
 	int init_result;
 	char init_error[512];

@@ -54,7 +54,7 @@ static const char *const core_order[] = {
 	"session", "session_tls", "observer", "observer_copy", "observer_stmts_replies", "observer_stmts", "observer_params", "observer_pins",
 	"observer_stats", "observer_digest", "dispatch", "route_internal", "route_setting", "route", "route_batch", "route_guard", "route_observer", "recover", "observer_replay", "observer_journal",
 	"session_login", "session_relay",
-	"worker", "main",
+	"worker_stats", "worker", "main",
 };
 
 /* The rank of a core file's unit in core_order, or -1. `rel` is relative to the root. */
