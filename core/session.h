@@ -383,8 +383,8 @@ struct session {
 	char database[POOL_NAME_LEN_MAX]; /* as the client asked for it */
 	/* Its [databases] entry (NULL: none, the name passes through); lives as long as tern, since a reload
 	 * keeps the configuration it came from. */
-	const struct database_entry *route;
-	struct pool_server *pinned_server; /* the route's `server`; NULL: the primary of the moment */
+	const struct database_entry *db_entry;
+	struct pool_server *pinned_server; /* the entry's `server`; NULL: the primary of the moment */
 	char application_name[POOL_NAME_LEN_MAX];
 	/* auth_query: the lookup in flight (its owner is this session until it is freed); what it found is
 	 * login->looked_up. */

@@ -251,7 +251,7 @@ static const struct auth_user *login_user_entry(const struct session *s)
 /* The database on the server: the [databases] entry's dbname, else the name the client asked for. */
 static const char *login_server_database(const struct session *s)
 {
-	return s->route && s->route->dbname[0] ? s->route->dbname : s->database;
+	return s->db_entry && s->db_entry->dbname[0] ? s->db_entry->dbname : s->database;
 }
 
 /* The pool key of an authenticated client (options: login_build_options'). False when the session ended.
@@ -260,7 +260,7 @@ static const char *login_server_database(const struct session *s)
 static bool login_take_db(struct session *s, const char *options)
 {
 	const struct tern_runtime *rt = s->host->runtime;
-	const struct database_entry *route = s->route;
+	const struct database_entry *route = s->db_entry;
 	bool is_forced = route && route->user[0];
 	const struct auth_user *entry = NULL;
 	if (is_forced) {
@@ -504,18 +504,18 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 		return;
 	}
 	if (!is_console && databases_is_routing(config->databases)) {
-		s->route = databases_find(config->databases, s->database);
-		if (!s->route) {
+		s->db_entry = databases_find(config->databases, s->database);
+		if (!s->db_entry) {
 			session_end(s, SESSION_END_UNKNOWN_DATABASE);
 			return;
 		}
-		for (uint32_t i = 0; s->route->server[0] && i < rt->pool->server_count; i++)
-			if (strcmp(rt->pool->servers[i].name, s->route->server) == 0)
+		for (uint32_t i = 0; s->db_entry->server[0] && i < rt->pool->server_count; i++)
+			if (strcmp(rt->pool->servers[i].name, s->db_entry->server) == 0)
 				s->pinned_server = &rt->pool->servers[i];
 	}
 	/* The pool mode: the database's, else the user's, else [tern] pool_mode. */
 	const struct user_entry *user_entry = databases_find_user(config->databases, s->user);
-	int pool_mode = s->route && s->route->pool_mode >= 0	  ? s->route->pool_mode
+	int pool_mode = s->db_entry && s->db_entry->pool_mode >= 0	  ? s->db_entry->pool_mode
 			: user_entry && user_entry->pool_mode >= 0 ? user_entry->pool_mode
 								   : config->pool_mode;
 	s->is_transaction_pooling = pool_mode == CONFIG_POOL_TRANSACTION;
