@@ -22,6 +22,7 @@
 
 #include "host.h"
 #include "proto.h"
+#include "route_types.h"
 #include "sendq.h"
 #include "stmts.h"
 
@@ -93,17 +94,11 @@ struct leg {
 	uint32_t probe_behind;
 	bool is_probe_answering; /* the hidden answer being read is the probe's */
 	uint64_t to_client_bytes; /* what it forwarded to the client, all told (a replica read re-run only at 0 new) */
-	/* A routed read's answer is held back until it is known not to be one routing re-runs on the
-	 * primary (route.c's show stage): what precedes its first row or completion waits. */
-	bool is_reply_guarded;
-	uint8_t probe_kind; /* enum route_probe: what tern's probe behind or answering asks */
+	struct leg_route route; /* routing's (route_types.h) */
 	/* A polar server's last ReadyForQuery: its marker ('x', 'w') and the transaction's XIDs ("cid,xid,..."),
 	 * what a split read after a write imports on the replica. */
 	char polar_marker;
 	char polar_xids[128];
-	bool has_polar_settings; /* a split read's SET polar_* went to its connection: RESET before it goes */
-	bool is_waiting_for_lsn; /* a hidden WAIT FOR LSN is ahead of the read: its status is looked at */
-	bool is_wait_status_next; /* ... and its RowDescription came: the next DataRow is the status */
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
 	struct leg_copy copy;        /* observer_copy.c */
 	/* Statements queued messages use that the connection must prepare (collected while detached). */

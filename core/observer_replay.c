@@ -456,7 +456,7 @@ static bool replay_watches(const struct session *s, const struct leg *leg)
 
 static unsigned replay_show_type(struct session *s, struct leg *leg, uint8_t type, unsigned action, bool *claims)
 {
-	if (leg->is_reply_guarded)
+	if (leg->route.is_reply_guarded)
 		return action;
 	/* (a preamble only ahead of a completion that is sure to come: after a Flush the client waits for it) */
 	*claims = type == PROTO_BE_ERROR || type == PROTO_BE_NOTICE ||

@@ -143,7 +143,7 @@ int route_push_probe(struct session *s, struct leg *leg, enum route_probe kind)
 	int rc = route_push_query(leg, kind == ROUTE_PROBE_LSN ? MONITOR_INSERT_LSN_SQL : "SHOW transaction_isolation");
 	if (rc < 0)
 		return rc;
-	leg->probe_kind = (uint8_t)kind;
+	leg->route.probe_kind = (uint8_t)kind;
 	if (ahead == 0) {
 		leg->hidden_ready++;
 		leg->is_probe_answering = true;
@@ -518,7 +518,7 @@ static int route_push_polar_settings(struct session *s, struct leg *leg)
 		if (rc < 0)
 			return rc;
 	}
-	leg->has_polar_settings = true;
+	leg->route.has_polar_settings = true;
 	return 0;
 }
 
@@ -534,7 +534,7 @@ static int route_push_wait_for_lsn(struct session *s, struct leg *leg)
 		 (unsigned int)(lsn >> 32), (unsigned int)lsn, left_ms);
 	int rc = route_push_hidden(leg, sql);
 	if (rc == 0)
-		leg->is_waiting_for_lsn = true;
+		leg->route.is_waiting_for_lsn = true;
 	return rc;
 }
 
@@ -571,7 +571,7 @@ void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 	route->client_leg = is_replica && (route->is_batch || route->is_tx) ? leg : NULL;
 	/* A read's or a batch's answer, or a BEGIN READ ONLY's (not a moved transaction's SET: its BEGIN is
 	 * on the primary no more) */
-	leg->is_reply_guarded = is_replica && !is_begin_moved;
+	leg->route.is_reply_guarded = is_replica && !is_begin_moved;
 	route->reply_held.len = 0;
 	route->is_rerun = false;
 	s->parts->feed(s, leg, true, route->held.data, route->held.len);

@@ -38,7 +38,7 @@ static void route_guard_send(struct session *s, struct leg *leg, uint8_t type, c
 static void route_guard_release(struct session *s, struct leg *leg)
 {
 	struct session_route *route = &s->routing;
-	leg->is_reply_guarded = false;
+	leg->route.is_reply_guarded = false;
 	if (route->reply_held.len > 0) {
 		session_send_to_client(s, route->reply_held.data, route->reply_held.len);
 		leg->to_client_bytes += route->reply_held.len;
@@ -130,15 +130,15 @@ void route_on_progress(struct session *s, struct leg *leg)
 		if (leg->role != LEG_REPLICA || leg->is_request_pending || (leg->conn && !is_kept))
 			return;
 		route_release_server(s);
-		leg->is_waiting_for_lsn = leg->is_wait_status_next = false; /* (a WAIT FOR that failed with an error) */
+		leg->route.is_waiting_for_lsn = leg->route.is_wait_status_next = false; /* (a WAIT FOR that failed with an error) */
 		if (route->is_rerun) { /* its refusal is hidden and its connection went back: the primary's turn */
-			leg->is_reply_guarded = false;
+			leg->route.is_reply_guarded = false;
 			route_rerun(s, &route_paths(s)->error);
 		} else {
 			route_guard_release(s, leg); /* (what tern made up after the last of the server's answer) */
 			route_done(s); /* answered, and its connection went back (or is kept) */
 		}
-		leg->is_reply_guarded = is_kept; /* kept: what it says unasked is hidden */
+		leg->route.is_reply_guarded = is_kept; /* kept: what it says unasked is hidden */
 	}
 	route_split_settle(s);
 	route_run(s);
@@ -157,7 +157,7 @@ bool route_on_lost(struct session *s, struct leg *leg)
 		route->split.server = NULL;
 		return session_set_aside_leg(s, LEG_REPLICA) != NULL;
 	}
-	if (leg->role != LEG_REPLICA || !is_routed || !leg->is_reply_guarded || s->phase != SESSION_READY ||
+	if (leg->role != LEG_REPLICA || !is_routed || !leg->route.is_reply_guarded || s->phase != SESSION_READY ||
 	    leg != s->legs[LEG_REPLICA])
 		return false; /* part of its answer reached the client: the session decides */
 	TERN_ASSERT(leg->to_client_bytes == route->replica_mark);

@@ -71,9 +71,9 @@ static unsigned route_hidden_type(struct session *s, struct leg *leg, uint8_t ty
 {
 	(void)s;
 	if (leg->role == LEG_REPLICA) /* a split read's SET polar_* (an error), WAIT FOR LSN (its status, too) */
-		return (type == PROTO_BE_ERROR && (leg->has_polar_settings || leg->is_waiting_for_lsn)) ||
+		return (type == PROTO_BE_ERROR && (leg->route.has_polar_settings || leg->route.is_waiting_for_lsn)) ||
 				       ((type == PROTO_BE_DATA_ROW || type == PROTO_BE_ROW_DESCRIPTION) &&
-					leg->is_waiting_for_lsn)
+					leg->route.is_waiting_for_lsn)
 			       ? PROTO_INSPECT
 			       : 0;
 	if (!leg->is_probe_answering)
@@ -98,16 +98,16 @@ static enum classify_isolation route_isolation_of(const char *text)
 
 static int route_hidden_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
-	if (leg->role == LEG_REPLICA && m->is_hidden && leg->is_waiting_for_lsn && m->type != PROTO_BE_ERROR) {
+	if (leg->role == LEG_REPLICA && m->is_hidden && leg->route.is_waiting_for_lsn && m->type != PROTO_BE_ERROR) {
 		static const uint8_t status_column[] = {0, 1, 's', 't', 'a', 't', 'u', 's', 0};
 		if (m->type == PROTO_BE_ROW_DESCRIPTION) { /* WAIT FOR's one column, among other hidden answers */
-			leg->is_wait_status_next = m->len >= sizeof(status_column) &&
+			leg->route.is_wait_status_next = m->len >= sizeof(status_column) &&
 						   memcmp(m->body, status_column, sizeof(status_column)) == 0;
 			return 0;
 		}
-		if (!leg->is_wait_status_next)
+		if (!leg->route.is_wait_status_next)
 			return 0;
-		leg->is_waiting_for_lsn = leg->is_wait_status_next = false;
+		leg->route.is_waiting_for_lsn = leg->route.is_wait_status_next = false;
 		if (s->routing.state == ROUTE_ON_REPLICA && !s->routing.is_rerun &&
 		    !(m->len == 2 + 4 + 7 && memcmp(m->body + 6, "success", 7) == 0)) {
 			TERN_INFO("client %s/%s: a replica's WAIT FOR LSN did not succeed; the primary serves the read",
@@ -126,7 +126,7 @@ static int route_hidden_message(struct session *s, struct leg *leg, const struct
 	}
 	if (!m->is_hidden || !leg->is_probe_answering)
 		return 0;
-	bool is_lsn = leg->probe_kind == ROUTE_PROBE_LSN;
+	bool is_lsn = leg->route.probe_kind == ROUTE_PROBE_LSN;
 	switch (m->type) {
 	case PROTO_BE_DATA_ROW: {
 		/* One column: the LSN as text, "16/B374D848"; or the isolation level, "read committed". */
@@ -165,8 +165,8 @@ static bool route_before_release(struct session *s, struct leg *leg)
 {
 	if (leg->role == LEG_REPLICA && s->routing.split.server && s->phase == SESSION_READY)
 		return true; /* kept for the transaction's reads */
-	if (leg->role == LEG_REPLICA && leg->has_polar_settings) { /* never left to the connection's next user */
-		leg->has_polar_settings = false;
+	if (leg->role == LEG_REPLICA && leg->route.has_polar_settings) { /* never left to the connection's next user */
+		leg->route.has_polar_settings = false;
 		static const char *const resets[] = {"RESET polar_xact_split_xids", "RESET polar_consistency_mode",
 						      "RESET polar_proxy_wait_timeout_ms", "RESET polar_xact_split_wait_lsn"};
 		for (size_t i = 0; i < TERN_ARRAY_LEN(resets); i++) {
@@ -204,7 +204,7 @@ static bool route_watches(const struct session *s, const struct leg *leg)
 
 static unsigned route_show_type(struct session *s, struct leg *leg, uint8_t type, unsigned action, bool *claims)
 {
-	enum route_guard guard = leg->is_reply_guarded ? route_guard_type(s, leg, type) : ROUTE_GUARD_PASS;
+	enum route_guard guard = leg->route.is_reply_guarded ? route_guard_type(s, leg, type) : ROUTE_GUARD_PASS;
 	if (guard == ROUTE_GUARD_HIDE)
 		return action & ~(unsigned)PROTO_FORWARD;
 	*claims = guard == ROUTE_GUARD_HOLD || (type == PROTO_BE_READY && s->routing.is_split);

@@ -110,7 +110,7 @@ void session_send_to_client(struct session *s, const void *data, uint32_t len)
 void session_send_reply(struct session *s, const void *data, uint32_t len)
 {
 	const struct leg *leg = session_client_leg(s);
-	if (leg->is_reply_guarded)
+	if (leg->route.is_reply_guarded)
 		s->parts->hold_reply(s, data, len);
 	else if (s->replay.preamble.len > 0)
 		s->parts->preamble_reply(s, data, len); /* behind the start of the answer Transaction Replay holds */
