@@ -61,6 +61,14 @@ void route_run(struct session *s);
 TERN_MUST_USE int route_push_probe(struct session *s, struct leg *leg, enum route_probe kind);
 /* A Query too long for routing to read goes to the primary's leg: it may have written. */
 void route_note_unread_query(struct session *s);
+/* A client message is admitted to a leg: a plain BEGIN sent before it is alone no more. */
+static inline void route_note_admit(struct session *s) { s->routing.is_begin_alone = false; }
+/* A Query went to its leg: a plain BEGIN it was is alone so far (route_begin_may_move looks at it). */
+static inline void route_note_query_sent(struct session *s)
+{
+	s->routing.is_begin_alone = s->routing.is_begin_sent;
+	s->routing.is_begin_sent = false;
+}
 /* A request went to leg (Query, Sync, FunctionCall): on the primary's it may have written. */
 static inline void route_note_request(struct session *s, const struct leg *leg)
 {

@@ -85,7 +85,7 @@ static unsigned relay_client_count(struct session *s, struct leg *leg, uint8_t t
 /* The observers' and the relay's part in a client message going to leg: what becomes of it. */
 static unsigned relay_client_admit(struct session *s, struct leg *leg, uint8_t type)
 {
-	s->routing.is_begin_alone = false; /* a statement after the BEGIN: the transaction stays where it is */
+	route_note_admit(s); /* a statement after the BEGIN: the transaction stays where it is */
 	uint32_t mask = dispatch_client_mask(s->observers_on, type);
 	s->scan.client_readers = 0; /* (admit comes again for a Query routing held) */
 	if (mask) {
@@ -188,8 +188,7 @@ static int relay_client_query(struct relay_chunk *chunk, const uint8_t *body, ui
 	unsigned action = relay_client_admit(s, chunk->leg, PROTO_FE_QUERY);
 	TERN_ASSERT(action & PROTO_FORWARD); /* no observer takes a Query over */
 	relay_client_forward_held(chunk, PROTO_FE_QUERY, body, len);
-	s->routing.is_begin_alone = s->routing.is_begin_sent; /* a plain BEGIN, alone so far */
-	s->routing.is_begin_sent = false;
+	route_note_query_sent(s);
 	int rc = relay_client_read(chunk, PROTO_FE_QUERY, body, len);
 	if (rc == 0 && probe && chunk->error == 0)
 		chunk->error = route_push_probe(s, chunk->leg, probe);

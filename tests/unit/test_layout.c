@@ -14,7 +14,8 @@
  *     headers of its own unit or of units below it, never above, so core has no include cycles. A unit
  *     is a file name without its extension (session.h and session.c are one unit); a core file whose
  *     unit is not in the order is reported, so a new file takes its place in the order on purpose;
- *   - route_internal.h, what routing's files share, is included by core/route*.c alone;
+ *   - route_internal.h, what routing's files share, is included by core/route*.c alone, and routing's
+ *     state (route_types.h: s->routing, leg->route) is written by core/route* alone;
  * An include is resolved the way a compiler with every include directory would (the including file's
  * folder, then '.', 'core', 'core/base', 'auth' and 'admin'), so `#include "proto.h"` from pool/ counts as core/, even
  * though meson gives pool/ only core/base and the compiler refuses it too.
@@ -224,6 +225,28 @@ static bool parse_include(const char *line, char *name, size_t name_size, bool *
 	return true;
 }
 
+/* A write of routing's state on this line, (s->routing.x = ..., leg->route.y++, ...): true. Reads, and
+ * what is passed by address, are not writes here. */
+static bool layout_writes_routing(const char *line)
+{
+	static const char *const fields[] = {"routing.", "route."};
+	for (size_t f = 0; f < TERN_ARRAY_LEN(fields); f++) {
+		for (const char *p = strstr(line, fields[f]); p; p = strstr(p + 1, fields[f])) {
+			if (!((p >= line + 2 && p[-2] == '-' && p[-1] == '>') || (p > line && p[-1] == '.')))
+				continue;
+			const char *q = p + strlen(fields[f]);
+			while (*q == '_' || *q == '.' || (*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9'))
+				q++;
+			while (*q == ' ' || *q == '\t')
+				q++;
+			if ((q[0] == '=' && q[1] != '=') || (q[1] == '=' && strchr("|&+-", q[0])) ||
+			    (q[0] == '+' && q[1] == '+') || (q[0] == '-' && q[1] == '-'))
+				return true;
+		}
+	}
+	return false;
+}
+
 static void layout_check_file(struct layout *l, const char *path, const char *rel)
 {
 	enum module from = module_of(rel);
@@ -249,6 +272,9 @@ static void layout_check_file(struct layout *l, const char *path, const char *re
 		if (strstr(line, "phase = SESSION_") && strcmp(rel, "core/session.c") != 0 && !has_prefix(rel, "tests/"))
 			layout_report(l, "%s:%u: sets a session's phase; only session_set_phase (core/session.c) may\n", rel,
 				      line_no);
+		/* Routing's state (route_types.h) is written by routing's files alone. */
+		if (!has_prefix(rel, "core/route") && !has_prefix(rel, "tests/") && layout_writes_routing(line))
+			layout_report(l, "%s:%u: writes routing's state; only routing's files (core/route*) may\n", rel, line_no);
 		if (!parse_include(line, name, sizeof(name), &is_quoted))
 			continue;
 		l->includes++;
@@ -541,6 +567,24 @@ Test(layout, checker_keeps_the_wings_in_their_order)
 	cr_assert_not_null(strstr(l->report, "auth/auth.c:4: auth includes \"core/session.h\" from core"), "%s", l->report);
 	cr_assert_not_null(strstr(l->report, "core/sendq.c:3: core includes \"admin.h\" from admin"), "%s", l->report);
 	cr_assert_eq(l->violations, 2, "%u violations:\n%s", l->violations, l->report);
+	free(l);
+	fake_remove(root);
+	free(root);
+}
+
+Test(layout, checker_lets_only_routings_files_write_its_state)
+{
+	char *root = fake_root();
+	fake_clean_tree(root);
+	fake_write(root, "core/route.c", "#include \"proto.h\"\n\ts->routing.state = 1;\n");
+	fake_write(root, "core/sendq.c", "#include \"proto.h\"\n\tif (s->routing.state == 1)\n\t\tf(&s->routing.held);\n"
+					 "\tleg->route.is_reply_guarded = true;\n\ts->routing.split.tx.has_write |= x;\n"
+					 "/* see route.c */ x.routing.n++;\n");
+	struct layout *l = layout_check(root);
+	cr_assert_not_null(strstr(l->report, "core/sendq.c:4: writes routing's state"), "%s", l->report);
+	cr_assert_not_null(strstr(l->report, "core/sendq.c:5: writes routing's state"), "%s", l->report);
+	cr_assert_not_null(strstr(l->report, "core/sendq.c:6: writes routing's state"), "%s", l->report);
+	cr_assert_eq(l->violations, 3, "%u violations:\n%s", l->violations, l->report);
 	free(l);
 	fake_remove(root);
 	free(root);
