@@ -208,7 +208,8 @@ static const struct config_key config_keys[] = {
 		   "comma-separated functions (schema ignored) a replica read may call beyond the built-in "
 		   "side-effect-free list; a read calling any other function goes to the primary"),
 	CONFIG_KEY("replay", "tr_enabled", CONFIG_BOOL, "true", 0, 0, CONFIG_RELOAD, tr_enabled, NULL,
-		   "Transaction Replay's master switch: false makes tr_mode none whatever it says"),
+		   "Transaction Replay's master switch: false makes tr_mode none whatever it says; tern -c FILE --tr=false "
+		   "(or --tr false) sets it over the file, reloads included"),
 	CONFIG_KEY("replay", "tr_mode", CONFIG_ENUM, "session", 0, 0, CONFIG_RELOAD, tr_mode, config_tr_mode_names,
 		   "what a client sees when its primary connection is lost: none, the session ends (57P01); "
 		   "session, it moves to the primary of the moment with its SET state and prepared statements, a "
@@ -1109,6 +1110,12 @@ static void config_check_across_keys(struct config_parse *parse)
 		config_fail(parse, config_key_line(parse, "tern", "buffer_count"),
 			    "[tern] buffer_count: must be a power of two, got %" PRIu32, cfg->buffer_count);
 	}
+}
+
+int config_bool_of(const char *text)
+{
+	int index = config_find_name(config_bool_names, text);
+	return index < 0 ? -1 : index % 2 == 0;
 }
 
 int config_load(struct tern_config *cfg, const char *path, char *err, size_t err_size)

@@ -152,6 +152,8 @@ TERN_MUST_USE int config_init_defaults(struct tern_config *cfg);
  * passed to config_deinit.
  */
 TERN_MUST_USE int config_load(struct tern_config *cfg, const char *path, char *err, size_t err_size);
+/* A boolean as the config file writes one (true, false, on, off, yes, no, 1, 0; any case): 1, 0, or -1. */
+int config_bool_of(const char *text);
 /* "host:port, host:port" (as `listen` takes it: "*:port", "[ipv6]:port") into out: the count, or -1 when
  * an address is malformed, there are more than max, or none. */
 TERN_MUST_USE int config_parse_addresses(const char *text, struct config_listen *out, uint32_t max);

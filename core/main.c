@@ -33,6 +33,9 @@
 static void main_usage(FILE *out)
 {
 	fprintf(out, "usage: tern -c FILE          run with the config in FILE\n"
+		     "       tern -c FILE --tr=false\n"
+		     "                             [replay] tr_enabled from the command line, whatever FILE says\n"
+		     "                             (also --tr false; true, on, off, yes, no, 1, 0)\n"
 		     "       tern -c FILE --takeover\n"
 		     "                             a rolling restart: listen beside the tern already running\n"
 		     "                             (send that one SIGTERM to let it drain)\n"
@@ -115,6 +118,16 @@ static struct auth_query_settings main_auth_query_settings(const struct tern_con
 
 /* SIGHUP: reloadable keys take effect now; the others keep their running values, and the log says
  * which changed and need a restart. A bad file changes nothing (and the result is <0). */
+/* --tr on the command line: [replay] tr_enabled whatever the file says (-1: the file's). */
+static int main_tr_flag = -1;
+
+/* A loaded configuration, with what the command line sets over it. */
+static void main_override(struct tern_config *cfg)
+{
+	if (main_tr_flag >= 0)
+		cfg->tr_enabled = main_tr_flag;
+}
+
 static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, const char *path,
 			struct main_retired *retired)
 {
@@ -132,6 +145,7 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 		free(next);
 		return -EINVAL;
 	}
+	main_override(next);
 	struct tern_config *old = (struct tern_config *)rt->config;
 	struct auth_file *auth_file = NULL;
 	struct tls_context *tls = NULL;
@@ -235,6 +249,12 @@ int main(int argc, char **argv)
 			is_takeover = true;
 		} else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) {
 			config_path = argv[++i];
+		} else if (strncmp(argv[i], "--tr=", 5) == 0 || (strcmp(argv[i], "--tr") == 0 && i + 1 < argc)) {
+			const char *value = argv[i][4] == '=' ? argv[i] + 5 : argv[++i];
+			if ((main_tr_flag = config_bool_of(value)) < 0) {
+				fprintf(stderr, "tern: --tr %s: not true or false (true, false, on, off, yes, no, 1, 0)\n", value);
+				return 2;
+			}
 		} else if (strcmp(argv[i], "--import-pgbouncer") == 0 && i + 1 < argc) {
 			return import_pgbouncer(argv[i + 1], stdout, stderr) == 0 ? 0 : 2;
 		} else if (strcmp(argv[i], "--version") == 0) {
@@ -266,11 +286,15 @@ int main(int argc, char **argv)
 		config_deinit(&cfg);
 		return 2;
 	}
+	main_override(&cfg);
 	if (listen_open_logfile(cfg.logfile) < 0) {
 		fprintf(stderr, "tern: %s: [tern] logfile = %s: %s\n", config_path, cfg.logfile, strerror(errno));
 		return 2;
 	}
 	base_log_level_current = cfg.log_level;
+	if (main_tr_flag >= 0)
+		TERN_INFO("[replay] tr_enabled = %s from the command line (--tr), whatever %s says", main_tr_flag ? "true" : "false",
+			  config_path);
 	static struct tern_runtime rt;
 	gates_init(&rt.gates);
 	rt.config = &cfg;

@@ -17,7 +17,9 @@ at any time). Cases, in order (each a function; later ones use what earlier ones
     after_commit_seq = the last seq before the round; the whole history from the disk into a fresh copy of
     jbase; time_window over everything, and over round 3 alone;
   - access: with http_token, no or a wrong bearer is 401; http_listen 0.0.0.0 without a token is 403;
-    tr_enabled = false is 503; bad bodies 400, a GET 405, a body over 64 kB 413;
+    tr_enabled = false is 503, and so is --tr=false / --tr false on the command line over a file that says
+    true (across a SIGHUP too; --tr=true wins over a file's false, --tr=maybe is refused with exit 2); bad
+    bodies 400, a GET 405, a body over 64 kB 413;
   - a replay blocked on a lock stops at replay_deadline_secs (partial, "deadline"), a second replay meanwhile
     is 409 and /metrics keeps answering; an incomplete transaction (COPY FROM STDIN) makes committed_history
     answer 409 naming it, while time_window runs past it best effort;
@@ -95,12 +97,13 @@ def tern_config(pg, http, journal_dir="", http_listen=None, token="", tr_enabled
 
 @contextlib.contextmanager
 def tern_running(pg, journal_dir="", http_listen=None, token="", tr_enabled=True, deadline_s=300, fsync="interval",
-                 journal_extra="", tr_mode="session"):
-    """tern (tern_config) that must exit 0 at the end."""
+                 journal_extra="", tr_mode="session", args=()):
+    """tern (tern_config, then args on its command line) that must exit 0 at the end."""
     http = free_port()
     config = tern_config(pg, http, journal_dir, http_listen, token, tr_enabled, deadline_s, fsync, journal_extra,
                          tr_mode)
     t = TernProcess(TERN, config)
+    t._argv += list(args)
     t.start()
     t.http_port = http
     try:
@@ -391,6 +394,21 @@ def access_is_checked_and_bad_requests_refused(s):
         check(status == 503, "tr_enabled = false: %s %r" % (status, answer))
         check(journal_status(t) == {"enabled": False}, "no journal in /api/status: %r" % journal_status(t))
         check(not any(k.startswith("tern_journal_") for k in metrics(t)), "no journal metrics")
+    # The command line's --tr=false / --tr false, over a file that says true, and across a reload.
+    for args in (["--tr=false"], ["--tr", "false"], ["--tr=OFF"]):
+        with tern_running(pg, args=args) as t:
+            status, answer = replay(t, body)
+            check(status == 503, "%s: %s %r" % (" ".join(args), status, answer))
+            check(journal_status(t) == {"enabled": False}, "%s: no journal: %r" % (args, journal_status(t)))
+            t.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: "configuration reloaded" in t.log_tail(50), "the reload", 10)
+            check(replay(t, body)[0] == 503, "%s: still off after a reload" % args)
+    with tern_running(pg, tr_enabled=False, args=["--tr=true"]) as t:
+        check(journal_status(t).get("enabled") is True, "--tr=true over a file that says false: %r"
+              % journal_status(t))
+    bad = subprocess.run([TERN, "-c", "/nonexistent.ini", "--tr=maybe"], capture_output=True, text=True, timeout=10)
+    check(bad.returncode == 2 and "--tr maybe" in bad.stderr, "--tr=maybe is refused: %s %r"
+          % (bad.returncode, bad.stderr))
 
 
 def a_replay_stops_at_its_deadline_one_at_a_time_and_incomplete_is_refused(s):
