@@ -11,6 +11,7 @@ here is a synchronous standby, so a promote loses nothing acknowledged).
 
 usage: run_failover.py [-k SUBSTRING]...   (TERN_BINARY and TERN_SOURCE_ROOT from meson)"""
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -969,6 +970,27 @@ def read_kinds(w):
             return kinds, sqlstate, rows, msg[1].decode()
 
 
+@contextlib.contextmanager
+def terns_in_every_mode(primary_port, routing="", replay=""):
+    """One tern per tr_mode (MODES) in transaction pooling over the primary at primary_port (a proxy in
+    front of it, say), with `routing` and `replay` keys added to those sections; each must exit 0 at the
+    end."""
+    terns = {}
+    try:
+        for mode in MODES:
+            config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+                      "primary = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable\n"
+                      "[routing]\n%s[replay]\ntr_mode = %s\n%s" % (free_port(), primary_port, routing, mode, replay))
+            terns[mode] = TernProcess(TERN, config)
+            terns[mode].start()
+        yield terns
+    finally:
+        for t in terns.values():
+            t.stop()
+        for mode, t in terns.items():
+            check(t.returncode == 0, "tern (%s) exited with %s:\n%s" % (mode, t.returncode, t.log_tail(20)))
+
+
 def a_lost_answer_cut_between_messages_gets_its_one_error_and_the_session_goes_on(b):
     """The primary's connection cut at an exact message of an answer (tests/integration/cutting_proxy.py,
     in front of the real primary): after ParseComplete, after BindComplete, after RowDescription (an
@@ -981,96 +1003,82 @@ def a_lost_answer_cut_between_messages_gets_its_one_error_and_the_session_goes_o
     from cutting_proxy import CuttingProxy
     pg = b.pg
     pg.psql("create table if not exists trcut(m text, n int)")
-    with CuttingProxy(pg.primary_port) as proxy:
-        terns = {}
-        try:
-            for mode in MODES:
-                config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
-                          "primary = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable\n"
-                          "[routing]\nmonitor_interval_ms = 100\n"
-                          "[replay]\ntr_mode = %s\nwrite_timeout_secs = 10\n" % (free_port(), proxy.port, mode))
-                terns[mode] = TernProcess(TERN, config)
-                terns[mode].start()
-            cases = 0
-            for mode, t in terns.items():
-                none = mode == "none"
-                for name, after, kind in (("parse", "after=1", "insert"), ("bind", "after=2", "insert"),
-                                          ("rowdesc", "after=T", "select")):
-                    marker = "%s-%s" % (name, mode)
-                    sql = ("insert into trcut values ('%s', 1)" % marker if kind == "insert"
-                           else "select g from generate_series(1, 3) g")
-                    with Wire(t.port, timeout=20) as w:
-                        w.login("postgres")
-                        w.send(parse("", "%s /*cut:%s %s*/" % (sql, after, marker)) + bind("") +
-                               describe("P", "") + execute() + FLUSH)
-                        want_head = {"after=1": "1", "after=2": "12", "after=T": "12T"}[after]
-                        kinds, sqlstate, rows, status = read_kinds_until_error(w)
-                        if none:
-                            check(kinds == want_head + "E" and sqlstate == "57P01" and read_kinds(w)[3] is None,
-                                  "%s %s: 57P01, closed: %r %s" % (mode, name, kinds, sqlstate))
-                        else:
-                            check(kinds == want_head + "E" and sqlstate == "08007",
-                                  "%s %s: what came, then 08007: %r %s" % (mode, name, kinds, sqlstate))
-                            w.send(SYNC)
-                            kinds, sqlstate, rows, status = read_kinds(w)
-                            check(kinds == "Z" and status == "I", "%s %s: the Sync's ReadyForQuery: %r" % (mode, name, kinds))
-                            check(w.query("select 7") == [["7"]], "%s %s: the session goes on" % (mode, name))
-                    if kind == "insert":
-                        check(b.count("trcut", marker) <= 1, "%s %s: written at most once" % (mode, name))
-                    cases += 1
-                # The same INSERT synced: tern holds ParseComplete and BindComplete until the first row or
-                # completion, so the client sees the error alone.
-                marker = "synced-%s" % mode
+    with CuttingProxy(pg.primary_port) as proxy, terns_in_every_mode(proxy.port, "monitor_interval_ms = 100\n", "write_timeout_secs = 10\n") as terns:
+        cases = 0
+        for mode, t in terns.items():
+            none = mode == "none"
+            for name, after, kind in (("parse", "after=1", "insert"), ("bind", "after=2", "insert"),
+                                      ("rowdesc", "after=T", "select")):
+                marker = "%s-%s" % (name, mode)
+                sql = ("insert into trcut values ('%s', 1)" % marker if kind == "insert"
+                       else "select g from generate_series(1, 3) g")
                 with Wire(t.port, timeout=20) as w:
                     w.login("postgres")
-                    w.send(parse("", "insert into trcut values ('%s', 1) /*cut:after=2 %s*/" % (marker, marker)) +
-                           bind("") + describe("P", "") + execute() + SYNC)
-                    kinds, sqlstate, rows, status = read_kinds(w)
-                    check((kinds[-1:], sqlstate, status) == ("E", "57P01", None) if none else
-                          (kinds, sqlstate, status) == ("EZ", "08007", "I"), "%s synced: %r %s %s" % (mode, kinds, sqlstate, status))
-                    if not none:
-                        check(w.query("select 7") == [["7"]], "%s synced: the session goes on" % mode)
-                check(b.count("trcut", marker) <= 1, "%s synced: written at most once" % mode)
-                cases += 1
-                # Rows: after two of five (a simple query), outside and inside a transaction; inside one.
-                for where in ("autocommit", "transaction"):
-                    marker = "rows-%s-%s" % (where, mode)
-                    with Wire(t.port, timeout=20) as w:
-                        w.login("postgres")
-                        if where == "transaction":
-                            check(w.query("begin") == [], "begin")
-                        send_query(w, "select g from generate_series(1, 5) g /*cut:after=D2 %s*/" % marker)
+                    w.send(parse("", "%s /*cut:%s %s*/" % (sql, after, marker)) + bind("") +
+                           describe("P", "") + execute() + FLUSH)
+                    want_head = {"after=1": "1", "after=2": "12", "after=T": "12T"}[after]
+                    kinds, sqlstate, rows, status = read_kinds_until_error(w)
+                    if none:
+                        check(kinds == want_head + "E" and sqlstate == "57P01" and read_kinds(w)[3] is None,
+                              "%s %s: 57P01, closed: %r %s" % (mode, name, kinds, sqlstate))
+                    else:
+                        check(kinds == want_head + "E" and sqlstate == "08007",
+                              "%s %s: what came, then 08007: %r %s" % (mode, name, kinds, sqlstate))
+                        w.send(SYNC)
                         kinds, sqlstate, rows, status = read_kinds(w)
-                        if none:
-                            check(kinds.startswith("TDD") and sqlstate == "57P01" and status is None,
-                                  "%s rows %s: 57P01, closed: %r" % (mode, where, kinds))
-                        elif where == "autocommit":
-                            check((kinds, sqlstate, status) == ("TDDEZ", "08007", "I") and rows == [["1"], ["2"]],
-                                  "%s rows: two rows, 08007: %r %s %s" % (mode, kinds, sqlstate, status))
-                            check(w.query("select 7") == [["7"]], "%s rows: the session goes on" % mode)
-                        else:
-                            check((kinds, sqlstate, status) == ("TDDEZ", "57P01", "E"),
-                                  "%s rows in a transaction: 57P01, aborted: %r %s %s" % (mode, kinds, sqlstate, status))
-                            check(run(w, "select 1").sqlstate == "25P02", "%s: 25P02 until ROLLBACK" % mode)
-                            check(run(w, "rollback").status == "I", "%s: ROLLBACK ends it" % mode)
-                            check(w.query("select 7") == [["7"]], "%s rows in a transaction: the session goes on" % mode)
-                    cases += 1
-                marker = "torn-%s" % mode
+                        check(kinds == "Z" and status == "I", "%s %s: the Sync's ReadyForQuery: %r" % (mode, name, kinds))
+                        check(w.query("select 7") == [["7"]], "%s %s: the session goes on" % (mode, name))
+                if kind == "insert":
+                    check(b.count("trcut", marker) <= 1, "%s %s: written at most once" % (mode, name))
+                cases += 1
+            # The same INSERT synced: tern holds ParseComplete and BindComplete until the first row or
+            # completion, so the client sees the error alone.
+            marker = "synced-%s" % mode
+            with Wire(t.port, timeout=20) as w:
+                w.login("postgres")
+                w.send(parse("", "insert into trcut values ('%s', 1) /*cut:after=2 %s*/" % (marker, marker)) +
+                       bind("") + describe("P", "") + execute() + SYNC)
+                kinds, sqlstate, rows, status = read_kinds(w)
+                check((kinds[-1:], sqlstate, status) == ("E", "57P01", None) if none else
+                      (kinds, sqlstate, status) == ("EZ", "08007", "I"), "%s synced: %r %s %s" % (mode, kinds, sqlstate, status))
+                if not none:
+                    check(w.query("select 7") == [["7"]], "%s synced: the session goes on" % mode)
+            check(b.count("trcut", marker) <= 1, "%s synced: written at most once" % mode)
+            cases += 1
+            # Rows: after two of five (a simple query), outside and inside a transaction; inside one.
+            for where in ("autocommit", "transaction"):
+                marker = "rows-%s-%s" % (where, mode)
                 with Wire(t.port, timeout=20) as w:
                     w.login("postgres")
-                    send_query(w, "select g, repeat('y', 200) from generate_series(1, 5) g /*cut:in=D2 %s*/" % marker)
+                    if where == "transaction":
+                        check(w.query("begin") == [], "begin")
+                    send_query(w, "select g from generate_series(1, 5) g /*cut:after=D2 %s*/" % marker)
                     kinds, sqlstate, rows, status = read_kinds(w)
-                    check(kinds == "TD" and status is None and len(rows) == 1,
-                          "%s inside a DataRow: one row, then the connection ends: %r %s" % (mode, kinds, sqlstate))
+                    if none:
+                        check(kinds.startswith("TDD") and sqlstate == "57P01" and status is None,
+                              "%s rows %s: 57P01, closed: %r" % (mode, where, kinds))
+                    elif where == "autocommit":
+                        check((kinds, sqlstate, status) == ("TDDEZ", "08007", "I") and rows == [["1"], ["2"]],
+                              "%s rows: two rows, 08007: %r %s %s" % (mode, kinds, sqlstate, status))
+                        check(w.query("select 7") == [["7"]], "%s rows: the session goes on" % mode)
+                    else:
+                        check((kinds, sqlstate, status) == ("TDDEZ", "57P01", "E"),
+                              "%s rows in a transaction: 57P01, aborted: %r %s %s" % (mode, kinds, sqlstate, status))
+                        check(run(w, "select 1").sqlstate == "25P02", "%s: 25P02 until ROLLBACK" % mode)
+                        check(run(w, "rollback").status == "I", "%s: ROLLBACK ends it" % mode)
+                        check(w.query("select 7") == [["7"]], "%s rows in a transaction: the session goes on" % mode)
                 cases += 1
-            check(len(proxy.cuts) == cases, "every case was cut once: %d of %d" % (len(proxy.cuts), cases))
-            b.counts["cases"] += cases - 1  # (the caller counts one)
-            print("  cut between and inside messages: %d cases" % cases)
-        finally:
-            for t in terns.values():
-                t.stop()
-            for mode, t in terns.items():
-                check(t.returncode == 0, "tern (%s) exited with %s:\n%s" % (mode, t.returncode, t.log_tail(20)))
+            marker = "torn-%s" % mode
+            with Wire(t.port, timeout=20) as w:
+                w.login("postgres")
+                send_query(w, "select g, repeat('y', 200) from generate_series(1, 5) g /*cut:in=D2 %s*/" % marker)
+                kinds, sqlstate, rows, status = read_kinds(w)
+                check(kinds == "TD" and status is None and len(rows) == 1,
+                      "%s inside a DataRow: one row, then the connection ends: %r %s" % (mode, kinds, sqlstate))
+            cases += 1
+        check(len(proxy.cuts) == cases, "every case was cut once: %d of %d" % (len(proxy.cuts), cases))
+        b.counts["cases"] += cases - 1  # (the caller counts one)
+        print("  cut between and inside messages: %d cases" % cases)
 
 
 def a_message_split_across_two_receives_is_shown_whole(b):
@@ -1082,43 +1090,30 @@ def a_message_split_across_two_receives_is_shown_whole(b):
     error lost)."""
     from cutting_proxy import CuttingProxy
     pg = b.pg
-    with CuttingProxy(pg.primary_port) as proxy:
-        terns = {}
-        try:
-            for mode in MODES:
-                config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
-                          "primary = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable\n"
-                          "[replay]\ntr_mode = %s\n" % (free_port(), proxy.port, mode))
-                terns[mode] = TernProcess(TERN, config)
-                terns[mode].start()
-            cases = 0
-            for mode, t in terns.items():
-                with Wire(t.port, timeout=20) as w:
-                    w.login("postgres")
-                    for kind, sql, want in (("T", "select 7 as a", ("TDCZ", None, [["7"]])),
-                                            ("N", "do $$ begin raise notice 'split'; end $$", ("NCZ", None, [])),
-                                            ("E", "select 1 / 0", ("EZ", "22012", []))):
-                        send_query(w, "%s /*cut:split=%s simple-%s-%s*/" % (sql, kind, kind, mode))
-                        kinds, sqlstate, rows, status = read_kinds(w)
-                        check((kinds, sqlstate, rows) == want and status == "I",
-                              "%s: a %s in two receives: %r %s %r" % (mode, kind, kinds, sqlstate, rows))
-                        cases += 1
-                    for kind in "1T":
-                        w.send(parse("", "select 8 as b /*cut:split=%s extended-%s-%s*/" % (kind, kind, mode)) +
-                               bind("") + describe("P", "") + execute() + SYNC)
-                        kinds, sqlstate, rows, status = read_kinds(w)
-                        check((kinds, sqlstate, rows, status) == ("12TDCZ", None, [["8"]], "I"),
-                              "%s: a synced batch's %s in two receives: %r %s %r" % (mode, kind, kinds, sqlstate, rows))
-                        cases += 1
-                    check(w.query("select 9") == [["9"]], "%s: the session goes on" % mode)
-            check(len(proxy.cuts) == cases, "every answer was split once: %d of %d" % (len(proxy.cuts), cases))
-            b.counts["cases"] += cases - 1  # (the caller counts one)
-            print("  messages split across receives: %d cases" % cases)
-        finally:
-            for t in terns.values():
-                t.stop()
-            for mode, t in terns.items():
-                check(t.returncode == 0, "tern (%s) exited with %s:\n%s" % (mode, t.returncode, t.log_tail(20)))
+    with CuttingProxy(pg.primary_port) as proxy, terns_in_every_mode(proxy.port, "", "") as terns:
+        cases = 0
+        for mode, t in terns.items():
+            with Wire(t.port, timeout=20) as w:
+                w.login("postgres")
+                for kind, sql, want in (("T", "select 7 as a", ("TDCZ", None, [["7"]])),
+                                        ("N", "do $$ begin raise notice 'split'; end $$", ("NCZ", None, [])),
+                                        ("E", "select 1 / 0", ("EZ", "22012", []))):
+                    send_query(w, "%s /*cut:split=%s simple-%s-%s*/" % (sql, kind, kind, mode))
+                    kinds, sqlstate, rows, status = read_kinds(w)
+                    check((kinds, sqlstate, rows) == want and status == "I",
+                          "%s: a %s in two receives: %r %s %r" % (mode, kind, kinds, sqlstate, rows))
+                    cases += 1
+                for kind in "1T":
+                    w.send(parse("", "select 8 as b /*cut:split=%s extended-%s-%s*/" % (kind, kind, mode)) +
+                           bind("") + describe("P", "") + execute() + SYNC)
+                    kinds, sqlstate, rows, status = read_kinds(w)
+                    check((kinds, sqlstate, rows, status) == ("12TDCZ", None, [["8"]], "I"),
+                          "%s: a synced batch's %s in two receives: %r %s %r" % (mode, kind, kinds, sqlstate, rows))
+                    cases += 1
+                check(w.query("select 9") == [["9"]], "%s: the session goes on" % mode)
+        check(len(proxy.cuts) == cases, "every answer was split once: %d of %d" % (len(proxy.cuts), cases))
+        b.counts["cases"] += cases - 1  # (the caller counts one)
+        print("  messages split across receives: %d cases" % cases)
 
 
 def read_kinds_until_error(w):
