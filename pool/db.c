@@ -2,7 +2,7 @@
  * per-database groups the limits count by: a pool_db is made on a session's first use of its key and freed
  * with its last session and connection. Owns pool->buckets, the groups and each pool_db's settings and
  * secret; never moves a connection (pool.c does). */
-#include "db.h"
+#include "pool.h"
 
 #include <errno.h>
 #include <stdlib.h>

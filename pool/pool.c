@@ -1,4 +1,4 @@
-#include "db.h"
+#include "pool.h"
 
 #include <errno.h>
 #include <string.h>

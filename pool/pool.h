@@ -235,6 +235,12 @@ struct pool_db *pool_db_get(struct pool *pool, const char *user, const char *dat
 			    const char *password, uint64_t identity_hash);
 /* Gives back the reference pool_db_get took; db may be freed by a later pass once nothing uses it. */
 void pool_db_put(struct pool *pool, struct pool_db *db);
+/* pool.c's own use of db.c, the keys' half of the pool (not for callers of the pool): frees db (its
+ * settings, its secret wiped, its groups' share), which nothing can reach any more; frees db when nobody
+ * holds it and no server has a connection of it open, opening or waited for, true when it did (under
+ * pool->dbs_lock; it takes each server's lock in turn). */
+void pool_db_free(struct pool_db *db);
+bool pool_db_free_if_unused(struct pool *pool, struct pool_db *db);
 /* What [databases] and [users] say of a key, its database and its user; 0 = the pool's settings. */
 struct pool_overrides {
 	uint32_t pool_size, reserve_pool_size, max_db_connections, max_user_connections;

@@ -10,6 +10,7 @@
  *   - the wings: auth/ includes core/base/, pool/ and, of core/, the protocol codec (core/proto.h) alone;
  *     core/ includes nothing of admin/, which may include all but main (core/main.c, the top);
  *   - a module includes another module's root headers only (pool/pool.h, never pool/x/y.h);
+ *   - no units of tern's modules include each other in a circle (a unit: db.c and db.h are pool/db);
  *   - core's own files keep a declared order (core_order below, lowest first): a file includes core
  *     headers of its own unit or of units below it, never above, so core has no include cycles. A unit
  *     is a file name without its extension (session.h and session.c are one unit); a core file whose
@@ -70,7 +71,19 @@ static int core_rank(const char *rel)
 	return -1;
 }
 
+/* The tree's units (a path without its extension: pool/db is db.c and db.h) and the include arrows
+ * between them, for the cycle check. */
+#define LAYOUT_UNITS_MAX 512u
+#define LAYOUT_UNIT_LEN 96u
+#define LAYOUT_ARROWS_MAX 4096u
+
 struct layout {
+	char units[LAYOUT_UNITS_MAX][LAYOUT_UNIT_LEN];
+	uint32_t unit_count;
+	struct layout_arrow {
+		uint16_t from, to;
+	} arrows[LAYOUT_ARROWS_MAX];
+	uint32_t arrow_count;
 	const char *root;
 	char root_resolved[PATH_MAX];
 	size_t root_resolved_len;
@@ -227,6 +240,72 @@ static bool parse_include(const char *line, char *name, size_t name_size, bool *
 
 /* A write of routing's state on this line, (s->routing.x = ..., leg->route.y++, ...): true. Reads, and
  * what is passed by address, are not writes here. */
+/* The unit of a path relative to the root (its index in l->units, added when new). */
+static uint16_t layout_unit(struct layout *l, const char *rel)
+{
+	char unit[LAYOUT_UNIT_LEN];
+	cr_assert(base_strlcpy(unit, rel, sizeof(unit)), "path too long for a unit: %s", rel);
+	char *dot = strrchr(unit, '.');
+	if (dot && !strchr(dot, '/'))
+		*dot = '\0';
+	for (uint32_t i = 0; i < l->unit_count; i++)
+		if (strcmp(l->units[i], unit) == 0)
+			return (uint16_t)i;
+	cr_assert_lt(l->unit_count, LAYOUT_UNITS_MAX, "more than %u units", LAYOUT_UNITS_MAX);
+	memcpy(l->units[l->unit_count], unit, sizeof(unit));
+	return (uint16_t)l->unit_count++;
+}
+
+/* An include arrow between two units of tern's own modules (tests and bench are not units). */
+static void layout_arrow(struct layout *l, const char *from_rel, const char *to_rel)
+{
+	uint16_t from = layout_unit(l, from_rel), to = layout_unit(l, to_rel);
+	if (from == to)
+		return;
+	for (uint32_t i = 0; i < l->arrow_count; i++)
+		if (l->arrows[i].from == from && l->arrows[i].to == to)
+			return;
+	cr_assert_lt(l->arrow_count, LAYOUT_ARROWS_MAX, "more than %u include arrows", LAYOUT_ARROWS_MAX);
+	l->arrows[l->arrow_count++] = (struct layout_arrow){from, to};
+}
+
+/* Depth-first from unit u: an arrow back to a unit on the path (state 1) is a cycle, reported with the
+ * path that closes it. state: 0 unseen, 1 on the path, 2 done. */
+static void layout_cycles_from(struct layout *l, uint16_t u, uint8_t *state, uint16_t *path, uint32_t depth)
+{
+	state[u] = 1;
+	path[depth] = u;
+	for (uint32_t i = 0; i < l->arrow_count; i++) {
+		if (l->arrows[i].from != u)
+			continue;
+		uint16_t v = l->arrows[i].to;
+		if (state[v] == 0) {
+			layout_cycles_from(l, v, state, path, depth + 1);
+		} else if (state[v] == 1) {
+			char cycle[1024] = "";
+			uint32_t at = depth;
+			while (path[at] != v)
+				at--;
+			for (uint32_t k = at; k <= depth; k++) {
+				strncat(cycle, l->units[path[k]], sizeof(cycle) - strlen(cycle) - 1);
+				strncat(cycle, " -> ", sizeof(cycle) - strlen(cycle) - 1);
+			}
+			strncat(cycle, l->units[v], sizeof(cycle) - strlen(cycle) - 1);
+			layout_report(l, "include cycle: %s\n", cycle);
+		}
+	}
+	state[u] = 2;
+}
+
+static void layout_check_cycles(struct layout *l)
+{
+	uint8_t state[LAYOUT_UNITS_MAX] = {0};
+	uint16_t path[LAYOUT_UNITS_MAX];
+	for (uint16_t u = 0; u < l->unit_count; u++)
+		if (state[u] == 0)
+			layout_cycles_from(l, u, state, path, 0);
+}
+
 static bool layout_writes_routing(const char *line)
 {
 	static const char *const fields[] = {"routing.", "route."};
@@ -286,6 +365,8 @@ static void layout_check_file(struct layout *l, const char *path, const char *re
 			layout_report(l, "%s:%u: includes %s; only ring/ may use liburing\n", rel, line_no, name);
 		char to_rel[LAYOUT_PATH_MAX];
 		enum module to = layout_resolve(l, dir_rel, name, is_quoted, to_rel, sizeof(to_rel));
+		if (from != MODULE_OTHER && to != MODULE_OTHER)
+			layout_arrow(l, rel, to_rel);
 		if (!layout_edge_is_allowed(from, to, to_rel)) {
 			layout_report(l, "%s:%u: %s includes \"%s\" from %s\n", rel, line_no, module_names[from], name,
 				      module_names[to]);
@@ -353,6 +434,7 @@ static struct layout *layout_check(const char *root)
 	cr_assert_not_null(realpath(root, l->root_resolved), "realpath %s: %s", root, strerror(errno));
 	l->root_resolved_len = strlen(l->root_resolved);
 	layout_walk(l, "", 0);
+	layout_check_cycles(l);
 	return l;
 }
 
@@ -537,6 +619,19 @@ Test(layout, checker_reports_each_crossing_as_file_and_line)
 	free(root);
 }
 
+/* Checks the fake tree at root: exactly the reports in expected (each a part of a report line), then
+ * removes the tree. */
+static void fake_expect(char *root, const char *const *expected, size_t count)
+{
+	struct layout *l = layout_check(root);
+	for (size_t i = 0; i < count; i++)
+		cr_assert_not_null(strstr(l->report, expected[i]), "no report for %s in:\n%s", expected[i], l->report);
+	cr_assert_eq(l->violations, count, "%u violations:\n%s", l->violations, l->report);
+	free(l);
+	fake_remove(root);
+	free(root);
+}
+
 Test(layout, checker_lets_only_session_c_set_a_sessions_phase)
 {
 	char *root = fake_root();
@@ -544,12 +639,23 @@ Test(layout, checker_lets_only_session_c_set_a_sessions_phase)
 	fake_write(root, "core/proto.c", "#include \"proto.h\"\n\ts->phase = SESSION_READY;\n");
 	fake_write(root, "core/session.c", "#include \"proto.h\"\n\ts->phase = to;\n\tx.phase = SESSION_READY;\n");
 	fake_write(root, "tests/unit/test_x.c", "\ts->phase = SESSION_READY; /* a fixture */\n");
-	struct layout *l = layout_check(root);
-	cr_assert_not_null(strstr(l->report, "core/proto.c:2: sets a session's phase"), "%s", l->report);
-	cr_assert_eq(l->violations, 1, "%u violations:\n%s", l->violations, l->report);
-	free(l);
-	fake_remove(root);
-	free(root);
+	static const char *const expected[] = {
+		"core/proto.c:2: sets a session's phase",
+	};
+	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
+}
+
+Test(layout, checker_reports_an_include_cycle_between_units)
+{
+	char *root = fake_root();
+	fake_clean_tree(root);
+	fake_write(root, "pool/db.h", "#include \"pool.h\"\n");
+	fake_write(root, "pool/db.c", "#include \"db.h\"\n");
+	fake_write(root, "pool/pool.c", "#include \"pool.h\"\n#include \"db.h\"\n");
+	static const char *const expected[] = {
+		"include cycle: pool/",
+	};
+	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
 }
 
 Test(layout, checker_keeps_the_wings_in_their_order)
@@ -563,13 +669,11 @@ Test(layout, checker_keeps_the_wings_in_their_order)
 	fake_write(root, "admin/admin.h", "#include \"session.h\"\n#include \"auth.h\"\n");
 	fake_write(root, "core/sendq.c", "#include \"proto.h\"\n#include \"auth.h\"\n#include \"admin.h\"\n");
 	fake_write(root, "core/main.c", "#include \"admin.h\"\n#include \"session.h\"\n");
-	struct layout *l = layout_check(root);
-	cr_assert_not_null(strstr(l->report, "auth/auth.c:4: auth includes \"core/session.h\" from core"), "%s", l->report);
-	cr_assert_not_null(strstr(l->report, "core/sendq.c:3: core includes \"admin.h\" from admin"), "%s", l->report);
-	cr_assert_eq(l->violations, 2, "%u violations:\n%s", l->violations, l->report);
-	free(l);
-	fake_remove(root);
-	free(root);
+	static const char *const expected[] = {
+		"auth/auth.c:4: auth includes \"core/session.h\" from core",
+		"core/sendq.c:3: core includes \"admin.h\" from admin",
+	};
+	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
 }
 
 Test(layout, checker_lets_only_routings_files_write_its_state)
@@ -580,14 +684,12 @@ Test(layout, checker_lets_only_routings_files_write_its_state)
 	fake_write(root, "core/sendq.c", "#include \"proto.h\"\n\tif (s->routing.state == 1)\n\t\tf(&s->routing.held);\n"
 					 "\tleg->route.is_reply_guarded = true;\n\ts->routing.split.tx.has_write |= x;\n"
 					 "/* see route.c */ x.routing.n++;\n");
-	struct layout *l = layout_check(root);
-	cr_assert_not_null(strstr(l->report, "core/sendq.c:4: writes routing's state"), "%s", l->report);
-	cr_assert_not_null(strstr(l->report, "core/sendq.c:5: writes routing's state"), "%s", l->report);
-	cr_assert_not_null(strstr(l->report, "core/sendq.c:6: writes routing's state"), "%s", l->report);
-	cr_assert_eq(l->violations, 3, "%u violations:\n%s", l->violations, l->report);
-	free(l);
-	fake_remove(root);
-	free(root);
+	static const char *const expected[] = {
+		"core/sendq.c:4: writes routing's state",
+		"core/sendq.c:5: writes routing's state",
+		"core/sendq.c:6: writes routing's state",
+	};
+	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
 }
 
 Test(layout, checker_keeps_routings_shared_header_to_routing)
@@ -597,12 +699,10 @@ Test(layout, checker_keeps_routings_shared_header_to_routing)
 	fake_write(root, "core/route_internal.h", "#include \"session.h\"\n");
 	fake_write(root, "core/route_guard.c", "#include \"route_internal.h\"\n");
 	fake_write(root, "core/recover.c", "#include \"proto.h\"\n#include \"route_internal.h\"\n");
-	struct layout *l = layout_check(root);
-	cr_assert_not_null(strstr(l->report, "core/recover.c:2: includes route_internal.h"), "%s", l->report);
-	cr_assert_eq(l->violations, 1, "%u violations:\n%s", l->violations, l->report);
-	free(l);
-	fake_remove(root);
-	free(root);
+	static const char *const expected[] = {
+		"core/recover.c:2: includes route_internal.h",
+	};
+	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
 }
 
 Test(layout, checker_keeps_cores_declared_order_and_root_headers)
@@ -617,19 +717,14 @@ Test(layout, checker_keeps_cores_declared_order_and_root_headers)
 	fake_write(root, "core/gadget.c", "#include \"proto.h\"\n");                      /* not in the order */
 	fake_write(root, "pool/inner/detail.h", "#include \"base/base.h\"\n");
 	fake_write(root, "core/params.c", "#include \"pool/inner/detail.h\"\n");         /* not a root header */
-	struct layout *l = layout_check(root);
 	static const char *const expected[] = {
 		"core/sendq.c:2: includes core/session.h, which is above it",
 		"core/session.c:2: includes core/worker.h, which is above it",
 		"core/gadget.c: its unit is not in core's declared order",
 		"core/params.c:1: includes pool/inner/detail.h, which is not a root header",
+		"include cycle: core/worker -> core/session -> core/worker", /* (session.c's up-include closes it) */
 	};
-	for (size_t i = 0; i < TERN_ARRAY_LEN(expected); i++)
-		cr_assert_not_null(strstr(l->report, expected[i]), "no report for %s in:\n%s", expected[i], l->report);
-	cr_assert_eq(l->violations, TERN_ARRAY_LEN(expected), "%u violations:\n%s", l->violations, l->report);
-	free(l);
-	fake_remove(root);
-	free(root);
+	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
 }
 
 Test(layout, checker_skips_build_trees_inside_the_root)
