@@ -456,9 +456,8 @@ static bool replay_watches(const struct session *s, const struct leg *leg)
 
 static unsigned replay_show_type(struct session *s, struct leg *leg, uint8_t type, unsigned action, bool *claims)
 {
-	if (leg->route.is_reply_guarded)
-		return action;
-	/* (a preamble only ahead of a completion that is sure to come: after a Flush the client waits for it) */
+	/* (routing guards no primary's leg; a preamble is held only ahead of a completion that is sure to come:
+	 * after a Flush the client waits for it) */
 	*claims = type == PROTO_BE_ERROR || type == PROTO_BE_NOTICE ||
 		  (proto_be_is_preamble(type) && leg_client_owed(leg) > 0 && !leg->is_unsynced);
 	if (*claims)
