@@ -403,7 +403,7 @@ static void session_leg_on_progress(struct leg *leg)
 	/* SIGTERM: a client goes at the ReadyForQuery that leaves it idle, so one that starts its next
 	 * transaction right after each COMMIT is let go between two, not cut at shutdown_timeout. */
 	if (s->phase == SESSION_READY && __atomic_load_n(&s->host->runtime->draining, __ATOMIC_RELAXED) &&
-	    !session_is_in_transaction(s) && (!s->gate.is_drain_spared || s->stats.query_count > 0))
+	    session_is_drainable(s))
 		session_end_later(s, SESSION_END_SHUTDOWN);
 	session_assert_invariants(s);
 }
@@ -916,6 +916,17 @@ bool session_is_in_transaction(const struct session *s)
 		return false;
 	const struct leg *leg = session_primary(s);
 	return (leg->conn != NULL && !session_leg_is_idle(s, leg)) || s->routing.state != ROUTE_IDLE;
+}
+
+bool session_is_drainable(const struct session *s)
+{
+	if (s->gate.is_drain_spared && s->stats.query_count == 0)
+		return false;
+	if (s->phase != SESSION_READY)
+		return true;
+	/* A request parked for a server has been sent: it is answered before the client goes. */
+	return !session_is_in_transaction(s) && !session_primary(s)->is_request_pending &&
+	       proto_stream_is_at_boundary(&s->client_stream);
 }
 
 bool session_is_reapable(const struct session *s)

@@ -286,7 +286,8 @@ struct session_gate {
 	bool is_waiting;
 	uint64_t wait_ns;
 	/* SIGTERM came before this client finished a transaction of its own: it is let go at the end of
-	 * its first one, not at once (a rolling restart's late arrivals are served). */
+	 * its first one, not at once (a rolling restart's late arrivals, and a client welcomed just before
+	 * the signal, are served; worker_drain lets one go that stays silent once welcomed). */
 	bool is_drain_spared;
 };
 
@@ -388,6 +389,10 @@ void session_end_with_error(struct session *s, enum session_end_reason reason, c
 void session_set_phase(struct session *s, enum session_phase to);
 /* True while the client has a transaction (or a statement) open on a server. */
 bool session_is_in_transaction(const struct session *s);
+/* SIGTERM's drain: true when the session can go now (57P01) and lose nothing it asked: it holds no
+ * transaction open, no request of it waits for a server, and it is not spared for a first transaction
+ * of its own (struct session_gate). */
+bool session_is_drainable(const struct session *s);
 /* Debug builds: checks what must hold between the session and its legs (each leg's connection, queue,
  * owed replies and parked request agree), before and after each change of a leg. */
 #ifdef NDEBUG

@@ -19,6 +19,8 @@
 
 /* SIGTERM: how long the listeners keep accepting after the drain began (see worker_drain). */
 #define WORKER_DRAIN_ACCEPT_NS (200 * BASE_NS_PER_MS)
+/* SIGTERM: how long a client welcomed but silent stays spared for a first transaction (worker_drain). */
+#define WORKER_DRAIN_FIRST_ASK_NS BASE_NS_PER_SEC
 /* How long an ended session may take to get its goodbye to the client before the socket is cut. */
 #define WORKER_LINGER_NS (2 * BASE_NS_PER_SEC)
 
@@ -300,11 +302,12 @@ static void worker_on_wake(struct ring *ring)
 	}
 }
 
-/* SIGTERM: no new clients; a session ends (57P01) as soon as it holds no transaction open. The
- * listeners close WORKER_DRAIN_ACCEPT_NS after the drain began: what the kernel queued for them before
- * a rolling restart's steering (listen_steer_away) is accepted, not reset. A session that has not yet
- * finished a transaction of its own (still logging in, or welcomed after the drain began) is let go at
- * the end of its first one instead. */
+/* SIGTERM: no new clients; a session ends (57P01) as soon as it holds no transaction open and no
+ * request of it waits for a server (session_is_drainable). The listeners close WORKER_DRAIN_ACCEPT_NS
+ * after the drain began: what the kernel queued for them before a rolling restart's steering
+ * (listen_steer_away) is accepted, not reset. A session that has not yet finished a transaction of its
+ * own (still logging in, welcomed but yet to ask, or accepted after the drain began) is let go at the
+ * end of its first one instead, unless it stays silent WORKER_DRAIN_FIRST_ASK_NS once welcomed. */
 static void worker_drain(struct worker *worker, uint64_t now_ns)
 {
 	if (!worker->drain_started_ns) {
@@ -313,7 +316,8 @@ static void worker_drain(struct worker *worker, uint64_t now_ns)
 		base_list_for_each_safe(node, tmp, &worker->host.sessions)
 		{
 			struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-			s->gate.is_drain_spared = s->phase != SESSION_READY && s->phase != SESSION_ADMIN;
+			s->gate.is_drain_spared = s->phase == SESSION_READY ? s->stats.query_count == 0
+									 : s->phase != SESSION_ADMIN;
 		}
 	}
 	bool is_closing = now_ns - worker->drain_started_ns >= WORKER_DRAIN_ACCEPT_NS;
@@ -329,7 +333,10 @@ static void worker_drain(struct worker *worker, uint64_t now_ns)
 	base_list_for_each_safe(node, tmp, &worker->host.sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
-		if (!session_is_in_transaction(s) && !s->gate.is_drain_spared)
+		if (s->gate.is_drain_spared && s->phase == SESSION_READY && s->stats.query_count == 0 &&
+		    now_ns - s->client_active_ns >= WORKER_DRAIN_FIRST_ASK_NS)
+			s->gate.is_drain_spared = false; /* welcomed, then silent: not on its way to a transaction */
+		if (session_is_drainable(s))
 			session_end(s, SESSION_END_SHUTDOWN);
 	}
 	if (is_closing && base_list_is_empty(&worker->host.sessions) && base_list_is_empty(&worker->host.reaping))

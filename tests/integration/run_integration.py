@@ -3074,6 +3074,51 @@ def sigterm_lets_a_busy_client_go_at_the_boundary_between_two_transactions(ctx):
 
 
 @test
+def sigterm_serves_a_client_welcomed_just_before_it_and_a_query_that_waits_for_a_server(ctx):
+    """Neither is between two transactions when the drain looks: a client welcomed that has yet to ask
+    (pgbench -C's next connection) gets its first transaction, and a query parked for a server (sent,
+    not yet run) is answered; each goes with 57P01 at its ReadyForQuery. A client idle after a
+    transaction goes at once, which shows the drain has looked; one welcomed that stays silent goes
+    a second later, not at shutdown_timeout."""
+    t = ctx.tern(pool_size=1, workers=1, sections={"tern": "shutdown_timeout = 60s"},
+                 extra="\n[admin]\nadmin_users = postgres\n")
+    idle, holder, parked, welcomed, silent = (Wire(t.port) for _ in range(5))
+    console = admin_console(t.port)
+    try:
+        for w in (idle, holder, parked):
+            w.login("postgres")
+        check(idle.query("select 1") == [["1"]], "the idle client ran a transaction")
+        holder.query("begin")
+        holder.query("select 1")  # the one server connection is the holder's
+        parked.send(message(b"Q", b"select 2\0"))
+        wait_for(lambda: any(r["state"] == "waiting" for r in admin_table(console, "show clients")[1]),
+                 "the parked query waits for the server", timeout=10)
+        console.close()
+        welcomed.login("postgres")
+        silent.login("postgres")
+        t.proc.send_signal(signal.SIGTERM)
+        error = idle.expect_error_and_close()
+        check(error is not None and error["C"] == "57P01", "the idle client goes at once: %r" % error)
+        check(holder.query("commit") == [], "the open transaction commits")
+        error = holder.expect_error_and_close()
+        check(error is not None and error["C"] == "57P01", "then the holder goes: %r" % error)
+        rows = [data_row(body) for kind, body in parked.read_until_ready() if kind == b"D"]
+        check(rows == [["2"]], "the parked query is answered once the server is free: %r" % rows)
+        error = parked.expect_error_and_close()
+        check(error is not None and error["C"] == "57P01", "then it goes: %r" % error)
+        check(welcomed.query("select 3") == [["3"]], "the welcomed client's first transaction is served")
+        error = welcomed.expect_error_and_close()
+        check(error is not None and error["C"] == "57P01", "then it goes: %r" % error)
+        error = silent.expect_error_and_close()
+        check(error is not None and error["C"] == "57P01", "the silent client goes too: %r" % error)
+        t.proc.wait(timeout=15)
+        check(t.proc.returncode == 0, "tern exits 0 once drained")
+    finally:
+        for w in (idle, holder, parked, welcomed, silent, console):
+            w.close()
+
+
+@test
 def the_admin_console_answers_as_pgbouncer_and_a_flush_gets_an_answer(ctx):
     """Exporters and scripts ask for database pgbouncer: it opens tern's console. A pipelining driver
     that sends Flush instead of Sync gets an answer instead of waiting for ever."""
