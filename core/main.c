@@ -128,6 +128,20 @@ static void main_override(struct tern_config *cfg)
 		cfg->tr_enabled = main_tr_flag;
 }
 
+/* Each server's profile= as cfg has it (the pool's servers are the primary, then [servers] in order): a
+ * changed one holds for connections opened from now on, and clients logging in from now on get only
+ * those (pool_server_set_profile). */
+static void main_apply_profiles(struct pool *pool, const struct tern_config *cfg)
+{
+	TERN_ASSERT(pool->server_count == cfg->extra_server_count + 1);
+	for (uint32_t i = 0; i < pool->server_count; i++) {
+		bool is_polar = i == 0 ? cfg->primary_is_polar : cfg->extra_servers[i - 1].is_polar;
+		if (pool_server_set_profile(pool, &pool->servers[i], is_polar))
+			TERN_INFO("SIGHUP: [servers] %s: profile = %s for the connections opened from now on",
+				  pool->servers[i].name, is_polar ? "polar" : "vanilla");
+	}
+}
+
 static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, const char *path,
 			struct main_retired *retired)
 {
@@ -175,7 +189,11 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 			TERN_WARN("SIGHUP: [%s] %s changed to %s; it needs a restart, %s stays in effect", section, key,
 				  after, before);
 	}
-	/* Keys that only a restart can change keep their running values. */
+	/* Keys that only a restart can change keep their running values; of [servers], only each server's
+	 * profile= is reloaded (main_apply_profiles), matched by name. */
+	struct config_server profiles[CONFIG_EXTRA_SERVERS_MAX];
+	uint32_t profile_count = next->extra_server_count;
+	memcpy(profiles, next->extra_servers, sizeof(profiles));
 	memcpy(next->listen_host, old->listen_host, sizeof(next->listen_host));
 	next->listen_port = old->listen_port;
 	memcpy(next->listens, old->listens, sizeof(next->listens));
@@ -191,6 +209,9 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 			goto fail;
 		}
 		next->extra_server_count = i + 1;
+		for (uint32_t j = 0; j < profile_count; j++)
+			if (strcmp(profiles[j].name, old->extra_servers[i].name) == 0)
+				next->extra_servers[i].is_polar = profiles[j].is_polar;
 	}
 	next->workers = old->workers;
 	next->pin_workers = old->pin_workers;
@@ -215,6 +236,7 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 			   strerror(errno));
 	struct pool_settings settings = main_pool_settings(next);
 	pool_set_settings(rt->pool, &settings);
+	main_apply_profiles(rt->pool, next);
 	pool_opener_set_connect_timeout(opener, next->server_connect_timeout_ms);
 	struct auth_query_settings lookups = main_auth_query_settings(next, auth_file);
 	if (auth_query_set(rt->auth_query, &lookups) < 0)
@@ -385,9 +407,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tern: could not start the topology monitor\n");
 		return 1;
 	}
-	char endpoint[300];
-	int endpoint_len = snprintf(endpoint, sizeof(endpoint), "%s:%u", cfg.listen_host, cfg.listen_port);
-	rt.identity_hash = XXH3_64bits(endpoint, (size_t)endpoint_len);
+	/* Each listen socket's endpoint, in listen_open_worker's order: the addresses, then the Unix socket. */
+	for (uint32_t i = 0; i <= cfg.listen_count; i++) {
+		char endpoint[CONFIG_LISTEN_HOST_SIZE + 300];
+		int endpoint_len = i < cfg.listen_count
+					   ? snprintf(endpoint, sizeof(endpoint), "%s:%u", cfg.listens[i].host, cfg.listens[i].port)
+					   : snprintf(endpoint, sizeof(endpoint), "unix:%s:%u", cfg.unix_socket_dir, cfg.listen_port);
+		rt.identity_hashes[i] = XXH3_64bits(endpoint, (size_t)TERN_MIN(endpoint_len, (int)sizeof(endpoint) - 1));
+	}
 
 	if (params_tracked_init(&rt.tracked, cfg.track_extra_parameters) < 0) {
 		fprintf(stderr, "tern: %s: [pool] track_extra_parameters: at most %u names in all\n", config_path,

@@ -309,7 +309,7 @@ static enum route_query route_split_query(struct session *s, const struct tern_c
 		return ROUTE_QUERY_ADMIT;
 	}
 	struct split_tx assumed = sp->tx;
-	bool is_polar = p->conn->server->is_polar; /* its ReadyForQuery says whether the transaction splits */
+	bool is_polar = p->conn->is_polar; /* its ReadyForQuery says whether the transaction splits */
 	assumed.xact = p->polar_marker == 'x' ? SPLIT_XACT_SPLITTABLE
 		       : p->polar_marker == 'w' ? SPLIT_XACT_WAL_PENDING
 						: SPLIT_XACT_NONE;
@@ -440,7 +440,7 @@ static struct pool_server *route_pick(struct session *s, const struct tern_confi
 		const struct monitor_server *ms = monitor_server_at(m, i);
 		struct pool_server *server = &rt->pool->servers[i];
 		if (__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) != MONITOR_STANDBY || server == primary ||
-		    server->weight == 0 || server == s->routing.excluded || (s->routing.is_xid_import && !server->is_polar) ||
+		    server->weight == 0 || server == s->routing.excluded || (s->routing.is_xid_import && !__atomic_load_n(&server->is_polar, __ATOMIC_RELAXED)) ||
 		    (s->routing.is_split && s->routing.split.server && server != s->routing.split.server))
 			continue; /* (a split read: the transaction's replica, once it has one) */
 		if (s->routing.level == CONFIG_CONSISTENCY_EVENTUAL) {
@@ -563,7 +563,7 @@ void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}
-	if (is_replica && route->is_split && route->server->is_polar && route_push_polar_settings(s, leg) < 0) {
+	if (is_replica && route->is_split && __atomic_load_n(&route->server->is_polar, __ATOMIC_RELAXED) && route_push_polar_settings(s, leg) < 0) {
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}

@@ -51,7 +51,10 @@ struct tern_runtime {
 	struct worker **workers;
 	uint32_t worker_count; /* atomic: main publishes each worker once started (worker_started_count) */
 	uint32_t client_count; /* atomic: sessions open in every worker */
-	uint64_t identity_hash; /* the listen endpoint, part of the pool match key */
+	/* The client startup identity of each listen socket (the [tern] listen addresses in order, then the
+	 * Unix socket): a hash of the endpoint a client came in on, part of the pool match key (TLS fields
+	 * reserved). Set before the workers start; read-only after. */
+	uint64_t identity_hashes[CONFIG_LISTEN_MAX + 1];
 	struct params_tracked tracked; /* parameters kept per client in transaction pooling */
 	bool stopping;          /* atomic: leave now (SIGINT, or the drain is over) */
 	bool draining;          /* atomic: SIGTERM: accept no one, end sessions as their transactions end */

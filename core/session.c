@@ -46,8 +46,9 @@ void session_set_phase(struct session *s, enum session_phase to)
 	s->phase = to;
 }
 
-struct session *session_create(struct host *host, int client_fd)
+struct session *session_create(struct host *host, int client_fd, uint32_t listener)
 {
+	TERN_ASSERT(listener < TERN_ARRAY_LEN(host->runtime->identity_hashes));
 	struct session *s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
@@ -57,6 +58,7 @@ struct session *session_create(struct host *host, int client_fd)
 		return NULL;
 	}
 	struct tern_runtime *rt = host->runtime;
+	s->login->identity_hash = rt->identity_hashes[listener];
 	s->host = host;
 	s->parts = rt->parts;
 	session_set_phase(s, SESSION_STARTUP);

@@ -245,6 +245,7 @@ struct session_login {
 	uint8_t md5_salt[4];
 	struct scram_server *scram;
 	struct auth_user *looked_up; /* what auth_query found (NULL: the user is auth_file's, or unknown) */
+	uint64_t identity_hash; /* the endpoint it came in on (runtime identity_hashes), for the pool key */
 };
 
 /* The BackendKeyData tern gave the client: the pid (the worker index is its top byte) and the secret, the
@@ -371,7 +372,7 @@ struct session_console {
 	void (*destroy)(struct session *s);
 };
 
-struct session *session_create(struct host *host, int client_fd);
+struct session *session_create(struct host *host, int client_fd, uint32_t listener);
 /* The one way a session ends: tells the client why (when it can still hear), releases or discards
  * its server connections, and lets the worker free it once nothing is in flight. */
 void session_end(struct session *s, enum session_end_reason reason);

@@ -273,7 +273,7 @@ static bool login_take_db(struct session *s, const char *options)
 	if (is_forced && route->password)
 		server_password = route->password;
 	s->db = pool_db_get(rt->pool, is_forced ? route->user : s->user, login_server_database(s), options,
-			    server_password, rt->identity_hash);
+			    server_password, s->login->identity_hash);
 	if (!s->db) {
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return false;

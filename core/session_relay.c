@@ -344,7 +344,7 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	if (leg->watchers && (action & PROTO_FORWARD))
 		action = dispatch_show_type(s, leg, type, action, &leg->server_claimer);
 	/* The client is shown PostgreSQL's own (relay_server_on_message): a polar server's has more in it. */
-	leg->is_ready_rebuilt = type == PROTO_BE_READY && (action & PROTO_FORWARD) && leg->conn->server->is_polar;
+	leg->is_ready_rebuilt = type == PROTO_BE_READY && (action & PROTO_FORWARD) && leg->conn->is_polar;
 	if (leg->is_ready_rebuilt)
 		action &= ~(unsigned)PROTO_FORWARD;
 	return action;
@@ -354,7 +354,7 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
  * server's carries the transaction's marker ('x' splittable, 'w' its WAL not flushed) and its XIDs. */
 static int relay_count_ready(struct leg *leg, const uint8_t *body, uint32_t len)
 {
-	bool is_polar = leg->conn->server->is_polar;
+	bool is_polar = leg->conn->is_polar;
 	if ((is_polar ? len < 3 || body[len - 1] != '\0' || (body[1] != 'x' && body[1] != 'w') : len != 1) ||
 	    (body[0] != 'I' && body[0] != 'T' && body[0] != 'E'))
 		return -EPROTO;

@@ -133,7 +133,7 @@ struct pool_db *pool_db_get(struct pool *pool, const char *user, const char *dat
 	if (!options)
 		options = "";
 	struct pool_key key = {
-		.profile_generation = 0,
+		.profile_generation = __atomic_load_n(&pool->profile_generation, __ATOMIC_ACQUIRE),
 		.user_database_hash = pool_hash_pair(user, database),
 		.identity_hash = identity_hash,
 		.options_hash = XXH3_64bits(options, strlen(options)),

@@ -33,6 +33,7 @@ struct opener_job {
 	struct pool_db *db;
 	struct pool_conn *conn; /* a close or cancel job when set */
 	bool is_cancel;
+	bool is_polar; /* the server's profile when the open began: the connection's */
 };
 
 struct opener_connecting {
@@ -238,7 +239,8 @@ static void opener_fail_job(struct pool_opener *opener, struct opener_job *job, 
  * server's conninfo brings a password or passfile of its own. True when that path took the job. */
 static bool opener_start_raw_login(struct pool_opener *opener, struct opener_job *job, const struct pool_conninfo *c)
 {
-	bool is_polar = job->server->is_polar; /* libpq cannot send its startup parameter: tern logs in itself */
+	/* libpq cannot send the profile's startup parameter: tern logs in itself. */
+	bool is_polar = job->is_polar = __atomic_load_n(&job->server->is_polar, __ATOMIC_ACQUIRE);
 	if (!opener->auth || job->db->password || pool_conninfo_get(c, "password") || pool_conninfo_get(c, "passfile")) {
 		if (!is_polar)
 			return false;
@@ -259,7 +261,7 @@ static bool opener_start_raw_login(struct pool_opener *opener, struct opener_job
 		return true;
 	}
 	struct pool_login_who who = {.user = job->db->user, .database = job->db->database, .options = job->db->options,
-				     .is_polar = job->server->is_polar};
+				     .is_polar = is_polar};
 	int rc = pool_login_start(login, job->server->conninfo, &who, secret, secret_len, opener->auth);
 	explicit_bzero(secret, sizeof(secret));
 	if (rc < 0) {
@@ -374,6 +376,7 @@ static void opener_finish_connect(struct pool_opener *opener, uint32_t i, const 
 	if (!timeout_reason && opener_is_connected(&c)) {
 		struct pool_conn *conn = opener_conn_from(&c);
 		if (conn) {
+			conn->is_polar = job->is_polar;
 			free(c.login);
 			pool_db_set_params(opener->pool, job->db, conn->params, conn->param_count);
 			TERN_DEBUG("opened server connection pid %u to %s for %s/%s", conn->backend_pid,

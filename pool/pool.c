@@ -124,6 +124,16 @@ void pool_set_settings(struct pool *pool, const struct pool_settings *settings)
 	}
 }
 
+bool pool_server_set_profile(struct pool *pool, struct pool_server *server, bool is_polar)
+{
+	if (__atomic_load_n(&server->is_polar, __ATOMIC_RELAXED) == is_polar)
+		return false;
+	/* Profile first: a key of the new generation opens connections of the new profile only. */
+	__atomic_store_n(&server->is_polar, is_polar, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&pool->profile_generation, 1, __ATOMIC_RELEASE);
+	return true;
+}
+
 /* Frees the keys nobody holds that have no connection open, opening or waited for; returns how many. */
 static uint32_t pool_free_unused(struct pool *pool)
 {

@@ -130,6 +130,7 @@ struct pool_conn {
 	void *holder;
 	/* RECONNECT: closed when next released instead of kept (server mutex). */
 	bool is_close_needed;
+	bool is_polar; /* logged in with the XID-import profile (its server's is_polar when it was opened) */
 	struct pool_param params[POOL_PARAMS_MAX];
 	uint32_t param_count;
 	/* The fingerprint of the client state core last restored on it (tracked parameters, search_path);
@@ -177,8 +178,9 @@ struct pool_server {
 	 * now, the load power-of-two choices compares (pick.h). */
 	uint32_t weight;
 	uint32_t reads_running;
-	/* profile=polar (set at startup): its connections ask for the XID-import extension at login
-	 * (_polar_send_xact) and its ReadyForQuery carries the transaction's marker and XIDs. */
+	/* profile=polar (atomic: set at startup, changed by pool_server_set_profile): the connections opened
+	 * from now on ask for the XID-import extension at login (_polar_send_xact); each keeps the profile it
+	 * was opened with (pool_conn.is_polar). */
 	bool is_polar;
 };
 
@@ -220,6 +222,9 @@ struct pool {
 	struct base_list database_groups, user_groups; /* dbs_lock */
 	struct pool_hooks hooks;
 	struct pool_settings settings; /* read under a server mutex; changed by pool_set_settings */
+	/* Atomic: the match key's first part for keys interned from now on; pool_server_set_profile moves it
+	 * on, so a client logging in after a server's profile changed never gets a connection of the old one. */
+	uint64_t profile_generation;
 };
 
 TERN_MUST_USE int pool_init(struct pool *pool, const struct pool_settings *settings, const struct pool_hooks *hooks);
@@ -228,6 +233,9 @@ void pool_deinit(struct pool *pool);
 TERN_MUST_USE int pool_server_add(struct pool *pool, const char *name, const char *conninfo,
 				  struct pool_server **out);
 void pool_set_settings(struct pool *pool, const struct pool_settings *settings);
+/* SIGHUP: server's profile (profile=polar or not) for the connections opened from now on, and a new profile
+ * generation when it changed (true then). Connections already open keep theirs and their keys. */
+bool pool_server_set_profile(struct pool *pool, struct pool_server *server, bool is_polar);
 
 /* Interns the key for (user, database, options) and takes a reference to it (pool_db_put gives it back);
  * NULL on allocation failure. O(1): a hash lookup under the db lock. */

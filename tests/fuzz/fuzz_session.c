@@ -534,7 +534,7 @@ static struct fuzz_client *fuzz_client(uint32_t slot)
 	c->fd = fds[1];
 	c->is_reading = true;
 	c->is_write_shut = false;
-	c->s = session_create(&fz.host, fds[0]);
+	c->s = session_create(&fz.host, fds[0], 0);
 	FUZZ_CHECK(c->s != NULL);
 	fz.sessions_started++;
 	if (!fz.is_input_login) {

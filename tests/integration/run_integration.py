@@ -3242,6 +3242,34 @@ def tern_config_text(ctx, listen, more_tern="", pool_mode="transaction"):
 
 
 @test
+def a_server_connection_is_reused_only_by_clients_of_the_listen_address_it_was_opened_for(ctx):
+    """The client startup identity in the pool's match key is the endpoint the client came in on: a
+    connection opened for a client of one listen address (or of the Unix socket) is never handed to a
+    client of another, and is to the next client of its own."""
+    ports = [free_port(), free_port()]
+    sockdir = tempfile.mkdtemp(prefix="tern-sock-")
+    os.chmod(sockdir, 0o755)
+    try:
+        config = tern_config_text(ctx, "127.0.0.1:%d, 127.0.0.1:%d" % tuple(ports), "unix_socket_dir = %s" % sockdir)
+        t = TernProcess(TERN, config.replace("workers = 2", "workers = 1"))
+        ctx.terns.append(t)
+        t.start()
+
+        def backend(port, host=()):
+            return psql_ok(port, "select pg_backend_pid()", extra_args=host)
+
+        first = backend(ports[0])
+        second = backend(ports[1])
+        over_unix = backend(ports[0], ["-h", sockdir])
+        check(len({first, second, over_unix}) == 3, "each endpoint has its own connection: %s, %s, %s"
+              % (first, second, over_unix))
+        check(backend(ports[0]) == first and backend(ports[1]) == second,
+              "and each endpoint's next client reuses its own")
+    finally:
+        shutil.rmtree(sockdir, ignore_errors=True)
+
+
+@test
 def several_listen_addresses_a_unix_socket_a_pidfile_and_a_logfile(ctx):
     ports = [free_port(), free_port()]
     sockdir = tempfile.mkdtemp(prefix="tern-sock-")
@@ -4446,6 +4474,58 @@ def polar_split_reads_import_the_transaction_s_xids_on_a_polar_replica(ctx):
             w.query("insert into t values (3)")
             check(w.query(read)[0][0] == "f", "after it: the primary (a vanilla standby cannot import XIDs)")
             w.query("commit")
+    finally:
+        for fake in fakes:
+            fake.stop()
+
+
+@test
+def a_profile_changed_by_sighup_holds_for_new_connections_and_the_clients_logging_in_after_it(ctx):
+    """profile= is reloaded: a vanilla standby made polar by SIGHUP serves split reads after the first
+    write, on connections opened with the profile (_polar_send_xact). The key's profile generation moves
+    on, so the vanilla connection opened before the change is never handed to a client logging in after
+    it (protocol-level fakes, tests/integration/polar_fake.py)."""
+    from polar_fake import FakePolarServer
+    fakes = [FakePolarServer(False, "primary"), FakePolarServer(True, "standby")]
+    primary, standby = fakes
+    read = "select pg_is_in_recovery(), current_setting('polar_xact_split_xids')"
+    try:
+        http_port = free_port()
+        config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+                  "primary = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable profile=polar\n"
+                  "replica = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable profile=vanilla\n"
+                  "[routing]\nmonitor_interval_ms = 100\ntransaction_split = on\nwait_timeout_ms = 700\n"
+                  "[admin]\nhttp_listen = 127.0.0.1:%d\n" % (free_port(), primary.port, standby.port, http_port))
+        t = TernProcess(TERN, config)
+        ctx.terns.append(t)
+        t.start()
+        wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica", role="standby") == 1,
+                 "the monitor to know the fake standby", timeout=10)
+        with Wire(t.port) as w:
+            w.login("postgres")
+            w.query("begin")
+            check(w.query(read)[0][0] == "t", "vanilla: a read before the first write goes to the standby")
+            w.query("insert into t values (1)")
+            check(w.query(read)[0][0] == "f", "vanilla: after the first write, the primary")
+            w.query("commit")
+        with standby.lock:
+            vanilla = set(n for n, _ in standby.statements)
+        check(vanilla and standby.polar_connections == 0, "a standby connection opened without the profile")
+        edit_config_and_reload(t, "profile=vanilla", "profile=polar")
+        wait_for(lambda: "replica: profile = polar" in t.log_tail(20), "the reload names the new profile", timeout=10)
+        with Wire(t.port) as w:
+            w.login("postgres")
+            w.query("begin")
+            w.query("insert into t values (2)")
+            rows = w.query(read)
+            check(rows[0][0] == "t" and rows[0][1] != "", "polar: after the first write, the standby imports the "
+                  "XIDs: %r" % rows)
+            w.query("commit")
+        with standby.lock:
+            split_on = set(n for n, text in standby.statements if text.lower().startswith("set polar_xact_split_xids"))
+        check(split_on and not split_on & vanilla, "on a connection opened after the change: %r, vanilla %r"
+              % (split_on, vanilla))
+        check(standby.polar_connections >= 1, "which asked for the profile")
     finally:
         for fake in fakes:
             fake.stop()

@@ -124,7 +124,7 @@ static void run_until(bool (*done)(void *), void *arg)
 /* A logged-in session whose primary leg holds a new connection (server end in *server_end). */
 static struct session *session_with_connection(int *server_end)
 {
-	struct session *s = session_create(&fx.host, fx.client[0]);
+	struct session *s = session_create(&fx.host, fx.client[0], 0);
 	cr_assert_not_null(s);
 	s->phase = SESSION_READY;
 	s->db = pool_db_get(&fx.pool, "alice", "app", "", NULL, 0);

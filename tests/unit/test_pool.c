@@ -318,6 +318,22 @@ Test(pool, db_get_interns_equal_strings_and_separates_different_ones)
 	env_deinit(&e);
 }
 
+Test(pool, a_changed_profile_starts_a_new_generation_of_keys)
+{
+	struct env e;
+	env_init(&e, 4, 0);
+	struct pool_server *server = &e.pool.servers[0];
+	struct pool_db *before = pool_db_get(&e.pool, "alice", "shop", NULL, NULL, 7);
+	cr_assert_not(pool_server_set_profile(&e.pool, server, server->is_polar), "the same profile: no change");
+	cr_assert_eq(pool_db_get(&e.pool, "alice", "shop", NULL, NULL, 7), before);
+	cr_assert(pool_server_set_profile(&e.pool, server, !server->is_polar));
+	struct pool_db *after = pool_db_get(&e.pool, "alice", "shop", NULL, NULL, 7);
+	cr_assert_neq(after, before, "a client logging in after the change never shares the old key's connections");
+	cr_assert_neq(after->key.profile_generation, before->key.profile_generation);
+	cr_assert_eq(pool_db_get(&e.pool, "alice", "shop", NULL, NULL, 7), after, "and the new key is shared");
+	env_deinit(&e);
+}
+
 Test(pool, db_get_refuses_names_longer_than_namedatalen)
 {
 	struct env e;
