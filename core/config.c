@@ -220,8 +220,10 @@ static const struct config_key config_keys[] = {
 		   "answer checked against what the client was shown (a difference: ROLLBACK, 40001); transaction "
 		   "pooling only"),
 	CONFIG_KEY("replay", "write_timeout_secs", CONFIG_INT, "30", 1, 3600, CONFIG_RELOAD, write_timeout_secs, NULL,
-		   "the one deadline of a recovery: a session whose primary connection was lost waits this long "
-		   "for a primary (the monitor's) before it ends with 08006"),
+		   "the one deadline of a recovery: from when a session whose primary connection was lost first "
+		   "needs a primary until one answers it, the wait for a primary (the monitor's), the connect and "
+		   "login, the restore, the replay and the re-execution together; past it the session ends with "
+		   "08006"),
 	CONFIG_KEY("replay", "tr_read_functions", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, tr_read_functions, NULL,
 		   "tr_mode = select: comma-separated functions (unquoted names, any case, schema ignored) a read in "
 		   "flight may call and still run again, beyond the built-in side-effect-free list"),

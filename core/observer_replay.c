@@ -361,14 +361,18 @@ static int replay_server_message(struct session *s, struct leg *leg, const struc
 	if (m->is_hidden)
 		return leg->role == LEG_PRIMARY && r->is_replaying ? replay_hidden_message(s, leg, m) : 0;
 	TERN_ASSERT(m->type == PROTO_BE_READY);
-	if (leg->role != LEG_PRIMARY || !r->is_open)
+	if (leg->role != LEG_PRIMARY)
 		return 0;
-	if (leg_client_owed(leg) > 0 || leg->is_unsynced) {
+	bool is_answered = leg_client_owed(leg) == 0 && !leg->is_unsynced;
+	if (is_answered)
+		r->deadline_ns = 0; /* a primary answered the client: a recovery's deadline is over */
+	if (!r->is_open)
+		return 0;
+	if (!is_answered) {
 		r->has_tx_ended |= leg->tx_status != 'T'; /* (a pipelined request ended a transaction) */
 		return 0;
 	}
 	/* The answer is complete (its ReadyForQuery digested: it went out before this call). */
-	r->deadline_ns = 0; /* a primary answered: a recovery's deadline is over */
 	if (leg->tx_status == 'T' && r->is_tx_recorded && !r->is_tx_unreplayable)
 		replay_add_step(s);
 	else if (leg->tx_status != 'T')

@@ -359,17 +359,21 @@ bool recover_awaits_primary(struct session *s, struct leg *leg)
 			return false;
 		recover_lose(s, runtime_primary(s->host->runtime), base_now_ns());
 	}
+	/* The one deadline runs from when the session first needs a primary after the loss until an answer
+	 * comes from one (observer_replay clears it): the wait for a primary, the pool's connect and login, the
+	 * restore, the replay and the re-execution all fit in it (recover_check_deadline), and a refused login
+	 * does not restart it. Without Transaction Replay (a fenced primary) it bounds the wait alone. */
+	uint64_t deadline_ns = base_now_ns() + (uint64_t)runtime_config(s->host->runtime)->write_timeout_secs * BASE_NS_PER_SEC;
+	if (r->deadline_ns == 0 && (s->observers_on & (1u << OBSERVER_REPLAY)))
+		r->deadline_ns = deadline_ns;
 	if (recover_primary_is_there(s)) {
 		recover_unwait(s);
 		r->lost_server = NULL;
 		return false;
 	}
 	if (!r->is_waiting) {
-		/* The one deadline runs from when the session first needs a primary after the loss, until an
-		 * answer comes from one (observer_replay clears it): a refused login does not restart it. */
 		if (r->deadline_ns == 0)
-			r->deadline_ns = base_now_ns() +
-					 (uint64_t)runtime_config(s->host->runtime)->write_timeout_secs * BASE_NS_PER_SEC;
+			r->deadline_ns = deadline_ns;
 		r->is_waiting = true;
 		base_list_insert_tail(&s->host->recover_waits, &r->wait_link);
 		__atomic_add_fetch(&s->host->recover_waiting, 1, __ATOMIC_RELAXED);
@@ -410,6 +414,22 @@ void recover_check_waits(struct host *host, uint64_t now_ns)
 			session_end_with_error(s, SESSION_END_SERVER_LOST, "08006", message);
 		}
 	}
+}
+
+bool recover_check_deadline(struct session *s, uint64_t now_ns)
+{
+	const struct session_replay *r = &s->replay;
+	if (r->deadline_ns == 0 || r->is_waiting || now_ns < r->deadline_ns || s->phase != SESSION_READY ||
+	    !(s->observers_on & (1u << OBSERVER_REPLAY)))
+		return false; /* (one waiting for a primary is recover_check_waits'; observer_replay clears it) */
+	s->host->stats.tr_replay_failures++;
+	char message[200];
+	snprintf(message, sizeof(message),
+		 "the primary was lost and the session's recovery (connect, login, restore, replay) did not finish "
+		 "within write_timeout_secs (%" PRIu32 " s)",
+		 runtime_config(s->host->runtime)->write_timeout_secs);
+	session_end_with_error(s, SESSION_END_SERVER_LOST, "08006", message);
+	return true;
 }
 
 void recover_repoint_parked(struct host *host)

@@ -8,7 +8,8 @@
  * primary leg is set aside, and a new one waits (recover_awaits_primary, on host->recover_waits) until a
  * primary the monitor vouches for is there — another server the monitor says is the primary, or the lost
  * one seen answering as the primary after the loss — for at most write_timeout_secs from when the session
- * needs it (08006 then). Its parameters and named prepared statements come back on the new connection as
+ * needs it until a primary answers it: the connect, login, restore, replay and re-execution fit in the
+ * same deadline (recover_check_deadline; 08006 then). Its parameters and named prepared statements come back on the new connection as
  * on any other (observer_params, observer_stmts). A statement that never reached the server, or that has
  * no effect, runs there; one whose outcome is unknown gets one error (08007; a COMMIT in flight always);
  * a transaction that was lost is answered by tern as PostgreSQL answers an aborted one (25P02 until
@@ -44,6 +45,10 @@ bool recover_awaits_primary(struct session *s, struct leg *leg);
  * there go on, those past their deadline end; primary legs parked on a server that is no longer the
  * primary ask again for the one that is. */
 void recover_check_waits(struct host *host, uint64_t now_ns);
+/* session_parts.check_deadline, from the session's timeout scan: a recovery past its one deadline
+ * (write_timeout_secs from when the session first needed a primary after the loss, until a primary
+ * answers) ends the session with 08006; true then. */
+bool recover_check_deadline(struct session *s, uint64_t now_ns);
 void recover_repoint_parked(struct host *host);
 /* The next statement text in messages kept whole (a Query's, a Parse's, the named statement a Bind binds)
  * from *at, which moves past it; NULL at the end. */

@@ -885,6 +885,8 @@ void session_check_timeouts(struct session *s, uint64_t now_ns)
 		session_end(s, SESSION_END_CLIENT_LOGIN_TIMEOUT);
 		return;
 	}
+	if (s->phase == SESSION_READY && s->parts->check_deadline && s->parts->check_deadline(s, now_ns))
+		return;
 	if (s->phase != SESSION_READY ||
 	    (s->routing.state != ROUTE_IDLE && s->routing.state != ROUTE_SETTLING && s->routing.state != ROUTE_COLLECTING))
 		return; /* a routed read has its own deadline (a SET tern.* or a batch being read waits on the primary) */

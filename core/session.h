@@ -114,6 +114,9 @@ struct session_parts {
 						    enum leg_fault fault);
 	void (*recover)(struct session *s, struct leg *leg, const struct session_lost_decision *d);
 	bool (*awaits_primary)(struct session *s, struct leg *leg);
+	/* ... and, once a second (session_check_timeouts), the recovery's one deadline: true when it ended
+	 * the session. */
+	bool (*check_deadline)(struct session *s, uint64_t now_ns);
 };
 extern const struct session_parts session_relay_parts;
 

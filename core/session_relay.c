@@ -488,4 +488,5 @@ const struct session_parts session_relay_parts = {
 	.decide_lost = recover_decide,
 	.recover = recover_start,
 	.awaits_primary = recover_awaits_primary,
+	.check_deadline = recover_check_deadline,
 };

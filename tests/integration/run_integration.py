@@ -2844,6 +2844,44 @@ def the_server_restarted_mid_session_errors_the_client_and_tern_keeps_serving(ct
 
 
 @test
+def a_recovery_that_stalls_on_the_new_connection_ends_within_write_timeout_secs_with_08006(ctx):
+    """write_timeout_secs is one deadline for the whole recovery, not only the wait for a primary: a
+    transaction replayed on a new connection whose UPDATE waits behind another session's lock (queued
+    before the old backend died, so it is granted first) ends the session with 08006 once the deadline
+    passes, instead of holding the client for as long as the lock is held."""
+    primary = ctx.pg.primary_port
+    update = "update stall_t set v = v + 1 where id = 1"
+    psql_ok(primary, "drop table if exists stall_t; create table stall_t(id int primary key, v int); "
+            "insert into stall_t values (1, 0)")
+    t = ctx.tern(pool_size=2, more="[replay]\ntr_mode = transaction\nwrite_timeout_secs = 2\n")
+    holder = Wire(primary)
+    try:
+        holder.login("postgres")
+        with Wire(t.port) as w:
+            w.login("postgres")
+            w.query("begin")
+            w.query(update)
+            pid = psql_ok(primary, "select pid from pg_stat_activity where query = '%s'" % update)
+            holder.query("begin")
+            holder.send(message(b"Q", b"lock table stall_t in access exclusive mode\0"))
+            wait_for(lambda: psql_ok(primary, "select count(*) from pg_locks where not granted and "
+                                     "relation = 'stall_t'::regclass") == "1", "the lock queued", timeout=10)
+            ctx.pg.psql("select pg_terminate_backend(%s)" % pid)
+            holder.read_until_ready()  # granted: the client's backend is gone
+            started = time.monotonic()
+            w.send(message(b"Q", b"select 1\0"))
+            error = w.expect_error_and_close()
+            elapsed = time.monotonic() - started
+            check(error is not None and error["C"] == "08006" and "write_timeout_secs" in error["M"],
+                  "the stalled recovery ends with 08006: %r" % error)
+            check(elapsed < 8, "within the deadline and the once-a-second check: %.1fs" % elapsed)
+        holder.query("rollback")
+        check(psql_ok(primary, "select v from stall_t") == "0", "nothing of the lost transaction committed")
+    finally:
+        holder.close()
+
+
+@test
 def a_server_connection_killed_between_transactions_in_session_pooling_ends_the_session_as_before(ctx):
     """The primary leg loses its connection while the client is idle between two transactions: the
     client hears the server's own 57P01 (forwarded as it arrives), then tern's 08006 (one decision,
