@@ -4154,6 +4154,45 @@ def a_replica_message_split_across_two_receives_is_shown_whole(ctx):
 
 
 @test
+def a_split_read_whose_replica_dies_after_a_row_reached_the_client_is_never_run_again(ctx):
+    """A split read's replica connection cut after its first DataRow reached the client
+    (tests/integration/cutting_proxy.py in front of the replica): the read is not run again, on another
+    replica or the primary, since a second answer would follow the first one's row; the client gets
+    one 08006 and the connection closes."""
+    from cutting_proxy import CuttingProxy
+    ctx.pg.wait_replica_caught_up()
+    http_port = free_port()
+    with CuttingProxy(ctx.pg.replica_port) as proxy:
+        t = routing_tern(ctx, level="primary", routing="transaction_split = on", replica_port=proxy.port,
+                         pool="[admin]\nhttp_listen = 127.0.0.1:%d" % http_port)
+        try:
+            wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica",
+                                    role="standby") == 1, "the monitor to know the replica", timeout=10)
+            with Wire(t.port) as w:
+                w.login("postgres")
+                w.query("begin")
+                check(w.query("select pg_is_in_recovery()") == [["t"]], "the transaction's reads split")
+                w.send(message(b"Q", b"select g, pg_is_in_recovery() from generate_series(1, 3) g "
+                                     b"/*cut:after=D1*/\0"))
+                kinds, errors = b"", []
+                while True:
+                    try:
+                        msg = w.read_message()
+                    except (ConnectionResetError, socket.timeout):
+                        break
+                    if msg is None:
+                        break
+                    kinds += msg[0]
+                    if msg[0] == b"E":
+                        errors.append(error_fields(msg[1]))
+                check(kinds == b"TDE", "the first row, then one error, then the end: %r" % kinds)
+                check(errors[0]["C"] == "08006", "08006: %r" % errors)
+            check(len(proxy.cuts) == 1, "the replica's answer was cut once: %r" % proxy.cuts)
+        finally:
+            t.stop()
+
+
+@test
 def split_reads_of_a_read_committed_transaction_run_on_the_replica_until_its_first_write(ctx):
     """transaction_split = on: the plain SELECTs of a read-committed transaction's read-only prefix run on
     the replica (the server says where: pg_is_in_recovery()), the transaction stays on the primary (its
