@@ -4113,6 +4113,24 @@ def metric(samples, name, **labels):
     return samples.get((name, tuple(sorted(labels.items()))), 0)
 
 
+@contextlib.contextmanager
+def split_tern_behind_a_cutting_proxy(ctx):
+    """A tern splitting reads, its replica behind tests/integration/cutting_proxy.py, once the monitor knows
+    the replica: (tern, proxy); both stop after."""
+    from cutting_proxy import CuttingProxy
+    ctx.pg.wait_replica_caught_up()
+    http_port = free_port()
+    with CuttingProxy(ctx.pg.replica_port) as proxy:
+        t = routing_tern(ctx, level="primary", routing="transaction_split = on", replica_port=proxy.port,
+                         pool="[admin]\nhttp_listen = 127.0.0.1:%d" % http_port)
+        try:
+            wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica",
+                                    role="standby") == 1, "the monitor to know the replica", timeout=10)
+            yield t, proxy
+        finally:
+            t.stop()
+
+
 @test
 def a_replica_message_split_across_two_receives_is_shown_whole(ctx):
     """A replica's answer read in two receives inside one message (tests/integration/cutting_proxy.py's
@@ -4121,36 +4139,26 @@ def a_replica_message_split_across_two_receives_is_shown_whole(ctx):
     first row) and its ReadyForQuery (shown with the primary's transaction status), an autocommit read's
     RowDescription and its error (judged) at level eventual. Before: the hold was the receive's, so a held
     message whose end came in the next receive was shown to nobody."""
-    from cutting_proxy import CuttingProxy
-    ctx.pg.wait_replica_caught_up()
-    http_port = free_port()
-    with CuttingProxy(ctx.pg.replica_port) as proxy:
-        t = routing_tern(ctx, level="primary", routing="transaction_split = on", replica_port=proxy.port,
-                         pool="[admin]\nhttp_listen = 127.0.0.1:%d" % http_port)
-        try:
-            wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica",
-                                    role="standby") == 1, "the monitor to know the replica", timeout=10)
-            with Wire(t.port) as w:
-                w.login("postgres")
-                w.query("begin")
-                for kind in "TZ":
-                    w.send(message(b"Q", b"select pg_is_in_recovery() /*cut:split=%s tx*/\0" % kind.encode()))
-                    messages = w.read_until_ready()
-                    check(b"".join(k for k, _ in messages) == b"TDCZ" and data_row(messages[1][1]) == ["t"] and
-                          messages[-1][1] == b"T", "a split read's %s in two receives: %r" % (kind, messages))
-                w.query("rollback")
-                w.query("set tern.consistency = eventual")
-                w.send(message(b"Q", b"select pg_is_in_recovery() /*cut:split=T autocommit*/\0"))
+    with split_tern_behind_a_cutting_proxy(ctx) as (t, proxy):
+        with Wire(t.port) as w:
+            w.login("postgres")
+            w.query("begin")
+            for kind in "TZ":
+                w.send(message(b"Q", b"select pg_is_in_recovery() /*cut:split=%s tx*/\0" % kind.encode()))
                 messages = w.read_until_ready()
-                check(b"".join(k for k, _ in messages) == b"TDCZ" and data_row(messages[1][1]) == ["t"],
-                      "an autocommit read's T in two receives: %r" % messages)
-                kinds, rows, sqlstate, status = w.exchange(message(b"Q", b"select 1 / 0 /*cut:split=E autocommit*/\0"))
-                check((kinds, sqlstate, status) == ("EZ", "22012", "I"),
-                      "its E in two receives: %r %r %r" % (kinds, sqlstate, status))
-                check(w.query("select 9") == [["9"]], "the session goes on")
-            check(len(proxy.cuts) == 4, "every answer was split once: %r" % proxy.cuts)
-        finally:
-            t.stop()
+                check(b"".join(k for k, _ in messages) == b"TDCZ" and data_row(messages[1][1]) == ["t"] and
+                      messages[-1][1] == b"T", "a split read's %s in two receives: %r" % (kind, messages))
+            w.query("rollback")
+            w.query("set tern.consistency = eventual")
+            w.send(message(b"Q", b"select pg_is_in_recovery() /*cut:split=T autocommit*/\0"))
+            messages = w.read_until_ready()
+            check(b"".join(k for k, _ in messages) == b"TDCZ" and data_row(messages[1][1]) == ["t"],
+                  "an autocommit read's T in two receives: %r" % messages)
+            kinds, rows, sqlstate, status = w.exchange(message(b"Q", b"select 1 / 0 /*cut:split=E autocommit*/\0"))
+            check((kinds, sqlstate, status) == ("EZ", "22012", "I"),
+                  "its E in two receives: %r %r %r" % (kinds, sqlstate, status))
+            check(w.query("select 9") == [["9"]], "the session goes on")
+        check(len(proxy.cuts) == 4, "every answer was split once: %r" % proxy.cuts)
 
 
 @test
@@ -4159,37 +4167,27 @@ def a_split_read_whose_replica_dies_after_a_row_reached_the_client_is_never_run_
     (tests/integration/cutting_proxy.py in front of the replica): the read is not run again, on another
     replica or the primary, since a second answer would follow the first one's row; the client gets
     one 08006 and the connection closes."""
-    from cutting_proxy import CuttingProxy
-    ctx.pg.wait_replica_caught_up()
-    http_port = free_port()
-    with CuttingProxy(ctx.pg.replica_port) as proxy:
-        t = routing_tern(ctx, level="primary", routing="transaction_split = on", replica_port=proxy.port,
-                         pool="[admin]\nhttp_listen = 127.0.0.1:%d" % http_port)
-        try:
-            wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica",
-                                    role="standby") == 1, "the monitor to know the replica", timeout=10)
-            with Wire(t.port) as w:
-                w.login("postgres")
-                w.query("begin")
-                check(w.query("select pg_is_in_recovery()") == [["t"]], "the transaction's reads split")
-                w.send(message(b"Q", b"select g, pg_is_in_recovery() from generate_series(1, 3) g "
-                                     b"/*cut:after=D1*/\0"))
-                kinds, errors = b"", []
-                while True:
-                    try:
-                        msg = w.read_message()
-                    except (ConnectionResetError, socket.timeout):
-                        break
-                    if msg is None:
-                        break
-                    kinds += msg[0]
-                    if msg[0] == b"E":
-                        errors.append(error_fields(msg[1]))
-                check(kinds == b"TDE", "the first row, then one error, then the end: %r" % kinds)
-                check(errors[0]["C"] == "08006", "08006: %r" % errors)
-            check(len(proxy.cuts) == 1, "the replica's answer was cut once: %r" % proxy.cuts)
-        finally:
-            t.stop()
+    with split_tern_behind_a_cutting_proxy(ctx) as (t, proxy):
+        with Wire(t.port) as w:
+            w.login("postgres")
+            w.query("begin")
+            check(w.query("select pg_is_in_recovery()") == [["t"]], "the transaction's reads split")
+            w.send(message(b"Q", b"select g, pg_is_in_recovery() from generate_series(1, 3) g "
+                                 b"/*cut:after=D1*/\0"))
+            kinds, errors = b"", []
+            while True:
+                try:
+                    msg = w.read_message()
+                except (ConnectionResetError, socket.timeout):
+                    break
+                if msg is None:
+                    break
+                kinds += msg[0]
+                if msg[0] == b"E":
+                    errors.append(error_fields(msg[1]))
+            check(kinds == b"TDE", "the first row, then one error, then the end: %r" % kinds)
+            check(errors[0]["C"] == "08006", "08006: %r" % errors)
+        check(len(proxy.cuts) == 1, "the replica's answer was cut once: %r" % proxy.cuts)
 
 
 @test
