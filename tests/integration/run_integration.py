@@ -4481,6 +4481,24 @@ def the_failure_policy_sends_a_lost_read_to_another_replica_or_the_primary_and_a
     check(ctx.pg.psql("select count(*) from policy_r") == "0", "nothing ran on the primary")
 
 
+def tern_before_fakes(ctx, primary, standby, profiles=("", ""), routing="transaction_split = on\nwait_timeout_ms = 700"):
+    """A tern (one worker, transaction pooling) in front of two protocol-level fakes
+    (tests/integration/polar_fake.py) with the given profile= of each, once the monitor knows the standby."""
+    http_port = free_port()
+    servers = "".join("%s = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable%s\n"
+                      % (name, fake.port, " profile=" + profile if profile else "")
+                      for name, fake, profile in (("primary", primary, profiles[0]), ("replica", standby, profiles[1])))
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n%s"
+              "[routing]\nmonitor_interval_ms = 100\n%s\n[admin]\nhttp_listen = 127.0.0.1:%d\n"
+              % (free_port(), servers, routing, http_port))
+    t = TernProcess(TERN, config)
+    ctx.terns.append(t)
+    t.start()
+    wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica", role="standby") == 1,
+             "the monitor to know the fake standby", timeout=10)
+    return t
+
+
 @test
 def polar_split_reads_import_the_transaction_s_xids_on_a_polar_replica(ctx):
     """The XID-import profile against a protocol-level fake of a polar primary and standby
@@ -4500,19 +4518,7 @@ def polar_split_reads_import_the_transaction_s_xids_on_a_polar_replica(ctx):
     lsn = str(0x3000000)  # the fake's LSN, 0/3000000, as the setting carries it
 
     def tern(standby_profile):
-        http_port = free_port()
-        config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
-                  "primary = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable profile=polar\n"
-                  "replica = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable profile=%s\n"
-                  "[routing]\nmonitor_interval_ms = 100\ntransaction_split = on\nwait_timeout_ms = 700\n"
-                  "[admin]\nhttp_listen = 127.0.0.1:%d\n"
-                  % (free_port(), primary.port, standby.port, standby_profile, http_port))
-        t = TernProcess(TERN, config)
-        ctx.terns.append(t)
-        t.start()
-        wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica", role="standby") == 1,
-                 "the monitor to know the fake standby", timeout=10)
-        return t
+        return tern_before_fakes(ctx, primary, standby, ("polar", standby_profile))
 
     def query_plain(w, sql):  # rows, and the ReadyForQuery's body as the client got it
         w.send(message(b"Q", sql.encode() + b"\0"))
@@ -4565,17 +4571,7 @@ def a_profile_changed_by_sighup_holds_for_new_connections_and_the_clients_loggin
     primary, standby = fakes
     read = "select pg_is_in_recovery(), current_setting('polar_xact_split_xids')"
     try:
-        http_port = free_port()
-        config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
-                  "primary = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable profile=polar\n"
-                  "replica = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable profile=vanilla\n"
-                  "[routing]\nmonitor_interval_ms = 100\ntransaction_split = on\nwait_timeout_ms = 700\n"
-                  "[admin]\nhttp_listen = 127.0.0.1:%d\n" % (free_port(), primary.port, standby.port, http_port))
-        t = TernProcess(TERN, config)
-        ctx.terns.append(t)
-        t.start()
-        wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica", role="standby") == 1,
-                 "the monitor to know the fake standby", timeout=10)
+        t = tern_before_fakes(ctx, primary, standby, ("polar", "vanilla"))
         with Wire(t.port) as w:
             w.login("postgres")
             w.query("begin")
@@ -4620,17 +4616,7 @@ def a_postgresql_19_replica_not_yet_at_the_target_waits_in_band_with_wait_for_ls
         for version, status, where in (("19.0", "timeout", "f"), ("19.0", "success", "t"), ("15.0", None, "f")):
             standby = FakePolarServer(True, "standby", version=version, lsn="0/2000000", wait_status=status or "")
             fakes.append(standby)
-            http_port = free_port()
-            config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
-                      "primary = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable\n"
-                      "replica = host=127.0.0.1 port=%d sslmode=disable gssencmode=disable\n"
-                      "[routing]\nmonitor_interval_ms = 100\ndefault_consistency = strict\nwait_timeout_ms = 400\n"
-                      "[admin]\nhttp_listen = 127.0.0.1:%d\n" % (free_port(), primary.port, standby.port, http_port))
-            t = TernProcess(TERN, config)
-            ctx.terns.append(t)
-            t.start()
-            wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica", role="standby")
-                     == 1, "the monitor to know the fake standby", timeout=10)
+            t = tern_before_fakes(ctx, primary, standby, routing="default_consistency = strict\nwait_timeout_ms = 400")
             with Wire(t.port) as w:
                 w.login("postgres")
                 started = time.monotonic()
