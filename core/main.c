@@ -410,10 +410,11 @@ int main(int argc, char **argv)
 	/* Each listen socket's endpoint, in listen_open_worker's order: the addresses, then the Unix socket. */
 	for (uint32_t i = 0; i <= cfg.listen_count; i++) {
 		char endpoint[CONFIG_LISTEN_HOST_SIZE + 300];
-		int endpoint_len = i < cfg.listen_count
-					   ? snprintf(endpoint, sizeof(endpoint), "%s:%u", cfg.listens[i].host, cfg.listens[i].port)
-					   : snprintf(endpoint, sizeof(endpoint), "unix:%s:%u", cfg.unix_socket_dir, cfg.listen_port);
-		rt.identity_hashes[i] = XXH3_64bits(endpoint, (size_t)TERN_MIN(endpoint_len, (int)sizeof(endpoint) - 1));
+		bool is_tcp = i < cfg.listen_count;
+		const char *host = is_tcp ? cfg.listens[i].host : cfg.unix_socket_dir;
+		uint32_t port = is_tcp ? cfg.listens[i].port : cfg.listen_port;
+		int len = snprintf(endpoint, sizeof(endpoint), "%s%s:%u", is_tcp ? "" : "unix:", host, port);
+		rt.identity_hashes[i] = XXH3_64bits(endpoint, (size_t)TERN_MIN(len, (int)sizeof(endpoint) - 1));
 	}
 
 	if (params_tracked_init(&rt.tracked, cfg.track_extra_parameters) < 0) {

@@ -363,7 +363,8 @@ bool recover_awaits_primary(struct session *s, struct leg *leg)
 	 * comes from one (observer_replay clears it): the wait for a primary, the pool's connect and login, the
 	 * restore, the replay and the re-execution all fit in it (recover_check_deadline), and a refused login
 	 * does not restart it. Without Transaction Replay (a fenced primary) it bounds the wait alone. */
-	uint64_t deadline_ns = base_now_ns() + (uint64_t)runtime_config(s->host->runtime)->write_timeout_secs * BASE_NS_PER_SEC;
+	uint64_t deadline_ns =
+		base_now_ns() + (uint64_t)runtime_config(s->host->runtime)->write_timeout_secs * BASE_NS_PER_SEC;
 	if (r->deadline_ns == 0 && (s->observers_on & (1u << OBSERVER_REPLAY)))
 		r->deadline_ns = deadline_ns;
 	if (recover_primary_is_there(s)) {

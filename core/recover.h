@@ -9,12 +9,12 @@
  * primary the monitor vouches for is there — another server the monitor says is the primary, or the lost
  * one seen answering as the primary after the loss — for at most write_timeout_secs from when the session
  * needs it until a primary answers it: the connect, login, restore, replay and re-execution fit in the
- * same deadline (recover_check_deadline; 08006 then). Its parameters and named prepared statements come back on the new connection as
- * on any other (observer_params, observer_stmts). A statement that never reached the server, or that has
- * no effect, runs there; one whose outcome is unknown gets one error (08007; a COMMIT in flight always);
- * a transaction that was lost is answered by tern as PostgreSQL answers an aborted one (25P02 until
- * ROLLBACK, which tern answers too). A pool refusal for a primary that cannot be reached goes through
- * the same decision: the request, never sent, waits for the next primary.
+ * same deadline (recover_check_deadline; 08006 then). Its parameters and named prepared statements come
+ * back on the new connection as on any other (observer_params, observer_stmts). A statement that never
+ * reached the server, or that has no effect, runs there; one whose outcome is unknown gets one error
+ * (08007; a COMMIT in flight always); a transaction that was lost is answered by tern as PostgreSQL
+ * answers an aborted one (25P02 until ROLLBACK, which tern answers too). A pool refusal for a primary that
+ * cannot be reached goes through the same decision: the request, never sent, waits for the next primary.
  *
  * Under tr_mode transaction (select: a read-only one) the transaction open at the loss is replayed:
  * observer_replay.c kept its requests and the digests of their answers; they run again, hidden, on the

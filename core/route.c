@@ -440,7 +440,8 @@ static struct pool_server *route_pick(struct session *s, const struct tern_confi
 		const struct monitor_server *ms = monitor_server_at(m, i);
 		struct pool_server *server = &rt->pool->servers[i];
 		if (__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) != MONITOR_STANDBY || server == primary ||
-		    server->weight == 0 || server == s->routing.excluded || (s->routing.is_xid_import && !__atomic_load_n(&server->is_polar, __ATOMIC_RELAXED)) ||
+		    server->weight == 0 || server == s->routing.excluded ||
+		    (s->routing.is_xid_import && !__atomic_load_n(&server->is_polar, __ATOMIC_RELAXED)) ||
 		    (s->routing.is_split && s->routing.split.server && server != s->routing.split.server))
 			continue; /* (a split read: the transaction's replica, once it has one) */
 		if (s->routing.level == CONFIG_CONSISTENCY_EVENTUAL) {
@@ -563,7 +564,8 @@ void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}
-	if (is_replica && route->is_split && __atomic_load_n(&route->server->is_polar, __ATOMIC_RELAXED) && route_push_polar_settings(s, leg) < 0) {
+	if (is_replica && route->is_split && __atomic_load_n(&route->server->is_polar, __ATOMIC_RELAXED) &&
+	    route_push_polar_settings(s, leg) < 0) {
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}

@@ -35,7 +35,9 @@ static void worker_on_accept(struct ring_op *op, int res, uint32_t flags)
 		worker->host.stats.accepted++;
 		/* While draining, what the listeners still hand over is served (its first transaction at
 		 * least): a rolling restart's clients queued here before the steering are not turned away. */
-		if (__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED) || !session_create(&worker->host, res, (uint32_t)(listener - worker->listeners)))
+		uint32_t index = (uint32_t)(listener - worker->listeners); /* the endpoint: the pool key's identity */
+		if (__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED) ||
+		    !session_create(&worker->host, res, index))
 			close(res);
 	} else if (res != -ECANCELED) {
 		/* Out of descriptors or memory: retrying at once would spin; the tick re-arms. */
