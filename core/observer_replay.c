@@ -96,17 +96,17 @@ static struct stmt *replay_stmt_of(const struct session *s, const char *name)
 									     : NULL;
 }
 
-/* A message another connection could not run as it is: a Parse or Close of a named statement (its name
- * is the client's, kept by observer_stmts, and its answer may be tern's), a statement name observer_stmts
- * does not keep, a Bind of an unnamed statement parsed in an earlier request, or a FunctionCall. Named
- * portals are the transaction's own: replayed, they are made again. */
+/* A message another connection could not run as it is: a Close of a named statement (its answer may be
+ * tern's), a statement name observer_stmts does not keep, a Bind of an unnamed statement parsed in an
+ * earlier request, or a FunctionCall. A Parse of a name observer_stmts keeps is replayed under its server
+ * name (replay_log_parse); named portals are the transaction's own: replayed, they are made again. */
 static bool replay_is_connection_bound(const struct session *s, uint8_t type, const uint8_t *body, uint32_t len)
 {
 	uint32_t offset = 0;
 	switch (type) {
 	case PROTO_FE_PARSE: {
 		const char *name = proto_read_cstring(body, len, &offset);
-		return !name || name[0] != '\0';
+		return !name || (name[0] != '\0' && !replay_stmt_of(s, name));
 	}
 	case PROTO_FE_EXECUTE:
 		return !proto_read_cstring(body, len, &offset);
@@ -216,6 +216,27 @@ static int replay_log_stmt_use(struct session_replay *r, const uint8_t *msg, uin
 	return base_bytes_append(&r->tx_log, msg + after, len - after);
 }
 
+/* A Parse of the client's named statement inside the transaction (observer_stmts has it as stmt): a Close
+ * of its server name first, since the new connection may hold it already (a pooled one, or tern's own
+ * prepare before the replay), then the Parse under that name. */
+static int replay_log_parse(struct session_replay *r, const struct stmt *stmt)
+{
+	uint32_t name_len = (uint32_t)strlen(stmt->server_name) + 1;
+	uint8_t header[PROTO_HEADER_LEN] = {PROTO_FE_CLOSE};
+	proto_write_u32(header + 1, 4 + 1 + name_len);
+	if (base_bytes_append(&r->tx_log, header, sizeof(header)) < 0 || base_bytes_append(&r->tx_log, "S", 1) < 0 ||
+	    base_bytes_append(&r->tx_log, stmt->server_name, name_len) < 0)
+		return -ENOMEM;
+	header[0] = PROTO_FE_PARSE;
+	proto_write_u32(header + 1, 4 + name_len + stmt->content_len);
+	if (base_bytes_append(&r->tx_log, header, sizeof(header)) < 0 ||
+	    base_bytes_append(&r->tx_log, stmt->server_name, name_len) < 0 ||
+	    base_bytes_append(&r->tx_log, stmt->content, stmt->content_len) < 0)
+		return -ENOMEM;
+	r->tx_parsed++;
+	return 0;
+}
+
 /* The request in flight into tx_log, its named statements under their server names. */
 static int replay_log_request(struct session *s)
 {
@@ -225,6 +246,15 @@ static int replay_log_request(struct session *s)
 		uint32_t len = PROTO_HEADER_LEN + proto_read_u32(msg + 1) - 4;
 		const uint8_t *body = msg + PROTO_HEADER_LEN;
 		uint32_t offset = 0;
+		if (msg[0] == PROTO_FE_PARSE) {
+			const char *name = proto_read_cstring(body, len - PROTO_HEADER_LEN, &offset);
+			struct stmt *stmt = name && name[0] ? replay_stmt_of(s, name) : NULL;
+			int rc = stmt ? replay_log_parse(r, stmt) : base_bytes_append(&r->tx_log, msg, len);
+			if (rc < 0)
+				return rc;
+			at += len;
+			continue;
+		}
 		if (msg[0] == PROTO_FE_BIND)
 			(void)proto_read_cstring(body, len - PROTO_HEADER_LEN, &offset); /* the portal */
 		else if (msg[0] == PROTO_FE_DESCRIBE && body[0] == 'S')
@@ -328,10 +358,23 @@ static int replay_hidden_message(struct session *s, struct leg *leg, const struc
 	if (m->type == PROTO_BE_ERROR || (is_check && m->type == PROTO_BE_DATA_ROW && !replay_is_read_committed(m->body, m->len)))
 		r->is_replay_failed = true;
 	if (!is_check && r->is_hashing && m->type != PROTO_BE_NOTICE) { /* (the client is shown notices unhashed) */
-		uint8_t header[PROTO_HEADER_LEN] = {m->type};
-		proto_write_u32(header + 1, m->len + 4);
-		(void)XXH3_64bits_update(r->hash, header, sizeof(header));
-		(void)XXH3_64bits_update(r->hash, m->body, m->len);
+		/* A CloseComplete right before a ParseComplete answers replay_log_parse's Close, which the client
+		 * never sent: it is left out (any other CloseComplete is as the client saw it: all are alike). */
+		if (r->is_replay_close_held) {
+			r->is_replay_close_held = false;
+			if (m->type == PROTO_BE_PARSE_COMPLETE)
+				r->replay_closes_left--;
+			else
+				(void)XXH3_64bits_update(r->hash, proto_close_complete, sizeof(proto_close_complete));
+		}
+		if (m->type == PROTO_BE_CLOSE_COMPLETE && r->replay_closes_left > 0) {
+			r->is_replay_close_held = true;
+		} else {
+			uint8_t header[PROTO_HEADER_LEN] = {m->type};
+			proto_write_u32(header + 1, m->len + 4);
+			(void)XXH3_64bits_update(r->hash, header, sizeof(header));
+			(void)XXH3_64bits_update(r->hash, m->body, m->len);
+		}
 	}
 	if (m->type != PROTO_BE_READY)
 		return 0;
@@ -428,6 +471,8 @@ static int replay_attach(struct session *s, struct leg *leg)
 	size_t n = proto_build_query(show, sizeof(show), "SHOW transaction_isolation");
 	r->is_hashing = r->hash && XXH3_64bits_reset(r->hash) == XXH_OK;
 	r->replay_messages = r->replay_read = 0;
+	r->replay_closes_left = r->tx_parsed;
+	r->is_replay_close_held = false;
 	return leg_push_hidden(leg, show, (uint32_t)n);
 }
 

@@ -283,8 +283,19 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 	if (!name_copy)
 		return -ENOMEM;
 	struct stmt_cache *cache = stmts_has_backend(leg) ? stmts_cache_of(leg->conn) : NULL;
-	if (cache && stmt_cache_touch(cache, stmt)) /* prepared there already */
+	if (cache && stmt_cache_touch(cache, stmt)) { /* prepared there already */
+		/* tern answers it. In a transaction Transaction Replay records: held with the start of the answer
+		 * that follows, as the server's own ParseComplete would be, and unsynced, so the request stays one
+		 * with what follows it (stmts_on_unnamed_parse does the same): the transaction replays it with the
+		 * server's ParseComplete. */
+		if (leg->replies.count == 0 && s->replay.is_open && leg->role == LEG_PRIMARY && leg->tx_status == 'T') {
+			free(name_copy);
+			leg->is_unsynced = true;
+			return base_bytes_append(&s->replay.preamble, proto_parse_complete,
+						 sizeof(proto_parse_complete));
+		}
 		return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, name_copy, 0, stmt);
+	}
 	if (cache) {
 		/* A server is at hand: the client's own Parse goes to it, so an error comes where expected
 		 * (after the Closes that make room and heal, as for tern's own Parse). */

@@ -275,6 +275,7 @@ void recover_clear_tx_log(struct session_replay *r)
 	for (uint32_t i = 0; i < r->tx_stmt_count; i++)
 		stmt_unref(r->tx_stmts[i]);
 	r->tx_stmt_count = 0;
+	r->tx_parsed = 0;
 }
 
 void recover_forget_tx(struct session_replay *r)

@@ -22,9 +22,10 @@
  * committed, before the statement in flight and what the client sent meanwhile go on; else ROLLBACK there
  * and 40001.
  *
- * Not built yet: re-running requests that use a named prepared statement or portal (they fail with
- * 57P01 when never sent, 08007 when sent, and make a transaction unreplayable), SET tracking beyond the
- * parameters tern restores on every connection.
+ * A transaction's requests that parse, bind or describe the client's named statements replay under the
+ * statements' server names (observer_replay.c). Not built yet: a Close of a named statement in the
+ * transaction (it makes the transaction unreplayable), SET tracking beyond the parameters tern restores
+ * on every connection.
  *
  * Threads: the session's worker. Never: runs a statement twice that may have written, retries a COMMIT,
  * or writes to a server the monitor has not seen answer as the primary since the loss.

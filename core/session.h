@@ -210,6 +210,11 @@ struct session_replay {
 	 * new primary, hidden, before the replay (a reference each). */
 	struct stmt **tx_stmts;
 	uint32_t tx_stmt_count, tx_stmt_cap;
+	/* The client's named statements the transaction parsed itself: tx_log runs a Close and a Parse of the
+	 * server name for each, and the replay leaves each Close's answer out of its digest (the client was
+	 * never shown one): how many are still to come, and one held to see what follows it. */
+	uint32_t tx_parsed, replay_closes_left;
+	bool is_replay_close_held;
 	bool is_tx_recorded;   /* the transaction open on the primary is in tx_log from its start */
 	bool is_tx_unreplayable; /* ... but something of it cannot be replayed (an extended request, a long
 				  * Query, a bound of [limits], an answer over tr_max_observation_bytes) */
