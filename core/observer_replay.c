@@ -41,7 +41,7 @@ static void replay_give_up(struct session_replay *r)
 
 static void replay_close(struct session_replay *r)
 {
-	r->is_open = r->is_unloggable = r->has_parse = r->is_hashing = r->has_tx_ended = false;
+	r->is_open = r->is_unloggable = r->has_parse = r->has_named_parse = r->is_hashing = r->has_tx_ended = false;
 	r->noted = r->logged = 0;
 	r->inflight.len = 0;
 }
@@ -326,7 +326,11 @@ static int replay_client_message(struct session *s, struct leg *leg, const struc
 		r->is_unloggable = true; /* (a pipelined batch longer than a transaction may be) */
 		return 0;
 	}
-	r->has_parse |= m->type == PROTO_FE_PARSE;
+	if (m->type == PROTO_FE_PARSE) {
+		bool is_named = m->len > 0 && m->body[0] != '\0';
+		r->has_parse |= !is_named;
+		r->has_named_parse |= is_named;
+	}
 	uint8_t header[PROTO_HEADER_LEN] = {m->type};
 	proto_write_u32(header + 1, m->len + 4);
 	if (base_bytes_append(&r->inflight, header, sizeof(header)) < 0 ||

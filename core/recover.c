@@ -50,8 +50,8 @@ static bool recover_is_unreachable(const struct pool_error *err)
  * to their Sync): what it can run again. */
 static bool recover_is_logged_request(const struct session_replay *r, const struct leg *leg)
 {
-	return !r->is_unloggable && r->noted == r->logged && leg_client_owed(leg) == 1 && !leg->is_unsynced &&
-	       r->inflight.len > PROTO_HEADER_LEN;
+	return !r->is_unloggable && !r->has_named_parse && r->noted == r->logged && leg_client_owed(leg) == 1 &&
+	       !leg->is_unsynced && r->inflight.len > PROTO_HEADER_LEN;
 }
 
 /* The text of the named statement a Bind binds: the client's (by its name, in the request in flight),
@@ -532,7 +532,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 	journal_on_lost(s, d->tr.action == TR_REPLAY); /* what it sent there is answered here, or again */
 	struct base_bytes again = r->inflight; /* the Query in flight, for TR_REEXECUTE */
 	r->inflight = (struct base_bytes){0};
-	r->is_open = r->is_unloggable = r->has_parse = r->has_tx_ended = false;
+	r->is_open = r->is_unloggable = r->has_parse = r->has_named_parse = r->has_tx_ended = false;
 	r->noted = r->logged = 0;
 	r->preamble.len = 0; /* the start of the lost answer, never shown */
 	struct leg *fresh = session_set_aside_leg(s, LEG_PRIMARY); /* set aside: this runs in its completion */

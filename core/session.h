@@ -174,10 +174,13 @@ struct session_journal {
 struct session_replay {
 	/* The client's requests on the primary's leg since it last owed the client nothing. */
 	bool is_open;
-	bool is_unloggable;   /* ... something of them tern cannot send again: a FunctionCall, a Parse or Close
-			       * of a named statement, a name tern does not keep (observer_stmts off), a Bind of an
+	bool is_unloggable;   /* ... something of them tern cannot send again: a FunctionCall, a Close of a
+			       * named statement, a name tern does not keep (observer_stmts off), a Bind of an
 			       * unnamed statement parsed before */
 	bool has_parse;       /* ... an unnamed Parse among them (what their Binds bind) */
+	/* ... a Parse of a named statement: a transaction's step replays it (replay_log_parse), but the
+	 * request cannot run again as the client sent it (the name is taken by then). */
+	bool has_named_parse;
 	bool has_tx_ended;    /* ... a ReadyForQuery among their answers said no transaction was open */
 	char tx_status;       /* the leg's transaction status before them: 'I', 'T', 'E' */
 	uint32_t noted, logged; /* ... their messages, and those kept whole (a long one is not read) */

@@ -599,6 +599,25 @@ def case_named_read_running(b, w, mode, fault, m):
         check(o.kind == "ok" and o.rows == [["42", ""]] and o.status == "I", "run again, once: %r" % o)
 
 
+def case_a_read_that_parses_its_named_statement_runs_again(b, w, mode, fault, m):
+    """A side-effect-free autocommit read whose request parses the named statement it runs (Parse, Bind,
+    Execute, Sync in flight): tern answers the Parse (no connection yet), so what was in flight is the
+    Bind and Execute of a statement it keeps: select and transaction run it again on the new primary
+    (prepared there by tern), the client gets its row once; session 08007."""
+    name = "p_" + m[-12:]
+    sql = "select $1::int + 1, pg_sleep(%d) /*%s*/" % (SLEEP_S, m)
+    yield "send", parse(name, sql) + bind(name, ["41"]) + execute() + SYNC
+    o = read_outcome(w)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    elif mode == "session":
+        check(o.kind == "error" and o.sqlstate == "08007" and o.status == "I", "08007: %r" % o)
+    else:
+        check(o.kind == "ok" and o.rows == [["42", ""]] and o.status == "I", "run again, once: %r" % o)
+    if mode != "none":
+        expect_session_goes_on(b, w, mode)
+
+
 def case_named_write_running_in_transaction(b, w, mode, fault, m):
     """A named statement's write running inside a transaction: transaction replays the transaction and
     runs it again there (once, as the COMMIT's count shows); session and select 57P01."""
@@ -742,6 +761,7 @@ CASES = [case_idle_autocommit, case_idle_in_transaction, case_autocommit_write_r
          case_repeatable_read_is_never_replayed, case_default_repeatable_read_is_found_at_replay,
          case_extended_write_running, case_extended_safe_read_running, case_named_statements_in_a_transaction_are_replayed,
          case_a_statement_named_inside_the_transaction_is_replayed, case_named_read_running,
+         case_a_read_that_parses_its_named_statement_runs_again,
          case_named_write_running_in_transaction,
          case_after_an_extended_copy_with_its_sync_pipelined, case_extended_in_transaction_then_extended_rollback,
          case_partial_result,
