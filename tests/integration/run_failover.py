@@ -848,6 +848,38 @@ def no_primary_within_write_timeout_secs_ends_the_session_with_08006(b):
     check(b.count("tr", "deadline") == 0, "the write never ran")
 
 
+def a_replay_that_outlasts_write_timeout_secs_ends_the_session_with_08006(b):
+    """One deadline for the whole recovery, not only the wait for a primary: a transaction whose replay
+    takes longer than write_timeout_secs (2 s here; its recorded read sleeps 3 s) ends with 08006 once the
+    deadline passes, not when the replay would have finished; on the same primary after a terminated
+    backend, and on the new primary after a promote."""
+    pg = b.pg
+    for fault in ("terminate", "promote"):
+        marker = "outlast_" + fault
+        ports = sorted([pg.primary_port, pg.replica_port])
+        config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+                  "primary = host=127.0.0.1 port=%d\nother = host=127.0.0.1 port=%d\n"
+                  "[routing]\nmonitor_interval_ms = 100\n[replay]\ntr_mode = transaction\nwrite_timeout_secs = 2\n"
+                  % (free_port(), ports[0], ports[1]))
+        t = TernProcess(TERN, config)
+        t.start()
+        try:
+            w = Wire(t.port, timeout=30)
+            w.login("postgres")
+            check(run(w, "begin").kind == "ok", "begin")
+            check(run(w, "select pg_sleep(3), '%s'" % marker).kind == "ok", "a read of 3 s, recorded")
+            b.fault(fault, [marker])
+            started = time.monotonic()
+            o = run(w, "select 1")
+            waited = time.monotonic() - started
+            check(o.kind == "closed" and o.sqlstate == "08006", "%s: 08006, closed: %r" % (fault, o))
+            check(waited < 8.0, "%s: at the deadline, not after: %.1fs" % (fault, waited))
+            w.close()
+        finally:
+            t.stop()
+            b.after_fault(fault)
+
+
 def fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says(b):
     """Deterministic fault points (the fake server of tests/integration/polar_fake.py, cutting its
     connection after the first k bytes of an answer, once per statement): for every k, what reached the
@@ -1333,6 +1365,7 @@ SPECIAL = [show_failovers_and_api_status_list_what_the_battery_did,
            tr_max_session_set_statements_refuses_the_move_with_08006,
            backend_response_timeout_secs_closes_a_stuck_answer_and_the_session_goes_on,
            no_primary_within_write_timeout_secs_ends_the_session_with_08006,
+           a_replay_that_outlasts_write_timeout_secs_ends_the_session_with_08006,
            fault_at_every_byte_offset_of_an_answer_is_classified_as_the_contract_says,
            a_lost_answer_cut_between_messages_gets_its_one_error_and_the_session_goes_on,
            a_message_split_across_two_receives_is_shown_whole]
