@@ -408,7 +408,7 @@ static int replay_server_message(struct session *s, struct leg *leg, const struc
 	if (m->is_hidden)
 		return leg->role == LEG_PRIMARY && r->is_replaying ? replay_hidden_message(s, leg, m) : 0;
 	TERN_ASSERT(m->type == PROTO_BE_READY);
-	if (leg->role != LEG_PRIMARY)
+	if (leg->role != LEG_PRIMARY || (!r->is_open && r->deadline_ns == 0))
 		return 0;
 	bool is_answered = leg_client_owed(leg) == 0 && !leg->is_unsynced;
 	if (is_answered)

@@ -263,6 +263,22 @@ static bool stmts_is_deallocate_of_own(struct session *s, const uint8_t *content
 	return true;
 }
 
+/* tern answers the client's Parse of stmt (name: the client's, owned; NULL for its unnamed statement).
+ * With nothing owed before it and Transaction Replay's record open, the ParseComplete is held with the
+ * start of the answer the batch's Sync brings, as the server's own would be, and the request stays
+ * unsynced (one with what follows it): the batch may run again if that answer is lost, with nothing shown
+ * twice, and a transaction's replay digests it as the server's; a client Flush lets it out. */
+static int stmts_answer_parse(struct session *s, char *name, struct stmt *stmt)
+{
+	struct leg *leg = session_client_leg(s);
+	if (leg->replies.count == 0 && s->replay.is_open && leg->role == LEG_PRIMARY) {
+		free(name);
+		leg->is_unsynced = true;
+		return base_bytes_append(&s->replay.preamble, proto_parse_complete, sizeof(proto_parse_complete));
+	}
+	return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, name, 0, stmt);
+}
+
 static int stmts_on_parse(struct session *s, const char *name, const uint8_t *content, uint32_t len,
 			  bool names_search_path)
 {
@@ -283,19 +299,8 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 	if (!name_copy)
 		return -ENOMEM;
 	struct stmt_cache *cache = stmts_has_backend(leg) ? stmts_cache_of(leg->conn) : NULL;
-	if (cache && stmt_cache_touch(cache, stmt)) { /* prepared there already */
-		/* tern answers it. In a transaction Transaction Replay records: held with the start of the answer
-		 * that follows, as the server's own ParseComplete would be, and unsynced, so the request stays one
-		 * with what follows it (stmts_on_unnamed_parse does the same): the transaction replays it with the
-		 * server's ParseComplete. */
-		if (leg->replies.count == 0 && s->replay.is_open && leg->role == LEG_PRIMARY && leg->tx_status == 'T') {
-			free(name_copy);
-			leg->is_unsynced = true;
-			return base_bytes_append(&s->replay.preamble, proto_parse_complete,
-						 sizeof(proto_parse_complete));
-		}
-		return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, name_copy, 0, stmt);
-	}
+	if (cache && stmt_cache_touch(cache, stmt)) /* prepared there already */
+		return stmts_answer_parse(s, name_copy, stmt);
 	if (cache) {
 		/* A server is at hand: the client's own Parse goes to it, so an error comes where expected
 		 * (after the Closes that make room and heal, as for tern's own Parse). */
@@ -328,13 +333,7 @@ static int stmts_on_unnamed_parse(struct session *s, struct stmt *stmt)
 		int rc = stmts_cache_add(s, cache, stmt, evicted_name, &evicted);
 		return rc < 0 ? rc : stmts_queue_prepare(s, stmt, evicted, false, true, NULL);
 	}
-	/* tern answers it (prepared there already, or at the first use): with nothing owed before it and
-	 * Transaction Replay's record open, the answer is held with the start of the answer the batch's Sync
-	 * brings (as the server's own ParseComplete would be), so the batch may run again if that is lost,
-	 * with nothing shown twice; a client Flush lets it out. */
-	if (leg->replies.count == 0 && s->replay.is_open && leg->role == LEG_PRIMARY)
-		return base_bytes_append(&s->replay.preamble, proto_parse_complete, sizeof(proto_parse_complete));
-	return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, NULL, 0, stmt);
+	return stmts_answer_parse(s, NULL, stmt); /* prepared there already, or at the first use */
 }
 
 /* The stmt for an unnamed Parse's content: one of the session's recent ones (moved to the front;
