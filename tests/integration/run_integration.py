@@ -4499,6 +4499,19 @@ def tern_before_fakes(ctx, primary, standby, profiles=("", ""), routing="transac
     return t
 
 
+def vanilla_standby_splits_until_the_first_write(t, read):
+    """Through tern t, in front of a polar primary and a vanilla standby (fakes): a transaction's read
+    (`read`, whose first column is pg_is_in_recovery()) goes to the standby before the first write, and
+    to the primary after it (a vanilla standby cannot import XIDs)."""
+    with Wire(t.port) as w:
+        w.login("postgres")
+        w.query("begin")
+        check(w.query(read)[0][0] == "t", "a vanilla standby: before the first write, split")
+        w.query("insert into t values (1)")
+        check(w.query(read)[0][0] == "f", "after it: the primary (a vanilla standby cannot import XIDs)")
+        w.query("commit")
+
+
 @test
 def polar_split_reads_import_the_transaction_s_xids_on_a_polar_replica(ctx):
     """The XID-import profile against a protocol-level fake of a polar primary and standby
@@ -4547,14 +4560,7 @@ def polar_split_reads_import_the_transaction_s_xids_on_a_polar_replica(ctx):
         check(not [text for text in primary.seen() if text.lower().startswith("set polar")],
               "the primary never got the settings")
         t.stop()
-        t = tern("vanilla")
-        with Wire(t.port) as w:
-            w.login("postgres")
-            w.query("begin")
-            check(w.query(read)[0][0] == "t", "a vanilla standby: before the first write, split")
-            w.query("insert into t values (3)")
-            check(w.query(read)[0][0] == "f", "after it: the primary (a vanilla standby cannot import XIDs)")
-            w.query("commit")
+        vanilla_standby_splits_until_the_first_write(tern("vanilla"), read)
     finally:
         for fake in fakes:
             fake.stop()
@@ -4572,13 +4578,7 @@ def a_profile_changed_by_sighup_holds_for_new_connections_and_the_clients_loggin
     read = "select pg_is_in_recovery(), current_setting('polar_xact_split_xids')"
     try:
         t = tern_before_fakes(ctx, primary, standby, ("polar", "vanilla"))
-        with Wire(t.port) as w:
-            w.login("postgres")
-            w.query("begin")
-            check(w.query(read)[0][0] == "t", "vanilla: a read before the first write goes to the standby")
-            w.query("insert into t values (1)")
-            check(w.query(read)[0][0] == "f", "vanilla: after the first write, the primary")
-            w.query("commit")
+        vanilla_standby_splits_until_the_first_write(t, read)
         with standby.lock:
             vanilla = set(n for n, _ in standby.statements)
         check(vanilla and standby.polar_connections == 0, "a standby connection opened without the profile")
