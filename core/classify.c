@@ -323,6 +323,19 @@ bool classify_fast_path(const char *sql, struct classify_result *out)
 	return classify_fast(sql, out);
 }
 
+int classify_split(const char *sql, struct classify_span *spans, uint32_t max)
+{
+	if (strlen(sql) > CLASSIFY_TEXT_MAX)
+		return -1;
+	PgQuerySplitResult split = pg_query_split_with_parser(sql);
+	int count = split.error || split.n_stmts < 0 || (uint32_t)split.n_stmts > max ? -1 : split.n_stmts;
+	for (int i = 0; i < count; i++)
+		spans[i] = (struct classify_span){.start = (uint32_t)split.stmts[i]->stmt_location,
+						  .len = (uint32_t)split.stmts[i]->stmt_len};
+	pg_query_free_split_result(split);
+	return count;
+}
+
 void classify_query(const char *sql, const char *read_functions, struct classify_result *out)
 {
 	memset(out, 0, sizeof(*out));

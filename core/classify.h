@@ -66,6 +66,15 @@ void classify_query(const char *sql, const char *read_functions, struct classify
 /* The lexer's part alone (no parse): true when it knows the text (a bare COMMIT, ROLLBACK, SHOW). */
 bool classify_fast_path(const char *sql, struct classify_result *out);
 
+/* One statement of a text: where it starts and how long it is (without its ';'). */
+struct classify_span {
+	uint32_t start, len;
+};
+/* The statements of a NUL-terminated text as the server's parser splits it (a function body's ';'
+ * inside BEGIN ATOMIC included), at most `max`: their count, or -1 when it does not parse (the server
+ * runs none of them, unless its grammar is newer than libpg_query's), is too long or has more. */
+int classify_split(const char *sql, struct classify_span *spans, uint32_t max);
+
 /* What Transaction Replay's decision (replay/decide.h) calls the statement: a commit wherever it hides
  * (behind a comment, END WORK, in a text of several statements, PREPARE TRANSACTION), a read whose only
  * flaw is a call outside the side-effect-free list (opaque: never run twice), a control statement that

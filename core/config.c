@@ -392,9 +392,9 @@ static const struct config_key config_keys[] = {
 		   "is not replayed (there is nothing to check its replay against)"),
 	CONFIG_KEY("limits", "tr_max_session_set_statements", CONFIG_INT, "256", 1, 100000, CONFIG_RELOAD,
 		   tr_max_session_set_statements, NULL,
-		   "Transaction Replay: distinct session variables a session may have set (the parameters tern "
-		   "restores on every connection, search_path among them); past it a lost primary connection ends "
-		   "the session with 08006 rather than move it with part of its state"),
+		   "Transaction Replay: distinct session variables a session may have set and move with (its "
+		   "simple-protocol SETs, and the tracked parameters and search_path it changed otherwise); past it "
+		   "a lost primary connection ends the session with 08006 rather than move it with part of its state"),
 	CONFIG_KEY("limits", "replay_deadline_secs", CONFIG_INT, "300", 1, 86400, CONFIG_RELOAD, replay_deadline_secs,
 		   NULL, "the longest one POST /api/replay runs; past it the replay stops where it is (partial)"),
 	CONFIG_KEY("limits", "backend_response_timeout_secs", CONFIG_INT, "0", 0, 86400, CONFIG_RELOAD,

@@ -11,6 +11,7 @@ static const struct observer *const dispatch_registry[OBSERVER_COUNT] = {
 	[OBSERVER_COPY] = &observer_copy,
 	[OBSERVER_STMTS] = &observer_stmts,
 	[OBSERVER_PARAMS] = &observer_params,
+	[OBSERVER_SETS] = &observer_sets,
 	[OBSERVER_PINS] = &observer_pins,
 	[OBSERVER_STATS] = &observer_stats,
 	[OBSERVER_ROUTE] = &observer_route,

@@ -4,6 +4,7 @@
  *   observer_copy.c    COPY: copy-in, and the Syncs the server ignores during it (leg->copy);
  *   observer_stmts.c   named prepared statements in transaction pooling, and the replies owed (s->stmts);
  *   observer_params.c  tracked parameters and search_path (s->params);
+ *   observer_sets.c    the SET state Transaction Replay restores on a new primary (s->replay.sets);
  *   observer_pins.c    LISTEN and SQL PREPARE, which keep the client on its connection (s->pins);
  *   observer_stats.c   SHOW STATS (s->stats);
  *   route_observer.c   routing: the write-LSN probe, a replica answer's guard (s->routing);
@@ -36,6 +37,7 @@ enum observer_id {
 	OBSERVER_COPY = 0,
 	OBSERVER_STMTS,
 	OBSERVER_PARAMS,
+	OBSERVER_SETS,
 	OBSERVER_PINS,
 	OBSERVER_STATS,
 	OBSERVER_ROUTE,
@@ -117,6 +119,7 @@ static inline bool observer_message_is_tag(const struct observer_message *m, con
 extern const struct observer observer_copy;
 extern const struct observer observer_stmts;
 extern const struct observer observer_params;
+extern const struct observer observer_sets; /* the SET state a move restores */
 extern const struct observer observer_pins;
 extern const struct observer observer_stats;
 extern const struct observer observer_route; /* route_observer.c: the write-LSN probe, the replica legs' show stage */
@@ -124,6 +127,9 @@ extern const struct observer observer_digest;
 extern const struct observer observer_replay; /* Transaction Replay's record of the requests in flight */
 extern const struct observer observer_journal; /* the recovery journal's capture of committed transactions */
 
+/* The distinct variables the session's state holds: its SETs (observer_sets) and the parameters
+ * observer_params keeps that no SET named (Transaction Replay's cap). */
+uint32_t sets_count(const struct session *s);
 /* A Query too long for the observers to read went to the primary (observer_journal matches its answer). */
 void journal_note_unread_query(struct session *s);
 /* The primary connection was lost and the session goes on (recover.c): what was sent there will not be

@@ -60,19 +60,6 @@ static uint32_t journal_store(struct session *s, const void *data, uint32_t len)
 	return at;
 }
 
-static int journal_grow(void **items, uint32_t *cap, uint32_t count, size_t size)
-{
-	if (count < *cap)
-		return 0;
-	uint32_t grown_cap = *cap ? *cap * 2 : 8;
-	void *grown = realloc(*items, grown_cap * size);
-	if (!grown)
-		return -ENOMEM;
-	*items = grown;
-	*cap = grown_cap;
-	return 0;
-}
-
 static int journal_push_pending(struct session *s, struct journal_capture c)
 {
 	struct session_journal *j = &s->journal;
@@ -81,7 +68,7 @@ static int journal_push_pending(struct session *s, struct journal_capture c)
 		j->pending_count -= j->pending_head;
 		j->pending_head = 0;
 	}
-	if (journal_grow((void **)&j->pending, &j->pending_cap, j->pending_count, sizeof(*j->pending)) < 0)
+	if (base_grow((void **)&j->pending, &j->pending_cap, j->pending_count, sizeof(*j->pending)) < 0)
 		return -ENOMEM;
 	j->pending[j->pending_count++] = c;
 	return 0;
@@ -298,7 +285,7 @@ static void journal_on_savepoint(struct session_journal *j, const struct journal
 			   : sql_parse_savepoint((const uint8_t *)journal_text(j, c), c->text_len, name,
 								    sizeof(name));
 	if (kind == SQL_SAVEPOINT_SET) {
-		if (journal_grow((void **)&j->savepoints, &j->savepoint_cap, j->savepoint_count, sizeof(*j->savepoints)) < 0) {
+		if (base_grow((void **)&j->savepoints, &j->savepoint_cap, j->savepoint_count, sizeof(*j->savepoints)) < 0) {
 			j->is_incomplete = true;
 			return;
 		}
@@ -364,7 +351,7 @@ static void journal_on_complete(struct session *s, const uint8_t *tag, uint32_t 
 		j->is_incomplete = true;
 	} else if (!(is_simple && c->tag_len > 0)) { /* (a second statement of one Query: its text is kept once) */
 		uint32_t tag_at = journal_store(s, tag, len - 1);
-		if (tag_at != UINT32_MAX && journal_grow((void **)&j->kept, &j->kept_cap, j->kept_count, sizeof(*j->kept)) == 0) {
+		if (tag_at != UINT32_MAX && base_grow((void **)&j->kept, &j->kept_cap, j->kept_count, sizeof(*j->kept)) == 0) {
 			c->tag_at = tag_at;
 			c->tag_len = len - 1;
 			j->kept[j->kept_count++] = *c;

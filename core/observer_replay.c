@@ -309,8 +309,7 @@ static bool replay_is_on(const struct session *s)
 {
 	/* On for a session that starts while Transaction Replay may recover it: a reload that turns it on
 	 * reaches the sessions that start after it. */
-	const struct tern_config *cfg = runtime_config(s->host->runtime);
-	return s->is_transaction_pooling && cfg->tr_enabled && cfg->tr_mode != CONFIG_TR_NONE;
+	return recover_is_on(s);
 }
 
 static int replay_client_message(struct session *s, struct leg *leg, const struct observer_message *m)

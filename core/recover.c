@@ -28,6 +28,12 @@ static const char recover_msg_aborted[] =
 static const char *const recover_phase_names[TR_PHASE_COUNT] = {"idle", "not sent", "sent", "partly answered",
 								   "cut mid-message", "copy"};
 
+bool recover_is_on(const struct session *s)
+{
+	const struct tern_config *cfg = runtime_config(s->host->runtime);
+	return s->is_transaction_pooling && cfg->tr_enabled && cfg->tr_mode != CONFIG_TR_NONE;
+}
+
 static enum tr_mode recover_mode(const struct tern_config *cfg)
 {
 	return cfg->tr_enabled ? (enum tr_mode)cfg->tr_mode : TR_MODE_NONE;
@@ -201,13 +207,17 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 	 * replay held back cannot be placed if it is lost again. */
 	if (!proto_stream_is_at_boundary(&s->client_stream) || s->replay.is_replaying)
 		return recover_refuse(s, server, phase, NULL, NULL);
-	uint32_t set_count = (uint32_t)__builtin_popcount(s->params.changed) + (s->params.search_path[0] != '\0');
-	if (set_count > cfg->tr_max_session_set_statements) { /* it would move with part of its state */
-		s->host->stats.tr_set_cap_exceeded++;
+	if (s->replay.sets.is_over_cap || sets_count(s) > cfg->tr_max_session_set_statements) {
+		/* it would move with part of its state */
 		return recover_refuse(s, server, phase, "08006",
 				      "the connection to the primary was lost and the session set more variables than "
 				      "[limits] tr_max_session_set_statements: it cannot move with all of them");
 	}
+	if (s->replay.sets.is_unsure)
+		return recover_refuse(s, server, phase, "08006",
+				      "the connection to the primary was lost and the session changed its settings in a "
+				      "way tern could not follow (see README, Transaction Replay): it cannot move with "
+				      "them");
 	char status = s->replay.is_open ? s->replay.tx_status : leg->tx_status;
 	bool is_in_tx = status == 'T' || status == 'E';
 	enum tr_tx tx = mode >= TR_MODE_SELECT ? recover_tx_state(s, status)
@@ -517,6 +527,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 	TERN_ASSERT(d->action == SESSION_LOST_RECOVER && leg == session_primary(s));
 	struct pool_server *server = leg->conn ? leg->conn->server : leg->request.server;
 	recover_lose(s, server, now);
+	r->sets.is_restore_due = true; /* (observer_sets, on the next connection) */
 	if (d->phase == TR_PHASE_NOT_SENT && !leg->conn) {
 		/* The pool could not reach it: the request, still queued, waits for a primary. */
 		TERN_INFO("client %s/%s: server %s cannot be reached (%s); the request waits for a primary", s->user,

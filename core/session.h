@@ -24,6 +24,7 @@
 #include "stmts.h"
 
 #include "replay/decide.h"
+#include "replay/restore_set.h"
 
 struct scram_server;
 struct auth_lookup;
@@ -171,6 +172,34 @@ struct session_journal {
 	char client_addr[64]; /* "" until its first commit */
 };
 
+/* The session's SET state for Transaction Replay (observer_sets.c): what the client's simple-protocol SETs
+ * left, restored on the next primary. */
+struct session_sets {
+	struct restore_set set;
+	/* The Query whose answer is being matched to its statements, one CommandComplete each: the
+	 * ReadyForQuerys owed ahead of its answer, what sql_parse_set said of each statement (is_blind: tern
+	 * could not read them), and the next one to complete. */
+	struct sets_statement {
+		uint8_t kind;    /* enum sql_set_kind */
+		char *name;      /* owned, with the statement after its NUL (NULL for SQL_SET_NONE) */
+		char *statement;
+	} *query;
+	uint32_t query_count, query_next, query_ready_before;
+	bool is_query_active, is_query_blind, is_query_failed;
+	uint32_t queries_unread; /* Queries begun whose text was not read (too long) */
+	/* The transaction on the primary, as its tags and ReadyForQuery tell: BEGIN seen, an error seen, a
+	 * savepoint tern could not follow (its changes are then unsure at the commit), a ROLLBACK whose
+	 * statement tern did not read (ROLLBACK TO or the end: the ReadyForQuery tells). */
+	bool is_explicit, is_failed, is_blurred, is_rollback_unplaced;
+	/* A change tern could not follow ran: the session cannot move with its state (08006). */
+	bool is_unsure;
+	bool is_over_cap; /* more distinct variables than tr_max_session_set_statements (counted once) */
+	/* The restore: due on the primary's next connection (the session moved, or its primary changed since
+	 * `server`, where the set was made), and under way (its hidden answer comes first). */
+	bool is_restore_due, is_restoring, is_restore_failed;
+	const struct pool_server *server;
+};
+
 struct session_replay {
 	/* The client's requests on the primary's leg since it last owed the client nothing. */
 	bool is_open;
@@ -233,6 +262,7 @@ struct session_replay {
 	uint32_t replay_skip;   /* hidden answers ahead of the replay's (what the other observers restored) */
 	struct base_bytes held_back;
 	uint32_t held_inflight; /* held_back's first bytes: the statement in flight at the loss (0: none) */
+	struct session_sets sets;
 };
 
 /* A protocol 3.2 client's cancel key: 32 random bytes, as PostgreSQL 18 gives (the pid names the worker). */

@@ -93,6 +93,32 @@ bool sql_is_forget_all(const uint8_t *sql, uint32_t len)
 	return sql_take_word(&p, end, "all") && (p == end || *p == ';' || *p == '\0');
 }
 
+/* A SET's value at *p, which runs to the statement's end (a ';' outside quotes, a NUL, or end): true
+ * with *p at its last byte's end (trailing blanks left out); false when it is empty or unterminated (the
+ * server refuses it), or holds a comment (it would swallow what tern appends when it sends the value
+ * again) or an escape string (E'\'' is not read here). */
+static bool sql_take_value(const uint8_t **at, const uint8_t *end)
+{
+	const uint8_t *start = *at, *p = start;
+	char quote = 0;
+	for (; p < end && *p != '\0' && (quote || *p != ';'); p++) {
+		if (!quote && end - p >= 2 && ((p[0] == '-' && p[1] == '-') || (p[0] == '/' && p[1] == '*')))
+			return false;
+		if (quote && *p == (uint8_t)quote)
+			quote = 0;
+		else if (!quote && *p == '\'' && p > start && (p[-1] == 'e' || p[-1] == 'E'))
+			return false;
+		else if (!quote && (*p == '\'' || *p == '"'))
+			quote = (char)*p;
+	}
+	while (p > start && (p[-1] == ' ' || p[-1] == '\t' || p[-1] == '\n' || p[-1] == '\r'))
+		p--;
+	if (quote || p == start)
+		return false;
+	*at = p;
+	return true;
+}
+
 int sql_parse_search_path_set(const uint8_t *sql, uint32_t len, char *value, size_t value_size)
 {
 	const uint8_t *end = sql + len;
@@ -112,22 +138,9 @@ int sql_parse_search_path_set(const uint8_t *sql, uint32_t len, char *value, siz
 		p = sql_skip_blank(p + 1, end);
 	else if (!sql_take_word(&p, end, "to"))
 		return 0;
-	/* The value runs to the statement's end: a ';' outside quotes, or the text's end. */
 	const uint8_t *start = p;
-	char quote = 0;
-	for (; p < end && *p != '\0' && (quote || *p != ';'); p++) {
-		/* A comment would swallow what tern appends after the value when it replays it: untracked. */
-		if (!quote && end - p >= 2 && ((p[0] == '-' && p[1] == '-') || (p[0] == '/' && p[1] == '*')))
-			return 0;
-		if (quote && *p == (uint8_t)quote)
-			quote = 0;
-		else if (!quote && (*p == '\'' || *p == '"'))
-			quote = (char)*p;
-	}
-	while (p > start && (p[-1] == ' ' || p[-1] == '\t' || p[-1] == '\n' || p[-1] == '\r'))
-		p--;
-	if (quote || p == start)
-		return 0; /* unterminated or empty: the server will refuse it */
+	if (!sql_take_value(&p, end))
+		return 0;
 	if ((size_t)(p - start) >= value_size)
 		return -ENOSPC;
 	memcpy(value, start, (size_t)(p - start));
@@ -204,4 +217,204 @@ int sql_parse_savepoint(const uint8_t *sql, uint32_t len, char *name, size_t nam
 		kind = SQL_SAVEPOINT_ROLLBACK_TO;
 	}
 	return kind != SQL_SAVEPOINT_NONE && sql_take_last_name(p, end, name, name_size) ? kind : SQL_SAVEPOINT_NONE;
+}
+
+/* An identifier at *p as PostgreSQL reads a variable's name (folded to lower case, a quoted one too: GUC
+ * names match in any case), with a custom variable's ".part": true, or false (none, or name_size bytes
+ * or more). */
+static bool sql_take_name(const uint8_t **at, const uint8_t *end, char *name, size_t name_size)
+{
+	const uint8_t *p = *at;
+	size_t n = 0;
+	for (bool is_part = true; is_part;) {
+		size_t part = n;
+		if (p < end && *p == '"') {
+			for (p++; p < end && !(*p == '"' && !(end - p >= 2 && p[1] == '"')); p++) {
+				if (*p == '"')
+					p++;
+				if (n + 1 >= name_size)
+					return false;
+				name[n++] = (char)tolower(*p);
+			}
+			if (p >= end)
+				return false;
+			p++;
+		} else {
+			for (; p < end && (isalnum(*p) || *p == '_' || *p == '$'); p++) {
+				if (n + 1 >= name_size)
+					return false;
+				name[n++] = (char)tolower(*p);
+			}
+		}
+		if (n == part)
+			return false;
+		is_part = p < end && *p == '.';
+		if (is_part) {
+			if (n + 1 >= name_size)
+				return false;
+			name[n++] = '.';
+			p++;
+		}
+	}
+	name[n] = '\0';
+	*at = sql_skip_blank(p, end);
+	return true;
+}
+
+/* The special forms of SET and RESET: their words, and the variable they set. */
+static const struct sql_set_form {
+	const char *words[2];
+	const char *variable;
+	const char *default_word; /* the value that means the default ("": none) */
+} sql_set_forms[] = {
+	{{"time", "zone"}, "timezone", "local"},
+	{{"names", NULL}, "client_encoding", "default"},
+	{{"schema", NULL}, "search_path", ""},
+	{{"role", NULL}, "role", "none"},
+	{{"session", "authorization"}, "session_authorization", "default"},
+	{{"xml", "option"}, "xmloption", ""},
+};
+
+static const struct sql_set_form *sql_take_form(const uint8_t **p, const uint8_t *end)
+{
+	for (size_t i = 0; i < TERN_ARRAY_LEN(sql_set_forms); i++) {
+		const uint8_t *q = *p;
+		const struct sql_set_form *f = &sql_set_forms[i];
+		if (sql_take_word(&q, end, f->words[0]) && (!f->words[1] || sql_take_word(&q, end, f->words[1]))) {
+			*p = q;
+			return f;
+		}
+	}
+	return NULL;
+}
+
+const char *sql_set_tag(enum sql_set_kind kind)
+{
+	switch (kind) {
+	case SQL_SET_VALUE:
+	case SQL_SET_UNKNOWN:
+		return "SET";
+	case SQL_SET_RESET:
+	case SQL_SET_RESET_ALL:
+		return "RESET";
+	case SQL_SET_DISCARD_ALL:
+		return "DISCARD ALL";
+	case SQL_SET_SAVEPOINT:
+		return "SAVEPOINT";
+	case SQL_SET_RELEASE:
+		return "RELEASE";
+	case SQL_SET_ROLLBACK_TO:
+	case SQL_SET_ROLLBACK:
+		return "ROLLBACK";
+	case SQL_SET_NONE:
+		break;
+	}
+	return "";
+}
+
+/* SET ... after its first word: a variable's value, its default, or a scope tern does not keep. */
+static enum sql_set_kind sql_parse_set_value(const uint8_t *p, const uint8_t *end, char *name, size_t name_size,
+					     const uint8_t **value_end)
+{
+	if (sql_take_word(&p, end, "local") || sql_take_word(&p, end, "transaction") ||
+	    sql_take_word(&p, end, "constraints"))
+		return SQL_SET_NONE; /* the transaction's own: gone at its end */
+	const uint8_t *q = p;
+	if (sql_take_word(&q, end, "session")) {
+		if (sql_take_word(&q, end, "characteristics"))
+			return SQL_SET_UNKNOWN; /* three variables at once */
+		if (!sql_take_word(&q, end, "authorization"))
+			p = q; /* the scope word (SET SESSION name), not SET SESSION AUTHORIZATION */
+	}
+	const struct sql_set_form *form = sql_take_form(&p, end);
+	if (form) {
+		base_strlcpy(name, form->variable, name_size);
+	} else if (!sql_take_name(&p, end, name, name_size)) {
+		return SQL_SET_UNKNOWN;
+	} else if (p < end && *p == '=') {
+		p = sql_skip_blank(p + 1, end);
+	} else if (!sql_take_word(&p, end, "to")) {
+		return SQL_SET_NONE; /* (SET x FROM CURRENT is a function's, refused here) */
+	}
+	const uint8_t *start = p;
+	if (!sql_take_value(&p, end))
+		return SQL_SET_UNKNOWN;
+	const uint8_t *w = start;
+	const char *default_word = form ? form->default_word : "default";
+	if (default_word[0] && sql_take_word(&w, end, default_word) && w >= p)
+		return SQL_SET_RESET;
+	*value_end = p;
+	return SQL_SET_VALUE;
+}
+
+enum sql_set_kind sql_parse_set(const uint8_t *sql, uint32_t len, char *name, size_t name_size, uint32_t *start,
+				uint32_t *stmt_len)
+{
+	TERN_ASSERT(name_size > 1);
+	const uint8_t *end = memchr(sql, '\0', len);
+	if (!end)
+		end = sql + len;
+	const uint8_t *first = sql_skip_blank(sql, end), *p = first, *value_end = NULL;
+	name[0] = '\0';
+	*start = (uint32_t)(first - sql);
+	*stmt_len = 0;
+	enum sql_set_kind kind = SQL_SET_NONE;
+	if (sql_take_word(&p, end, "set")) {
+		kind = sql_parse_set_value(p, end, name, name_size, &value_end);
+		if (kind == SQL_SET_VALUE)
+			*stmt_len = (uint32_t)(value_end - first);
+	} else if (sql_take_word(&p, end, "reset")) {
+		const struct sql_set_form *form = sql_take_form(&p, end);
+		if (form)
+			base_strlcpy(name, form->variable, name_size);
+		kind = form ? SQL_SET_RESET
+		       : sql_take_word(&p, end, "all") ? SQL_SET_RESET_ALL
+		       : sql_take_name(&p, end, name, name_size) ? SQL_SET_RESET
+								   : SQL_SET_UNKNOWN;
+	} else if (sql_take_word(&p, end, "discard")) {
+		kind = sql_take_word(&p, end, "all") ? SQL_SET_DISCARD_ALL : SQL_SET_NONE;
+	} else if (sql_take_word(&p, end, "savepoint") || sql_take_word(&p, end, "release") ||
+		   sql_take_word(&p, end, "rollback") || sql_take_word(&p, end, "abort")) {
+		const uint8_t *rest = p;
+		switch (sql_parse_savepoint(first, (uint32_t)(end - first), name, name_size)) {
+		case SQL_SAVEPOINT_SET:
+			return SQL_SET_SAVEPOINT;
+		case SQL_SAVEPOINT_RELEASE:
+			return SQL_SET_RELEASE;
+		case SQL_SAVEPOINT_ROLLBACK_TO:
+			return SQL_SET_ROLLBACK_TO;
+		default:
+			break;
+		}
+		name[0] = '\0';
+		/* A savepoint tern could not read stays unknown (its tag tells the caller); a ROLLBACK that
+		 * names none ends the transaction. */
+		const uint8_t *q = first;
+		bool is_rollback = sql_take_word(&q, end, "rollback") || sql_take_word(&q, end, "abort");
+		if (is_rollback) {
+			if (!sql_take_word(&rest, end, "work"))
+				(void)sql_take_word(&rest, end, "transaction");
+			kind = sql_take_word(&rest, end, "to") ? SQL_SET_UNKNOWN : SQL_SET_ROLLBACK;
+		} else {
+			kind = SQL_SET_UNKNOWN;
+		}
+	}
+	return kind;
+}
+
+bool sql_may_set(const uint8_t *sql, uint32_t len)
+{
+	/* Every query passes here: one pass, the words compared only where their first two letters are. */
+	static const char *const words[] = {"set", "reset", "discard", "savepoint", "release", "rollback", "abort"};
+	for (uint32_t i = 0; i + 3 <= len; i++) {
+		uint8_t c = sql_lower(sql[i]);
+		if (c != 's' && c != 'r' && c != 'd' && c != 'a')
+			continue;
+		for (size_t w = 0; w < TERN_ARRAY_LEN(words); w++) {
+			size_t n = strlen(words[w]);
+			if (c == (uint8_t)words[w][0] && len - i >= n && sql_is_word_at(sql + i, words[w], n))
+				return true;
+		}
+	}
+	return false;
 }

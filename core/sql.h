@@ -45,6 +45,33 @@ TERN_MUST_USE int sql_parse_search_path_set(const uint8_t *sql, uint32_t len, ch
  * name_size bytes or more. */
 TERN_MUST_USE int sql_parse_deallocate(const uint8_t *sql, uint32_t len, char *name, size_t name_size);
 
+/* What sql_parse_set found: a statement that changes the session's SET state as Transaction Replay
+ * restores it (replay/restore_set.h), or the savepoint and rollback statements its rules follow. */
+enum sql_set_kind {
+	SQL_SET_NONE = 0,     /* none of these; SET LOCAL, SET TRANSACTION and SET CONSTRAINTS included */
+	SQL_SET_VALUE,        /* SET [SESSION] name {TO | =} value; SET TIME ZONE, NAMES, SCHEMA, ROLE, SESSION
+			       * AUTHORIZATION, XML OPTION as their variables */
+	SQL_SET_RESET,        /* RESET name, or a SET of name to its default (TO DEFAULT, ROLE NONE, TIME ZONE LOCAL) */
+	SQL_SET_RESET_ALL,
+	SQL_SET_DISCARD_ALL,
+	SQL_SET_SAVEPOINT,
+	SQL_SET_RELEASE,
+	SQL_SET_ROLLBACK_TO,
+	SQL_SET_ROLLBACK,     /* ROLLBACK or ABORT, [AND [NO] CHAIN] */
+	SQL_SET_UNKNOWN,      /* a session SET tern cannot keep as written: a comment or an escape string in its
+			       * value, SET SESSION CHARACTERISTICS, a name too long */
+};
+/* The CommandComplete tag a statement of that kind answers with ("" for SQL_SET_NONE). */
+const char *sql_set_tag(enum sql_set_kind kind);
+/* The one statement in [sql, sql + len) (a ';' may end it): its kind, with the variable or savepoint it
+ * names in `name` (lower case; a custom variable's two parts with their dot), and in *start, *stmt_len
+ * the statement as the client wrote it, from its first word to its value's end. */
+enum sql_set_kind sql_parse_set(const uint8_t *sql, uint32_t len, char *name, size_t name_size, uint32_t *start,
+				uint32_t *stmt_len);
+/* Whether a statement sql_parse_set names may be anywhere in the text: a word of them (set, reset,
+ * discard, savepoint, release, rollback, abort) in any case, anywhere (inside a word too). */
+bool sql_may_set(const uint8_t *sql, uint32_t len);
+
 /* What sql_parse_savepoint found. */
 enum sql_savepoint_kind { SQL_SAVEPOINT_NONE = 0, SQL_SAVEPOINT_SET, SQL_SAVEPOINT_RELEASE, SQL_SAVEPOINT_ROLLBACK_TO };
 /* When `sql` is exactly SAVEPOINT name, RELEASE [SAVEPOINT] name or ROLLBACK [WORK | TRANSACTION] TO

@@ -66,3 +66,16 @@ int base_bytes_append(struct base_bytes *b, const void *data, uint32_t len)
 	b->len += len;
 	return 0;
 }
+
+int base_grow(void **items, uint32_t *cap, uint32_t count, size_t size)
+{
+	if (count < *cap)
+		return 0;
+	uint32_t grown_cap = *cap ? *cap * 2 : 8;
+	void *grown = realloc(*items, grown_cap * size);
+	if (!grown)
+		return -ENOMEM;
+	*items = grown;
+	*cap = grown_cap;
+	return 0;
+}

@@ -88,6 +88,9 @@ struct base_bytes {
 
 /* Appends len bytes (nothing for len 0, which makes no buffer); 0 or -ENOMEM, b unchanged then. */
 TERN_MUST_USE int base_bytes_append(struct base_bytes *b, const void *data, uint32_t len);
+/* Room for one more item of `size` bytes in an array of count items (capacity *cap, doubled from 8 when
+ * full). 0 or -ENOMEM, the array unchanged then. */
+TERN_MUST_USE int base_grow(void **items, uint32_t *cap, uint32_t count, size_t size);
 
 /* ---- clocks ---- */
 static inline uint64_t base_now_ns(void)

@@ -367,6 +367,48 @@ def case_set_state_is_what_committed(b, w, mode, fault, m):
     check(o.rows == [["kept_%s" % m[-12:]]], "the committed value: %r" % o)
 
 
+SETTINGS_CHECK = ("select current_setting('statement_timeout'), current_setting('work_mem'), "
+                  "current_setting('tern_test.v', true), current_setting('lock_timeout'), "
+                  "current_setting('idle_in_transaction_session_timeout'), current_setting('maintenance_work_mem')")
+
+
+def case_every_set_comes_back(b, w, mode, fault, m):
+    """Every simple-protocol SET comes back on the connection the session moves to (issue 23 #2), with
+    PostgreSQL's transactional rules: statement_timeout alone, work_mem and a custom variable in one
+    Query of two statements, lock_timeout in a committed transaction; a SET rolled back, one rolled back
+    to a savepoint, a rolled-back RESET ALL and a SET in a Query that failed leave what was there before;
+    a committed RESET leaves the default. None of these is a parameter the server reports. The session
+    is in a read-only transaction at the fault: select and transaction replay it (the check runs in it),
+    session loses it (57P01, ROLLBACK) and the check runs next; none closes."""
+    for sql in ("set statement_timeout = '1234s'", "set work_mem = '7MB'; set tern_test.v = 'kept'",
+                "begin", "set lock_timeout = '3s'", "commit",
+                "begin", "set work_mem = '9MB'", "rollback",
+                "begin", "savepoint s", "set statement_timeout = '99s'", "rollback to savepoint s", "commit",
+                "begin", "reset all", "rollback",
+                "set idle_in_transaction_session_timeout = '77s'", "reset idle_in_transaction_session_timeout"):
+        o = run(w, sql)
+        check(o.kind == "ok", "%s: %r" % (sql, o))
+    o = run(w, "set maintenance_work_mem = '99MB'; select 1/0")
+    check(o.kind == "error" and o.sqlstate == "22012", "the failed Query: %r" % o)
+    want = [["1234s", "7MB", "kept", "3s", "0", run(w, "show maintenance_work_mem").rows[0][0]]]
+    check(want[0][5] != "99MB", "the failed Query's SET was rolled back: %r" % want)
+    check(run(w, SETTINGS_CHECK).rows == want, "before the fault")
+    for sql in ("begin", "select 1 /*%s*/" % m):
+        check(run(w, sql).kind == "ok", sql)
+    yield
+    o = run(w, SETTINGS_CHECK)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+        return
+    if o.kind == "error":
+        check(mode == "session" and o.sqlstate == "57P01", "%s: 57P01 only in session mode: %r" % (mode, o))
+        check(run(w, "rollback").status == "I", "rollback")
+        o = run(w, SETTINGS_CHECK)
+    check(o.kind == "ok" and o.rows == want, "%s: the settings after the move: %r, want %r" % (mode, o, want))
+    if o.status == "T":
+        check(run(w, "commit").status == "I", "commit")
+
+
 def case_commit_of_a_lost_transaction_is_an_error(b, w, mode, fault, m):
     """The transaction was lost between statements and the client's next statement is its COMMIT: in
     session and select the COMMIT gets the loss's 57P01 (never a ROLLBACK that reads as success) and
@@ -756,7 +798,7 @@ CASES = [case_idle_autocommit, case_idle_in_transaction, case_autocommit_write_r
          case_autocommit_safe_read_running, case_autocommit_opaque_read_running,
          case_read_calling_a_function_in_tr_read_functions,
          case_write_running_in_transaction, case_commit_running, case_session_state_survives,
-         case_set_state_is_what_committed, case_commit_of_a_lost_transaction_is_an_error,
+         case_set_state_is_what_committed, case_every_set_comes_back, case_commit_of_a_lost_transaction_is_an_error,
          case_a_transaction_begun_inside_a_query_is_not_replayed, case_read_only_transaction, case_replay_that_differs_is_rolled_back_with_40001, case_notices_do_not_fail_a_replay,
          case_repeatable_read_is_never_replayed, case_default_repeatable_read_is_found_at_replay,
          case_extended_write_running, case_extended_safe_read_running, case_named_statements_in_a_transaction_are_replayed,
@@ -1248,36 +1290,45 @@ def backend_response_timeout_secs_closes_a_stuck_answer_and_the_session_goes_on(
 
 
 def tr_max_session_set_statements_refuses_the_move_with_08006(b):
-    """[limits] tr_max_session_set_statements = 1: a session that set two variables (application_name,
-    DateStyle) and loses its primary connection inside a transaction is closed with 08006 instead of
-    moving with part of its state; one that set one moves (57P01 for its lost transaction)."""
+    """[limits] tr_max_session_set_statements at its default (256) counts distinct variables: a session
+    that set 256 (custom variables, in Queries of 64 SETs, one of them set twice) and loses its primary
+    connection inside a transaction moves (57P01 for its lost transaction) with all 256 back; one that
+    set 257 is closed with 08006 instead of moving with part of its state, and is counted once; one
+    that ran a SET tern could not keep as written (a comment in its value) is closed with 08006 too."""
     pg = b.pg
     config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
-              "primary = host=127.0.0.1 port=%d\n[replay]\ntr_mode = session\n[limits]\n"
-              "tr_max_session_set_statements = 1\n[admin]\nhttp_listen = 127.0.0.1:%d\n"
+              "primary = host=127.0.0.1 port=%d\n[replay]\ntr_mode = session\n[admin]\nhttp_listen = 127.0.0.1:%d\n"
               % (free_port(), pg.primary_port, free_port()))
     t = TernProcess(TERN, config)
     t.start()
+
+    def sets(n):
+        names = ["set cap.v%d = '%d'" % (i, i) for i in range(1, n + 1)] + ["set cap.v1 = 'again'"]
+        return ["; ".join(names[i:i + 64]) for i in range(0, len(names), 64)]
     try:
-        for sets, want in ((["set application_name = 'one'"], "57P01"),
-                           (["set application_name = 'two'", "set datestyle = 'German'"], "08006")):
+        for name, queries, want in (("n256", sets(256), "57P01"), ("n257", sets(257), "08006"),
+                                    ("comment", ["set work_mem = '8MB' /* why */"], "08006")):
             with Wire(t.port, timeout=30) as w:
                 w.login("postgres")
-                for sql in sets + ["begin"]:
-                    check(run(w, sql).kind == "ok", sql)
-                marker = "setcap_%d" % len(sets)
+                for sql in queries + ["begin"]:
+                    check(run(w, sql).kind == "ok", sql[:60])
+                marker = "setcap_%s" % name
                 check(run(w, "select 1 /*%s*/" % marker).kind == "ok", "in the transaction")
                 pg.psql("select pg_terminate_backend(pid, 10000) from pg_stat_activity where query like "
                         "'%%%s%%' and pid <> pg_backend_pid()" % marker)
                 o = run(w, "select 2")
                 if want == "08006":
-                    check(o.kind == "closed" and o.sqlstate == "08006", "refused: %r" % o)
-                else:
-                    check(o.kind == "error" and o.sqlstate == "57P01", "moved: %r\n%s" % (o, t.log_tail(8)))
+                    check(o.kind == "closed" and o.sqlstate == "08006", "%s refused: %r" % (name, o))
+                    continue
+                check(o.kind == "error" and o.sqlstate == "57P01", "moved: %r\n%s" % (o, t.log_tail(8)))
+                check(run(w, "rollback").status == "I", "rollback")
+                o = run(w, "select current_setting('cap.v1'), current_setting('cap.v256'), "
+                           "(select count(*) from generate_series(2, 256) i where current_setting('cap.v' || i, true) = i::text)")
+                check(o.rows == [["again", "256", "255"]], "all 256 back: %r" % o)
         import urllib.request
         http = int(config.split("http_listen = 127.0.0.1:")[1].split("\n")[0])
         text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http, timeout=10).read().decode()
-        check("tr_session_set_cap_exceeded_total 1" in text, "counted")
+        check("tr_session_set_cap_exceeded_total 1" in text, "counted once")
     finally:
         t.stop()
     check(t.returncode == 0, "tern exited with %s" % t.returncode)

@@ -313,3 +313,18 @@ Test(classify, transaction_replay_kinds_find_a_commit_wherever_it_hides)
 			     classify_tr_kind(&r), cases[i].kind);
 	}
 }
+
+Test(classify, a_text_splits_into_its_statements_as_the_parser_reads_them)
+{
+	const char *sql = "set a = 'x;y'; select 1;; /* c */ set b = 2";
+	struct classify_span spans[4];
+	int n = classify_split(sql, spans, 4);
+	cr_assert_eq(n, 3);
+	cr_assert_eq(strncmp(sql + spans[0].start, "set a = 'x;y'", spans[0].len), 0);
+	cr_assert_eq(spans[0].len, strlen("set a = 'x;y'"));
+	cr_assert_eq(strncmp(sql + spans[1].start, " select 1", spans[1].len), 0);
+	cr_assert(strstr(sql + spans[2].start, "set b = 2") != NULL);
+	cr_assert_eq(spans[2].start + spans[2].len, strlen(sql));
+	cr_assert_eq(classify_split("select 1; selec 2", spans, 4), -1, "a syntax error");
+	cr_assert_eq(classify_split("select 1; select 2; select 3", spans, 2), -1, "more than max");
+}

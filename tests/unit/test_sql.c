@@ -152,3 +152,93 @@ Test(sql, savepoint_statements_name_their_savepoint_as_postgresql_reads_it)
 	cr_assert_eq(savepoint_of("savepoints a", name, sizeof(name)), SQL_SAVEPOINT_NONE);
 	cr_assert_eq(savepoint_of("savepoint", name, sizeof(name)), SQL_SAVEPOINT_NONE);
 }
+
+static enum sql_set_kind set_of(const char *sql, char *name, char *statement)
+{
+	uint32_t start, len;
+	enum sql_set_kind kind = sql_parse_set((const uint8_t *)sql, (uint32_t)strlen(sql), name, 128, &start, &len);
+	memcpy(statement, sql + start, len);
+	statement[len] = '\0';
+	return kind;
+}
+
+Test(sql, a_session_set_names_its_variable_and_keeps_the_statement_as_written)
+{
+	char name[128], stmt[256];
+	cr_assert_eq(set_of("  SET statement_timeout = '5s' ;", name, stmt), SQL_SET_VALUE);
+	cr_assert_str_eq(name, "statement_timeout");
+	cr_assert_str_eq(stmt, "SET statement_timeout = '5s'");
+	cr_assert_eq(set_of("/* c */ set session Work_Mem to '64MB'", name, stmt), SQL_SET_VALUE);
+	cr_assert_str_eq(name, "work_mem");
+	cr_assert_str_eq(stmt, "set session Work_Mem to '64MB'");
+	cr_assert_eq(set_of("SET \"App\".User_Id = '7'", name, stmt), SQL_SET_VALUE);
+	cr_assert_str_eq(name, "app.user_id");
+	cr_assert_eq(set_of("SET TIME ZONE 'UTC'", name, stmt), SQL_SET_VALUE);
+	cr_assert_str_eq(name, "timezone");
+	cr_assert_str_eq(stmt, "SET TIME ZONE 'UTC'");
+	cr_assert_eq(set_of("set names 'UTF8'", name, stmt), SQL_SET_VALUE);
+	cr_assert_str_eq(name, "client_encoding");
+	cr_assert_eq(set_of("SET SESSION AUTHORIZATION alice", name, stmt), SQL_SET_VALUE);
+	cr_assert_str_eq(name, "session_authorization");
+	cr_assert_eq(set_of("SET SESSION SESSION AUTHORIZATION alice", name, stmt), SQL_SET_VALUE);
+	cr_assert_str_eq(name, "session_authorization");
+	cr_assert_eq(set_of("SET ROLE reader", name, stmt), SQL_SET_VALUE);
+	cr_assert_str_eq(name, "role");
+	cr_assert_eq(set_of("SET SCHEMA 'app'", name, stmt), SQL_SET_VALUE);
+	cr_assert_str_eq(name, "search_path");
+}
+
+Test(sql, a_set_to_the_default_is_a_reset_and_the_resets_name_theirs)
+{
+	char name[128], stmt[256];
+	cr_assert_eq(set_of("SET work_mem TO DEFAULT", name, stmt), SQL_SET_RESET);
+	cr_assert_str_eq(name, "work_mem");
+	cr_assert_eq(set_of("SET ROLE NONE", name, stmt), SQL_SET_RESET);
+	cr_assert_str_eq(name, "role");
+	cr_assert_eq(set_of("SET TIME ZONE LOCAL", name, stmt), SQL_SET_RESET);
+	cr_assert_str_eq(name, "timezone");
+	cr_assert_eq(set_of("reset lock_timeout", name, stmt), SQL_SET_RESET);
+	cr_assert_str_eq(name, "lock_timeout");
+	cr_assert_eq(set_of("RESET SESSION AUTHORIZATION", name, stmt), SQL_SET_RESET);
+	cr_assert_str_eq(name, "session_authorization");
+	cr_assert_eq(set_of("RESET ALL", name, stmt), SQL_SET_RESET_ALL);
+	cr_assert_eq(set_of("DISCARD ALL", name, stmt), SQL_SET_DISCARD_ALL);
+	cr_assert_eq(set_of("DISCARD PLANS", name, stmt), SQL_SET_NONE);
+}
+
+Test(sql, transaction_scoped_sets_are_none_and_unkeepable_ones_unknown)
+{
+	char name[128], stmt[256];
+	cr_assert_eq(set_of("SET LOCAL work_mem = '1MB'", name, stmt), SQL_SET_NONE);
+	cr_assert_eq(set_of("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", name, stmt), SQL_SET_NONE);
+	cr_assert_eq(set_of("SET CONSTRAINTS ALL DEFERRED", name, stmt), SQL_SET_NONE);
+	cr_assert_eq(set_of("SELECT 'set x = 1'", name, stmt), SQL_SET_NONE);
+	cr_assert_eq(set_of("UPDATE t SET a = 1", name, stmt), SQL_SET_NONE);
+	cr_assert_eq(set_of("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", name, stmt), SQL_SET_UNKNOWN);
+	cr_assert_eq(set_of("SET work_mem = '1MB' -- why", name, stmt), SQL_SET_UNKNOWN);
+	cr_assert_eq(set_of("SET application_name = E'a\\'b'", name, stmt), SQL_SET_UNKNOWN);
+	cr_assert_eq(set_of("SET work_mem = 'unterminated", name, stmt), SQL_SET_UNKNOWN);
+}
+
+Test(sql, savepoints_and_rollbacks_are_told_apart)
+{
+	char name[128], stmt[256];
+	cr_assert_eq(set_of("SAVEPOINT Sp1", name, stmt), SQL_SET_SAVEPOINT);
+	cr_assert_str_eq(name, "sp1");
+	cr_assert_eq(set_of("RELEASE SAVEPOINT sp1", name, stmt), SQL_SET_RELEASE);
+	cr_assert_eq(set_of("ROLLBACK TO sp1", name, stmt), SQL_SET_ROLLBACK_TO);
+	cr_assert_str_eq(name, "sp1");
+	cr_assert_eq(set_of("rollback", name, stmt), SQL_SET_ROLLBACK);
+	cr_assert_eq(set_of("ROLLBACK AND CHAIN", name, stmt), SQL_SET_ROLLBACK);
+	cr_assert_eq(set_of("abort work", name, stmt), SQL_SET_ROLLBACK);
+	cr_assert_eq(set_of("ROLLBACK TO", name, stmt), SQL_SET_UNKNOWN);
+	cr_assert_str_eq(sql_set_tag(SQL_SET_ROLLBACK_TO), "ROLLBACK");
+	cr_assert_str_eq(sql_set_tag(SQL_SET_RESET_ALL), "RESET");
+}
+
+Test(sql, a_text_that_may_set_names_one_of_the_words)
+{
+	cr_assert(sql_may_set((const uint8_t *)"select 1; ReSeT all", 19));
+	cr_assert(sql_may_set((const uint8_t *)"begin; savepoint a", 18));
+	cr_assert(!sql_may_set((const uint8_t *)"select 1; select 2", 18));
+}
