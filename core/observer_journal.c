@@ -311,7 +311,7 @@ static void journal_on_savepoint(struct session_journal *j, const struct journal
 }
 
 /* A CommandComplete: what the statement at the head of what was sent did. */
-static void journal_on_complete(struct session *s, const uint8_t *tag, uint32_t len)
+static void journal_on_complete(struct session *s, struct leg *leg, const uint8_t *tag, uint32_t len)
 {
 	struct session_journal *j = &s->journal;
 	struct journal_capture *c = journal_pending_head(j);
@@ -321,7 +321,16 @@ static void journal_on_complete(struct session *s, const uint8_t *tag, uint32_t 
 	}
 	bool is_simple = (c->kind & JOURNAL_KIND_MASK) == JOURNAL_STATEMENT_SIMPLE;
 	j->is_incomplete |= c->is_multi;
-	if (journal_tag_is(tag, len, "BEGIN") || journal_tag_is(tag, len, "START TRANSACTION")) {
+	bool is_end = journal_tag_is(tag, len, "COMMIT") || journal_tag_is(tag, len, "ROLLBACK");
+	if (is_end && !journal_text_is_unknown(c) &&
+	    sql_is_chain_end((const uint8_t *)journal_text(j, c), c->text_len)) {
+		/* AND CHAIN: the transaction ends here (committed, or not: a failed one answers ROLLBACK) and
+		 * the next one, as explicit, begins at once. */
+		if (journal_tag_is(tag, len, "COMMIT") && j->kept_count > 0 && !j->is_failed)
+			journal_commit(s, leg);
+		journal_reset_tx(j);
+		j->is_explicit = true;
+	} else if (journal_tag_is(tag, len, "BEGIN") || journal_tag_is(tag, len, "START TRANSACTION")) {
 		j->is_explicit = true;
 	} else if (journal_tag_is(tag, len, "COMMIT")) {
 		j->is_commit = true;
@@ -487,7 +496,7 @@ static int journal_server_message(struct session *s, struct leg *leg, const stru
 	switch (m->type) {
 	case PROTO_BE_COMMAND_COMPLETE:
 		if (m->len > 0 && m->body[m->len - 1] == '\0')
-			journal_on_complete(s, m->body, m->len);
+			journal_on_complete(s, leg, m->body, m->len);
 		break;
 	case PROTO_BE_ERROR:
 		j->is_failed = true; /* the statement failed, and with it an implicit transaction (or the block) */

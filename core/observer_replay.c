@@ -19,6 +19,7 @@
 #include "recover.h"
 #include "route.h"
 #include "session.h"
+#include "sql.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -272,12 +273,52 @@ static int replay_log_request(struct session *s)
 	return 0;
 }
 
+/* The request in flight is one Query of one COMMIT or ROLLBACK ... AND CHAIN. */
+static bool replay_is_chain(const struct session_replay *r)
+{
+	const uint8_t *msg = r->inflight.data;
+	return r->inflight.len > PROTO_HEADER_LEN && msg[0] == PROTO_FE_QUERY &&
+	       PROTO_HEADER_LEN + proto_read_u32(msg + 1) - 4 == r->inflight.len &&
+	       sql_is_chain_end(msg + PROTO_HEADER_LEN, r->inflight.len - PROTO_HEADER_LEN);
+}
+
+/* A transaction chained to one whose record could replay it (read committed, recorded from its BEGIN):
+ * its record starts with a BEGIN of its own, whose answer (BEGIN, then ReadyForQuery 'T') is the
+ * client's as far as the digest goes. The chained transaction has the first one's isolation, and a
+ * replay checks it on the new primary all the same (a SHOW after the steps). */
+static void replay_start_chained(struct session *s)
+{
+	struct session_replay *r = &s->replay;
+	enum tr_tx was = recover_tx_state(s, 'T');
+	recover_clear_tx_log(r);
+	if (was == TR_TX_SNAPSHOT || was == TR_TX_NOT_REPLAYABLE) {
+		replay_give_up(r);
+		return;
+	}
+	static const uint8_t answer[] = {PROTO_BE_COMMAND_COMPLETE, 0, 0, 0, 10, 'B', 'E', 'G', 'I', 'N', 0,
+					 PROTO_BE_READY, 0, 0, 0, 5, 'T'};
+	uint8_t begin[PROTO_HEADER_LEN + sizeof("BEGIN")];
+	size_t n = proto_build_query(begin, sizeof(begin), "BEGIN");
+	if (n == 0 || base_bytes_append(&r->tx_log, begin, (uint32_t)n) < 0 ||
+	    base_grow((void **)&r->steps, &r->step_cap, r->step_count, sizeof(*r->steps)) < 0) {
+		replay_give_up(r);
+		return;
+	}
+	r->steps[r->step_count++] =
+	    (struct replay_step){.end = r->tx_log.len, .digest = XXH3_64bits(answer, sizeof(answer))};
+}
+
 /* The request just answered becomes the transaction's next step (its one Query, its answer's digest),
  * or the record gives up: a bound, or nothing to replay it from. */
 static void replay_add_step(struct session *s)
 {
 	struct session_replay *r = &s->replay;
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
+	if (!r->is_unloggable && r->noted == r->logged && r->is_hashing && !r->has_tx_ended && r->step_count > 0 &&
+	    replay_is_chain(r)) {
+		replay_start_chained(s); /* (the transaction ended and another began: its record starts anew) */
+		return;
+	}
 	if (r->is_unloggable || r->noted != r->logged || !r->is_hashing || r->has_tx_ended ||
 	    replay_ends_a_transaction(s, cfg)) {
 		replay_give_up(r); /* (a transaction that ended inside the record: replaying it would commit it again) */
@@ -288,17 +329,8 @@ static void replay_add_step(struct session *s)
 		replay_give_up(r);
 		return;
 	}
-	if (r->step_count == r->step_cap) {
-		uint32_t cap = r->step_cap ? r->step_cap * 2 : 16;
-		struct replay_step *grown = realloc(r->steps, cap * sizeof(*grown));
-		if (!grown) {
-			replay_give_up(r);
-			return;
-		}
-		r->steps = grown;
-		r->step_cap = cap;
-	}
-	if (replay_log_request(s) < 0) {
+	if (base_grow((void **)&r->steps, &r->step_cap, r->step_count, sizeof(*r->steps)) < 0 ||
+	    replay_log_request(s) < 0) {
 		replay_give_up(r);
 		return;
 	}

@@ -418,3 +418,21 @@ bool sql_may_set(const uint8_t *sql, uint32_t len)
 	}
 	return false;
 }
+
+bool sql_is_chain_end(const uint8_t *sql, uint32_t len)
+{
+	const uint8_t *end = memchr(sql, '\0', len);
+	if (!end)
+		end = sql + len;
+	const uint8_t *p = sql_skip_blank(sql, end);
+	if (!sql_take_word(&p, end, "commit") && !sql_take_word(&p, end, "end") && !sql_take_word(&p, end, "rollback") &&
+	    !sql_take_word(&p, end, "abort"))
+		return false;
+	if (!sql_take_word(&p, end, "work"))
+		(void)sql_take_word(&p, end, "transaction");
+	if (!sql_take_word(&p, end, "and") || !sql_take_word(&p, end, "chain"))
+		return false;
+	if (p < end && *p == ';')
+		p = sql_skip_blank(p + 1, end);
+	return p == end;
+}

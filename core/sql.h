@@ -72,6 +72,10 @@ enum sql_set_kind sql_parse_set(const uint8_t *sql, uint32_t len, char *name, si
  * discard, savepoint, release, rollback, abort) in any case, anywhere (inside a word too). */
 bool sql_may_set(const uint8_t *sql, uint32_t len);
 
+/* True when `sql` is exactly one COMMIT, END, ROLLBACK or ABORT [WORK | TRANSACTION] AND CHAIN (a ';'
+ * may end it): the transaction ends and another with its characteristics begins at once. */
+bool sql_is_chain_end(const uint8_t *sql, uint32_t len);
+
 /* What sql_parse_savepoint found. */
 enum sql_savepoint_kind { SQL_SAVEPOINT_NONE = 0, SQL_SAVEPOINT_SET, SQL_SAVEPOINT_RELEASE, SQL_SAVEPOINT_ROLLBACK_TO };
 /* When `sql` is exactly SAVEPOINT name, RELEASE [SAVEPOINT] name or ROLLBACK [WORK | TRANSACTION] TO

@@ -445,6 +445,29 @@ def case_a_transaction_begun_inside_a_query_is_not_replayed(b, w, mode, fault, m
     check(b.count("tr", m) == 1, "the committed row once: %d" % b.count("tr", m))
 
 
+def case_commit_and_chain_replays_the_chained_transaction(b, w, mode, fault, m):
+    """COMMIT AND CHAIN ends a transaction and begins the next (issue 23 #4): transaction mode replays
+    the chained one alone (it begins with a BEGIN of its own) and the committed row is there once; the
+    other modes lose the chained transaction (57P01) and keep the committed row."""
+    for sql in ("begin", "insert into tr values ('%s', 1)" % m, "commit and chain",
+                "insert into tr values ('%s', 2) /*%s*/" % (m, m)):
+        o = run(w, sql)
+        check(o.kind == "ok" and o.status == "T", "%s: %r" % (sql, o))
+    yield
+    o = run(w, "select n from tr where m = '%s' order by n" % m)
+    if mode == "none":
+        expect_closed(o, "57P01", "none")
+    elif mode == "transaction":
+        check(o.kind == "ok" and o.rows == [["1"], ["2"]] and o.status == "T", "replayed, goes on: %r" % o)
+        check(run(w, "commit").status == "I", "commit")
+        check(b.count("tr", m) == 2, "each row once: %d" % b.count("tr", m))
+        return
+    else:
+        check(o.kind == "error" and o.sqlstate == "57P01", "the chained transaction is lost: %r" % o)
+        check(run(w, "rollback").status == "I", "rollback")
+    check(b.count("tr", m) == 1, "the committed row once: %d" % b.count("tr", m))
+
+
 def case_read_only_transaction(b, w, mode, fault, m):
     """A read-only transaction, idle at the fault: select and transaction replay it (its read's answer
     checked) and it goes on; session: 57P01, then 25P02 until ROLLBACK."""
@@ -799,7 +822,9 @@ CASES = [case_idle_autocommit, case_idle_in_transaction, case_autocommit_write_r
          case_read_calling_a_function_in_tr_read_functions,
          case_write_running_in_transaction, case_commit_running, case_session_state_survives,
          case_set_state_is_what_committed, case_every_set_comes_back, case_commit_of_a_lost_transaction_is_an_error,
-         case_a_transaction_begun_inside_a_query_is_not_replayed, case_read_only_transaction, case_replay_that_differs_is_rolled_back_with_40001, case_notices_do_not_fail_a_replay,
+         case_a_transaction_begun_inside_a_query_is_not_replayed, case_commit_and_chain_replays_the_chained_transaction,
+         case_read_only_transaction,
+         case_replay_that_differs_is_rolled_back_with_40001, case_notices_do_not_fail_a_replay,
          case_repeatable_read_is_never_replayed, case_default_repeatable_read_is_found_at_replay,
          case_extended_write_running, case_extended_safe_read_running, case_named_statements_in_a_transaction_are_replayed,
          case_a_statement_named_inside_the_transaction_is_replayed, case_named_read_running,

@@ -857,8 +857,36 @@ def only_what_committed_is_journaled(s):
             check(got == want and got == pg.psql(sql, dbname="jcap"), "%s on the copy: %r" % (sql, got))
 
 
+def a_chained_transaction_is_journaled_on_its_own(s):
+    """COMMIT AND CHAIN commits one transaction and begins the next, ROLLBACK AND CHAIN drops one and
+    begins the next (issue 23 #4): of begin; 1; COMMIT AND CHAIN; 2; ROLLBACK AND CHAIN; 3; COMMIT the
+    journal holds two transactions, the first with row 1 and the last with row 3, and the copy equals the
+    source."""
+    from run_failover import run
+    pg = s.pg
+    for name in ("jchain", "jchain2"):
+        pg.psql("drop database if exists %s" % name)
+        pg.psql("create database %s" % name)
+        pg.psql("create table f(id int primary key)", dbname=name)
+    with tern_running(pg) as t:
+        high = journal_status(t)["commit_seq_high"]
+        with Wire(t.port, timeout=30) as w:
+            w.login("postgres", "jchain")
+            for sql in ("begin", "insert into f values (1)", "commit and chain", "insert into f values (2)",
+                        "rollback and chain", "insert into f values (3)", "commit"):
+                o = run(w, sql)
+                check(o.kind == "ok", "%s: %r" % (sql, o))
+        status, answer = replay(t, {"mode": "committed_history", "target": s.target("jchain2"),
+                                    "after_commit_seq": high})
+        check(status == 200, "committed_history: %s %r" % (status, answer))
+        check_answer(answer, 2, what="the two committed transactions of the chain")
+        got = pg.psql("select string_agg(id::text, ',' order by id) from f", dbname="jchain2")
+        check(got == "1,3" and got == pg.psql("select string_agg(id::text, ',' order by id) from f", dbname="jchain"),
+              "the copy: %r" % got)
+
+
 CASES = [an_unwritable_dir_or_an_unknown_format_stops_startup, a_failover_in_flight_leaves_the_journal_in_step,
-         only_what_committed_is_journaled,
+         only_what_committed_is_journaled, a_chained_transaction_is_journaled_on_its_own,
          round_one_simple_protocol_replays_into_a_copy_that_then_equals_the_source,
          rounds_two_and_three_extended_and_prepared_after_a_restart,
          binary_and_text_parameters_are_replayed_byte_for_byte,

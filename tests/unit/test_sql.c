@@ -242,3 +242,17 @@ Test(sql, a_text_that_may_set_names_one_of_the_words)
 	cr_assert(sql_may_set((const uint8_t *)"begin; savepoint a", 18));
 	cr_assert(!sql_may_set((const uint8_t *)"select 1; select 2", 18));
 }
+
+static bool chain_of(const char *sql) { return sql_is_chain_end((const uint8_t *)sql, (uint32_t)strlen(sql) + 1); }
+
+Test(sql, a_chained_end_of_a_transaction_is_one_statement_and_chain)
+{
+	cr_assert(chain_of("COMMIT AND CHAIN"));
+	cr_assert(chain_of(" end work and chain ;"));
+	cr_assert(chain_of("rollback transaction and chain"));
+	cr_assert(chain_of("ABORT AND CHAIN"));
+	cr_assert(!chain_of("COMMIT AND NO CHAIN"));
+	cr_assert(!chain_of("COMMIT"));
+	cr_assert(!chain_of("COMMIT AND CHAIN; SELECT 1"));
+	cr_assert(!chain_of("select 'commit and chain'"));
+}
