@@ -310,6 +310,15 @@ static void journal_on_savepoint(struct session_journal *j, const struct journal
 	}
 }
 
+/* The transaction ended: into committed history when it committed with something kept and no error. */
+static void journal_end_tx(struct session *s, struct leg *leg, bool is_commit)
+{
+	struct session_journal *j = &s->journal;
+	if (is_commit && j->kept_count > 0 && !j->is_failed)
+		journal_commit(s, leg);
+	journal_reset_tx(j);
+}
+
 /* A CommandComplete: what the statement at the head of what was sent did. */
 static void journal_on_complete(struct session *s, struct leg *leg, const uint8_t *tag, uint32_t len)
 {
@@ -321,22 +330,21 @@ static void journal_on_complete(struct session *s, struct leg *leg, const uint8_
 	}
 	bool is_simple = (c->kind & JOURNAL_KIND_MASK) == JOURNAL_STATEMENT_SIMPLE;
 	j->is_incomplete |= c->is_multi;
-	bool is_end = journal_tag_is(tag, len, "COMMIT") || journal_tag_is(tag, len, "ROLLBACK");
-	if (is_end && !journal_text_is_unknown(c) &&
+	bool is_commit = journal_tag_is(tag, len, "COMMIT");
+	bool is_rollback = !is_commit && journal_tag_is(tag, len, "ROLLBACK");
+	if ((is_commit || is_rollback) && !journal_text_is_unknown(c) &&
 	    sql_is_chain_end((const uint8_t *)journal_text(j, c), c->text_len)) {
 		/* AND CHAIN: the transaction ends here (committed, or not: a failed one answers ROLLBACK) and
 		 * the next one, as explicit, begins at once. */
-		if (journal_tag_is(tag, len, "COMMIT") && j->kept_count > 0 && !j->is_failed)
-			journal_commit(s, leg);
-		journal_reset_tx(j);
+		journal_end_tx(s, leg, is_commit);
 		j->is_explicit = true;
 	} else if (journal_tag_is(tag, len, "BEGIN") || journal_tag_is(tag, len, "START TRANSACTION")) {
 		j->is_explicit = true;
-	} else if (journal_tag_is(tag, len, "COMMIT")) {
+	} else if (is_commit) {
 		j->is_commit = true;
-	} else if (journal_tag_is(tag, len, "ROLLBACK") && c->is_multi) {
+	} else if (is_rollback && c->is_multi) {
 		j->is_commit = false; /* (a later COMMIT in the same Query commits what follows) */
-	} else if (journal_tag_is(tag, len, "ROLLBACK")) {
+	} else if (is_rollback) {
 		char name[sizeof(j->savepoints[0].name)];
 		if ((c->kind & JOURNAL_KIND_MASK) && !(c->kind & JOURNAL_KIND_READ) &&
 		    sql_parse_savepoint((const uint8_t *)journal_text(j, c), c->text_len, name, sizeof(name)) ==
@@ -397,11 +405,8 @@ static void journal_on_ready(struct session *s, struct leg *leg, char status)
 	}
 	if (status == 'E')
 		j->is_failed = true;
-	if (status != 'I')
-		return;
-	if (j->kept_count > 0 && !j->is_failed && (j->is_commit || !j->is_explicit))
-		journal_commit(s, leg);
-	journal_reset_tx(j);
+	if (status == 'I')
+		journal_end_tx(s, leg, j->is_commit || !j->is_explicit);
 }
 
 /* ---- the observer ---- */

@@ -314,13 +314,12 @@ static void replay_add_step(struct session *s)
 {
 	struct session_replay *r = &s->replay;
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
-	if (!r->is_unloggable && r->noted == r->logged && r->is_hashing && !r->has_tx_ended && r->step_count > 0 &&
-	    replay_is_chain(r)) {
+	bool is_whole = !r->is_unloggable && r->noted == r->logged && r->is_hashing && !r->has_tx_ended;
+	if (is_whole && r->step_count > 0 && replay_is_chain(r)) {
 		replay_start_chained(s); /* (the transaction ended and another began: its record starts anew) */
 		return;
 	}
-	if (r->is_unloggable || r->noted != r->logged || !r->is_hashing || r->has_tx_ended ||
-	    replay_ends_a_transaction(s, cfg)) {
+	if (!is_whole || replay_ends_a_transaction(s, cfg)) {
 		replay_give_up(r); /* (a transaction that ended inside the record: replaying it would commit it again) */
 		return;
 	}

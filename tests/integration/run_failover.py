@@ -446,11 +446,13 @@ def case_a_transaction_begun_inside_a_query_is_not_replayed(b, w, mode, fault, m
 
 
 def case_commit_and_chain_replays_the_chained_transaction(b, w, mode, fault, m):
-    """COMMIT AND CHAIN ends a transaction and begins the next (issue 23 #4): transaction mode replays
-    the chained one alone (it begins with a BEGIN of its own) and the committed row is there once; the
-    other modes lose the chained transaction (57P01) and keep the committed row."""
+    """COMMIT AND CHAIN ends a transaction and begins the next, ROLLBACK AND CHAIN drops one and begins
+    the next (issue 23 #4): transaction mode replays the last chained one alone (it begins with a BEGIN of
+    its own) and the committed row is there once; the other modes lose the chained transaction (57P01)
+    and keep the committed row."""
     for sql in ("begin", "insert into tr values ('%s', 1)" % m, "commit and chain",
-                "insert into tr values ('%s', 2) /*%s*/" % (m, m)):
+                "insert into tr values ('%s', 2)" % m, "rollback and chain",
+                "insert into tr values ('%s', 3) /*%s*/" % (m, m)):
         o = run(w, sql)
         check(o.kind == "ok" and o.status == "T", "%s: %r" % (sql, o))
     yield
@@ -458,7 +460,7 @@ def case_commit_and_chain_replays_the_chained_transaction(b, w, mode, fault, m):
     if mode == "none":
         expect_closed(o, "57P01", "none")
     elif mode == "transaction":
-        check(o.kind == "ok" and o.rows == [["1"], ["2"]] and o.status == "T", "replayed, goes on: %r" % o)
+        check(o.kind == "ok" and o.rows == [["1"], ["3"]] and o.status == "T", "replayed, goes on: %r" % o)
         check(run(w, "commit").status == "I", "commit")
         check(b.count("tr", m) == 2, "each row once: %d" % b.count("tr", m))
         return

@@ -820,6 +820,28 @@ def a_failover_in_flight_leaves_the_journal_in_step(s):
               "the same rows: %r %r" % (pg.psql(rows, dbname="jfo2"), pg.psql(rows, dbname="jfo")))
 
 
+def journaled_into_a_copy(s, name, table, statements, applied, what):
+    """Databases `name` and `name`2 with `table`; the (sql, kind) statements run on `name` through tern,
+    then committed_history replays what they committed into `name`2 and applies `applied` transactions."""
+    from run_failover import run
+    pg = s.pg
+    for db in (name, name + "2"):
+        pg.psql("drop database if exists %s" % db)
+        pg.psql("create database %s" % db)
+        pg.psql(table, dbname=db)
+    with tern_running(pg) as t:
+        high = journal_status(t)["commit_seq_high"]
+        with Wire(t.port, timeout=30) as w:
+            w.login("postgres", name)
+            for sql, kind in statements:
+                o = run(w, sql)
+                check(o.kind == kind, "%s: %r" % (sql, o))
+        status, answer = replay(t, {"mode": "committed_history", "target": s.target(name + "2"),
+                                    "after_commit_seq": high})
+        check(status == 200, "committed_history: %s %r" % (status, answer))
+        check_answer(answer, applied, what=what)
+
+
 def only_what_committed_is_journaled(s):
     """Separate Queries, as an application sends them: a transaction with a savepoint rolled back to (the
     statement after it dropped, the one after the ROLLBACK TO kept), a rolled-back transaction, a failed
@@ -827,34 +849,21 @@ def only_what_committed_is_journaled(s):
     and three writes whose tag is SELECT (CREATE TABLE AS, SELECT INTO, and one whose INTO is in mixed case,
     which the journal once took for a read). committed_history applies exactly four transactions, and the
     copy holds what the source holds."""
-    from run_failover import run
     pg = s.pg
-    for name in ("jcap", "jcap2"):
-        pg.psql("drop database if exists %s" % name)
-        pg.psql("create database %s" % name)
-        pg.psql("create table f(id int primary key, v text)", dbname=name)
-    with tern_running(pg) as t:
-        high = journal_status(t)["commit_seq_high"]
-        with Wire(t.port, timeout=30) as w:
-            w.login("postgres", "jcap")
-            for sql, kind in (("begin", "ok"), ("insert into f values (1, 'kept')", "ok"), ("savepoint s1", "ok"),
-                              ("insert into f values (2, 'dropped')", "ok"), ("rollback to savepoint s1", "ok"),
-                              ("insert into f values (3, 'kept')", "ok"), ("release s1", "ok"), ("commit", "ok"),
-                              ("begin", "ok"), ("insert into f values (4, 'rolled back')", "ok"), ("rollback", "ok"),
-                              ("insert into f values (5, 'x'), (1, 'duplicate')", "error"),
-                              ("begin", "ok"), ("insert into f values (6, 'failed')", "ok"), ("select 1/0", "error"),
-                              ("commit", "ok"), ("select * from f", "ok"),
-                              ("create table g as select 7 as a", "ok"), ("select 8 as a into h", "ok"),
-                              ("SELECT 9 AS a Into k", "ok")):
-                o = run(w, sql)
-                check(o.kind == kind, "%s: %r" % (sql, o))
-        status, answer = replay(t, {"mode": "committed_history", "target": s.target("jcap2"), "after_commit_seq": high})
-        check(status == 200, "committed_history: %s %r" % (status, answer))
-        check_answer(answer, 4, what="the savepoint transaction, CREATE TABLE AS, SELECT INTO twice")
-        for sql, want in (("select id, v from f order by id", "1|kept\n3|kept"), ("select a from g", "7"),
-                          ("select a from h", "8"), ("select a from k", "9")):
-            got = pg.psql(sql, dbname="jcap2")
-            check(got == want and got == pg.psql(sql, dbname="jcap"), "%s on the copy: %r" % (sql, got))
+    journaled_into_a_copy(s, "jcap", "create table f(id int primary key, v text)", (
+        ("begin", "ok"), ("insert into f values (1, 'kept')", "ok"), ("savepoint s1", "ok"),
+        ("insert into f values (2, 'dropped')", "ok"), ("rollback to savepoint s1", "ok"),
+        ("insert into f values (3, 'kept')", "ok"), ("release s1", "ok"), ("commit", "ok"),
+        ("begin", "ok"), ("insert into f values (4, 'rolled back')", "ok"), ("rollback", "ok"),
+        ("insert into f values (5, 'x'), (1, 'duplicate')", "error"),
+        ("begin", "ok"), ("insert into f values (6, 'failed')", "ok"), ("select 1/0", "error"),
+        ("commit", "ok"), ("select * from f", "ok"),
+        ("create table g as select 7 as a", "ok"), ("select 8 as a into h", "ok"), ("SELECT 9 AS a Into k", "ok")),
+        4, "the savepoint transaction, CREATE TABLE AS, SELECT INTO twice")
+    for sql, want in (("select id, v from f order by id", "1|kept\n3|kept"), ("select a from g", "7"),
+                      ("select a from h", "8"), ("select a from k", "9")):
+        got = pg.psql(sql, dbname="jcap2")
+        check(got == want and got == pg.psql(sql, dbname="jcap"), "%s on the copy: %r" % (sql, got))
 
 
 def a_chained_transaction_is_journaled_on_its_own(s):
@@ -862,27 +871,14 @@ def a_chained_transaction_is_journaled_on_its_own(s):
     begins the next (issue 23 #4): of begin; 1; COMMIT AND CHAIN; 2; ROLLBACK AND CHAIN; 3; COMMIT the
     journal holds two transactions, the first with row 1 and the last with row 3, and the copy equals the
     source."""
-    from run_failover import run
     pg = s.pg
-    for name in ("jchain", "jchain2"):
-        pg.psql("drop database if exists %s" % name)
-        pg.psql("create database %s" % name)
-        pg.psql("create table f(id int primary key)", dbname=name)
-    with tern_running(pg) as t:
-        high = journal_status(t)["commit_seq_high"]
-        with Wire(t.port, timeout=30) as w:
-            w.login("postgres", "jchain")
-            for sql in ("begin", "insert into f values (1)", "commit and chain", "insert into f values (2)",
-                        "rollback and chain", "insert into f values (3)", "commit"):
-                o = run(w, sql)
-                check(o.kind == "ok", "%s: %r" % (sql, o))
-        status, answer = replay(t, {"mode": "committed_history", "target": s.target("jchain2"),
-                                    "after_commit_seq": high})
-        check(status == 200, "committed_history: %s %r" % (status, answer))
-        check_answer(answer, 2, what="the two committed transactions of the chain")
-        got = pg.psql("select string_agg(id::text, ',' order by id) from f", dbname="jchain2")
-        check(got == "1,3" and got == pg.psql("select string_agg(id::text, ',' order by id) from f", dbname="jchain"),
-              "the copy: %r" % got)
+    journaled_into_a_copy(s, "jchain", "create table f(id int primary key)", [
+        (sql, "ok") for sql in ("begin", "insert into f values (1)", "commit and chain", "insert into f values (2)",
+                                "rollback and chain", "insert into f values (3)", "commit")],
+        2, "the two committed transactions of the chain")
+    rows = "select string_agg(id::text, ',' order by id) from f"
+    got = pg.psql(rows, dbname="jchain2")
+    check(got == "1,3" and got == pg.psql(rows, dbname="jchain"), "the copy: %r" % got)
 
 
 CASES = [an_unwritable_dir_or_an_unknown_format_stops_startup, a_failover_in_flight_leaves_the_journal_in_step,
