@@ -282,6 +282,10 @@ char *http_metrics_text(struct tern_runtime *rt)
 		     "transactions made unreplayable by a [limits] tr_max_replay_statements, tr_max_replay_bytes or "
 		     "tr_max_observation_bytes bound",
 		     t->tr_cap_exceeded);
+	http_counter(f, "tern_stale_plan_reruns_total",
+		     "autocommit requests run again, prepared anew, after the server found the plan of a statement tern "
+		     "kept prepared stale (0A000, server_side_prepare)",
+		     t->stale_plan_reruns);
 	http_counter(f, "tr_session_set_cap_exceeded_total",
 		     "lost primary connections whose session had set more variables than tr_max_session_set_statements "
 		     "(refused with 08006)",

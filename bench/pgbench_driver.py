@@ -45,10 +45,11 @@ from procs import PgBouncerProcess, ProcessError, RelayProcess, TernProcess  # n
 # memory only); tern-tr-off: [replay] tr_enabled = false, no journal and no Transaction Replay.
 # tern-1w, tern-2w, ...: tern with that many workers (whatever --tern-workers says).
 # tern-b: a second tern binary (--tern-binary-b), to compare two builds side by side.
-# tern-ssp: [pool] server_side_prepare = on (unnamed statements prepared once per server connection).
+# tern-no-ssp: [pool] server_side_prepare = off (tern's default prepares unnamed statements once per server
+# connection; this one passes them on unnamed, as PgBouncer does).
 # relay: bench/relay.c, the zero-logic relay.
 TARGETS = ("tern", "direct", "pgbouncer", "relay", "tern-tr-none", "tern-journal-disk", "tern-tr-off", "tern-1w",
-           "tern-2w", "tern-4w", "tern-b", "tern-ssp")
+           "tern-2w", "tern-4w", "tern-b", "tern-no-ssp")
 DEFAULT_TARGETS = ("tern", "pgbouncer", "direct", "relay")
 PROXIES = ("pgbouncer", "relay")  # besides the tern targets, the processes whose CPU is measured
 WORKLOADS = ("select-only", "tpcb-like")
@@ -484,8 +485,8 @@ def bench(args, stack):
             cfg += "[replay]\ntr_mode = none\n"
         elif target == "tern-tr-off":
             cfg += "[replay]\ntr_enabled = false\n"
-        elif target == "tern-ssp":
-            cfg += "[pool]\nserver_side_prepare = on\n"
+        elif target == "tern-no-ssp":
+            cfg += "[pool]\nserver_side_prepare = off\n"
         elif target == "tern-journal-disk":
             cfg += "[journal]\ndir = %s\nfsync = interval\n" % stack.enter_context(tempfile.TemporaryDirectory())
         log("starting %s (%s, workers=%d, pool_size=%d) ..."

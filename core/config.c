@@ -270,14 +270,16 @@ static const struct config_key config_keys[] = {
 		   "transaction pooling: named prepared statements one server connection keeps for tern's clients "
 		   "(least recently used closed first); 0 passes named statements through as session pooling "
 		   "does, where a client finds them only on the connection it prepared them on"),
-	CONFIG_KEY("pool", "server_side_prepare", CONFIG_BOOL, "false", 0, 0, CONFIG_RELOAD, server_side_prepare, NULL,
+	CONFIG_KEY("pool", "server_side_prepare", CONFIG_BOOL, "true", 0, 0, CONFIG_RELOAD, server_side_prepare, NULL,
 		   "transaction pooling, with max_prepared_statements: an unnamed extended-protocol statement (what "
 		   "drivers send for a query with parameters) whose text a session sends again is prepared once per "
 		   "server connection under tern's name for its text and parameter types, and then run by that name, "
 		   "so the server parses and plans it once, not every time. As with any prepared statement, the "
-		   "server may choose a generic plan after five runs (plan_cache_mode decides), and one whose result "
-		   "columns change under it (an ALTER TABLE of the table a SELECT * reads) fails with 0A000 once on "
-		   "each server connection that held it, then is prepared again"),
+		   "server may choose a generic plan after five runs (plan_cache_mode decides). One whose result "
+		   "columns change under it (an ALTER TABLE of the table a SELECT * reads) gets 0A000 from the "
+		   "server: in autocommit, with Transaction Replay on, tern runs the request again, prepared anew, "
+		   "and the client sees no error; inside a transaction (or with tr_mode = none) the client gets the "
+		   "0A000 once on each server connection that held it, as with a prepared statement of its own"),
 	CONFIG_KEY("auth", "mode", CONFIG_ENUM, "trust", 0, 0, CONFIG_RELOAD, auth_mode,
 		   config_auth_mode_names,
 		   "how clients authenticate to tern; scram-sha-256 is taken for scram, as PgBouncer writes it"),

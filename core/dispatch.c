@@ -6,7 +6,8 @@
 
 /* The observers, in the order they are asked: COPY first (others read the Syncs it counts), statements
  * before parameters (at attach, each pushes to the queue's front: the parameters' SET must go before the
- * statements' Parses, whose names resolve through search_path), SHOW STATS last. */
+ * statements' Parses, whose names resolve through search_path), Transaction Replay last (at a stale plan's
+ * ReadyForQuery it runs the request again, once every other observer, the journal too, has read it). */
 static const struct observer *const dispatch_registry[OBSERVER_COUNT] = {
 	[OBSERVER_COPY] = &observer_copy,
 	[OBSERVER_STMTS] = &observer_stmts,
@@ -16,8 +17,8 @@ static const struct observer *const dispatch_registry[OBSERVER_COUNT] = {
 	[OBSERVER_STATS] = &observer_stats,
 	[OBSERVER_ROUTE] = &observer_route,
 	[OBSERVER_DIGEST] = &observer_digest,
-	[OBSERVER_REPLAY] = &observer_replay,
 	[OBSERVER_JOURNAL] = &observer_journal,
+	[OBSERVER_REPLAY] = &observer_replay,
 };
 static_assert(OBSERVER_COUNT <= 32, "a mask of 32 bits");
 

@@ -74,6 +74,7 @@ struct host_stats {
 	uint64_t tr_replayed;            /* transactions replayed and verified on the next primary */
 	uint64_t tr_cap_exceeded;        /* transactions a [limits] tr_max_* bound made unreplayable */
 	uint64_t tr_set_cap_exceeded;    /* failovers refused: the session's SET state over its bound */
+	uint64_t stale_plan_reruns;      /* autocommit requests run again after 0A000 (a stale plan) */
 };
 
 struct host_ops {

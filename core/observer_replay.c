@@ -45,6 +45,7 @@ static void replay_close(struct session_replay *r)
 	r->is_open = r->is_unloggable = r->has_parse = r->has_named_parse = r->is_hashing = r->has_tx_ended = false;
 	r->noted = r->logged = 0;
 	r->inflight.len = 0;
+	r->stale_plan = REPLAY_STALE_NONE;
 }
 
 /* The record opens: the leg's position in both directions, and its transaction status before (a
@@ -370,6 +371,72 @@ static int replay_client_message(struct session *s, struct leg *leg, const struc
 	return 0;
 }
 
+/* ---- a stale plan: the request runs again ---- */
+
+/* Every Bind among msgs (whole messages, headers included) binds the unnamed statement. */
+static bool replay_binds_only_unnamed(const uint8_t *msgs, uint32_t len)
+{
+	for (uint32_t at = 0; at + PROTO_HEADER_LEN <= len;) {
+		uint32_t body_len = proto_read_u32(msgs + at + 1) - 4;
+		if (msgs[at] == PROTO_FE_BIND) {
+			const uint8_t *body = msgs + at + PROTO_HEADER_LEN;
+			uint32_t offset = 0;
+			const char *portal = proto_read_cstring(body, body_len, &offset);
+			const char *stmt = portal ? proto_read_cstring(body, body_len, &offset) : NULL;
+			if (!stmt || stmt[0])
+				return false;
+		}
+		at += PROTO_HEADER_LEN + body_len;
+	}
+	return true;
+}
+
+/* The error m ends an autocommit request that may simply run again: PostgreSQL found the plan of a
+ * statement tern keeps prepared under its own name stale (0A000 from RevalidateCachedQuery, which
+ * observer_stmts reads too and forgets the connection's statements). The request is kept whole, its
+ * statements are its own unnamed ones (the client Describes or gets what they are now; a client's named
+ * statement keeps PostgreSQL's error, its result type being fixed), no transaction was open before it
+ * (the error ended the implicit one: nothing of it stays), and the client was shown nothing of its answer
+ * (so nothing of it completed). */
+static bool replay_is_stale_plan(const struct session *s, const struct leg *leg, const struct observer_message *m)
+{
+	const struct session_replay *r = &s->replay;
+	struct proto_error_fields fields;
+	return r->is_open && r->stale_plan == REPLAY_STALE_NONE && r->tx_status == 'I' && r->has_parse &&
+	       leg->to_client_bytes == r->client_mark && s->phase == SESSION_READY &&
+	       recover_is_logged_request(r, leg) && replay_binds_only_unnamed(r->inflight.data, r->inflight.len) &&
+	       proto_error_parse(m->body, m->len, &fields) == 0 && strcmp(fields.sqlstate, "0A000") == 0 &&
+	       strcmp(fields.routine, "RevalidateCachedQuery") == 0;
+}
+
+/* The hidden error's ReadyForQuery (also hidden) came: the request runs again, as the client sent it, on
+ * the same leg (every other observer has read this ReadyForQuery: the journal before this one). A client
+ * that sent more meanwhile (pipelined: its answer would come first) gets the error after all. */
+static void replay_run_again(struct session *s, struct leg *leg)
+{
+	struct session_replay *r = &s->replay;
+	r->stale_plan = REPLAY_STALE_NONE;
+	if (s->phase != SESSION_READY || r->inflight.len != r->stale_len || leg_client_owed(leg) != 0 ||
+	    leg->is_unsynced || !proto_stream_is_at_boundary(&s->client_stream)) {
+		/* The record goes on with what followed, which can no longer run again as it stands. */
+		r->is_unloggable = true;
+		if (s->phase == SESSION_CLOSING)
+			return;
+		uint8_t ready[PROTO_HEADER_LEN + 1];
+		size_t n = proto_build_ready(ready, sizeof(ready), 'I');
+		session_send_error(s, "ERROR", "0A000", "cached plan must not change result type", NULL);
+		session_send_to_client(s, ready, (uint32_t)n);
+		return;
+	}
+	struct base_bytes again = r->inflight;
+	r->inflight = (struct base_bytes){0};
+	replay_close(r);
+	r->stale_plan = REPLAY_STALE_RERUN;
+	s->host->stats.stale_plan_reruns++;
+	s->parts->feed(s, leg, true, again.data, again.len);
+	free(again.data);
+}
+
 /* ---- a replay's hidden answers (recover.c sent them) ---- */
 
 /* The isolation the replayed transaction runs at: a DataRow of one text column. */
@@ -438,6 +505,10 @@ static int replay_server_message(struct session *s, struct leg *leg, const struc
 	if (m->is_hidden)
 		return leg->role == LEG_PRIMARY && r->is_replaying ? replay_hidden_message(s, leg, m) : 0;
 	TERN_ASSERT(m->type == PROTO_BE_READY);
+	if (r->stale_plan == REPLAY_STALE_DUE && leg->role == LEG_PRIMARY) {
+		replay_run_again(s, leg);
+		return 0;
+	}
 	if (leg->role != LEG_PRIMARY || (!r->is_open && r->deadline_ns == 0))
 		return 0;
 	bool is_answered = leg_client_owed(leg) == 0 && !leg->is_unsynced;
@@ -542,7 +613,8 @@ static unsigned replay_show_type(struct session *s, struct leg *leg, uint8_t typ
 	/* (routing guards no primary's leg; a preamble is held only ahead of a completion that is sure to come:
 	 * after a Flush the client waits for it) */
 	*claims = type == PROTO_BE_ERROR || type == PROTO_BE_NOTICE ||
-		  (proto_be_is_preamble(type) && leg_client_owed(leg) > 0 && !leg->is_unsynced);
+		  (proto_be_is_preamble(type) && leg_client_owed(leg) > 0 && !leg->is_unsynced) ||
+		  (type == PROTO_BE_READY && s->replay.stale_plan == REPLAY_STALE_DUE);
 	if (*claims)
 		return (action & ~(unsigned)PROTO_FORWARD) | PROTO_INSPECT;
 	replay_flush_preamble(s, leg); /* the answer's first row or completion: what it held goes first */
@@ -551,6 +623,14 @@ static unsigned replay_show_type(struct session *s, struct leg *leg, uint8_t typ
 
 static int replay_show(struct session *s, struct leg *leg, const struct observer_message *m)
 {
+	if (m->type == PROTO_BE_READY)
+		return 0; /* a stale plan's: the request runs again (replay_server_message) */
+	if (m->type == PROTO_BE_ERROR && replay_is_stale_plan(s, leg, m)) {
+		s->replay.preamble.len = 0; /* tern's ParseComplete: the run again brings the server's */
+		s->replay.stale_plan = REPLAY_STALE_DUE;
+		s->replay.stale_len = s->replay.inflight.len;
+		return 0;
+	}
 	uint8_t header[PROTO_HEADER_LEN] = {m->type};
 	proto_write_u32(header + 1, m->len + 4);
 	if (proto_be_is_preamble(m->type))

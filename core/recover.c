@@ -52,9 +52,7 @@ static bool recover_is_unreachable(const struct pool_error *err)
 	return strncmp(err->sqlstate, "08", 2) == 0 || strcmp(err->sqlstate, "57P03") == 0;
 }
 
-/* The request in flight is one request tern kept whole (a Query, or unnamed extended-protocol messages up
- * to their Sync): what it can run again. */
-static bool recover_is_logged_request(const struct session_replay *r, const struct leg *leg)
+bool recover_is_logged_request(const struct session_replay *r, const struct leg *leg)
 {
 	return !r->is_unloggable && !r->has_named_parse && r->noted == r->logged && leg_client_owed(leg) == 1 &&
 	       !leg->is_unsynced && r->inflight.len > PROTO_HEADER_LEN;
@@ -168,13 +166,15 @@ static void recover_log(const struct session *s, const struct pool_server *serve
 	failover_log_add(&s->host->runtime->failovers, &e);
 }
 
-/* The session ends (08006 unless sqlstate says otherwise): a recovery it gets an error from, counted and
- * listed. */
+/* The session ends (08006 unless sqlstate says otherwise) with `message`: a recovery it gets an error from,
+ * counted, listed and logged. */
 static struct session_lost_decision recover_refuse(const struct session *s, const struct pool_server *server,
 						   enum tr_phase phase, const char *sqlstate, const char *message)
 {
 	s->host->stats.tr_replay_failures++;
 	recover_log(s, server, phase, "close", sqlstate ? sqlstate : "08006");
+	TERN_INFO("client %s/%s: the connection to server %s was lost (%s) and the session ends: %s", s->user,
+		  s->database, server ? server->name : "-", recover_phase_names[phase], message);
 	return recover_end_with(SESSION_END_SERVER_LOST, sqlstate, message);
 }
 
@@ -205,8 +205,14 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 	enum tr_phase phase = recover_phase(s, leg);
 	/* The rest of a client message that went to the lost leg would reach the new one headless; what a
 	 * replay held back cannot be placed if it is lost again. */
-	if (!proto_stream_is_at_boundary(&s->client_stream) || s->replay.is_replaying)
-		return recover_refuse(s, server, phase, NULL, NULL);
+	if (!proto_stream_is_at_boundary(&s->client_stream))
+		return recover_refuse(s, server, phase, NULL,
+				      "the connection to the primary was lost while a client message was only partly "
+				      "sent to it: the session cannot move");
+	if (s->replay.is_replaying)
+		return recover_refuse(s, server, phase, NULL,
+				      "the connection to the primary was lost again while the session's transaction was "
+				      "being replayed: it cannot move");
 	if (s->replay.sets.is_over_cap || sets_count(s) > cfg->tr_max_session_set_statements) {
 		/* it would move with part of its state */
 		return recover_refuse(s, server, phase, "08006",
@@ -232,8 +238,15 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 		return recover_refuse(s, server, phase, tr.sqlstate,
 				      "the connection to the primary was lost in the middle of a message of the answer, "
 				      "or during a COPY: the session cannot go on");
-	if (recover_is_pinned(s) || (phase != TR_PHASE_IDLE && !recover_is_one_request(leg)))
-		return recover_refuse(s, server, phase, NULL, NULL);
+	if (recover_is_pinned(s))
+		return recover_refuse(s, server, phase, NULL,
+				      "the connection to the primary was lost while the session was bound to its server "
+				      "(a [databases] server= pin, LISTEN, SQL PREPARE, a read on a replica under way): it "
+				      "cannot move");
+	if (phase != TR_PHASE_IDLE && !recover_is_one_request(leg))
+		return recover_refuse(s, server, phase, NULL,
+				      "the connection to the primary was lost with several requests in flight "
+				      "(pipelined): the session cannot move");
 	/* Only a request tern kept runs again (through the relay, as the client's), after a replay or alone;
 	 * another fails as never run, or as of unknown outcome. */
 	if (tr.action == TR_REPLAY && phase != TR_PHASE_IDLE && !is_logged)
@@ -545,6 +558,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 	r->inflight = (struct base_bytes){0};
 	r->is_open = r->is_unloggable = r->has_parse = r->has_named_parse = r->has_tx_ended = false;
 	r->noted = r->logged = 0;
+	r->stale_plan = REPLAY_STALE_NONE;
 	r->preamble.len = 0; /* the start of the lost answer, never shown */
 	struct leg *fresh = session_set_aside_leg(s, LEG_PRIMARY); /* set aside: this runs in its completion */
 	if (!fresh) {

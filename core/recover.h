@@ -53,6 +53,9 @@ void recover_check_waits(struct host *host, uint64_t now_ns);
  * answers) ends the session with 08006; true then. */
 bool recover_check_deadline(struct session *s, uint64_t now_ns);
 void recover_repoint_parked(struct host *host);
+/* The request in flight is one request tern kept whole (a Query, or unnamed extended-protocol messages up
+ * to their Sync): what it can run again. */
+bool recover_is_logged_request(const struct session_replay *r, const struct leg *leg);
 /* The next statement text in messages kept whole (a Query's, a Parse's, the named statement a Bind binds)
  * from *at, which moves past it; NULL at the end. */
 const char *recover_next_text(const struct session *s, const uint8_t *msgs, uint32_t len, uint32_t *at);

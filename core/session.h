@@ -142,6 +142,14 @@ enum replay_aborted {
 	REPLAY_TX_LOST_NEXT, /* it was lost between statements: the next one gets fail_sqlstate, then 25P02 */
 	REPLAY_TX_ABORTED,   /* it was lost and the client told: 25P02 until ROLLBACK (or COMMIT) ends it */
 };
+/* An autocommit request whose unnamed statement tern ran by its server name (server_side_prepare) and whose
+ * plan PostgreSQL found stale (0A000 "cached plan must not change result type"): the client is shown
+ * nothing of that answer, and the request runs again as it sent it, prepared anew. */
+enum replay_stale_plan {
+	REPLAY_STALE_NONE = 0,
+	REPLAY_STALE_DUE, /* the error was hidden: its ReadyForQuery is hidden too, then the request runs again */
+	REPLAY_STALE_RERUN, /* the request runs again (once: a second stale plan is the client's) */
+};
 /* The recovery journal's capture of the primary's transaction (observer_journal.c). Texts, Bind tails and
  * tags live in `arena`; the entries below point into it. */
 struct journal_capture {
@@ -211,6 +219,8 @@ struct session_replay {
 	 * request cannot run again as the client sent it (the name is taken by then). */
 	bool has_named_parse;
 	bool has_tx_ended;    /* ... a ReadyForQuery among their answers said no transaction was open */
+	uint8_t stale_plan;   /* enum replay_stale_plan: their run again after a stale plan (observer_replay) */
+	uint32_t stale_len;   /* ... REPLAY_STALE_DUE: inflight's length at the error (more: the client sent on) */
 	char tx_status;       /* the leg's transaction status before them: 'I', 'T', 'E' */
 	uint32_t noted, logged; /* ... their messages, and those kept whole (a long one is not read) */
 	uint64_t client_mark; /* the leg's to_client_bytes when they began: more means part of an answer went */

@@ -255,7 +255,7 @@ def tern_follows_a_real_patroni_through_a_switchover_and_a_killed_leader_under_p
             errors = pgbench_errors(text)
             processed = re.search(r"number of transactions actually processed: (\d+)", text)
             check(processed and set(errors) <= {"08007"},
-                  "pgbench's only errors are 08007: %r\n%s" % (errors, text[-1500:]))
+                  "pgbench's only errors are 08007: %r\n%s\ntern's log:\n%s" % (errors, text[-1500:], t.log_tail(60)))
             sums, whole = tpcb_invariant(lambda sql: pc.psql(first, sql))
             check(whole, "the tpcb invariant on %s: %r" % (first, sums))
             lost = int(processed.group(1)) - int(sums[4])
