@@ -3537,8 +3537,9 @@ def server_side_prepare_runs_a_stale_autocommit_statement_again_and_leaves_a_tra
     from PostgreSQL. In autocommit the request runs again, prepared anew: the client sees one answer, its
     ParseComplete once, the new columns, and the INSERT ran once (the error rolled its first try back);
     /metrics counts the re-runs. Inside a transaction the error is the client's (the transaction is
-    aborted, as with a prepared statement of its own), and the next autocommit run prepares again. Before
-    this change, each autocommit case got the 0A000."""
+    aborted, as with a prepared statement of its own), and so is it when a Query was pipelined behind the
+    request (its answer would come first); the next autocommit run prepares again. Before this change,
+    each autocommit case got the 0A000."""
     ctx.pg.psql("drop table if exists ssp_stale; create table ssp_stale(id int)")
     http_port = free_port()
     t = ctx.tern(pool_size=1, sections={"pool": "server_side_prepare = on"},
@@ -3572,6 +3573,19 @@ def server_side_prepare_runs_a_stale_autocommit_statement_again_and_leaves_a_tra
         w.query("rollback")
         check(run(w, select) == ("12TDDDCZ", [[i, "7", "8", "9"] for i in ("1", "2", "3")], None),
               "autocommit afterwards: prepared again")
+        # Pipelined: a Query sent behind the stale request is answered before a re-run could be, so the
+        # error stays the client's, and the answers come in the order asked.
+        ctx.pg.psql("alter table ssp_stale add column z int default 10")
+        w.send(parse("", select) + bind("", ()) + describe("P", "") + execute() + SYNC +
+               message(b"Q", b"select 42\0"))
+        try:
+            w.read_until_ready()
+            raise AssertionError("the pipelined stale request was answered without its error")
+        except WireError as err:
+            check(err.sqlstate == "0A000", "the stale request's own error: %r" % err.fields)
+        check([data_row(body) for kind, body in w.read_until_ready() if kind == b"D"] == [["42"]],
+              "then the pipelined Query's answer")
+        check(run(w, select)[1][0] == ["1", "7", "8", "9", "10"], "and the statement works after")
     metrics = lambda: urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=10).read().decode()
     wait_for(lambda: "tern_stale_plan_reruns_total 2\n" in metrics(), "two re-runs counted: %s"
              % [line for line in metrics().splitlines() if line.startswith("tern_stale")], timeout=5)
