@@ -40,7 +40,7 @@ static void replay_give_up(struct session_replay *r)
 	recover_clear_tx_log(r);
 }
 
-static void replay_close(struct session_replay *r)
+void replay_close(struct session_replay *r)
 {
 	r->is_open = r->is_unloggable = r->has_parse = r->has_named_parse = r->is_hashing = r->has_tx_ended = false;
 	r->noted = r->logged = 0;
@@ -422,10 +422,8 @@ static void replay_run_again(struct session *s, struct leg *leg)
 		r->is_unloggable = true;
 		if (s->phase == SESSION_CLOSING)
 			return;
-		uint8_t ready[PROTO_HEADER_LEN + 1];
-		size_t n = proto_build_ready(ready, sizeof(ready), 'I');
 		session_send_error(s, "ERROR", "0A000", "cached plan must not change result type", NULL);
-		session_send_to_client(s, ready, (uint32_t)n);
+		recover_send_ready(s, 'I');
 		return;
 	}
 	struct base_bytes again = r->inflight;

@@ -502,7 +502,7 @@ void recover_end(struct session *s) { recover_unwait(s); }
 
 /* ---- the decision carried out ---- */
 
-static void recover_send_ready(struct session *s, char status)
+void recover_send_ready(struct session *s, char status)
 {
 	uint8_t ready[PROTO_HEADER_LEN + 1];
 	size_t n = proto_build_ready(ready, sizeof(ready), status);
@@ -556,9 +556,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 	journal_on_lost(s, d->tr.action == TR_REPLAY); /* what it sent there is answered here, or again */
 	struct base_bytes again = r->inflight; /* the Query in flight, for TR_REEXECUTE */
 	r->inflight = (struct base_bytes){0};
-	r->is_open = r->is_unloggable = r->has_parse = r->has_named_parse = r->has_tx_ended = false;
-	r->noted = r->logged = 0;
-	r->stale_plan = REPLAY_STALE_NONE;
+	replay_close(r);
 	r->preamble.len = 0; /* the start of the lost answer, never shown */
 	struct leg *fresh = session_set_aside_leg(s, LEG_PRIMARY); /* set aside: this runs in its completion */
 	if (!fresh) {

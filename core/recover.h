@@ -53,6 +53,8 @@ void recover_check_waits(struct host *host, uint64_t now_ns);
  * answers) ends the session with 08006; true then. */
 bool recover_check_deadline(struct session *s, uint64_t now_ns);
 void recover_repoint_parked(struct host *host);
+/* A ReadyForQuery of tern's own to the client. */
+void recover_send_ready(struct session *s, char status);
 /* The request in flight is one request tern kept whole (a Query, or unnamed extended-protocol messages up
  * to their Sync): what it can run again. */
 bool recover_is_logged_request(const struct session_replay *r, const struct leg *leg);
