@@ -209,10 +209,9 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 		return recover_refuse(s, server, phase, NULL,
 				      "the connection to the primary was lost while a client message was only partly "
 				      "sent to it: the session cannot move");
-	if (s->replay.is_replaying)
-		return recover_refuse(s, server, phase, NULL,
-				      "the connection to the primary was lost again while the session's transaction was "
-				      "being replayed: it cannot move");
+	if (s->replay.is_replaying) /* lost again before the replay was verified: it starts over (recover_start) */
+		return (struct session_lost_decision){
+			.action = SESSION_LOST_RECOVER, .tr = {.action = TR_REPLAY}, .phase = TR_PHASE_IDLE};
 	if (s->replay.sets.is_over_cap || sets_count(s) > cfg->tr_max_session_set_statements) {
 		/* it would move with part of its state */
 		return recover_refuse(s, server, phase, "08006",
@@ -550,6 +549,23 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 	}
 	host->stats.tr_failovers++;
 	recover_log(s, server, d->phase, tr_action_names[d->tr.action], d->tr.sqlstate);
+	if (r->is_replaying) {
+		/* Lost again while its transaction was being replayed (a switchover's old primary that still
+		 * answered as one, then went): nothing of the replay reached the client, and what the client sent
+		 * since the first loss is still held (held_back), so the replay starts over on the next connection,
+		 * within the deadline that began at the first loss. */
+		TERN_ASSERT(d->tr.action == TR_REPLAY && r->inflight.len == 0);
+		TERN_INFO("client %s/%s: the connection to server %s was lost again during the replay of its "
+			  "transaction; the replay starts over", s->user, s->database, server->name);
+		r->replay_next = 0;
+		r->is_replay_failed = false;
+		struct leg *fresh = session_set_aside_leg(s, LEG_PRIMARY);
+		if (!fresh)
+			session_end(s, SESSION_END_OUT_OF_MEMORY);
+		else
+			session_acquire(s, fresh);
+		return;
+	}
 	TERN_INFO("client %s/%s: the connection to server %s was lost (%s); %s%s%s", s->user, s->database,
 		  server->name, recover_phase_names[d->phase], tr_action_names[d->tr.action],
 		  d->tr.sqlstate ? " with " : "", d->tr.sqlstate ? d->tr.sqlstate : "");

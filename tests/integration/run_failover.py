@@ -1397,6 +1397,46 @@ def terminated_backends_under_pgbench_never_bring_tern_down(b):
     print("  chaos: %d backends terminated, %r transactions" % (kills, processed))
 
 
+def a_replay_lost_again_starts_over_and_the_transaction_goes_on(b):
+    """The connection a transaction is being replayed on is lost too (a switchover's old primary that still
+    answered as one, then terminated its backends): the replay starts over on the next connection, the
+    client sees nothing of either loss, and its transaction goes on and commits once. Its recorded read
+    sleeps 1.5 s, so the test finds the replay running (a new backend with the marker) and terminates it;
+    before, that second loss ended the session (08006)."""
+    pg = b.pg
+    marker = "replay_again"
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = transaction\n[servers]\n"
+              "primary = host=127.0.0.1 port=%d\n[replay]\ntr_mode = transaction\n" % (free_port(), pg.primary_port))
+    t = TernProcess(TERN, config)
+    t.start()
+    try:
+        with Wire(t.port, timeout=30) as w:
+            w.login("postgres")
+            for sql in ("begin", "insert into tr values ('%s', 1)" % marker, "select pg_sleep(1.5), '%s'" % marker):
+                check(run(w, sql).kind == "ok", sql)
+            find = ("select pid from pg_stat_activity where query like '%%%s%%' and query like '%%pg_sleep%%' "
+                    "and pid <> pg_backend_pid()" % marker)
+            first = b.primary_sql(find)
+            check(first.isdigit(), "the client's backend: %r" % first)
+            b.primary_sql("select pg_terminate_backend(%s, 10000)" % first)
+
+            def replay_running():
+                pids = b.primary_sql(find + " and state = 'active'").split()
+                return [p for p in pids if p != first]
+            wait_for(replay_running, "the replay's read running on a new backend", timeout=15)
+            second = replay_running()[0]
+            b.primary_sql("select pg_terminate_backend(%s, 10000)" % second)
+            o = run(w, "insert into tr values ('%s', 2)" % marker)
+            check(o.kind == "ok" and o.status == "T", "the transaction goes on after two losses: %r" % o)
+            o = run(w, "commit")
+            check(o.kind == "ok" and o.status == "I", "commit: %r" % o)
+            check(b.count("tr", marker) == 2, "both rows, once each: %d" % b.count("tr", marker))
+            check("the replay starts over" in t.log_tail(40), "the second loss restarted the replay (log)")
+    finally:
+        t.stop()
+    check(t.returncode == 0, "tern exited with %s" % t.returncode)
+
+
 def replay_bounds_make_a_transaction_unreplayable(b):
     """[limits] tr_max_replay_statements = 3 and tr_max_observation_bytes = 1kB, tr_mode = transaction: a
     transaction of four statements, and one whose answer was 5 kB, are not replayed (57P01 for the next
@@ -1438,6 +1478,7 @@ def replay_bounds_make_a_transaction_unreplayable(b):
 
 
 SPECIAL = [show_failovers_and_api_status_list_what_the_battery_did,
+           a_replay_lost_again_starts_over_and_the_transaction_goes_on,
            replay_bounds_make_a_transaction_unreplayable,
            terminated_backends_under_pgbench_never_bring_tern_down,
            tr_max_session_set_statements_refuses_the_move_with_08006,
