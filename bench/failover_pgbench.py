@@ -2,13 +2,13 @@
 """pgbench tpcb-like through tern while the primary is killed (pg_ctl stop -m immediate) and its
 synchronous standby promoted: what the clients saw, and whether the database is whole.
 
-  python3 bench/failover_pgbench.py [--tr-mode transaction] [--protocol simple] [--clients 32]
-                                    [--duration 20] [--fault-at 6] [--tern-binary build/tern]
+  python3 bench/failover_pgbench.py [--tr-mode transaction] [--pool-mode transaction] [--protocol simple]
+                                    [--clients 32] [--duration 20] [--fault-at 6] [--tern-binary build/tern]
 
 Starts its own primary and streaming replica (synchronous_standby_names = '*', so an acknowledged
-commit is on the standby), pgbench -i -s 10, and tern in front of both servers (transaction pooling,
-[replay] tr_mode as given). pgbench runs with -c clients; at --fault-at seconds the primary is stopped
-with -m immediate and the standby promoted. Prints pgbench's summary, every error a client got (by
+commit is on the standby), pgbench -i -s 10, and tern in front of both servers (pool_mode and [replay]
+tr_mode as given; `--pool-mode session --tr-mode session` is a default install). pgbench runs with -c
+clients; at --fault-at seconds the primary is stopped with -m immediate and the standby promoted. Prints pgbench's summary, every error a client got (by
 SQLSTATE, from tern's messages), tern's tr_* counters, and the tpcb invariant on the new primary
 (sum of account, teller and branch balances and of history deltas all equal)."""
 import argparse
@@ -56,6 +56,7 @@ def tpcb_invariant(psql):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--tr-mode", default="transaction")
+    p.add_argument("--pool-mode", default="transaction", choices=("session", "transaction"))
     p.add_argument("--protocol", default="simple", choices=("simple", "extended", "prepared"))
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--duration", type=int, default=20)
@@ -70,11 +71,11 @@ def main():
         subprocess.run(["pgbench", "-i", "-q", "-s", "10", "-h", "127.0.0.1", "-p", str(pg.primary_port), "-U",
                         "postgres", "postgres"], check=True, env=clean_env(), capture_output=True)
         http = free_port()
-        config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\n[servers]\n"
+        config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = %s\n[servers]\n"
                   "primary = host=127.0.0.1 port=%d\nother = host=127.0.0.1 port=%d\n"
                   "[routing]\nmonitor_interval_ms = 100\n[pool]\npool_size = 40\n[limits]\nmax_client_conn = 1000\n"
                   "[replay]\ntr_mode = %s\n[admin]\nhttp_listen = 127.0.0.1:%d\n"
-                  % (free_port(), pg.primary_port, pg.replica_port, args.tr_mode, http))
+                  % (free_port(), args.pool_mode, pg.primary_port, pg.replica_port, args.tr_mode, http))
         with TernProcess(args.tern_binary, config) as t:
             out = tempfile.TemporaryFile()
             bench = subprocess.Popen(["pgbench", "-c", str(args.clients), "-j", "2", "-T", str(args.duration), "-M",
@@ -92,8 +93,8 @@ def main():
             metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http, timeout=10).read().decode()
         errors = pgbench_errors(text)
         summary = [l for l in text.splitlines() if re.match(r"^(number of|latency|tps|number of failed)", l)]
-        print("pgbench -M %s -c %d -T %d through tern (tr_mode = %s):" % (args.protocol, args.clients, args.duration,
-                                                                         args.tr_mode))
+        print("pgbench -M %s -c %d -T %d through tern (pool_mode = %s, tr_mode = %s):"
+              % (args.protocol, args.clients, args.duration, args.pool_mode, args.tr_mode))
         for line in summary:
             print("  " + line)
         print("client errors by SQLSTATE: %s" % (errors or "none"))

@@ -267,11 +267,12 @@ static const struct config_key config_keys[] = {
 		   "parameters the server reports (ParameterStatus) can be tracked"),
 	CONFIG_KEY("pool", "max_prepared_statements", CONFIG_INT, "200", 0, 100000, CONFIG_RELOAD,
 		   max_prepared_statements, NULL,
-		   "transaction pooling: named prepared statements one server connection keeps for tern's clients "
-		   "(least recently used closed first); 0 passes named statements through as session pooling "
-		   "does, where a client finds them only on the connection it prepared them on"),
+		   "transaction pooling, and session pooling under Transaction Replay (a move prepares them again): "
+		   "named prepared statements one server connection keeps for tern's clients (least recently used "
+		   "closed first); 0 passes named statements through, so a client finds them only on the connection "
+		   "it prepared them on (in session pooling a session that prepared one then cannot move: 08006)"),
 	CONFIG_KEY("pool", "server_side_prepare", CONFIG_BOOL, "true", 0, 0, CONFIG_RELOAD, server_side_prepare, NULL,
-		   "transaction pooling, with max_prepared_statements: an unnamed extended-protocol statement (what "
+		   "with max_prepared_statements tracking statements: an unnamed extended-protocol statement (what "
 		   "drivers send for a query with parameters) whose text a session sends again is prepared once per "
 		   "server connection under tern's name for its text and parameter types, and then run by that name, "
 		   "so the server parses and plans it once, not every time. As with any prepared statement, the "

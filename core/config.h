@@ -139,6 +139,12 @@ struct tern_config {
 	char *path; /* the file it was loaded from, or NULL for pure defaults */
 };
 
+/* Transaction Replay may recover a session that starts now (both pool modes). */
+static inline bool config_tr_is_on(const struct tern_config *cfg)
+{
+	return cfg->tr_enabled && cfg->tr_mode != CONFIG_TR_NONE;
+}
+
 /* Fills `cfg` with every key's default, ignoring (not freeing) what it held before. 0, or -ENOMEM when a
  * default string could not be copied (cfg then holds what was set: pass it to config_deinit). */
 TERN_MUST_USE int config_init_defaults(struct tern_config *cfg);

@@ -511,7 +511,9 @@ static int stmts_on_client_message(struct session *s, uint8_t type, const uint8_
 
 static bool stmts_is_on(const struct session *s)
 {
-	return s->is_transaction_pooling && runtime_config(s->host->runtime)->max_prepared_statements > 0;
+	/* (in session pooling under Transaction Replay too: a move prepares the statements again) */
+	const struct tern_config *cfg = runtime_config(s->host->runtime);
+	return (s->is_transaction_pooling || config_tr_is_on(cfg)) && cfg->max_prepared_statements > 0;
 }
 
 /* What tern holds, answers or drops; the replies the server will owe. */

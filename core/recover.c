@@ -30,8 +30,7 @@ static const char *const recover_phase_names[TR_PHASE_COUNT] = {"idle", "not sen
 
 bool recover_is_on(const struct session *s)
 {
-	const struct tern_config *cfg = runtime_config(s->host->runtime);
-	return s->is_transaction_pooling && cfg->tr_enabled && cfg->tr_mode != CONFIG_TR_NONE;
+	return config_tr_is_on(runtime_config(s->host->runtime));
 }
 
 static enum tr_mode recover_mode(const struct tern_config *cfg)
@@ -146,8 +145,9 @@ static bool recover_is_one_request(const struct leg *leg)
 static bool recover_is_pinned(const struct session *s)
 {
 	const struct leg *replica = s->legs[LEG_REPLICA];
-	return s->pinned_server || s->pins.is_listening || s->pins.is_sql_prepared || s->routing.state != ROUTE_IDLE ||
-	       s->routing.split.server || (replica && (replica->conn || replica->is_request_pending));
+	return s->pinned_server || s->pins.is_listening || s->pins.is_sql_prepared || s->pins.is_holding ||
+	       s->routing.state != ROUTE_IDLE || s->routing.split.server ||
+	       (replica && (replica->conn || replica->is_request_pending));
 }
 
 /* One line of SHOW FAILOVERS. */
@@ -184,7 +184,7 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 	/* Recorded from the session's start (observer_replay is on when tr_mode was not none then), and the
 	 * mode of the moment allows it. */
 	enum tr_mode mode = (s->observers_on & (1u << OBSERVER_REPLAY)) ? recover_mode(cfg) : TR_MODE_NONE;
-	bool is_primary = leg->role == LEG_PRIMARY && s->is_transaction_pooling && s->phase == SESSION_READY;
+	bool is_primary = leg->role == LEG_PRIMARY && s->phase == SESSION_READY;
 	if (fault == LEG_FAULT_REFUSED) {
 		/* Never sent: it waits for a primary, as long as the one it asked for cannot be reached. */
 		if (!is_primary || mode == TR_MODE_NONE || recover_is_pinned(s) ||
@@ -240,7 +240,8 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 	if (recover_is_pinned(s))
 		return recover_refuse(s, server, phase, NULL,
 				      "the connection to the primary was lost while the session was bound to its server "
-				      "(a [databases] server= pin, LISTEN, SQL PREPARE, a read on a replica under way): it "
+				      "(a [databases] server= pin, LISTEN, SQL PREPARE, a read on a replica under way; in "
+				      "session pooling a temporary table, a cursor WITH HOLD or an advisory lock): it "
 				      "cannot move");
 	if (phase != TR_PHASE_IDLE && !recover_is_one_request(leg))
 		return recover_refuse(s, server, phase, NULL,
@@ -329,13 +330,16 @@ static bool recover_primary_is_there(const struct session *s)
 	return primary != s->replay.lost_server || checked_ns > s->replay.lost_ns;
 }
 
-/* What the monitor last said of the server writes go to. */
-static uint32_t recover_primary_role(const struct tern_runtime *rt)
+/* What the monitor last said of a server. */
+static uint32_t recover_role_of(const struct tern_runtime *rt, const struct pool_server *server)
 {
 	if (!rt->monitor)
 		return MONITOR_PRIMARY;
-	return __atomic_load_n(&monitor_server_at(rt->monitor, runtime_primary(rt)->index)->role, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&monitor_server_at(rt->monitor, server->index)->role, __ATOMIC_ACQUIRE);
 }
+
+/* What the monitor last said of the server writes go to. */
+static uint32_t recover_primary_role(const struct tern_runtime *rt) { return recover_role_of(rt, runtime_primary(rt)); }
 
 /* The session's primary is gone (its connection was lost, or the monitor says it is down): it waits. */
 static void recover_lose(struct session *s, struct pool_server *server, uint64_t now_ns)
@@ -481,15 +485,19 @@ void recover_repoint_parked(struct host *host)
 	}
 	if (!is_primary_change && role != MONITOR_FENCED)
 		return;
-	/* Fencing: a transaction still open on a server that is no longer the primary (a promote left it
+	/* Fencing: a connection still open on a server that is no longer the primary (a promote left it
 	 * behind, a lower timeline, Patroni named another leader, it went read-only) writes nothing more
-	 * there; its session decides as for a loss. */
+	 * there; its session decides as for a loss (a session-pooled one's connection is its own, so it is
+	 * cut idle too; a [databases] server= pinned one, when its own server is fenced: it ends). */
 	base_list_for_each_safe(node, tmp, &host->sessions)
 	{
 		struct session *s = TERN_CONTAINER_OF(node, struct session, link);
 		struct leg *leg = session_primary(s);
-		if (s->is_transaction_pooling && !s->pinned_server && s->phase == SESSION_READY && leg && leg->conn &&
-		    !leg->is_dropping && (leg->conn->server != primary || role == MONITOR_FENCED)) {
+		if (s->phase != SESSION_READY || !leg || !leg->conn || leg->is_dropping)
+			continue;
+		bool is_fenced = s->pinned_server ? recover_role_of(rt, leg->conn->server) == MONITOR_FENCED
+						  : leg->conn->server != primary || role == MONITOR_FENCED;
+		if (is_fenced) {
 			TERN_WARN("client %s/%s: server %s is no longer a primary to write to: its connection is dropped", s->user,
 				  s->database, leg->conn->server->name);
 			leg_fail(leg, LEG_FAULT_CLOSED);

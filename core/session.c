@@ -748,6 +748,11 @@ static void session_leg_finish(struct session *s, struct leg *leg)
 		}
 		leg->pending_ready++;
 		leg->tx_status = 'T';
+		if (leg->conn->extra_free) { /* what an observer kept of the connection (its statements) is gone */
+			leg->conn->extra_free(leg->conn->extra);
+			leg->conn->extra = NULL;
+			leg->conn->extra_free = NULL;
+		}
 		session_mark_dirty(s, &leg->to_server);
 		leg->is_recv_paused = false;
 		leg_resume(leg);

@@ -54,6 +54,7 @@ struct session_pins {
 	bool is_listening;
 	bool is_unlisten_all_sent; /* a query starting with UNLISTEN * is in flight */
 	bool is_sql_prepared;
+	bool is_holding; /* session pooling: a temporary table, cursor WITH HOLD or advisory lock, maybe */
 };
 
 /* What SHOW STATS counts for one session, kept by its worker (plain increments, no atomics): added to

@@ -148,6 +148,38 @@ int sql_parse_search_path_set(const uint8_t *sql, uint32_t len, char *value, siz
 	return 1;
 }
 
+/* The word of n bytes at sql[i] stands alone: no identifier byte right before or after it. */
+static bool sql_is_alone(const uint8_t *sql, uint32_t len, uint32_t i, uint32_t n)
+{
+	bool before = i > 0 && (isalnum(sql[i - 1]) || sql[i - 1] == '_' || sql[i - 1] == '$');
+	bool after = i + n < len && (isalnum(sql[i + n]) || sql[i + n] == '_' || sql[i + n] == '$');
+	return !before && !after;
+}
+
+bool sql_may_hold_session_state(const uint8_t *sql, uint32_t len)
+{
+	static const struct {
+		const char *word;
+		uint32_t len;
+	} words[] = {{"temp", 4},
+		     {"temporary", 9},
+		     {"hold", 4},
+		     {"pg_advisory_lock", 16},
+		     {"pg_advisory_lock_shared", 23},
+		     {"pg_try_advisory_lock", 20},
+		     {"pg_try_advisory_lock_shared", 27}};
+	for (uint32_t i = 0; i < len; i++) {
+		uint8_t c = sql_lower(sql[i]);
+		if (c != 't' && c != 'h' && c != 'p')
+			continue; /* (every word's first letter) */
+		for (size_t w = 0; w < TERN_ARRAY_LEN(words); w++)
+			if (words[w].word[0] == c && len - i >= words[w].len &&
+			    sql_is_word_at(sql + i, words[w].word, words[w].len) && sql_is_alone(sql, len, i, words[w].len))
+				return true;
+	}
+	return false;
+}
+
 bool sql_is_unlisten_all(const uint8_t *sql, uint32_t len)
 {
 	const uint8_t *end = sql + len;

@@ -34,6 +34,11 @@ bool sql_mentions_into(const uint8_t *sql, uint32_t len);
 bool sql_statement_may_set_search_path(const uint8_t *sql, uint32_t len);
 /* True when the first statement of `sql` is DEALLOCATE [PREPARE] ALL or DISCARD ALL. */
 bool sql_is_forget_all(const uint8_t *sql, uint32_t len);
+/* True when `sql` may leave server state that lives as long as the session and that no other connection
+ * has: a temporary table, view or sequence (the word TEMP or TEMPORARY), a cursor WITH HOLD (HOLD), a
+ * session-level advisory lock (pg_advisory_lock, pg_try_advisory_lock, their _shared forms). Words, any
+ * case, anywhere (a column named "temp" too: a caller reading it as "may hold" errs on the safe side). */
+bool sql_may_hold_session_state(const uint8_t *sql, uint32_t len);
 /* True when the first statement of `sql` is UNLISTEN *, which ends every LISTEN of the session. */
 bool sql_is_unlisten_all(const uint8_t *sql, uint32_t len);
 /* When the first statement of a simple query is SET [SESSION] search_path {TO | =} value, RESET

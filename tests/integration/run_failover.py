@@ -1397,6 +1397,158 @@ def terminated_backends_under_pgbench_never_bring_tern_down(b):
     print("  chaos: %d backends terminated, %r transactions" % (kills, processed))
 
 
+def session_pooled_tern(b, mode):
+    """A tern in session pooling (the default pool_mode) at tr_mode `mode`, one server, /metrics on."""
+    import urllib.request
+    http = free_port()
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = session\n[servers]\n"
+              "primary = host=127.0.0.1 port=%d\n[replay]\ntr_mode = %s\n[admin]\nhttp_listen = 127.0.0.1:%d\n"
+              % (free_port(), b.pg.primary_port, mode, http))
+    t = TernProcess(TERN, config)
+    t.start()
+
+    def failovers():
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http, timeout=10).read().decode()
+        return sum(int(l.split()[-1]) for l in text.splitlines() if l.startswith("tr_failovers_total"))
+    t.failovers = failovers
+    return t
+
+
+def terminate_idle_backend(b, t, w, marker=None):
+    """Terminates w's backend while w is idle (found by the marker its last statement carried, else
+    asked), and waits until tern has taken the loss (counted)."""
+    pid = (b.primary_sql("select pid from pg_stat_activity where query like '%%%s%%' and pid <> pg_backend_pid()"
+                         % marker) if marker else w.query("select pg_backend_pid()")[0][0])
+    before = t.failovers()
+    b.primary_sql("select pg_terminate_backend(%s, 10000)" % pid)
+    try:
+        wait_for(lambda: t.failovers() > before, "tern to take the loss of backend %s" % pid, timeout=10)
+    except AssertionError:
+        print(t.log_tail(20))
+        raise
+    return pid
+
+
+def a_session_pooled_client_moves_with_its_state_and_one_holding_server_state_gets_08006(b):
+    """Session pooling (the default pool_mode), the default tr_mode session: the client's backend
+    terminated while it is idle, the client sees nothing; its next statements run on a new backend with
+    its SETs (statement_timeout, application_name, a custom variable) and its protocol-level named
+    statement prepared again. Idle inside a transaction: 57P01, 25P02 until ROLLBACK, then the session
+    goes on; under tr_mode transaction the transaction is replayed and commits once. A session that made
+    a temporary table, a cursor WITH HOLD, a session advisory lock, an SQL PREPARE or a LISTEN cannot
+    move: 08006, closed. tr_mode none: 57P01, closed. Before, every one of these ended with 08006."""
+    marker = "sessmove"
+    t = session_pooled_tern(b, "session")
+    try:
+        with Wire(t.port, timeout=30) as w:
+            w.login("postgres")
+            for sql in ("set statement_timeout = '7s'", "set application_name = 'movee'", "set app.x = 'kept'"):
+                check(run(w, sql).kind == "ok", sql)
+            kinds, _, sqlstate, _ = w.exchange(parse("s1", "select $1::int + 1"), SYNC)
+            check(sqlstate is None and kinds == "1Z", "the named statement: %r %r" % (kinds, sqlstate))
+            old = terminate_idle_backend(b, t, w)
+            o = run(w, "select pg_backend_pid(), current_setting('statement_timeout'), "
+                       "current_setting('application_name'), current_setting('app.x')")
+            check(o.kind == "ok" and o.rows[0][0] != old and o.rows[0][1:] == ["7s", "movee", "kept"],
+                  "a new backend with the session's settings: %r (old %s)" % (o, old))
+            kinds, rows, sqlstate, _ = w.exchange(bind("s1", ["41"]), execute(), SYNC)
+            check(sqlstate is None and rows == [["42"]], "the named statement, prepared again: %r %r" % (rows, sqlstate))
+            check(run(w, "begin").kind == "ok" and run(w, "insert into tr values ('%s', 1)" % marker).kind == "ok",
+                  "a transaction that wrote")
+            terminate_idle_backend(b, t, w)
+            o = run(w, "select 1")
+            check(o.kind == "error" and o.sqlstate == "57P01" and o.status == "E", "57P01, the block failed: %r" % o)
+            check(run(w, "select 1").sqlstate == "25P02", "25P02 until ROLLBACK")
+            check(run(w, "rollback").kind == "ok", "ROLLBACK")
+            expect_session_goes_on(b, w, "after the lost transaction")
+            check(b.count("tr", marker) == 0, "nothing of the lost transaction committed")
+        for name, sql in (("temp", "create temp table sessmove_t(a int)"),
+                          ("hold", "declare sessmove_c cursor with hold for select 1"),
+                          ("advisory", "select pg_advisory_lock(4242)"),
+                          ("prepare", "prepare sessmove_p as select 1"),
+                          ("listen", "listen sessmove_ch")):
+            with Wire(t.port, timeout=30) as w:
+                w.login("postgres")
+                check(run(w, sql).kind == "ok", sql)
+                pid = w.query("select pg_backend_pid()")[0][0]
+                b.primary_sql("select pg_terminate_backend(%s, 10000)" % pid)
+                codes = [e["C"] for e in w.errors_until_close()]
+                check(codes == ["08006"], "%s: 08006, closed: %r" % (name, codes))
+    finally:
+        t.stop()
+    check(t.returncode == 0, "tern (session) exited with %s" % t.returncode)
+    t = session_pooled_tern(b, "transaction")
+    try:
+        with Wire(t.port, timeout=30) as w:
+            w.login("postgres")
+            check(run(w, "begin").kind == "ok" and run(w, "insert into tr values ('%s', 2)" % marker).kind == "ok",
+                  "a transaction that wrote")
+            terminate_idle_backend(b, t, w, marker)  # (its pid asked of the transaction would differ at the replay)
+            o = run(w, "insert into tr values ('%s', 3)" % marker)
+            check(o.kind == "ok" and o.status == "T", "replayed, the transaction goes on: %r" % o)
+            check(run(w, "commit").kind == "ok", "commit")
+            check(b.count("tr", marker) == 2, "both rows, once each: %d" % b.count("tr", marker))
+    finally:
+        t.stop()
+    check(t.returncode == 0, "tern (transaction) exited with %s" % t.returncode)
+    t = session_pooled_tern(b, "none")
+    try:
+        with Wire(t.port, timeout=30) as w:
+            w.login("postgres")
+            pid = w.query("select pg_backend_pid()")[0][0]
+            b.primary_sql("select pg_terminate_backend(%s, 10000)" % pid)
+            codes = [e["C"] for e in w.errors_until_close()]
+            check(codes and set(codes) == {"57P01"}, "none: 57P01, closed: %r" % codes)
+    finally:
+        t.stop()
+    check(t.returncode == 0, "tern (none) exited with %s" % t.returncode)
+
+
+def fencing_cuts_an_idle_session_pooled_connection_and_the_session_moves(b):
+    """A promote that leaves the old primary up (stale_primary): a session-pooled client idle on the old
+    primary holds its connection there; tern fences the old server and cuts that connection, and the
+    client's next write runs on the new primary with no error, nothing of it on the old one. Before,
+    fencing cut transaction-pooled sessions only and this one kept writing to the old primary."""
+    import urllib.request
+    pg = b.pg
+    marker = "fence_sess"
+    http = free_port()
+    ports = sorted([pg.primary_port, pg.replica_port])
+    names = {ports[0]: "primary", ports[1]: "other"}
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = session\n[servers]\n"
+              "primary = host=127.0.0.1 port=%d\nother = host=127.0.0.1 port=%d\n[routing]\nmonitor_interval_ms = 100\n"
+              "[admin]\nhttp_listen = 127.0.0.1:%d\n" % (free_port(), ports[0], ports[1], http))
+    t = TernProcess(TERN, config)
+    t.start()
+
+    def writes_go_to():
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http, timeout=10).read().decode()
+        return [l.split('server="', 1)[1].split('"', 1)[0] for l in text.splitlines()
+                if l.startswith("tern_server_writes{") and l.endswith(" 1")]
+    try:
+        wait_for(lambda: writes_go_to() == [names[pg.primary_port]], "the monitor to know the primary", timeout=10)
+        with Wire(t.port, timeout=30) as w:
+            w.login("postgres", params={"application_name": marker})
+            check(run(w, "select 1").kind == "ok", "a first statement, on the old primary")
+            b.fault("stale_primary", [])
+            try:
+                wait_for(lambda: writes_go_to() == [names[pg.primary_port]], "tern to follow the promote", timeout=15)
+                old = pg.replica_port  # (the old primary, left up)
+                wait_for(lambda: pg.psql("select count(*) from pg_stat_activity where application_name = '%s'"
+                                         % marker, port=old).strip() == "0",
+                         "the session's connection to the old primary cut", timeout=10)
+                o = run(w, "insert into tr values ('%s', 1)" % marker)
+                check(o.kind == "ok" and o.status == "I", "the write runs, with no error: %r" % o)
+                check(b.count("tr", marker) == 1, "on the new primary")
+                on_old = pg.psql("select count(*) from tr where m = '%s'" % marker, port=old).strip()
+                check(on_old == "0", "nothing on the old primary: %s" % on_old)
+            finally:
+                b.after_fault("stale_primary")
+    finally:
+        t.stop()
+    check(t.returncode == 0, "tern exited with %s" % t.returncode)
+
+
 def a_replay_lost_again_starts_over_and_the_transaction_goes_on(b):
     """The connection a transaction is being replayed on is lost too (a switchover's old primary that still
     answered as one, then terminated its backends): the replay starts over on the next connection, the
@@ -1479,6 +1631,8 @@ def replay_bounds_make_a_transaction_unreplayable(b):
 
 SPECIAL = [show_failovers_and_api_status_list_what_the_battery_did,
            a_replay_lost_again_starts_over_and_the_transaction_goes_on,
+           a_session_pooled_client_moves_with_its_state_and_one_holding_server_state_gets_08006,
+           fencing_cuts_an_idle_session_pooled_connection_and_the_session_moves,
            replay_bounds_make_a_transaction_unreplayable,
            terminated_backends_under_pgbench_never_bring_tern_down,
            tr_max_session_set_statements_refuses_the_move_with_08006,

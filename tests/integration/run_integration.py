@@ -2831,6 +2831,9 @@ def config_errors_stop_startup_with_file_and_line(ctx):
 
 @test
 def the_server_restarted_mid_session_errors_the_client_and_tern_keeps_serving(ctx):
+    """Session pooling under the default tr_mode session: the primary restarted while a statement runs
+    gives that statement 08007 (its outcome unknown), and the session goes on on the restarted server
+    (before Transaction Replay covered session pooling, the session ended)."""
     t = ctx.tern(pool_mode="session", pool_size=4)
     with Wire(t.port) as w:
         w.login("postgres")
@@ -2838,8 +2841,9 @@ def the_server_restarted_mid_session_errors_the_client_and_tern_keeps_serving(ct
         w.send(message(b"Q", b"select pg_sleep(20)\0"))
         time.sleep(0.3)  # not for correctness: lets the query reach the server before the restart
         ctx.pg.restart_primary(mode="fast")
-        fields = w.expect_error_and_close()
-        check(fields is not None and fields["C"] in ("57P01", "08006"), "the client got an error: %r" % fields)
+        kinds, _, sqlstate, status = w.exchange()
+        check(sqlstate == "08007" and status == "I", "the statement's outcome is unknown: %r %r" % (kinds, sqlstate))
+        check(w.query("select 9") == [["9"]], "the session goes on after the restart")
     wait_for(lambda: psql(t.port, "select 9").stdout.strip() == "9", "new clients are served after the restart")
 
 
@@ -2882,23 +2886,35 @@ def a_recovery_that_stalls_on_the_new_connection_ends_within_write_timeout_secs_
 
 
 @test
-def a_server_connection_killed_between_transactions_in_session_pooling_ends_the_session_as_before(ctx):
-    """The primary leg loses its connection while the client is idle between two transactions: the
-    client hears the server's own 57P01 (forwarded as it arrives), then tern's 08006 (one decision,
-    session_decide_lost), and the connection closes; other clients and later logins are served."""
-    t = ctx.tern(pool_mode="session", pool_size=4)
-    with Wire(t.port) as bystander, Wire(t.port) as w:
-        bystander.login("postgres")
-        w.login("postgres")
-        check(w.query("begin; select 1; commit") == [["1"]], "a first transaction")
-        pid = w.query("select pg_backend_pid()")[0][0]
-        ctx.pg.psql("select pg_terminate_backend(%s)" % pid)
-        errors = w.errors_until_close()
-        codes = [e["C"] for e in errors]
-        check(codes == ["57P01", "08006"], "the server's 57P01, then tern's 08006: %r" % errors)
-        check("server connection lost" in errors[-1]["M"], "tern says what happened: %r" % errors[-1])
-        check(bystander.query("select 2") == [["2"]], "the other session goes on")
-    check(psql_ok(t.port, "select 3") == "3", "new clients are served")
+def a_server_connection_killed_between_transactions_in_session_pooling_moves_the_session(ctx):
+    """The primary leg loses its connection while the client is idle between two transactions: under the
+    default tr_mode the session moves to a new connection and the client notices nothing but a new
+    backend pid (Transaction Replay in session pooling; the failover battery covers its state). Under
+    tr_mode = none it ends as the reference says: the server's own 57P01 (forwarded as it arrives), then
+    tern's 57P01 (one decision, session_decide_lost), and the connection closes; other clients and later
+    logins are served."""
+    for mode in ("session", "none"):
+        http_port = free_port()
+        t = ctx.tern(pool_mode="session", pool_size=4,
+                     more="[replay]\ntr_mode = %s\n[admin]\nhttp_listen = 127.0.0.1:%d\n" % (mode, http_port))
+        with Wire(t.port) as bystander, Wire(t.port) as w:
+            bystander.login("postgres")
+            w.login("postgres")
+            check(w.query("begin; select 1; commit") == [["1"]], "a first transaction")
+            pid = w.query("select pg_backend_pid()")[0][0]
+            ctx.pg.psql("select pg_terminate_backend(%s, 10000)" % pid)
+            if mode == "session":
+                wait_for(lambda: metric(scrape_metrics(http_port), "tr_failovers_total") == 1,
+                         "tern to take the loss (tr_failovers_total)", timeout=10)
+                now = w.query("select pg_backend_pid()")[0][0]
+                check(now != pid, "the session goes on, on a new backend, with no error: %s then %s" % (pid, now))
+            else:
+                errors = w.errors_until_close()
+                codes = [e["C"] for e in errors]
+                check(codes == ["57P01", "57P01"], "the server's 57P01, then tern's: %r" % errors)
+                check("connection to the primary was lost" in errors[-1]["M"], "tern says what happened: %r" % errors[-1])
+            check(bystander.query("select 2") == [["2"]], "the other session goes on")
+        check(psql_ok(t.port, "select 3") == "3", "new clients are served")
 
 
 @test

@@ -52,6 +52,23 @@ Test(sql, a_text_mentions_search_path_or_reset_in_any_case_anywhere)
 	cr_assert_not(check(sql_mentions_search_path, ""));
 }
 
+Test(sql, a_text_that_may_leave_session_state_is_seen_by_its_words)
+{
+	cr_assert(check(sql_may_hold_session_state, "CREATE TEMP TABLE t(a int)"));
+	cr_assert(check(sql_may_hold_session_state, "create temporary sequence s"));
+	cr_assert(check(sql_may_hold_session_state, "select 1 into temp t"));
+	cr_assert(check(sql_may_hold_session_state, "DECLARE c CURSOR WITH HOLD FOR SELECT 1"));
+	cr_assert(check(sql_may_hold_session_state, "select pg_advisory_lock(1)"));
+	cr_assert(check(sql_may_hold_session_state, "SELECT PG_TRY_ADVISORY_LOCK_SHARED(1, 2)"));
+	cr_assert(check(sql_may_hold_session_state, "select pg_advisory_lock_shared(7);"));
+	cr_assert(check(sql_may_hold_session_state, "select temp from readings"), "a column named temp: may hold");
+	cr_assert_not(check(sql_may_hold_session_state, "select pg_advisory_xact_lock(1)"), "a transaction's own lock");
+	cr_assert_not(check(sql_may_hold_session_state, "select temperature, holder from t"), "longer words");
+	cr_assert_not(check(sql_may_hold_session_state, "declare c cursor for select 1"));
+	cr_assert_not(check(sql_may_hold_session_state, "select my_pg_advisory_lock(1)"));
+	cr_assert_not(check(sql_may_hold_session_state, ""));
+}
+
 Test(sql, only_a_set_or_reset_statement_may_set_search_path)
 {
 	cr_assert(check(sql_statement_may_set_search_path, "SET SESSION search_path TO app"));
