@@ -4,8 +4,8 @@
  *   observer_copy.c    COPY: copy-in, and the Syncs the server ignores during it (leg->copy);
  *   observer_stmts.c   named prepared statements in transaction pooling, and the replies owed (s->stmts);
  *   observer_params.c  tracked parameters and search_path (s->params);
- *   observer_sets.c    the SET state Transaction Replay restores on a new primary (s->replay.sets);
  *   observer_pins.c    LISTEN and SQL PREPARE, which keep the client on its connection (s->pins);
+ *   observer_sets.c    the SET state Transaction Replay restores on a new primary (s->replay.sets);
  *   observer_stats.c   SHOW STATS (s->stats);
  *   route_observer.c   routing: the write-LSN probe, a replica answer's guard (s->routing);
  *   observer_digest.c  query digests (s->digest);
@@ -38,8 +38,8 @@ enum observer_id {
 	OBSERVER_COPY = 0,
 	OBSERVER_STMTS,
 	OBSERVER_PARAMS,
+	OBSERVER_PINS, /* (before sets: at attach sets pushes its restore to the front last, so it is answered first) */
 	OBSERVER_SETS,
-	OBSERVER_PINS,
 	OBSERVER_STATS,
 	OBSERVER_ROUTE,
 	OBSERVER_DIGEST,

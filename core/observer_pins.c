@@ -11,6 +11,8 @@
 #include "proto.h"
 #include "sql.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool pins_is_on(const struct session *s)
@@ -18,9 +20,13 @@ static bool pins_is_on(const struct session *s)
 	return s->is_transaction_pooling || config_tr_is_on(runtime_config(s->host->runtime));
 }
 
+/* The channels kept at most (past it, a LISTEN is not followed: the session cannot move). */
+#define PINS_CHANNELS_BYTES 4096u
+
 static int pins_client_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
 	(void)leg;
+	struct session_pins *pins = &s->pins;
 	const uint8_t *text = m->body;
 	uint32_t len = m->len;
 	if (m->type == PROTO_FE_PARSE) { /* name\0 text\0 ... */
@@ -29,27 +35,77 @@ static int pins_client_message(struct session *s, struct leg *leg, const struct 
 			return 0;
 		text = name_end + 1;
 		len = m->len - (uint32_t)(text - m->body);
-	} else if (s->pins.is_listening) {
-		s->pins.is_unlisten_all_sent |= sql_is_unlisten_all(m->body, m->len);
+	} else if (pins->is_listening) {
+		pins->is_unlisten_all_sent |= sql_is_unlisten_all(m->body, m->len);
 	}
-	if (!s->is_transaction_pooling && !s->pins.is_holding)
-		s->pins.is_holding = sql_may_hold_session_state(text, len) ||
-				     /* a named statement no observer keeps (max_prepared_statements = 0) */
-				     (m->type == PROTO_FE_PARSE && m->body[0] && !(s->observers_on & (1u << OBSERVER_STMTS)));
+	if (s->is_transaction_pooling)
+		return 0;
+	if (!pins->is_holding)
+		pins->is_holding = sql_may_hold_session_state(text, len) ||
+				   /* a named statement no observer keeps (max_prepared_statements = 0) */
+				   (m->type == PROTO_FE_PARSE && m->body[0] && !(s->observers_on & (1u << OBSERVER_STMTS)));
+	if (m->type == PROTO_FE_QUERY) {
+		char name[sizeof(pins->listen_name)];
+		int kind = sql_parse_listen(text, len, name, sizeof(name));
+		if (kind != SQL_LISTEN_NONE) {
+			pins->is_listen_unsure |= pins->listen_pending != SQL_LISTEN_NONE; /* two in flight */
+			pins->listen_pending = (uint8_t)kind;
+			pins->is_listen_done = false;
+			memcpy(pins->listen_name, name, sizeof(name));
+		}
+	}
 	return 0;
+}
+
+/* The channel's entry in pins->channels (its offset), or UINT32_MAX. */
+static uint32_t pins_find_channel(const struct session_pins *pins, const char *name)
+{
+	for (uint32_t at = 0; at < pins->channels.len; at += (uint32_t)strlen((const char *)pins->channels.data + at) + 1)
+		if (strcmp((const char *)pins->channels.data + at, name) == 0)
+			return at;
+	return UINT32_MAX;
+}
+
+/* An autocommit LISTEN or UNLISTEN ran (its ReadyForQuery said idle): the channels follow it. */
+static void pins_apply_listen(struct session_pins *pins)
+{
+	uint32_t at = pins->listen_pending == SQL_UNLISTEN_ALL ? 0 : pins_find_channel(pins, pins->listen_name);
+	if (pins->listen_pending == SQL_UNLISTEN_ALL) {
+		pins->channels.len = 0;
+	} else if (pins->listen_pending == SQL_UNLISTEN && at != UINT32_MAX) {
+		uint32_t n = (uint32_t)strlen(pins->listen_name) + 1;
+		memmove(pins->channels.data + at, pins->channels.data + at + n, pins->channels.len - at - n);
+		pins->channels.len -= n;
+	} else if (pins->listen_pending == SQL_LISTEN && at == UINT32_MAX) {
+		uint32_t n = (uint32_t)strlen(pins->listen_name) + 1;
+		pins->is_listen_unsure |= pins->channels.len + n > PINS_CHANNELS_BYTES ||
+					  base_bytes_append(&pins->channels, pins->listen_name, n) < 0;
+	}
 }
 
 static int pins_server_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
-	(void)leg;
 	struct session_pins *pins = &s->pins;
 	if (m->type == PROTO_BE_READY) {
 		pins->is_unlisten_all_sent = false;
+		if (pins->is_listen_done) /* (in a transaction it may yet roll back: not followed) */
+			pins->is_listen_unsure |= leg->tx_status != 'I';
+		if (pins->is_listen_done && leg->tx_status == 'I')
+			pins_apply_listen(pins);
+		pins->listen_pending = SQL_LISTEN_NONE;
+		pins->is_listen_done = false;
 		return 0;
 	}
-	if (observer_message_is_tag(m, "LISTEN")) {
+	bool is_listen = observer_message_is_tag(m, "LISTEN"), is_unlisten = observer_message_is_tag(m, "UNLISTEN");
+	if (!s->is_transaction_pooling && (is_listen || is_unlisten)) {
+		bool is_expected = is_listen ? pins->listen_pending == SQL_LISTEN
+					     : pins->listen_pending == SQL_UNLISTEN || pins->listen_pending == SQL_UNLISTEN_ALL;
+		pins->is_listen_unsure |= !is_expected || pins->is_listen_done; /* (one not read, or two in a text) */
+		pins->is_listen_done = true;
+	}
+	if (is_listen) {
 		pins->is_listening = true; /* conservative: kept even if the transaction rolls back */
-	} else if (observer_message_is_tag(m, "UNLISTEN") && pins->is_unlisten_all_sent) {
+	} else if (is_unlisten && pins->is_unlisten_all_sent) {
 		pins->is_listening = false;
 	} else if (observer_message_is_tag(m, "PREPARE")) {
 		pins->is_sql_prepared = true;
@@ -57,10 +113,55 @@ static int pins_server_message(struct session *s, struct leg *leg, const struct 
 		pins->is_listening = false;
 		pins->is_sql_prepared = false;
 		pins->is_holding = false;
+		pins->is_listen_unsure = false;
+		pins->channels.len = 0;
 	} else if (observer_message_is_tag(m, "DEALLOCATE ALL")) {
 		pins->is_sql_prepared = false;
 	}
 	return 0;
+}
+
+/* Session pooling: a connection the primary leg gets after the login is a move's: the session listens
+ * there again, hidden, ahead of the client's messages (behind the SET restore: observer_sets pushes to
+ * the front after this). */
+static int pins_attach(struct session *s, struct leg *leg)
+{
+	const struct session_pins *pins = &s->pins;
+	if (s->is_transaction_pooling || leg->role != LEG_PRIMARY || pins->channels.len == 0)
+		return 0;
+	struct base_bytes sql = {0};
+	uint8_t header[PROTO_HEADER_LEN] = {PROTO_FE_QUERY};
+	int rc = base_bytes_append(&sql, header, sizeof(header));
+	for (uint32_t at = 0; at < pins->channels.len && rc == 0;) {
+		const char *name = (const char *)pins->channels.data + at;
+		rc = base_bytes_append(&sql, "LISTEN \"", 8);
+		for (const char *c = name; *c && rc == 0; c++) {
+			rc = base_bytes_append(&sql, c, 1);
+			if (rc == 0 && *c == '"')
+				rc = base_bytes_append(&sql, "\"", 1); /* a quote in the name, doubled */
+		}
+		if (rc == 0)
+			rc = base_bytes_append(&sql, "\";", 2);
+		at += (uint32_t)strlen(name) + 1;
+	}
+	if (rc == 0)
+		rc = base_bytes_append(&sql, "", 1);
+	if (rc == 0) {
+		proto_write_u32(sql.data + 1, sql.len - 1);
+		rc = sendq_push_front_copy(&leg->to_server, sql.data, sql.len);
+	}
+	if (rc == 0) {
+		leg->pending_ready++;
+		leg->hidden_ready++;
+	}
+	free(sql.data);
+	return rc < 0 ? -ENOMEM : 0;
+}
+
+static void pins_destroy(struct session *s)
+{
+	free(s->pins.channels.data);
+	s->pins.channels = (struct base_bytes){0};
 }
 
 const struct observer observer_pins = {
@@ -70,4 +171,6 @@ const struct observer observer_pins = {
 	.client_message = pins_client_message,
 	.server_types = "CZ",
 	.server_message = pins_server_message,
+	.attach = pins_attach,
+	.destroy = pins_destroy,
 };

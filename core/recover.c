@@ -145,7 +145,9 @@ static bool recover_is_one_request(const struct leg *leg)
 static bool recover_is_pinned(const struct session *s)
 {
 	const struct leg *replica = s->legs[LEG_REPLICA];
-	return s->pinned_server || s->pins.is_listening || s->pins.is_sql_prepared || s->pins.is_holding ||
+	/* (a session-pooled session's LISTENs are listened to again, when tern followed them all) */
+	bool is_listening = s->pins.is_listening && (s->is_transaction_pooling || s->pins.is_listen_unsure);
+	return s->pinned_server || is_listening || s->pins.is_sql_prepared || s->pins.is_holding ||
 	       s->routing.state != ROUTE_IDLE || s->routing.split.server ||
 	       (replica && (replica->conn || replica->is_request_pending));
 }
@@ -429,7 +431,7 @@ void recover_check_waits(struct host *host, uint64_t now_ns)
 			s->replay.lost_server = NULL;
 			struct leg *leg = session_primary(s);
 			if (!leg->conn && !leg->is_request_pending &&
-			    (!sendq_is_empty(&leg->to_server) || s->replay.is_replaying))
+			    (!sendq_is_empty(&leg->to_server) || s->replay.is_replaying || !s->is_transaction_pooling))
 				session_acquire(s, leg);
 		} else if (now_ns >= s->replay.deadline_ns) {
 			recover_unwait(s);
@@ -604,6 +606,8 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 		session_acquire(s, fresh);
 		break;
 	case TR_REHOME:
+		if (!s->is_transaction_pooling)
+			session_acquire(s, fresh); /* (session pooling holds a connection: its LISTENs are heard again now) */
 		break;
 	case TR_REEXECUTE:
 		host->stats.tr_reexecuted++;

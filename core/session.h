@@ -55,6 +55,13 @@ struct session_pins {
 	bool is_unlisten_all_sent; /* a query starting with UNLISTEN * is in flight */
 	bool is_sql_prepared;
 	bool is_holding; /* session pooling: a temporary table, cursor WITH HOLD or advisory lock, maybe */
+	/* Session pooling under Transaction Replay: the channels its autocommit LISTENs left (each name as
+	 * PostgreSQL folded it, then NUL), listened to again on the connection a move brings. */
+	struct base_bytes channels;
+	uint8_t listen_pending;  /* enum sql_listen_kind: the LISTEN or UNLISTEN in flight (listen_name) */
+	bool is_listen_done;     /* ... its CommandComplete came */
+	bool is_listen_unsure;   /* a LISTEN or UNLISTEN not followed: the session cannot move */
+	char listen_name[64];
 };
 
 /* What SHOW STATS counts for one session, kept by its worker (plain increments, no atomics): added to

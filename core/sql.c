@@ -227,6 +227,28 @@ int sql_parse_deallocate(const uint8_t *sql, uint32_t len, char *name, size_t na
 	return sql_take_last_name(p, end, name, name_size);
 }
 
+int sql_parse_listen(const uint8_t *sql, uint32_t len, char *name, size_t name_size)
+{
+	TERN_ASSERT(name_size > 1);
+	const uint8_t *end = sql + len, *p = sql_skip_blank(sql, end);
+	name[0] = '\0';
+	if (p == end || (sql_lower(*p) != 'l' && sql_lower(*p) != 'u'))
+		return SQL_LISTEN_NONE; /* (most texts: one byte read) */
+	const uint8_t *nul = memchr(p, '\0', (size_t)(end - p));
+	end = nul ? nul : end;
+	if (sql_take_word(&p, end, "listen"))
+		return sql_take_last_name(p, end, name, name_size) ? SQL_LISTEN : SQL_LISTEN_NONE;
+	if (!sql_take_word(&p, end, "unlisten"))
+		return SQL_LISTEN_NONE;
+	if (p < end && *p == '*') {
+		p = sql_skip_blank(p + 1, end);
+		if (p < end && *p == ';')
+			p = sql_skip_blank(p + 1, end);
+		return p == end ? SQL_UNLISTEN_ALL : SQL_LISTEN_NONE;
+	}
+	return sql_take_last_name(p, end, name, name_size) ? SQL_UNLISTEN : SQL_LISTEN_NONE;
+}
+
 int sql_parse_savepoint(const uint8_t *sql, uint32_t len, char *name, size_t name_size)
 {
 	TERN_ASSERT(name_size > 1);

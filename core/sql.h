@@ -81,6 +81,12 @@ bool sql_may_set(const uint8_t *sql, uint32_t len);
  * may end it): the transaction ends and another with its characteristics begins at once. */
 bool sql_is_chain_end(const uint8_t *sql, uint32_t len);
 
+/* What sql_parse_listen found. */
+enum sql_listen_kind { SQL_LISTEN_NONE = 0, SQL_LISTEN, SQL_UNLISTEN, SQL_UNLISTEN_ALL };
+/* When `sql` (up to its NUL or len) is exactly LISTEN name, UNLISTEN name or UNLISTEN * (a ';' may
+ * follow): its kind, with the name written as PostgreSQL reads it (none for UNLISTEN *); else
+ * SQL_LISTEN_NONE, also for a name of name_size bytes or more. */
+TERN_MUST_USE int sql_parse_listen(const uint8_t *sql, uint32_t len, char *name, size_t name_size);
 /* What sql_parse_savepoint found. */
 enum sql_savepoint_kind { SQL_SAVEPOINT_NONE = 0, SQL_SAVEPOINT_SET, SQL_SAVEPOINT_RELEASE, SQL_SAVEPOINT_ROLLBACK_TO };
 /* When `sql` is exactly SAVEPOINT name, RELEASE [SAVEPOINT] name or ROLLBACK [WORK | TRANSACTION] TO

@@ -1434,9 +1434,10 @@ def a_session_pooled_client_moves_with_its_state_and_one_holding_server_state_ge
     terminated while it is idle, the client sees nothing; its next statements run on a new backend with
     its SETs (statement_timeout, application_name, a custom variable) and its protocol-level named
     statement prepared again. Idle inside a transaction: 57P01, 25P02 until ROLLBACK, then the session
-    goes on; under tr_mode transaction the transaction is replayed and commits once. A session that made
-    a temporary table, a cursor WITH HOLD, a session advisory lock, an SQL PREPARE or a LISTEN cannot
-    move: 08006, closed. tr_mode none: 57P01, closed. Before, every one of these ended with 08006."""
+    goes on; under tr_mode transaction the transaction is replayed and commits once. Its autocommit
+    LISTENs (less an UNLISTEN) are listened to again: NOTIFYs after the move reach it. A session that made
+    a temporary table, a cursor WITH HOLD, a session advisory lock, an SQL PREPARE, or a LISTEN inside a
+    transaction, cannot move: 08006, closed. tr_mode none: 57P01, closed. Before, every one of these ended with 08006."""
     marker = "sessmove"
     t = session_pooled_tern(b, "session")
     try:
@@ -1462,11 +1463,28 @@ def a_session_pooled_client_moves_with_its_state_and_one_holding_server_state_ge
             check(run(w, "rollback").kind == "ok", "ROLLBACK")
             expect_session_goes_on(b, w, "after the lost transaction")
             check(b.count("tr", marker) == 0, "nothing of the lost transaction committed")
+            for sql in ('listen "Sess Ch"', "listen sessmove_a", "listen sessmove_b", "unlisten sessmove_a"):
+                check(run(w, sql).kind == "ok", sql)
+            terminate_idle_backend(b, t, w)
+            wait_for(lambda: b.primary_sql("select count(*) from pg_stat_activity where state = 'idle' and "
+                                           "query like 'LISTEN %%Sess Ch%%'") == "1",
+                     "the session to listen again on its new backend, before its next statement", timeout=10)
+            b.primary_sql("notify \"Sess Ch\", 'one'; notify sessmove_a, 'gone'; notify sessmove_b, 'two'")
+            send_query(w, "select 1")
+            heard = []
+            while True:
+                kind, body = w.read_message()
+                if kind == b"A":
+                    heard.append(body[4:].split(b"\0")[:2])
+                if kind == b"Z":
+                    break
+            check(sorted(heard) == [[b"Sess Ch", b"one"], [b"sessmove_b", b"two"]],
+                  "its LISTENs, listened to again on the new backend (not the one it left): %r" % heard)
         for name, sql in (("temp", "create temp table sessmove_t(a int)"),
                           ("hold", "declare sessmove_c cursor with hold for select 1"),
                           ("advisory", "select pg_advisory_lock(4242)"),
                           ("prepare", "prepare sessmove_p as select 1"),
-                          ("listen", "listen sessmove_ch")):
+                          ("listen in a transaction", "begin; listen sessmove_tx; commit")):
             with Wire(t.port, timeout=30) as w:
                 w.login("postgres")
                 check(run(w, sql).kind == "ok", sql)

@@ -69,6 +69,35 @@ Test(sql, a_text_that_may_leave_session_state_is_seen_by_its_words)
 	cr_assert_not(check(sql_may_hold_session_state, ""));
 }
 
+Test(sql, listen_and_unlisten_are_read_with_their_channel_as_postgresql_folds_it)
+{
+	char name[64];
+	static const struct {
+		const char *text;
+		int kind;
+		const char *name;
+	} cases[] = {
+		{"LISTEN Jobs", SQL_LISTEN, "jobs"},
+		{"  listen \"Mixed \"\"q\"\"\" ;", SQL_LISTEN, "Mixed \"q\""},
+		{"UNLISTEN jobs;", SQL_UNLISTEN, "jobs"},
+		{"unlisten *", SQL_UNLISTEN_ALL, ""},
+		{"unlisten * ;", SQL_UNLISTEN_ALL, ""},
+		{"listen a; listen b", SQL_LISTEN_NONE, NULL},
+		{"listen", SQL_LISTEN_NONE, NULL},
+		{"listener", SQL_LISTEN_NONE, NULL},
+		{"select 1", SQL_LISTEN_NONE, NULL},
+		{"unlisten *, a", SQL_LISTEN_NONE, NULL},
+	};
+	for (size_t i = 0; i < TERN_ARRAY_LEN(cases); i++) {
+		int kind = sql_parse_listen((const uint8_t *)cases[i].text, (uint32_t)strlen(cases[i].text) + 1, name,
+					    sizeof(name));
+		cr_assert_eq(kind, cases[i].kind, "%s", cases[i].text);
+		if (cases[i].name)
+			cr_assert_str_eq(name, cases[i].name, "%s", cases[i].text);
+	}
+	cr_assert_eq(sql_parse_listen((const uint8_t *)"listen aaaaaaaaaa", 17, name, 8), SQL_LISTEN_NONE, "too long");
+}
+
 Test(sql, only_a_set_or_reset_statement_may_set_search_path)
 {
 	cr_assert(check(sql_statement_may_set_search_path, "SET SESSION search_path TO app"));
