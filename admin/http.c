@@ -3,6 +3,7 @@
  * each pool server's counters under its mutex, committed history's counters), and POST /api/replay by
  * running history_replay.h on that connection's thread (so a replay of minutes leaves the rest answering). */
 #include "http.h"
+#include "shadow.h"
 
 #include "digest.h"
 #include "history.h"
@@ -587,27 +588,54 @@ static char *http_replay_result_body(const struct history_replay_result *r, stru
 	return text;
 }
 
+/* A POST's sender and size: true when it may go on, else *answer is the refusal (401, 403, 413). */
+static bool http_post_is_allowed(struct http_admin *h, struct MHD_Connection *conn, const struct http_upload *u,
+				 const char *url, enum MHD_Result *answer)
+{
+	const struct tern_config *cfg = runtime_config(h->rt);
+	const char *header = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	bool has_token = cfg->http_token[0] != '\0';
+	char message[128];
+	if (has_token && !http_token_matches(header, cfg->http_token)) {
+		snprintf(message, sizeof(message), "POST %s needs Authorization: Bearer <[admin] http_token>", url);
+		*answer = http_reply_with(conn, MHD_HTTP_UNAUTHORIZED, "application/json", http_error_body(message),
+					  MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+	} else if (!has_token && !h->is_loopback) {
+		*answer = http_reply(conn, MHD_HTTP_FORBIDDEN, "application/json",
+				     http_error_body("[admin] http_token is required: http_listen is not a loopback "
+						     "address, and a replay or a shadow run reaches any database it is given"));
+	} else if (u->is_too_large) {
+		snprintf(message, sizeof(message), "the body is over %u bytes", HTTP_BODY_MAX);
+		*answer = http_reply(conn, MHD_HTTP_CONTENT_TOO_LARGE, "application/json", http_error_body(message));
+	} else {
+		return true;
+	}
+	return false;
+}
+
+/* POST /api/shadow: the whole request has arrived (shadow.h). */
+static enum MHD_Result http_shadow_answer(struct http_admin *h, struct MHD_Connection *conn,
+					  const struct http_upload *u)
+{
+	enum MHD_Result answer;
+	if (!http_post_is_allowed(h, conn, u, "/api/shadow", &answer))
+		return answer;
+	(void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u); /* (while it runs) */
+	unsigned status = 500;
+	char *body = shadow_request(h->rt, u->data, u->len, &status);
+	(void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, HTTP_CONNECTION_TIMEOUT_S);
+	return http_reply(conn, body ? status : MHD_HTTP_INTERNAL_SERVER_ERROR, "application/json",
+			  body ? body : http_error_body("no memory"));
+}
+
 /* The whole request has arrived: who asks, then what, then run it. */
 static enum MHD_Result http_replay_answer(struct http_admin *h, struct MHD_Connection *conn,
 					  const struct http_upload *u)
 {
 	const struct tern_config *cfg = runtime_config(h->rt);
-	if (cfg->http_token[0]) {
-		const char *header = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-		if (!http_token_matches(header, cfg->http_token))
-			return http_reply_with(conn, MHD_HTTP_UNAUTHORIZED, "application/json",
-					       http_error_body("POST /api/replay needs Authorization: Bearer <[admin] http_token>"),
-					       MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-	} else if (!h->is_loopback) {
-		return http_reply(conn, MHD_HTTP_FORBIDDEN, "application/json",
-				  http_error_body("[admin] http_token is required: http_listen is not a loopback address, "
-						  "and a replay writes to any database it is given"));
-	}
-	if (u->is_too_large) {
-		char message[96];
-		snprintf(message, sizeof(message), "the body is over %u bytes", HTTP_BODY_MAX);
-		return http_reply(conn, MHD_HTTP_CONTENT_TOO_LARGE, "application/json", http_error_body(message));
-	}
+	enum MHD_Result refusal;
+	if (!http_post_is_allowed(h, conn, u, "/api/replay", &refusal))
+		return refusal;
 	if (!h->rt->history || !cfg->tr_enabled)
 		return http_reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json",
 				  http_error_body(h->rt->history ? "tr_enabled = false: operator replay is off"
@@ -660,8 +688,10 @@ static enum MHD_Result http_replay_answer(struct http_admin *h, struct MHD_Conne
 
 /* libmicrohttpd calls this once with the headers, then with each piece of the body, then once more with none
  * left: the body is kept (up to HTTP_BODY_MAX) in the connection's http_upload, and answered at the end. */
-static enum MHD_Result http_replay_request(struct http_admin *h, struct MHD_Connection *conn, const char *method,
-					   const char *upload_data, size_t *upload_data_size, void **state)
+static enum MHD_Result http_post_request(struct http_admin *h, struct MHD_Connection *conn, const char *method,
+					 const char *upload_data, size_t *upload_data_size, void **state,
+					 enum MHD_Result (*answer)(struct http_admin *, struct MHD_Connection *,
+								   const struct http_upload *))
 {
 	if (strcmp(method, "POST") != 0)
 		return http_reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "application/json", http_error_body("POST only"));
@@ -695,7 +725,7 @@ static enum MHD_Result http_replay_request(struct http_admin *h, struct MHD_Conn
 		u->len += n;
 		return MHD_YES;
 	}
-	return http_replay_answer(h, conn, u);
+	return answer(h, conn, u);
 }
 
 static void http_completed(void *cls, struct MHD_Connection *conn, void **state, enum MHD_RequestTerminationCode why)
@@ -718,11 +748,13 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *conn, const
 {
 	(void)version;
 	struct http_admin *h = cls;
-	if (strcmp(url, "/api/replay") == 0)
-		return http_replay_request(h, conn, method, upload_data, upload_data_size, state);
+	if (strcmp(url, "/api/replay") == 0 || strcmp(url, "/api/shadow") == 0)
+		return http_post_request(h, conn, method, upload_data, upload_data_size, state,
+					 url[5] == 'r' ? http_replay_answer : http_shadow_answer);
 	if (strcmp(url, "/metrics") != 0 && strcmp(url, "/api/status") != 0 && strcmp(url, "/api/digests") != 0)
 		return http_reply(conn, MHD_HTTP_NOT_FOUND, "text/plain",
-				  strdup("not found: /metrics, /api/status, /api/digests, /api/replay (POST)\n"));
+				  strdup("not found: /metrics, /api/status, /api/digests, /api/replay and /api/shadow "
+					 "(POST)\n"));
 	if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
 		return http_reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", strdup("GET only\n"));
 	if (strcmp(url, "/metrics") == 0)

@@ -12,6 +12,8 @@
  *                     while http_listen is not a loopback address; 409 a replay already running, or
  *                     committed_history over an incomplete transaction ({error, commit_seq}); 413 a body over
  *                     64 kB; 503 tr_enabled = false. One replay at a time, bounded by replay_deadline_secs.
+ *   POST /api/shadow  one statement on a source and a shadow server, compared (shadow.h); the same token
+ *                     rule and size bound.
  * Anything else is 404, another method 405.
  *
  * Threads: libmicrohttpd's; it reads the monitor's and the workers' published counters (atomics), each

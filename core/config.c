@@ -310,8 +310,8 @@ static const struct config_key config_keys[] = {
 		   "keep calls, time and rows per query fingerprint (SHOW DIGESTS, /api/digests); a query whose "
 		   "shape tern cannot be sure of without parsing (comments, dollar quotes) is parsed for it"),
 	CONFIG_KEY("admin", "http_token", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, http_token, NULL,
-		   "bearer token POST /api/replay must carry (Authorization: Bearer ...); required when http_listen "
-		   "is not a loopback address (without it the endpoint refuses every replay there)"),
+		   "bearer token POST /api/replay and POST /api/shadow must carry (Authorization: Bearer ...); "
+		   "required when http_listen is not a loopback address (without it both refuse every request there)"),
 	CONFIG_KEY("journal", "max_committed_transactions", CONFIG_INT, "50000", 1, 10000000, CONFIG_RESTART,
 		   journal_max_transactions, NULL,
 		   "committed transactions kept in memory (the newest; reloaded from dir at startup)"),
@@ -399,7 +399,8 @@ static const struct config_key config_keys[] = {
 		   "simple-protocol SETs, and the tracked parameters and search_path it changed otherwise); past it "
 		   "a lost primary connection ends the session with 08006 rather than move it with part of its state"),
 	CONFIG_KEY("limits", "replay_deadline_secs", CONFIG_INT, "300", 1, 86400, CONFIG_RELOAD, replay_deadline_secs,
-		   NULL, "the longest one POST /api/replay runs; past it the replay stops where it is (partial)"),
+		   NULL, "the longest one POST /api/replay runs (past it the replay stops where it is: partial), and "
+		   "the statement_timeout of each side of POST /api/shadow"),
 	CONFIG_KEY("limits", "backend_response_timeout_secs", CONFIG_INT, "0", 0, 86400, CONFIG_RELOAD,
 		   backend_response_timeout_secs, NULL,
 		   "a primary connection whose answer to a request has not ended this many seconds after the request "

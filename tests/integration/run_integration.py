@@ -4709,6 +4709,74 @@ def a_postgresql_19_replica_not_yet_at_the_target_waits_in_band_with_wait_for_ls
             fake.stop()
 
 
+def post_shadow(http_port, body, token=None):
+    """POST /api/shadow: (status, the JSON answer)."""
+    import json
+    import urllib.error
+    import urllib.request
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = token
+    request = urllib.request.Request("http://127.0.0.1:%d/api/shadow" % http_port, data=json.dumps(body).encode(),
+                                     headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.loads(r.read().decode())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read().decode())
+
+
+@test
+def api_shadow_runs_one_statement_on_the_source_and_a_shadow_and_compares_them(ctx):
+    """POST /api/shadow: a read on the primary and on the replica ([servers] key) is clean, its rows'
+    hash the same whatever their order; against a database whose table holds other rows, or lacks it, it
+    is not, with both row counts, timings and the error; a write is refused (400) unless allow_writes
+    (then it runs on both); the bearer token is asked for when http_token is set (401)."""
+    ctx.pg.psql("drop database if exists shadow_other")
+    ctx.pg.psql("create database shadow_other")
+    ctx.pg.psql("drop table if exists shadow_t; create table shadow_t(a int, b text); "
+                "insert into shadow_t select g, 'r' || g from generate_series(1, 50) g")
+    ctx.pg.psql("create table shadow_t(a int, b text); insert into shadow_t select g, 'r' || g from "
+                "generate_series(1, 49) g", dbname="shadow_other")
+    ctx.pg.wait_replica_caught_up()
+    http_port = free_port()
+    t = routing_tern(ctx, pool="[admin]\nhttp_listen = 127.0.0.1:%d\nhttp_token = s3cret" % http_port)
+    token = "Bearer s3cret"
+    status, answer = post_shadow(http_port, {"sql": "select * from shadow_t", "shadow": "replica"})
+    check(status == 401, "no token: 401 %r" % answer)
+    status, answer = post_shadow(http_port, {"sql": "select * from shadow_t", "shadow": "replica"}, token)
+    check(status == 200 and answer["is_clean"] is True, "the replica agrees: %r" % answer)
+    check(answer["source"]["rows"] == 50 == answer["shadow"]["rows"] and answer["source"]["error"] is None,
+          "both counted: %r" % answer)
+    check(answer["source"]["hash"] == answer["shadow"]["hash"] and answer["source"]["ms"] >= 0, "%r" % answer)
+    _, reversed_order = post_shadow(http_port, {"sql": "select * from shadow_t order by a desc", "shadow": "replica"},
+                                    token)
+    check(reversed_order["source"]["hash"] == answer["source"]["hash"], "the order does not change the hash")
+    other = "host=127.0.0.1 port=%d dbname=shadow_other user=postgres" % ctx.pg.primary_port
+    status, answer = post_shadow(http_port, {"sql": "select * from shadow_t", "shadow": other}, token)
+    check(status == 200 and answer["is_clean"] is False and answer["shadow"]["rows"] == 49, "a row short: %r" % answer)
+    status, answer = post_shadow(http_port, {"sql": "select * from shadow_missing", "shadow": other,
+                                             "source": "replica"}, token)
+    check(status == 200 and answer["is_clean"] is True and answer["shadow"]["error"]["sqlstate"] == "42P01",
+          "the same error on both is clean, and reported: %r" % answer)
+    status, answer = post_shadow(http_port, {"sql": "select 1 from pg_class limit 1", "shadow": other,
+                                             "source": "replica"}, token)
+    check(status == 200 and answer["is_clean"] is True, "a replica as the source: %r" % answer)
+    status, answer = post_shadow(http_port, {"sql": "select count(*) from shadow_t", "shadow": other}, token)
+    check(answer["is_clean"] is False, "counts differ: %r" % answer)
+    status, answer = post_shadow(http_port, {"sql": "delete from shadow_t where a = 1", "shadow": other}, token)
+    check(status == 400 and "allow_writes" in answer["error"], "a write without allow_writes: %r" % answer)
+    status, answer = post_shadow(http_port, {"sql": "delete from shadow_t where a = 1", "shadow": other,
+                                             "allow_writes": True}, token)
+    check(status == 200 and answer["is_clean"] is True and answer["source"]["tag"] == "DELETE 1",
+          "a write, allowed, on both: %r" % answer)
+    check(ctx.pg.psql("select count(*) from shadow_t") == "49", "it ran on the source")
+    status, answer = post_shadow(http_port, {"sql": "select 1", "shadow": "nowhere"}, token)
+    check(status == 400 and "nowhere" in answer["error"], "an unknown target: %r" % answer)
+    status, answer = post_shadow(http_port, {"sql": "select 1", "shadow": "replica", "colour": "red"}, token)
+    check(status == 400 and "colour" in answer["error"], "an unknown key: %r" % answer)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-k", action="append", default=[], help="run tests whose name contains this")

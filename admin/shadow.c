@@ -1,0 +1,271 @@
+/* POST /api/shadow (shadow.h): one statement on a source and on a shadow server, compared. Owns the two
+ * libpq connections of a request, for its length only; never touches the pool, a worker or a session. */
+#include "shadow.h"
+
+#include "classify.h"
+#include "config.h"
+#include "runtime.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+/* The connection strings a request may name, at most. */
+#define SHADOW_CONNINFO_MAX 1024u
+
+/* What one side did. */
+struct shadow_side {
+	const char *name;              /* "source" or "shadow" */
+	char conninfo[SHADOW_CONNINFO_MAX];
+	bool is_ok;                    /* the statement ran (its rows are below) */
+	char sqlstate[6];              /* else: its error (or 08006 when it could not connect) */
+	char message[256];
+	double ms;                     /* connect excluded: the statement (and its read-only transaction) */
+	uint64_t rows;
+	int columns;
+	XXH128_hash_t hash;            /* the sum of every row's hash: the same whatever the rows' order */
+	char tag[64];                  /* its CommandComplete tag ("SELECT 3", "UPDATE 1") */
+};
+
+/* A libpq conninfo value quoted ('...', with \ and ' escaped). */
+static int shadow_append_value(char *out, size_t size, const char *key, const char *value)
+{
+	size_t n = strlen(out);
+	int rc = snprintf(out + n, size - n, " %s='", key);
+	if (rc < 0 || (size_t)rc >= size - n)
+		return -ENOSPC;
+	n += (size_t)rc;
+	for (const char *c = value; *c; c++) {
+		if (n + 3 >= size)
+			return -ENOSPC;
+		if (*c == '\'' || *c == '\\')
+			out[n++] = '\\';
+		out[n++] = *c;
+	}
+	if (n + 2 > size)
+		return -ENOSPC;
+	out[n++] = '\'';
+	out[n] = '\0';
+	return 0;
+}
+
+/* side->conninfo from what the body named: a [servers] key (its conninfo, with the body's database and
+ * user), or a libpq connection string used as given. */
+static int shadow_target(struct tern_runtime *rt, struct shadow_side *side, const char *named, const char *database,
+			 const char *user, char *err, size_t err_size)
+{
+	if (strchr(named, '=')) {
+		if (strlen(named) >= sizeof(side->conninfo)) {
+			snprintf(err, err_size, "%s: the connection string is over %u bytes", side->name, SHADOW_CONNINFO_MAX);
+			return -EINVAL;
+		}
+		strcpy(side->conninfo, named);
+		return 0;
+	}
+	for (uint32_t i = 0; i < rt->pool->server_count; i++) {
+		const struct pool_server *server = &rt->pool->servers[i];
+		if (strcmp(server->name, named) != 0)
+			continue;
+		snprintf(side->conninfo, sizeof(side->conninfo), "%s", server->conninfo);
+		if (shadow_append_value(side->conninfo, sizeof(side->conninfo), "dbname", database) < 0 ||
+		    shadow_append_value(side->conninfo, sizeof(side->conninfo), "user", user) < 0 ||
+		    shadow_append_value(side->conninfo, sizeof(side->conninfo), "application_name", "tern shadow") < 0) {
+			snprintf(err, err_size, "%s: the connection string is over %u bytes", side->name, SHADOW_CONNINFO_MAX);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	snprintf(err, err_size, "%s: \"%.64s\" is neither a [servers] key nor a libpq connection string (key=value)",
+		 side->name, named);
+	return -EINVAL;
+}
+
+static void shadow_fail(struct shadow_side *side, const char *sqlstate, const char *message)
+{
+	side->is_ok = false;
+	snprintf(side->sqlstate, sizeof(side->sqlstate), "%s", sqlstate ? sqlstate : "XX000");
+	snprintf(side->message, sizeof(side->message), "%s", message ? message : "");
+	size_t n = strlen(side->message); /* (libpq ends its messages with a newline) */
+	while (n > 0 && side->message[n - 1] == '\n')
+		side->message[--n] = '\0';
+}
+
+/* One command on conn; false (side failed) unless it completed as `want`. */
+static bool shadow_exec(PGconn *conn, struct shadow_side *side, const char *sql, ExecStatusType want)
+{
+	PGresult *res = PQexec(conn, sql);
+	bool is_ok = res && PQresultStatus(res) == want;
+	if (!is_ok)
+		shadow_fail(side, res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : "08006",
+			    res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : PQerrorMessage(conn));
+	PQclear(res);
+	return is_ok;
+}
+
+/* The rows of res into side: their count, and the sum of each row's hash (its values, each with its
+ * length, NULL apart), which no order of the rows changes. */
+static void shadow_digest(const PGresult *res, struct shadow_side *side)
+{
+	side->rows = (uint64_t)PQntuples(res);
+	side->columns = PQnfields(res);
+	side->hash = (XXH128_hash_t){0, 0};
+	XXH3_state_t *state = XXH3_createState();
+	for (int r = 0; state && r < PQntuples(res); r++) {
+		(void)XXH3_128bits_reset(state);
+		for (int c = 0; c < side->columns; c++) {
+			uint32_t len = PQgetisnull(res, r, c) ? UINT32_MAX : (uint32_t)PQgetlength(res, r, c);
+			(void)XXH3_128bits_update(state, &len, sizeof(len));
+			if (len != UINT32_MAX)
+				(void)XXH3_128bits_update(state, PQgetvalue(res, r, c), len);
+		}
+		XXH128_hash_t row = XXH3_128bits_digest(state);
+		side->hash.low64 += row.low64;
+		side->hash.high64 += row.high64 + (side->hash.low64 < row.low64); /* (a 128-bit sum) */
+	}
+	XXH3_freeState(state);
+}
+
+/* The statement on one side: in a READ ONLY transaction rolled back after it, unless writes are allowed
+ * (then as it is, in autocommit); bounded by statement_timeout. */
+static void shadow_run_side(struct shadow_side *side, const char *sql, bool allow_writes, uint32_t timeout_ms)
+{
+	char options[64];
+	snprintf(options, sizeof(options), "-c statement_timeout=%u", timeout_ms);
+	const char *keys[] = {"dbname", "connect_timeout", "options", NULL};
+	const char *values[] = {side->conninfo, "10", options, NULL};
+	PGconn *conn = PQconnectdbParams(keys, values, 1);
+	if (PQstatus(conn) != CONNECTION_OK) {
+		shadow_fail(side, "08006", PQerrorMessage(conn));
+		PQfinish(conn);
+		return;
+	}
+	uint64_t started = base_now_ns();
+	if (allow_writes || shadow_exec(conn, side, "BEGIN TRANSACTION READ ONLY", PGRES_COMMAND_OK)) {
+		PGresult *res = PQexec(conn, sql);
+		ExecStatusType status = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+		if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
+			side->is_ok = true;
+			shadow_digest(res, side);
+			snprintf(side->tag, sizeof(side->tag), "%s", PQcmdStatus(res));
+		} else {
+			shadow_fail(side, res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : "08006",
+				    res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : PQerrorMessage(conn));
+		}
+		PQclear(res);
+		side->ms = (double)(base_now_ns() - started) / 1e6;
+		if (!allow_writes)
+			PQclear(PQexec(conn, "ROLLBACK"));
+	}
+	PQfinish(conn);
+}
+
+static json_t *shadow_side_json(const struct shadow_side *side)
+{
+	char hash[33];
+	snprintf(hash, sizeof(hash), "%016llx%016llx", (unsigned long long)side->hash.high64,
+		 (unsigned long long)side->hash.low64);
+	if (!side->is_ok)
+		return json_pack("{s:n, s:n, s:f, s:{s:s, s:s}}", "rows", "hash", "ms", side->ms, "error", "sqlstate",
+				 side->sqlstate, "message", side->message);
+	return json_pack("{s:I, s:i, s:s, s:s, s:f, s:n}", "rows", (json_int_t)side->rows, "columns", side->columns,
+			 "hash", hash, "tag", side->tag, "ms", side->ms, "error");
+}
+
+/* Both sides ran: the same rows (count, columns, hash) and tag, or the same SQLSTATE. */
+static bool shadow_is_clean(const struct shadow_side *a, const struct shadow_side *b)
+{
+	if (!a->is_ok || !b->is_ok)
+		return !a->is_ok && !b->is_ok && strcmp(a->sqlstate, b->sqlstate) == 0;
+	return a->rows == b->rows && a->columns == b->columns && a->hash.low64 == b->hash.low64 &&
+	       a->hash.high64 == b->hash.high64 && strcmp(a->tag, b->tag) == 0;
+}
+
+static char *shadow_error(unsigned *status, unsigned code, const char *message)
+{
+	*status = code;
+	json_t *body = json_pack("{s:s}", "error", message);
+	char *text = body ? json_dumps(body, JSON_INDENT(2)) : NULL;
+	json_decref(body);
+	return text;
+}
+
+char *shadow_request(struct tern_runtime *rt, const char *body, size_t len, unsigned *status)
+{
+	const struct tern_config *cfg = runtime_config(rt);
+	json_error_t jerr;
+	json_t *root = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr);
+	char err[256];
+	if (!root || !json_is_object(root)) {
+		json_decref(root);
+		return shadow_error(status, 400, "the body must be a JSON object: {\"sql\", \"shadow\", \"source\", "
+						 "\"database\", \"user\", \"allow_writes\"}");
+	}
+	const char *sql = NULL, *source = NULL, *shadow = NULL, *database = "postgres", *user = "postgres";
+	bool allow_writes = false;
+	const char *key;
+	json_t *value;
+	json_object_foreach(root, key, value) {
+		const char **text = strcmp(key, "sql") == 0	       ? &sql
+				    : strcmp(key, "source") == 0   ? &source
+				    : strcmp(key, "shadow") == 0   ? &shadow
+				    : strcmp(key, "database") == 0 ? &database
+				    : strcmp(key, "user") == 0	       ? &user
+								       : NULL;
+		if (text && json_is_string(value) && json_string_value(value)[0]) {
+			*text = json_string_value(value);
+		} else if (strcmp(key, "allow_writes") == 0 && json_is_boolean(value)) {
+			allow_writes = json_is_true(value);
+		} else {
+			snprintf(err, sizeof(err), "%.64s: expected %s", key,
+				 text ? "a non-empty string"
+				 : strcmp(key, "allow_writes") == 0
+				     ? "true or false"
+				     : "one of sql, shadow, source, database, user, allow_writes");
+			json_decref(root);
+			return shadow_error(status, 400, err);
+		}
+	}
+	if (!sql || !shadow) {
+		json_decref(root);
+		return shadow_error(status, 400, "sql and shadow are required (shadow: a [servers] key or a libpq "
+						 "connection string; source defaults to the primary)");
+	}
+	struct classify_result c;
+	classify_query(sql, cfg->read_functions, &c);
+	if (!allow_writes && (c.kind != CLASSIFY_READ || c.statement_count != 1)) {
+		json_decref(root);
+		return shadow_error(status, 400, "only one read (a SELECT, VALUES or SHOW tern classifies as a read) runs "
+						 "without \"allow_writes\": true");
+	}
+	struct shadow_side *sides = calloc(2, sizeof(*sides));
+	if (!sides) {
+		json_decref(root);
+		return shadow_error(status, 500, "no memory");
+	}
+	sides[0].name = "source";
+	sides[1].name = "shadow";
+	if (shadow_target(rt, &sides[0], source ? source : runtime_primary(rt)->name, database, user, err, sizeof(err)) < 0 ||
+	    shadow_target(rt, &sides[1], shadow, database, user, err, sizeof(err)) < 0) {
+		free(sides);
+		json_decref(root);
+		return shadow_error(status, 400, err);
+	}
+	uint32_t timeout_ms = cfg->replay_deadline_secs ? cfg->replay_deadline_secs * 1000u : 0u;
+	for (int i = 0; i < 2; i++)
+		shadow_run_side(&sides[i], sql, allow_writes, timeout_ms);
+	bool is_clean = shadow_is_clean(&sides[0], &sides[1]);
+	TERN_INFO("POST /api/shadow: %s (source %.1f ms, shadow %.1f ms)", is_clean ? "clean" : "differs", sides[0].ms,
+		  sides[1].ms);
+	json_t *answer = json_pack("{s:b, s:o, s:o}", "is_clean", is_clean, "source", shadow_side_json(&sides[0]),
+				   "shadow", shadow_side_json(&sides[1]));
+	char *text = answer ? json_dumps(answer, JSON_INDENT(2)) : NULL;
+	json_decref(answer);
+	json_decref(root);
+	free(sides);
+	*status = text ? 200 : 500;
+	return text;
+}
