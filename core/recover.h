@@ -1,11 +1,12 @@
 /*
  * recover.h — Transaction Replay's recovery of a session whose primary connection was lost (DESIGN §6;
- * ../shared/reference/004_c44c290a4cd34a46.txt is the contract), in transaction pooling. The loss is
+ * ../shared/reference/004_c44c290a4cd34a46.txt is the contract), in either pool mode. The loss is
  * decided once (session_decide_lost asks recover_decide): how far the request in flight got
  * (observer_replay.c's record: nothing in flight, never sent, sent with no byte of its answer at the
  * client, part of its answer at the client, a COPY), the client's transaction, and what the statement
  * is (classify_tr_kind) go to tr_decide (replay/decide.h). Then the session moves (recover_start): its
- * primary leg is set aside, and a new one waits (recover_awaits_primary, on host->recover_waits) until a
+ * primary leg is set aside, and a new one waits (recover_awaits_primary, on host->recover_waits, in
+ * recover_wait.c with the deadline and fencing) until a
  * primary the monitor vouches for is there — another server the monitor says is the primary, or the lost
  * one seen answering as the primary after the loss — for at most write_timeout_secs from when the session
  * needs it until a primary answers it: the connect, login, restore, replay and re-execution fit in the
@@ -53,6 +54,9 @@ void recover_check_waits(struct host *host, uint64_t now_ns);
  * answers) ends the session with 08006; true then. */
 bool recover_check_deadline(struct session *s, uint64_t now_ns);
 void recover_repoint_parked(struct host *host);
+/* The session's primary (server) is gone, as of now_ns unless it was already: recover_awaits_primary
+ * waits for the monitor to vouch for a primary from then on. (recover_wait.c, as the four above.) */
+void recover_lose(struct session *s, struct pool_server *server, uint64_t now_ns);
 /* A ReadyForQuery of tern's own to the client. */
 void recover_send_ready(struct session *s, char status);
 /* The request in flight is one request tern kept whole (a Query, or unnamed extended-protocol messages up

@@ -54,7 +54,7 @@ static const char *const core_order[] = {
 	"proto", "sendq", "reasons", "sql", "classify", "split", "digest", "params", "stmts", "databases", "config", "import", "listen",
 	"gates", "failovers", "history", "history_replay", "runtime", "patroni", "monitor_conn", "monitor", "host", "route_types", "leg",
 	"session", "session_tls", "observer", "observer_copy", "observer_stmts_replies", "observer_stmts", "observer_params", "observer_pins",
-	"observer_stats", "observer_digest", "dispatch", "route_internal", "route_setting", "route", "route_batch", "route_guard", "route_observer", "recover", "observer_sets", "observer_replay",
+	"observer_stats", "observer_digest", "dispatch", "route_internal", "route_setting", "route", "route_batch", "route_guard", "route_observer", "recover", "recover_wait", "observer_sets", "observer_replay",
 	"observer_journal",
 	"session_login", "session_relay",
 	"worker_stats", "worker", "main",
