@@ -333,16 +333,6 @@ static json_t *http_replay_json(struct tern_runtime *rt, const struct host_stats
 			 "replay_cap_exceeded", (json_int_t)t->tr_cap_exceeded, "recent", recent);
 }
 
-/* What backs committed history now (the coverage block of a replay's answer). */
-json_t *http_coverage_json(struct history *h)
-{
-	struct history_coverage c;
-	history_coverage(h, &c);
-	return json_pack("{s:I, s:I, s:I, s:I, s:b}", "retained_transactions", (json_int_t)c.retained_transactions,
-			 "retained_bytes", (json_int_t)c.retained_bytes, "commit_seq_high", (json_int_t)c.commit_seq_high,
-			 "dropped_transactions", (json_int_t)c.dropped_transactions, "durable", c.is_durable);
-}
-
 /* /api/status's "journal": enabled (tr_enabled at startup), and the coverage. */
 static json_t *http_journal_json(struct history *h)
 {
@@ -429,32 +419,6 @@ char *http_digests_json(struct tern_runtime *rt)
 	char *text = body ? json_dumps(body, JSON_INDENT(2)) : NULL;
 	json_decref(body);
 	return text;
-}
-
-/* ---- replies ---- */
-
-/* Answers with `body` (malloc'd text, freed here; NULL: out of memory, a 500) and one more header when
- * header_name is not NULL. */
-enum MHD_Result http_reply_with(struct MHD_Connection *conn, unsigned int code, const char *type, char *body,
-				       const char *header_name, const char *header_value)
-{
-	struct MHD_Response *resp = body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE)
-					 : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-	if (!resp) {
-		free(body);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, "Content-Type", type);
-	if (header_name && body)
-		MHD_add_response_header(resp, header_name, header_value);
-	enum MHD_Result rc = MHD_queue_response(conn, body ? code : MHD_HTTP_INTERNAL_SERVER_ERROR, resp);
-	MHD_destroy_response(resp);
-	return rc;
-}
-
-enum MHD_Result http_reply(struct MHD_Connection *conn, unsigned int code, const char *type, char *body)
-{
-	return http_reply_with(conn, code, type, body, NULL, NULL);
 }
 
 /* ---- the daemon ---- */

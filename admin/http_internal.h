@@ -1,6 +1,6 @@
 /*
- * http_internal.h — what http.c (GET, the daemon) and http_post.c (POST) share: the endpoint's state, a
- * POST body being read, the replies. Not for other files.
+ * http_internal.h — what http.c (GET, the daemon), http_post.c (POST) and http_reply.c (the replies, below
+ * both) share: the endpoint's state, a POST body being read, the replies. Not for other files.
  */
 #ifndef TERN_HTTP_INTERNAL_H
 #define TERN_HTTP_INTERNAL_H
@@ -45,6 +45,8 @@ struct http_upload {
 enum MHD_Result http_reply_with(struct MHD_Connection *conn, unsigned int code, const char *type, char *body,
 				const char *header_name, const char *header_value);
 enum MHD_Result http_reply(struct MHD_Connection *conn, unsigned int code, const char *type, char *body);
+/* {"error": message} as text (malloc'd; NULL when out of memory). */
+char *http_error_body(const char *message);
 /* Committed history's coverage as /api/status and /api/replay give it. */
 json_t *http_coverage_json(struct history *h);
 /* A POST to /api/replay or /api/shadow: libmicrohttpd's calls for one request (headers, each piece of the

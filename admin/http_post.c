@@ -32,14 +32,6 @@ static bool http_token_matches(const char *header, const char *token)
 	return diff == 0;
 }
 
-static char *http_error_body(const char *message)
-{
-	json_t *body = json_pack("{s:s}", "error", message);
-	char *text = body ? json_dumps(body, JSON_INDENT(2)) : NULL;
-	json_decref(body);
-	return text;
-}
-
 /* The request's JSON into *req, its strings pointing into *root (the caller's to json_decref). 0, or -EINVAL
  * with the reason in err (400). Every key but target is optional; a key tern does not know is refused, so a
  * misspelt after_commit_seq never silently means "everything". */
