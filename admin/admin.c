@@ -523,7 +523,7 @@ static void admin_parse(const char *sql, char *command, size_t command_size, cha
 
 static const char admin_commands_hint[] =
 	"SHOW HELP lists the commands: SHOW VERSION, CONFIG, POOLS, SERVERS, CLIENTS, DATABASES, USERS, LISTS, "
-	"STATS, WORKERS, ENDS, DIGESTS, FAILOVERS; RELOAD, PAUSE, RESUME, SUSPEND, KILL, RECONNECT, DISABLE, ENABLE, WAIT_CLOSE, SHUTDOWN.";
+	"STATS, WORKERS, ENDS, DIGESTS, FAILOVERS, SHADOW; RELOAD, PAUSE, RESUME, SUSPEND, KILL, RECONNECT, DISABLE, ENABLE, WAIT_CLOSE, SHUTDOWN.";
 
 /* The SHOW commands answered at once, from what this worker can read (admin_show.c). */
 static const struct {
@@ -535,6 +535,7 @@ static const struct {
 	{"show databases", admin_show_databases}, {"show users", admin_show_users},
 	{"show lists", admin_show_lists},     {"show help", admin_show_help},
 	{"show digests", admin_show_digests}, {"show failovers", admin_show_failovers},
+	{"show shadow", admin_show_shadow},
 	{"show", admin_show_help},
 };
 

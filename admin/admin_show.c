@@ -9,6 +9,7 @@
 #include "gates.h"
 #include "digest.h"
 #include "monitor.h"
+#include "shadow.h"
 
 #include <arpa/inet.h>
 #include <libpq-fe.h>
@@ -122,6 +123,35 @@ void admin_show_digests(struct admin_reply *r, struct tern_runtime *rt)
 		admin_reply_row(r, values, TERN_ARRAY_LEN(values));
 	}
 	free(entries);
+}
+
+/* SHOW SHADOW: [shadow] sampling's query fingerprints, the most mismatched first: reads compared on the
+ * shadow, those that differed, and the text (libpg_query's normalized). Empty without [shadow] target. */
+void admin_show_shadow(struct admin_reply *r, struct tern_runtime *rt)
+{
+	static const struct admin_column columns[] = {{"fingerprint", ADMIN_TEXT},
+						      {"compared", ADMIN_INT8},
+						      {"mismatched", ADMIN_INT8},
+						      {"query", ADMIN_TEXT}};
+	admin_reply_columns(r, ADMIN_COLUMNS(columns));
+	struct shadow_counts counts;
+	struct shadow_digest *digests = NULL;
+	uint32_t count = 0;
+	if (!rt->shadow)
+		return;
+	if (shadow_snapshot(rt->shadow, &counts, &digests, &count) < 0) {
+		r->overflow = true;
+		return;
+	}
+	for (uint32_t i = 0; i < count; i++) {
+		char fingerprint[20], compared[24], mismatched[24];
+		snprintf(fingerprint, sizeof(fingerprint), "%016llx", (unsigned long long)digests[i].fingerprint);
+		snprintf(compared, sizeof(compared), "%llu", (unsigned long long)digests[i].compared);
+		snprintf(mismatched, sizeof(mismatched), "%llu", (unsigned long long)digests[i].mismatched);
+		const char *values[] = {fingerprint, compared, mismatched, digests[i].text};
+		admin_reply_row(r, values, TERN_ARRAY_LEN(values));
+	}
+	free(digests);
 }
 
 void admin_show_failovers(struct admin_reply *r, struct tern_runtime *rt)
@@ -504,7 +534,7 @@ void admin_show_help(struct admin_reply *r, struct tern_runtime *rt)
 	static const char *const lines[] = {
 		"Console usage",
 		"\tSHOW HELP|CONFIG|DATABASES|POOLS|CLIENTS|SERVERS|USERS|VERSION",
-		"\tSHOW STATS|LISTS|WORKERS|ENDS|DIGESTS",
+		"\tSHOW STATS|LISTS|WORKERS|ENDS|DIGESTS|FAILOVERS|SHADOW",
 		"\tSET key = arg",
 		"\tRELOAD",
 		"\tPAUSE [<db>]",

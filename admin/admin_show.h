@@ -18,6 +18,7 @@
 /* The tables the console answers at once, each (reply, runtime), for admin.c's command table. */
 void admin_show_version(struct admin_reply *r, struct tern_runtime *rt);
 void admin_show_digests(struct admin_reply *r, struct tern_runtime *rt);
+void admin_show_shadow(struct admin_reply *r, struct tern_runtime *rt);
 /* SHOW FAILOVERS: the last lost primary connections (failovers.h), newest first. */
 void admin_show_failovers(struct admin_reply *r, struct tern_runtime *rt);
 void admin_show_config(struct admin_reply *r, struct tern_runtime *rt);

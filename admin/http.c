@@ -9,6 +9,7 @@
 #include "history.h"
 #include "history_replay.h"
 #include "monitor.h"
+#include "shadow.h"
 #include "replay/decide.h"
 #include "worker.h"
 
@@ -136,6 +137,32 @@ static void http_journal_metrics(FILE *f, struct history *h)
 	http_counter(f, "tern_journal_write_errors_total", "failed writes and fdatasync calls of the journal's writer",
 		     c.disk_errors);
 	http_counter(f, "tern_journal_replay_runs_total", "operator replays asked for (POST /api/replay)", c.replay_runs);
+}
+
+/* [shadow] sampling's counts, and each query fingerprint's (shadow.h). */
+static void http_shadow_metrics(FILE *f, struct shadow *sh)
+{
+	struct shadow_counts c;
+	struct shadow_digest *digests = NULL;
+	uint32_t count = 0;
+	if (shadow_snapshot(sh, &c, &digests, &count) < 0)
+		return;
+	http_counter(f, "tern_shadow_sampled_total", "autocommit reads sampled for the shadow ([shadow] sample_rate)",
+		     c.sampled);
+	http_counter(f, "tern_shadow_dropped_total", "sampled reads dropped: the shadow queue was full", c.dropped);
+	http_counter(f, "tern_shadow_compared_total", "sampled reads run on the shadow and compared", c.compared);
+	http_counter(f, "tern_shadow_mismatched_total", "compared reads whose rows differed on the shadow", c.mismatched);
+	http_counter(f, "tern_shadow_failed_total", "sampled reads the shadow could not run (no connection, an error)",
+		     c.failed);
+	http_help(f, "tern_shadow_digest_compared_total", "counter", "compared reads by query fingerprint");
+	for (uint32_t i = 0; i < count; i++)
+		fprintf(f, "tern_shadow_digest_compared_total{fingerprint=\"%016llx\"} %llu\n",
+			(unsigned long long)digests[i].fingerprint, (unsigned long long)digests[i].compared);
+	http_help(f, "tern_shadow_digest_mismatched_total", "counter", "mismatched reads by query fingerprint");
+	for (uint32_t i = 0; i < count; i++)
+		fprintf(f, "tern_shadow_digest_mismatched_total{fingerprint=\"%016llx\"} %llu\n",
+			(unsigned long long)digests[i].fingerprint, (unsigned long long)digests[i].mismatched);
+	free(digests);
 }
 
 char *http_metrics_text(struct tern_runtime *rt)
@@ -286,6 +313,8 @@ char *http_metrics_text(struct tern_runtime *rt)
 
 	if (rt->history)
 		http_journal_metrics(f, rt->history);
+	if (rt->shadow)
+		http_shadow_metrics(f, rt->shadow);
 
 	http_help(f, "tern_ring_passes_total", "counter", "io_uring_enter calls of each worker's loop");
 	for (uint32_t i = 0; i < snap.worker_count; i++)

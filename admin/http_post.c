@@ -2,7 +2,7 @@
  * (http_token, a loopback listener), then POST /api/replay (history_replay.h, on that thread: a replay of
  * minutes leaves the rest answering) or POST /api/shadow (shadow.h). */
 #include "http_internal.h"
-#include "shadow.h"
+#include "http_shadow.h"
 
 #include "history.h"
 #include "history_replay.h"

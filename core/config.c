@@ -41,6 +41,7 @@ enum config_type {
 	CONFIG_INT,
 	CONFIG_SIZE,
 	CONFIG_DURATION,
+	CONFIG_RATIO, /* a fraction from 0 to 1, kept in millionths */
 	CONFIG_BOOL,
 	CONFIG_ENUM,
 	CONFIG_STRING,
@@ -58,6 +59,7 @@ static const struct config_type_info {
 	[CONFIG_DURATION] = {"duration", "a duration between ",
 			     " (seconds, or a number with ms, s or min; in whole milliseconds)",
 			     sizeof(uint64_t)},
+	[CONFIG_RATIO] = {"ratio", "a fraction between ", " (such as 0.01; to a millionth)", sizeof(uint32_t)},
 	[CONFIG_BOOL] = {"bool", "one of ", "", sizeof(bool)},
 	[CONFIG_ENUM] = {"enum", "one of ", "", sizeof(int)},
 	[CONFIG_STRING] = {"string", "", "", sizeof(char *)},
@@ -74,7 +76,7 @@ struct config_key {
 	const char *section, *key;
 	enum config_type type;
 	const char *default_text; /* parsed like a value from a file, so a bad default fails at once */
-	uint64_t min, max; /* int: the number; size: bytes; duration: milliseconds */
+	uint64_t min, max; /* int: the number; size: bytes; duration: milliseconds; ratio: millionths */
 	unsigned flags; /* enum config_flag */
 	size_t offset, field_size; /* field_size catches an entry pointing at a field of another type */
 	const char *const *enum_names; /* NULL-terminated; a name's index is the stored value */
@@ -112,7 +114,7 @@ static const char *const config_bool_names[] = {"true", "false", "on", "off", "y
 
 /* Sections without keys yet still load, so a file can be written once for the releases that fill them. */
 static const char *const config_sections[] = {"tern",   "servers", "routing", "pool",	"auth",
-					      "limits", "journal", "admin",   "tls", "databases", "users", "replay"};
+					      "limits", "journal", "admin",   "tls", "databases", "users", "replay", "shadow"};
 
 static const struct config_key config_keys[] = {
 	CONFIG_KEY("tern", "listen", CONFIG_LISTEN, "127.0.0.1:6432", 0, 0, CONFIG_RESTART, listen_host, NULL,
@@ -312,6 +314,17 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("admin", "http_token", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, http_token, NULL,
 		   "bearer token POST /api/replay and POST /api/shadow must carry (Authorization: Bearer ...); "
 		   "required when http_listen is not a loopback address (without it both refuse every request there)"),
+	CONFIG_KEY("shadow", "sample_rate", CONFIG_RATIO, "0", 0, CONFIG_RATIO_ONE, CONFIG_RELOAD, shadow_sample_ppm, NULL,
+		   "the share of autocommit reads (one SELECT, VALUES or SHOW in the simple protocol) a session run "
+		   "again on [shadow] target, off the hot path, and compared with what its client got (row count and "
+		   "an order-independent hash of the rows), counted per query fingerprint in /metrics and SHOW SHADOW; "
+		   "0 = none (sessions that start while it is 0 never sample)"),
+	CONFIG_KEY("shadow", "target", CONFIG_STRING, "", 0, 0, CONFIG_RESTART, shadow_target, NULL,
+		   "the shadow server sampled reads run again on: a [servers] key (with each session's database and "
+		   "user) or a libpq connection string; empty = no sampling"),
+	CONFIG_KEY("shadow", "queue", CONFIG_INT, "1024", 1, 1048576, CONFIG_RESTART, shadow_queue, NULL,
+		   "sampled reads waiting for the shadow thread; past it one is dropped and counted "
+		   "(tern_shadow_dropped_total)"),
 	CONFIG_KEY("journal", "max_committed_transactions", CONFIG_INT, "50000", 1, 10000000, CONFIG_RESTART,
 		   journal_max_transactions, NULL,
 		   "committed transactions kept in memory (the newest; reloaded from dir at startup)"),
@@ -498,11 +511,12 @@ static bool config_parse_amount(enum config_type type, const char *text, uint64_
 	const struct config_unit *unit = type == CONFIG_SIZE	   ? config_size_units
 					 : type == CONFIG_DURATION ? config_duration_units
 								   : config_no_units;
-	uint64_t whole, fraction = 0, scale = 1, multiplier = type == CONFIG_DURATION ? CONFIG_SECOND_MS : 1;
+	uint64_t whole, fraction = 0, scale = 1;
+	uint64_t multiplier = type == CONFIG_DURATION ? CONFIG_SECOND_MS : type == CONFIG_RATIO ? CONFIG_RATIO_ONE : 1;
 	const char *p = config_scan_digits(text, &whole);
 	if (p == NULL)
 		return false;
-	if (*p == '.' && type == CONFIG_DURATION) {
+	if (*p == '.' && (type == CONFIG_DURATION || type == CONFIG_RATIO)) {
 		const char *digits = ++p;
 		for (; *p >= '0' && *p <= '9'; p++) {
 			if (scale >= 1000000000) /* finer than a millisecond in any unit */
@@ -624,6 +638,11 @@ static int config_format_amount(enum config_type type, uint64_t amount, char *ou
 						unit->name);
 			}
 		}
+	} else if (type == CONFIG_RATIO) {
+		int n = snprintf(out, out_size, "%" PRIu64 ".%06" PRIu64, amount / CONFIG_RATIO_ONE, amount % CONFIG_RATIO_ONE);
+		while (n > 3 && (size_t)n < out_size && out[n - 1] == '0' && out[n - 2] != '.')
+			out[--n] = '\0'; /* 0.01, not 0.010000 */
+		return n;
 	} else if (type == CONFIG_DURATION && amount != 0) {
 		if (amount % CONFIG_SECOND_MS == 0)
 			return snprintf(out, out_size, "%" PRIu64 "s", amount / CONFIG_SECOND_MS);
@@ -644,6 +663,7 @@ static void config_format_allowed(const struct config_key *key, const char *sepa
 	case CONFIG_INT:
 	case CONFIG_SIZE:
 	case CONFIG_DURATION:
+	case CONFIG_RATIO:
 		config_format_amount(key->type, key->min, min, sizeof(min));
 		config_format_amount(key->type, key->max, max, sizeof(max));
 		snprintf(out, out_size, "%s%s%s", min, range_joiner, max);
@@ -697,9 +717,10 @@ static int config_set(struct tern_config *cfg, const struct config_key *key, con
 	case CONFIG_INT:
 	case CONFIG_SIZE:
 	case CONFIG_DURATION:
+	case CONFIG_RATIO:
 		if (!config_parse_amount(key->type, text, &number) || number < key->min || number > key->max)
 			break;
-		if (key->type == CONFIG_INT)
+		if (key->type == CONFIG_INT || key->type == CONFIG_RATIO)
 			*(uint32_t *)field = (uint32_t)number;
 		else
 			*(uint64_t *)field = number;
@@ -763,6 +784,7 @@ static int config_format_value(const struct tern_config *cfg, const struct confi
 	const void *field = (const char *)cfg + key->offset;
 	switch (key->type) {
 	case CONFIG_INT:
+	case CONFIG_RATIO:
 		return config_format_amount(key->type, *(const uint32_t *)field, out, out_size);
 	case CONFIG_SIZE:
 	case CONFIG_DURATION:

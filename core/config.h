@@ -136,8 +136,16 @@ struct tern_config {
 	int journal_fsync; /* 0 commit, 1 interval, 2 none: enum journal_fsync_policy's order */
 	uint32_t journal_fsync_interval_ms, journal_writer_queue;
 
+	/* [shadow] (shadow.h) */
+	uint32_t shadow_sample_ppm; /* sample_rate in millionths (CONFIG_RATIO_ONE is 1) */
+	char *shadow_target;
+	uint32_t shadow_queue;
+
 	char *path; /* the file it was loaded from, or NULL for pure defaults */
 };
+
+/* A [shadow] sample_rate of 1 (every read), in the millionths the config keeps. */
+#define CONFIG_RATIO_ONE UINT64_C(1000000)
 
 /* Transaction Replay may recover a session that starts now (both pool modes). */
 static inline bool config_tr_is_on(const struct tern_config *cfg)

@@ -17,6 +17,7 @@ static const struct observer *const dispatch_registry[OBSERVER_COUNT] = {
 	[OBSERVER_STATS] = &observer_stats,
 	[OBSERVER_ROUTE] = &observer_route,
 	[OBSERVER_DIGEST] = &observer_digest,
+	[OBSERVER_SHADOW] = &observer_shadow,
 	[OBSERVER_JOURNAL] = &observer_journal,
 	[OBSERVER_REPLAY] = &observer_replay,
 };

@@ -7,6 +7,7 @@
 #include "listen.h"
 #include "digest.h"
 #include "history.h"
+#include "shadow.h"
 #include "http.h"
 #include "monitor.h"
 #include "dispatch.h"
@@ -407,6 +408,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tern: could not start the topology monitor\n");
 		return 1;
 	}
+	if (shadow_start(&rt.shadow, &rt, err, sizeof(err)) < 0) {
+		fprintf(stderr, "tern: %s: %s\n", config_path, err);
+		return 1;
+	}
 	/* Each listen socket's endpoint, in listen_open_worker's order: the addresses, then the Unix socket. */
 	for (uint32_t i = 0; i <= cfg.listen_count; i++) {
 		char endpoint[CONFIG_LISTEN_HOST_SIZE + 300];
@@ -535,6 +540,7 @@ int main(int argc, char **argv)
 		worker_join(rt.workers[i]);
 	worker_finish_jobs(&rt);
 	monitor_stop(rt.monitor);
+	shadow_stop(rt.shadow); /* the workers and the HTTP thread have stopped */
 	if (rt.digests)
 		digest_shared_deinit(rt.digests); /* the workers and the HTTP thread have stopped */
 	failover_log_deinit(&rt.failovers);

@@ -9,6 +9,7 @@
  *   observer_stats.c   SHOW STATS (s->stats);
  *   route_observer.c   routing: the write-LSN probe, a replica answer's guard (s->routing);
  *   observer_digest.c  query digests (s->digest);
+ *   observer_shadow.c  [shadow] sampling: a read's rows, compared on a shadow server (s->shadow);
  *   observer_replay.c  Transaction Replay: the client's requests in flight on the primary (s->replay).
  * The relay moves bytes and asks them through dispatch.c, which calls an observer only for the message
  * types it registered, only in the sessions it is on for, in the registry's order. Later concerns (the
@@ -43,6 +44,7 @@ enum observer_id {
 	OBSERVER_STATS,
 	OBSERVER_ROUTE,
 	OBSERVER_DIGEST,
+	OBSERVER_SHADOW,
 	OBSERVER_JOURNAL,
 	OBSERVER_REPLAY,
 	OBSERVER_COUNT
@@ -125,6 +127,7 @@ extern const struct observer observer_pins;
 extern const struct observer observer_stats;
 extern const struct observer observer_route; /* route_observer.c: the write-LSN probe, the replica legs' show stage */
 extern const struct observer observer_digest;
+extern const struct observer observer_shadow;
 extern const struct observer observer_replay; /* Transaction Replay's record of the requests in flight */
 extern const struct observer observer_journal; /* the recovery journal's capture of committed transactions */
 

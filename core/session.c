@@ -68,7 +68,7 @@ struct session *session_create(struct host *host, int client_fd, uint32_t listen
 	sendq_init(&s->to_client, session_client_sent);
 	s->to_client.fd = client_fd;
 	proto_stream_init(&s->client_stream);
-	base_list_init(&s->starved_link);
+	base_list_init(&s->starve.link);
 	base_list_init(&s->end.link);
 	base_list_init(&s->legs_draining);
 	s->legs[LEG_PRIMARY] = session_leg_create(s, LEG_PRIMARY);
@@ -139,7 +139,7 @@ void session_send_error(struct session *s, const char *severity, const char *sql
 
 void session_client_recv_resume(struct session *s)
 {
-	if (s->client_recv.is_armed || s->client_eof || s->is_starved[HOST_BUFFERS_CLIENT])
+	if (s->client_recv.is_armed || s->client_eof || s->starve.groups[HOST_BUFFERS_CLIENT])
 		return;
 	if (s->phase == SESSION_CLOSING ? !s->end.is_client_draining : s->client_recv_paused)
 		return;
@@ -148,9 +148,9 @@ void session_client_recv_resume(struct session *s)
 
 void session_starve(struct session *s, uint8_t group)
 {
-	if (!s->is_starved[HOST_BUFFERS_CLIENT] && !s->is_starved[HOST_BUFFERS_SERVER])
-		base_list_insert_tail(&s->host->starved, &s->starved_link);
-	s->is_starved[group] = true;
+	if (!s->starve.groups[HOST_BUFFERS_CLIENT] && !s->starve.groups[HOST_BUFFERS_SERVER])
+		base_list_insert_tail(&s->host->starved, &s->starve.link);
+	s->starve.groups[group] = true;
 	if (group == HOST_BUFFERS_SERVER) {
 		/* Server responses are what ends transactions: take the rows that clients which stopped reading
 		 * leave queued out of the ring, so the others' responses find buffers again. (A client that keeps
@@ -187,23 +187,23 @@ void session_release_client_buffers(struct session *s)
  * ended session's reset could never be read: leg_resume refuses a starved leg). */
 static void session_unstarve(struct session *s)
 {
-	s->is_starved[HOST_BUFFERS_CLIENT] = s->is_starved[HOST_BUFFERS_SERVER] = false;
+	s->starve.groups[HOST_BUFFERS_CLIENT] = s->starve.groups[HOST_BUFFERS_SERVER] = false;
 	struct leg *leg;
 	SESSION_EACH_LEG(s, leg)
 		leg->is_starved = false;
-	if (base_list_is_linked(&s->starved_link))
-		base_list_remove(&s->starved_link);
+	if (base_list_is_linked(&s->starve.link))
+		base_list_remove(&s->starve.link);
 }
 
 bool session_resume_starved(struct session *s)
 {
 	struct ring *ring = &s->host->ring;
-	if (s->is_starved[HOST_BUFFERS_CLIENT] && ring_buffers_free(ring, HOST_BUFFERS_CLIENT) > 0) {
-		s->is_starved[HOST_BUFFERS_CLIENT] = false;
+	if (s->starve.groups[HOST_BUFFERS_CLIENT] && ring_buffers_free(ring, HOST_BUFFERS_CLIENT) > 0) {
+		s->starve.groups[HOST_BUFFERS_CLIENT] = false;
 		session_client_recv_resume(s);
 	}
-	if (s->is_starved[HOST_BUFFERS_SERVER] && ring_buffers_free(ring, HOST_BUFFERS_SERVER) > 0) {
-		s->is_starved[HOST_BUFFERS_SERVER] = false;
+	if (s->starve.groups[HOST_BUFFERS_SERVER] && ring_buffers_free(ring, HOST_BUFFERS_SERVER) > 0) {
+		s->starve.groups[HOST_BUFFERS_SERVER] = false;
 		struct leg *leg;
 		SESSION_EACH_LEG(s, leg)
 		{
@@ -213,7 +213,7 @@ bool session_resume_starved(struct session *s)
 			}
 		}
 	}
-	if (s->is_starved[HOST_BUFFERS_CLIENT] || s->is_starved[HOST_BUFFERS_SERVER])
+	if (s->starve.groups[HOST_BUFFERS_CLIENT] || s->starve.groups[HOST_BUFFERS_SERVER])
 		return false;
 	session_unstarve(s);
 	return true;
@@ -349,7 +349,7 @@ static void session_assert_leg(const struct session *s, const struct leg *leg)
 	TERN_ASSERT(leg->is_request_pending == base_list_is_linked(&leg->parked_link));
 	TERN_ASSERT(leg->replies.count <= STMT_REPLIES_MAX && leg->to_server.count <= SENDQ_SLICES_MAX);
 	TERN_ASSERT(!(leg->is_recv_paused && leg->recv.is_armed));
-	TERN_ASSERT(!leg->is_starved || s->is_starved[HOST_BUFFERS_SERVER] || s->phase == SESSION_CLOSING);
+	TERN_ASSERT(!leg->is_starved || s->starve.groups[HOST_BUFFERS_SERVER] || s->phase == SESSION_CLOSING);
 	if (leg->conn) {
 		TERN_ASSERT(leg->conn->state == POOL_CONN_USED);
 		TERN_ASSERT(leg->to_server.fd == leg->conn->fd);

@@ -21,6 +21,7 @@
 #include "proto.h"
 #include "reasons.h"
 #include "sendq.h"
+#include "shadow.h"
 #include "stmts.h"
 
 #include "replay/decide.h"
@@ -141,6 +142,18 @@ struct session_digest {
 	uint64_t executes[SESSION_DIGEST_EXECUTES]; /* sent, not yet complete, oldest at execute_head */
 	uint32_t execute_head, execute_count;
 	uint64_t mark_ns; /* when the oldest of them began: the first Execute, or the last one's completion */
+};
+
+/* [shadow] sampling (shadow.h): the read observer_shadow.c picked, on its leg, while its answer comes. */
+struct session_shadow {
+	const struct leg *leg; /* NULL: no read sampled now */
+	char *text;            /* the Query's text (malloc'd while sampling) */
+	uint32_t len;
+	uint32_t rows_due;     /* DataRows the server sent, and those read (a longer one is not read) */
+	uint32_t rows_read;
+	bool is_failed;        /* an error, or a row not read: not compared */
+	uint64_t seed;         /* the session's own random numbers (xorshift) */
+	struct shadow_rows seen;
 };
 
 /* Transaction Replay (DESIGN §6): what observer_replay.c records of the client's requests on the primary's
@@ -388,9 +401,11 @@ struct session {
 	 * their dropped connection drains (leg.link). */
 	struct leg *legs[LEG_ROLE_COUNT];
 	struct base_list legs_draining;
-	/* A receive ended for want of buffers, by buffer group; the session is on host->starved. */
-	bool is_starved[RING_BUFFER_GROUPS];
-	struct base_list starved_link;
+	/* A receive ended for want of buffers, by buffer group; the session is on host->starved (session.c). */
+	struct session_starve {
+		bool groups[RING_BUFFER_GROUPS];
+		struct base_list link;
+	} starve;
 	struct session_tls *tls; /* NULL: the client speaks in the clear (see session_tls.c) */
 	const struct session_transport *transport; /* NULL: the plain socket */
 	/* What the observers keep (observer.h), each in its own struct. */
@@ -401,6 +416,7 @@ struct session {
 	struct stmts_state stmts;       /* observer_stmts.c: the client's named statements */
 	struct session_route routing;   /* route.c: reads on replicas */
 	struct session_digest digest;   /* observer_digest.c: the Query being timed */
+	struct session_shadow shadow;   /* observer_shadow.c: a read sampled for [shadow] */
 	struct session_replay replay;   /* observer_replay.c, recover.c: Transaction Replay */
 	struct session_journal journal; /* observer_journal.c: the recovery journal's capture */
 

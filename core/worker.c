@@ -448,7 +448,7 @@ static void worker_end_pass(struct worker *worker)
 	}
 	base_list_for_each_safe(node, tmp, &worker->host.starved)
 	{
-		struct session *s = TERN_CONTAINER_OF(node, struct session, starved_link);
+		struct session *s = TERN_CONTAINER_OF(node, struct session, starve.link);
 		(void)session_resume_starved(s);
 	}
 	/* Connections released in the pass go to waiters first; then the mailbox, which holds grants from

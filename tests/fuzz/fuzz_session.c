@@ -347,7 +347,7 @@ static void fuzz_end_pass(void)
 	}
 	base_list_for_each_safe(node, tmp, &host->starved)
 	{
-		(void)session_resume_starved(TERN_CONTAINER_OF(node, struct session, starved_link));
+		(void)session_resume_starved(TERN_CONTAINER_OF(node, struct session, starve.link));
 	}
 	fuzz_local_flush();
 	fuzz_mailbox();

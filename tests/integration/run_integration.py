@@ -4777,6 +4777,83 @@ def api_shadow_runs_one_statement_on_the_source_and_a_shadow_and_compares_them(c
     check(status == 400 and "colour" in answer["error"], "an unknown key: %r" % answer)
 
 
+@test
+def shadow_sampling_runs_live_reads_again_on_a_shadow_and_counts_mismatches_per_query(ctx):
+    """[shadow] sample_rate = 1, target = the replica ([servers] key): every autocommit read is run again
+    there and agrees (compared = sampled = the reads, none mismatched); a write, a read inside a
+    transaction and an extended-protocol read are not sampled. With the target a database whose table holds
+    a row fewer, that query's reads are mismatched and a query both agree on is not, per fingerprint in
+    /metrics and SHOW SHADOW. A shadow that accepts connections and never answers, queue = 2: the client's
+    reads go on, and those past the queue are dropped and counted."""
+    import socket
+    ctx.pg.psql("drop database if exists shadow_live")
+    ctx.pg.psql("create database shadow_live")
+    ctx.pg.psql("drop table if exists shadow_s; create table shadow_s(a int, b text); "
+                "insert into shadow_s select g, 'r' || g from generate_series(1, 20) g")
+    ctx.pg.psql("create table shadow_s(a int, b text); insert into shadow_s select g, 'r' || g from "
+                "generate_series(1, 19) g", dbname="shadow_live")
+    ctx.pg.wait_replica_caught_up()
+
+    def tern_sampling(target, queue=1024):
+        http_port = free_port()
+        t = routing_tern(ctx, pool="[admin]\nadmin_users = postgres\nhttp_listen = 127.0.0.1:%d\n"
+                                   "[shadow]\nsample_rate = 1\ntarget = %s\nqueue = %d\n" % (http_port, target, queue))
+        return t, http_port
+
+    def shadow_metric(http_port, name, **labels):
+        return metric(scrape_metrics(http_port), name, **labels)
+
+    t, http_port = tern_sampling("replica")
+    with Wire(t.port) as w:
+        w.login("postgres")
+        for i in range(10):
+            check(len(w.query("select * from shadow_s where a > %d" % i)) == 20 - i, "a read")
+        w.query("insert into shadow_s select 0, 'w' where false")
+        w.query("begin")
+        w.query("select * from shadow_s")
+        w.query("commit")
+        w.exchange(parse("", "select * from shadow_s where a > $1"), bind("", ["3"]), execute(), SYNC)
+    wait_for(lambda: shadow_metric(http_port, "tern_shadow_compared_total") == 10, "the ten reads compared", timeout=15)
+    check(shadow_metric(http_port, "tern_shadow_sampled_total") == 10, "only the ten autocommit reads sampled")
+    check(shadow_metric(http_port, "tern_shadow_mismatched_total") == 0, "the replica agrees")
+    t.stop()
+
+    t, http_port = tern_sampling("host=127.0.0.1 port=%d dbname=shadow_live user=postgres" % ctx.pg.primary_port)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        for _ in range(4):
+            w.query("select * from shadow_s")
+            w.query("select count(*) from pg_database where datname = 'postgres'")
+    wait_for(lambda: shadow_metric(http_port, "tern_shadow_compared_total") == 8, "the eight reads compared", timeout=15)
+    check(shadow_metric(http_port, "tern_shadow_mismatched_total") == 4, "the table's four reads differ")
+    rows = {r[3]: r for r in (line.split("|") for line in psql_ok(t.port, "show shadow", dbname="pgbouncer").splitlines())}
+    check(rows["select * from shadow_s"][1:3] == ["4", "4"], "SHOW SHADOW: compared 4, mismatched 4: %r" % rows)
+    other = [r for q, r in rows.items() if q.startswith("select count(*) from pg_database")]
+    check(len(other) == 1 and other[0][1:3] == ["4", "0"], "the query both agree on: %r" % rows)
+    fingerprint = rows["select * from shadow_s"][0]
+    check(shadow_metric(http_port, "tern_shadow_digest_mismatched_total", fingerprint=fingerprint) == 4,
+          "/metrics per fingerprint")
+    t.stop()
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # accepts (the kernel does), never answers
+    try:
+        t, http_port = tern_sampling("host=127.0.0.1 port=%d dbname=postgres connect_timeout=3"
+                                     % silent.getsockname()[1], queue=2)
+        started = time.monotonic()
+        with Wire(t.port) as w:
+            w.login("postgres")
+            for _ in range(20):
+                w.query("select 1")
+        check(time.monotonic() - started < 10, "the client's reads never wait for the shadow")
+        wait_for(lambda: shadow_metric(http_port, "tern_shadow_sampled_total") == 20, "twenty sampled", timeout=5)
+        dropped = shadow_metric(http_port, "tern_shadow_dropped_total")
+        check(17 <= dropped <= 18, "past the queue (2) and the one being run, dropped: %s" % dropped)
+    finally:
+        silent.close()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("-k", action="append", default=[], help="run tests whose name contains this")

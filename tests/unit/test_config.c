@@ -212,6 +212,23 @@ Test(config, durations_out_of_bounds_or_finer_than_a_millisecond_are_refused)
 	expect_error_at("[pool]\nquery_wait_timeout = 5.\n", 2, "query_wait_timeout");
 }
 
+Test(config, ratios_are_fractions_to_a_millionth)
+{
+	struct tern_config cfg = load_ok("[shadow]\nsample_rate = 0.01\n");
+	cr_assert_eq(cfg.shadow_sample_ppm, 10000);
+	config_deinit(&cfg);
+	cfg = load_ok("[shadow]\nsample_rate = 1\n");
+	cr_assert_eq(cfg.shadow_sample_ppm, CONFIG_RATIO_ONE);
+	config_deinit(&cfg);
+	expect_value("shadow.sample_rate", "0.000001", "0.000001");
+	expect_value("shadow.sample_rate", "0.25", "0.25");
+	expect_value("shadow.sample_rate", "0", "0.0");
+	expect_error_at("[shadow]\nsample_rate = 1.5\n", 2, "expected a fraction between 0.0 and 1.0");
+	expect_error_at("[shadow]\nsample_rate = 0.0000001\n", 2, "sample_rate");
+	expect_error_at("[shadow]\nsample_rate = 5%\n", 2, "sample_rate");
+	expect_error_at("[shadow]\nsample_rate = -0.1\n", 2, "sample_rate");
+}
+
 Test(config, bools_accept_every_documented_spelling)
 {
 	static const char *const true_names[] = {"true", "on", "yes", "1", "TRUE", "On"};

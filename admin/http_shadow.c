@@ -1,5 +1,6 @@
-/* POST /api/shadow (shadow.h): one statement on a source and on a shadow server, compared. Owns the two
+/* POST /api/shadow (http_shadow.h): one statement on a source and on a shadow server, compared. Owns the two
  * libpq connections of a request, for its length only; never touches the pool, a worker or a session. */
+#include "http_shadow.h"
 #include "shadow.h"
 
 #include "classify.h"
@@ -12,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 /* The connection strings a request may name, at most. */
 #define SHADOW_CONNINFO_MAX 1024u
@@ -25,9 +25,8 @@ struct shadow_side {
 	char sqlstate[6];              /* else: its error (or 08006 when it could not connect) */
 	char message[256];
 	double ms;                     /* connect excluded: the statement (and its read-only transaction) */
-	uint64_t rows;
+	struct shadow_rows rows;       /* the rows' count and order-independent hash (shadow.h) */
 	int columns;
-	XXH128_hash_t hash;            /* the sum of every row's hash: the same whatever the rows' order */
 	char tag[64];                  /* its CommandComplete tag ("SELECT 3", "UPDATE 1") */
 };
 
@@ -106,29 +105,6 @@ static bool shadow_exec(PGconn *conn, struct shadow_side *side, const char *sql,
 	return is_ok;
 }
 
-/* The rows of res into side: their count, and the sum of each row's hash (its values, each with its
- * length, NULL apart), which no order of the rows changes. */
-static void shadow_digest(const PGresult *res, struct shadow_side *side)
-{
-	side->rows = (uint64_t)PQntuples(res);
-	side->columns = PQnfields(res);
-	side->hash = (XXH128_hash_t){0, 0};
-	XXH3_state_t *state = XXH3_createState();
-	for (int r = 0; state && r < PQntuples(res); r++) {
-		(void)XXH3_128bits_reset(state);
-		for (int c = 0; c < side->columns; c++) {
-			uint32_t len = PQgetisnull(res, r, c) ? UINT32_MAX : (uint32_t)PQgetlength(res, r, c);
-			(void)XXH3_128bits_update(state, &len, sizeof(len));
-			if (len != UINT32_MAX)
-				(void)XXH3_128bits_update(state, PQgetvalue(res, r, c), len);
-		}
-		XXH128_hash_t row = XXH3_128bits_digest(state);
-		side->hash.low64 += row.low64;
-		side->hash.high64 += row.high64 + (side->hash.low64 < row.low64); /* (a 128-bit sum) */
-	}
-	XXH3_freeState(state);
-}
-
 /* The statement on one side: in a READ ONLY transaction rolled back after it, unless writes are allowed
  * (then as it is, in autocommit); bounded by statement_timeout. */
 static void shadow_run_side(struct shadow_side *side, const char *sql, bool allow_writes, uint32_t timeout_ms)
@@ -148,8 +124,10 @@ static void shadow_run_side(struct shadow_side *side, const char *sql, bool allo
 		PGresult *res = PQexec(conn, sql);
 		ExecStatusType status = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
 		if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
-			side->is_ok = true;
-			shadow_digest(res, side);
+			side->columns = PQnfields(res);
+			side->is_ok = shadow_rows_of(res, &side->rows);
+			if (!side->is_ok)
+				shadow_fail(side, "53200", "out of memory");
 			snprintf(side->tag, sizeof(side->tag), "%s", PQcmdStatus(res));
 		} else {
 			shadow_fail(side, res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : "08006",
@@ -166,12 +144,12 @@ static void shadow_run_side(struct shadow_side *side, const char *sql, bool allo
 static json_t *shadow_side_json(const struct shadow_side *side)
 {
 	char hash[33];
-	snprintf(hash, sizeof(hash), "%016llx%016llx", (unsigned long long)side->hash.high64,
-		 (unsigned long long)side->hash.low64);
+	snprintf(hash, sizeof(hash), "%016llx%016llx", (unsigned long long)side->rows.high,
+		 (unsigned long long)side->rows.low);
 	if (!side->is_ok)
 		return json_pack("{s:n, s:n, s:f, s:{s:s, s:s}}", "rows", "hash", "ms", side->ms, "error", "sqlstate",
 				 side->sqlstate, "message", side->message);
-	return json_pack("{s:I, s:i, s:s, s:s, s:f, s:n}", "rows", (json_int_t)side->rows, "columns", side->columns,
+	return json_pack("{s:I, s:i, s:s, s:s, s:f, s:n}", "rows", (json_int_t)side->rows.count, "columns", side->columns,
 			 "hash", hash, "tag", side->tag, "ms", side->ms, "error");
 }
 
@@ -180,8 +158,8 @@ static bool shadow_is_clean(const struct shadow_side *a, const struct shadow_sid
 {
 	if (!a->is_ok || !b->is_ok)
 		return !a->is_ok && !b->is_ok && strcmp(a->sqlstate, b->sqlstate) == 0;
-	return a->rows == b->rows && a->columns == b->columns && a->hash.low64 == b->hash.low64 &&
-	       a->hash.high64 == b->hash.high64 && strcmp(a->tag, b->tag) == 0;
+	return a->rows.count == b->rows.count && a->columns == b->columns && a->rows.low == b->rows.low &&
+	       a->rows.high == b->rows.high && strcmp(a->tag, b->tag) == 0;
 }
 
 static char *shadow_error(unsigned *status, unsigned code, const char *message)

@@ -1,15 +1,15 @@
 /*
- * shadow.h — POST /api/shadow: one statement run on a source (the primary by default) and on a shadow
+ * http_shadow.h — POST /api/shadow: one statement run on a source (the primary by default) and on a shadow
  * server (a [servers] key or a libpq connection string), each on a connection of its own opened for the
  * request, and compared: row count, columns, an order-independent hash of the rows (the 128-bit sum of
- * each row's XXH3 hash), the command tag, both timings and both errors. A read unless the body says
+ * each row's XXH3 hash, shadow.h's, as [shadow] sampling compares), the command tag, both timings and both errors. A read unless the body says
  * "allow_writes": true (then it runs as given on both, in autocommit); a read runs in a READ ONLY
  * transaction rolled back after it. statement_timeout is [admin] replay_deadline_secs.
  *
  * Threads: the HTTP connection's (blocking libpq). Ownership: the answer is the caller's to free.
  */
-#ifndef TERN_SHADOW_H
-#define TERN_SHADOW_H
+#ifndef TERN_HTTP_SHADOW_H
+#define TERN_HTTP_SHADOW_H
 
 #include "runtime.h"
 
