@@ -90,6 +90,7 @@ void route_read_begins(struct session *s, const struct tern_config *cfg, enum co
 	route->level = level;
 	route->is_waited = false;
 	route->target_lsn = 0;
+	route->wal_lsn = 0;
 	route->probe_ticket = 0;
 	route->arrived_ns = s->client_active_ns;
 	route->deadline_ns = route->arrived_ns + (uint64_t)cfg->wait_timeout_ms * BASE_NS_PER_MS;
@@ -316,6 +317,13 @@ static enum route_query route_split_query(struct session *s, const struct tern_c
 	bool is_isolation_asked = sp->tx.server_isolation == CLASSIFY_ISOLATION_DEFAULT;
 	if (is_isolation_asked)
 		assumed.server_isolation = CLASSIFY_READ_COMMITTED; /* the rest first: ask only for a read that may go */
+	/* Condition 2's exception: a transaction whose own WAL is not flushed ('w') splits once a replica is
+	 * seen past the primary's insert LSN probed after the read arrived (it covers the transaction's own
+	 * WAL): the probe goes out with the read held, and route_try decides at its answer (the isolation
+	 * known already: one probe at a time). */
+	bool is_wal_pending = is_polar && assumed.xact == SPLIT_XACT_WAL_PENDING && !is_isolation_asked;
+	if (is_wal_pending)
+		assumed.xact = SPLIT_XACT_SPLITTABLE;
 	enum split_refusal why = split_check(&assumed, &r, true, is_polar);
 	if (why != SPLIT_ELIGIBLE) {
 		s->host->stats.split_refused[why]++;
@@ -328,8 +336,8 @@ static enum route_query route_split_query(struct session *s, const struct tern_c
 	}
 	if (route_hold(s, body, len) < 0)
 		return ROUTE_QUERY_ADMIT;
-	if (is_isolation_asked) {
-		if (route_push_probe(s, p, ROUTE_PROBE_ISOLATION) < 0) {
+	if (is_isolation_asked || is_wal_pending) {
+		if (route_push_probe(s, p, is_wal_pending ? ROUTE_PROBE_LSN : ROUTE_PROBE_ISOLATION) < 0) {
 			s->routing.held.len = 0;
 			return ROUTE_QUERY_ADMIT;
 		}
@@ -341,6 +349,7 @@ static enum route_query route_split_query(struct session *s, const struct tern_c
 	s->routing.is_xid_import = is_polar && sp->tx.has_write; /* REPLICA_TXN_SPLIT: a polar replica only */
 	route_read_begins(s, cfg, CONFIG_CONSISTENCY_STRICT); /* every commit acknowledged before it arrived */
 	s->routing.is_awaiting_isolation = is_isolation_asked;
+	s->routing.is_awaiting_wal = is_wal_pending;
 	return ROUTE_QUERY_TAKEN;
 }
 
@@ -499,6 +508,7 @@ void route_done(struct session *s)
 	route->held.len = 0;
 	route->client_leg = NULL;
 	route->is_batch = route->is_tx = route->is_split = route->is_awaiting_isolation = route->is_xid_import = false;
+	route->is_awaiting_wal = false;
 	route->is_wait_for_lsn = false;
 	route->excluded = NULL;
 }
@@ -605,6 +615,21 @@ static void route_wait(struct session *s)
 	__atomic_store_n(&s->host->route_waiting, s->host->route_waiting + 1, __ATOMIC_RELAXED);
 }
 
+/* Condition 2's exception: a polar replica the monitor has seen replay past lsn already. */
+static bool route_replica_is_past(const struct session *s, uint64_t lsn)
+{
+	const struct tern_runtime *rt = s->host->runtime;
+	const struct monitor *m = rt->monitor;
+	for (uint32_t i = 0; i < monitor_server_count(m) && i < rt->pool->server_count; i++) {
+		const struct monitor_server *ms = monitor_server_at(m, i);
+		const struct pool_server *server = &rt->pool->servers[i];
+		if (__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) == MONITOR_STANDBY && server->weight > 0 &&
+		    __atomic_load_n(&server->is_polar, __ATOMIC_RELAXED) && __atomic_load_n(&ms->lsn, __ATOMIC_RELAXED) >= lsn)
+			return true;
+	}
+	return false;
+}
+
 static bool route_is_standby(const struct monitor *m, const struct tern_runtime *rt, const struct pool_server *server)
 {
 	const struct monitor_server *ms = monitor_server_at(m, (uint32_t)(server - rt->pool->servers));
@@ -633,6 +658,22 @@ bool route_try(struct session *s, uint64_t now)
 			return true;
 		}
 	}
+	if (route->is_awaiting_wal) { /* a 'w' transaction's read: its own WAL's LSN is still to come */
+		if (session_primary(s)->is_probe_answering) {
+			if (now >= route->deadline_ns) {
+				route_to_primary(s, &route_paths(s)->timeout);
+				return true;
+			}
+			route_wait(s);
+			return false;
+		}
+		route->is_awaiting_wal = false;
+		if (route->is_write_unprobed || !route_replica_is_past(s, route->write_lsn)) {
+			route_to_primary(s, &host->stats.split_refused[SPLIT_NOT_SPLITTABLE]);
+			return true;
+		}
+		route->wal_lsn = route->write_lsn; /* the read's target is at least that (below) */
+	}
 	if (route->is_awaiting_probe) {
 		if (session_primary(s)->is_probe_answering) { /* the write's target is still to come */
 			if (cfg->wait_timeout_ms == 0 || now >= route->deadline_ns) {
@@ -649,7 +690,7 @@ bool route_try(struct session *s, uint64_t now)
 		uint64_t lsn;
 		if (monitor_probe_answer(m, route->probe_ticket, &lsn)) {
 			route->probe_ticket = 0;
-			route->target_lsn = lsn;
+			route->target_lsn = lsn != UINT64_MAX ? TERN_MAX(lsn, route->wal_lsn) : lsn;
 			if (route->level == CONFIG_CONSISTENCY_SESSION && lsn != UINT64_MAX) {
 				route->write_lsn = TERN_MAX(route->write_lsn, lsn); /* covers every write before it */
 				route->is_write_unprobed = false;

@@ -70,6 +70,8 @@ struct session_route {
 	bool is_read_on_primary; /* a routed read is being queued on the primary's leg: it writes nothing */
 	bool is_split;           /* the read being routed is a split read of the client's transaction */
 	bool is_awaiting_isolation; /* split: its transaction's isolation is still to come (SHOW, hidden) */
+	bool is_awaiting_wal;       /* split, a 'w' transaction: its insert-LSN probe is still to come */
+	uint64_t wal_lsn;           /* ... its answer, when a replica was past it: the read's target is no lower */
 	bool is_xid_import;         /* split after a write (REPLICA_TXN_SPLIT): only a polar replica may serve it */
 	bool is_wait_for_lsn;       /* it goes to a replica behind WAIT FOR LSN (PostgreSQL 19), not yet at its target */
 	/* transaction_split: the client's transaction on the primary, and the replica its split reads keep. */

@@ -4567,6 +4567,7 @@ def tern_before_fakes(ctx, primary, standby, profiles=("", ""), routing="transac
     t = TernProcess(TERN, config)
     ctx.terns.append(t)
     t.start()
+    t.http_port = http_port
     wait_for(lambda: metric(scrape_metrics(http_port), "tern_server_role", server="replica", role="standby") == 1,
              "the monitor to know the fake standby", timeout=10)
     return t
@@ -4592,7 +4593,9 @@ def polar_split_reads_import_the_transaction_s_xids_on_a_polar_replica(ctx):
     _polar_send_xact, reads the marker and XIDs off the primary's ReadyForQuery and shows the client a
     plain one; a split read before the first write (REPLICA_WITH_WAIT) and after it (REPLICA_TXN_SPLIT)
     goes to the standby behind the four hidden SETs (the XIDs, strict, the wait's bound, the LSN); a
-    transaction whose WAL is not flushed ('w') keeps its reads on the primary; the settings are reset
+    transaction whose WAL is not flushed ('w') keeps its reads on the primary unless the monitor has seen
+    a replica replay past the primary's insert LSN, probed after the read arrived (condition 2's
+    exception: then the standby serves it, waiting up to that LSN); the settings are reset
     before the standby's connection goes back. With a vanilla standby, reads after the first write stay
     on the primary."""
     from polar_fake import FakePolarServer
@@ -4624,8 +4627,16 @@ def polar_split_reads_import_the_transaction_s_xids_on_a_polar_replica(ctx):
             rows, _ = query_plain(w, read)
             check(rows == [["t", "1,1000", "strict", "700", lsn]], "after it: the standby imports the XIDs: %r" % rows)
             query_plain(w, "insert into wal_pending values (2)")
+            primary.lsn = "0/3000100"  # its insert LSN (the transaction's own WAL) past the standby's
             rows, _ = query_plain(w, read)
-            check(rows == [["f", "", "", "", ""]], "its WAL not flushed ('w'): the primary: %r" % rows)
+            check(rows == [["f", "", "", "", ""]], "its WAL not flushed ('w'), no replica past it: the primary: %r"
+                  % rows)
+            standby.lsn = "0/3000100"
+            wait_for(lambda: metric(scrape_metrics(t.http_port), "tern_server_lsn", server="replica") == 0x3000100,
+                     "the monitor to see the standby past it", timeout=10)
+            rows, _ = query_plain(w, read)
+            check(rows == [["t", "2,1000", "strict", "700", str(0x3000100)]],
+                  "still 'w', with a replica seen past the primary's insert LSN: the standby, up to it: %r" % rows)
             query_plain(w, "commit")
         check(primary.polar_connections >= 1 and standby.polar_connections >= 1, "tern asked both for the profile")
         wait_for(lambda: "RESET polar_xact_split_xids" in standby.seen(), "the settings reset before the connection "
