@@ -225,8 +225,8 @@ def tern_config(port, pg_port, workers, pool_size, tls=None, extra=()):
         "[tern]",
         "listen = 127.0.0.1:%d" % port,
         "workers = %d" % workers,
-        "pool_mode = transaction",
-    ] + ["%s = %s" % tuple(part.strip() for part in kv.split("=", 1)) for kv in extra] + [
+    ] + ([] if any(kv.split("=", 1)[0].strip() == "pool_mode" for kv in extra) else ["pool_mode = transaction"]) + [
+        "%s = %s" % tuple(part.strip() for part in kv.split("=", 1)) for kv in extra] + [
         "[servers]",
         "primary = host=127.0.0.1 port=%d" % pg_port,
         "[pool]",
