@@ -643,30 +643,24 @@ bool route_try(struct session *s, uint64_t now)
 	struct host *host = s->host;
 	struct monitor *m = host->runtime->monitor;
 	const struct tern_config *cfg = runtime_config(host->runtime);
-	if (route->is_awaiting_isolation) {
-		if (session_primary(s)->is_probe_answering) { /* its answer wakes it (route_on_progress) */
-			if (now >= route->deadline_ns) {
-				route_to_primary(s, &route_paths(s)->timeout);
-				return true;
-			}
-			route_wait(s);
-			return false;
+	/* A split read's probe on the transaction's own connection (its isolation, or a 'w' transaction's
+	 * insert LSN): its answer wakes it (route_on_progress), the tick its deadline. */
+	if ((route->is_awaiting_isolation || route->is_awaiting_wal) && session_primary(s)->is_probe_answering) {
+		if (now >= route->deadline_ns) {
+			route_to_primary(s, &route_paths(s)->timeout);
+			return true;
 		}
+		route_wait(s);
+		return false;
+	}
+	if (route->is_awaiting_isolation) {
 		route->is_awaiting_isolation = false;
 		if (!split_is_read_committed(&route->split.tx)) {
 			route_to_primary(s, &host->stats.split_refused[SPLIT_NOT_READ_COMMITTED]);
 			return true;
 		}
 	}
-	if (route->is_awaiting_wal) { /* a 'w' transaction's read: its own WAL's LSN is still to come */
-		if (session_primary(s)->is_probe_answering) {
-			if (now >= route->deadline_ns) {
-				route_to_primary(s, &route_paths(s)->timeout);
-				return true;
-			}
-			route_wait(s);
-			return false;
-		}
+	if (route->is_awaiting_wal) { /* a 'w' transaction's read: a replica past its own WAL, or the primary */
 		route->is_awaiting_wal = false;
 		if (route->is_write_unprobed || !route_replica_is_past(s, route->write_lsn)) {
 			route_to_primary(s, &host->stats.split_refused[SPLIT_NOT_SPLITTABLE]);
