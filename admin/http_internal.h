@@ -1,6 +1,7 @@
 /*
- * http_internal.h — what http.c (GET, the daemon), http_post.c (POST) and http_reply.c (the replies, below
- * both) share: the endpoint's state, a POST body being read, the replies. Not for other files.
+ * http_internal.h — what http.c (GET, the daemon), http_post.c (POST), http_shadow.c and http_reply.c (the
+ * replies, below the others) share: the endpoint's state, a POST body being read, the replies. Not for
+ * other files.
  */
 #ifndef TERN_HTTP_INTERNAL_H
 #define TERN_HTTP_INTERNAL_H

@@ -146,7 +146,7 @@ static enum MHD_Result http_shadow_answer(struct http_admin *h, struct MHD_Conne
 		return answer;
 	(void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u); /* (while it runs) */
 	unsigned status = 500;
-	char *body = shadow_request(h->rt, u->data, u->len, &status);
+	char *body = http_shadow_request(h->rt, u->data, u->len, &status);
 	(void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, HTTP_CONNECTION_TIMEOUT_S);
 	return http_reply(conn, body ? status : MHD_HTTP_INTERNAL_SERVER_ERROR, "application/json",
 			  body ? body : http_error_body("no memory"));

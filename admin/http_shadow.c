@@ -1,5 +1,6 @@
 /* POST /api/shadow (http_shadow.h): one statement on a source and on a shadow server, compared. Owns the two
  * libpq connections of a request, for its length only; never touches the pool, a worker or a session. */
+#include "http_internal.h"
 #include "http_shadow.h"
 #include "shadow.h"
 
@@ -7,83 +8,27 @@
 #include "config.h"
 #include "runtime.h"
 
-#include <errno.h>
 #include <jansson.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The connection strings a request may name, at most. */
-#define SHADOW_CONNINFO_MAX 1024u
-
 /* What one side did. */
 struct shadow_side {
-	const char *name;              /* "source" or "shadow" */
-	char conninfo[SHADOW_CONNINFO_MAX];
-	bool is_ok;                    /* the statement ran (its rows are below) */
-	char sqlstate[6];              /* else: its error (or 08006 when it could not connect) */
+	const char *name;   /* "source" or "shadow" */
+	const char *target; /* its conninfo (shadow_target_conninfo) */
+	bool is_server;     /* a [servers] key's: the body's database and user go with it */
+	bool is_ok;         /* the statement ran (its rows are below) */
+	char sqlstate[6];   /* else: its error (or 08006 when it could not connect) */
 	char message[256];
-	double ms;                     /* connect excluded: the statement (and its read-only transaction) */
-	struct shadow_rows rows;       /* the rows' count and order-independent hash (shadow.h) */
+	double ms;          /* connect excluded: the statement (and its read-only transaction) */
+	struct shadow_rows rows;
 	int columns;
-	char tag[64];                  /* its CommandComplete tag ("SELECT 3", "UPDATE 1") */
+	char tag[64]; /* its CommandComplete tag ("SELECT 3", "UPDATE 1") */
 };
 
-/* A libpq conninfo value quoted ('...', with \ and ' escaped). */
-static int shadow_append_value(char *out, size_t size, const char *key, const char *value)
-{
-	size_t n = strlen(out);
-	int rc = snprintf(out + n, size - n, " %s='", key);
-	if (rc < 0 || (size_t)rc >= size - n)
-		return -ENOSPC;
-	n += (size_t)rc;
-	for (const char *c = value; *c; c++) {
-		if (n + 3 >= size)
-			return -ENOSPC;
-		if (*c == '\'' || *c == '\\')
-			out[n++] = '\\';
-		out[n++] = *c;
-	}
-	if (n + 2 > size)
-		return -ENOSPC;
-	out[n++] = '\'';
-	out[n] = '\0';
-	return 0;
-}
-
-/* side->conninfo from what the body named: a [servers] key (its conninfo, with the body's database and
- * user), or a libpq connection string used as given. */
-static int shadow_target(struct tern_runtime *rt, struct shadow_side *side, const char *named, const char *database,
-			 const char *user, char *err, size_t err_size)
-{
-	if (strchr(named, '=')) {
-		if (strlen(named) >= sizeof(side->conninfo)) {
-			snprintf(err, err_size, "%s: the connection string is over %u bytes", side->name, SHADOW_CONNINFO_MAX);
-			return -EINVAL;
-		}
-		strcpy(side->conninfo, named);
-		return 0;
-	}
-	for (uint32_t i = 0; i < rt->pool->server_count; i++) {
-		const struct pool_server *server = &rt->pool->servers[i];
-		if (strcmp(server->name, named) != 0)
-			continue;
-		snprintf(side->conninfo, sizeof(side->conninfo), "%s", server->conninfo);
-		if (shadow_append_value(side->conninfo, sizeof(side->conninfo), "dbname", database) < 0 ||
-		    shadow_append_value(side->conninfo, sizeof(side->conninfo), "user", user) < 0 ||
-		    shadow_append_value(side->conninfo, sizeof(side->conninfo), "application_name", "tern shadow") < 0) {
-			snprintf(err, err_size, "%s: the connection string is over %u bytes", side->name, SHADOW_CONNINFO_MAX);
-			return -EINVAL;
-		}
-		return 0;
-	}
-	snprintf(err, err_size, "%s: \"%.64s\" is neither a [servers] key nor a libpq connection string (key=value)",
-		 side->name, named);
-	return -EINVAL;
-}
-
-static void shadow_fail(struct shadow_side *side, const char *sqlstate, const char *message)
+static void http_shadow_fail(struct shadow_side *side, const char *sqlstate, const char *message)
 {
 	side->is_ok = false;
 	snprintf(side->sqlstate, sizeof(side->sqlstate), "%s", sqlstate ? sqlstate : "XX000");
@@ -93,55 +38,36 @@ static void shadow_fail(struct shadow_side *side, const char *sqlstate, const ch
 		side->message[--n] = '\0';
 }
 
-/* One command on conn; false (side failed) unless it completed as `want`. */
-static bool shadow_exec(PGconn *conn, struct shadow_side *side, const char *sql, ExecStatusType want)
+/* The statement on one side (shadow_exec: a READ ONLY transaction unless writes are allowed), bounded
+ * by statement_timeout. */
+static void http_shadow_run_side(struct shadow_side *side, const char *sql, const char *database, const char *user,
+				 bool allow_writes, uint32_t timeout_ms)
 {
-	PGresult *res = PQexec(conn, sql);
-	bool is_ok = res && PQresultStatus(res) == want;
-	if (!is_ok)
-		shadow_fail(side, res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : "08006",
-			    res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : PQerrorMessage(conn));
-	PQclear(res);
-	return is_ok;
-}
-
-/* The statement on one side: in a READ ONLY transaction rolled back after it, unless writes are allowed
- * (then as it is, in autocommit); bounded by statement_timeout. */
-static void shadow_run_side(struct shadow_side *side, const char *sql, bool allow_writes, uint32_t timeout_ms)
-{
-	char options[64];
-	snprintf(options, sizeof(options), "-c statement_timeout=%u", timeout_ms);
-	const char *keys[] = {"dbname", "connect_timeout", "options", NULL};
-	const char *values[] = {side->conninfo, "10", options, NULL};
-	PGconn *conn = PQconnectdbParams(keys, values, 1);
+	PGconn *conn = shadow_connect(side->target, side->is_server, database, user, timeout_ms);
 	if (PQstatus(conn) != CONNECTION_OK) {
-		shadow_fail(side, "08006", PQerrorMessage(conn));
+		http_shadow_fail(side, "08006", PQerrorMessage(conn));
 		PQfinish(conn);
 		return;
 	}
 	uint64_t started = base_now_ns();
-	if (allow_writes || shadow_exec(conn, side, "BEGIN TRANSACTION READ ONLY", PGRES_COMMAND_OK)) {
-		PGresult *res = PQexec(conn, sql);
-		ExecStatusType status = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
-		if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
-			side->columns = PQnfields(res);
-			side->is_ok = shadow_rows_of(res, &side->rows);
-			if (!side->is_ok)
-				shadow_fail(side, "53200", "out of memory");
-			snprintf(side->tag, sizeof(side->tag), "%s", PQcmdStatus(res));
-		} else {
-			shadow_fail(side, res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : "08006",
-				    res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : PQerrorMessage(conn));
-		}
-		PQclear(res);
-		side->ms = (double)(base_now_ns() - started) / 1e6;
-		if (!allow_writes)
-			PQclear(PQexec(conn, "ROLLBACK"));
+	PGresult *res = shadow_exec(conn, sql, !allow_writes);
+	side->ms = (double)(base_now_ns() - started) / 1e6;
+	ExecStatusType status = PQresultStatus(res);
+	if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
+		http_shadow_fail(side, res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : "08006",
+				 res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : PQerrorMessage(conn));
+	} else if (!shadow_rows_of(res, &side->rows)) {
+		http_shadow_fail(side, "53200", "out of memory");
+	} else {
+		side->is_ok = true;
+		side->columns = PQnfields(res);
+		snprintf(side->tag, sizeof(side->tag), "%s", PQcmdStatus(res));
 	}
+	PQclear(res);
 	PQfinish(conn);
 }
 
-static json_t *shadow_side_json(const struct shadow_side *side)
+static json_t *http_shadow_side_json(const struct shadow_side *side)
 {
 	char hash[33];
 	snprintf(hash, sizeof(hash), "%016llx%016llx", (unsigned long long)side->rows.high,
@@ -154,7 +80,7 @@ static json_t *shadow_side_json(const struct shadow_side *side)
 }
 
 /* Both sides ran: the same rows (count, columns, hash) and tag, or the same SQLSTATE. */
-static bool shadow_is_clean(const struct shadow_side *a, const struct shadow_side *b)
+static bool http_shadow_is_clean(const struct shadow_side *a, const struct shadow_side *b)
 {
 	if (!a->is_ok || !b->is_ok)
 		return !a->is_ok && !b->is_ok && strcmp(a->sqlstate, b->sqlstate) == 0;
@@ -162,16 +88,13 @@ static bool shadow_is_clean(const struct shadow_side *a, const struct shadow_sid
 	       a->rows.high == b->rows.high && strcmp(a->tag, b->tag) == 0;
 }
 
-static char *shadow_error(unsigned *status, unsigned code, const char *message)
+static char *http_shadow_error(unsigned *status, unsigned code, const char *message)
 {
 	*status = code;
-	json_t *body = json_pack("{s:s}", "error", message);
-	char *text = body ? json_dumps(body, JSON_INDENT(2)) : NULL;
-	json_decref(body);
-	return text;
+	return http_error_body(message);
 }
 
-char *shadow_request(struct tern_runtime *rt, const char *body, size_t len, unsigned *status)
+char *http_shadow_request(struct tern_runtime *rt, const char *body, size_t len, unsigned *status)
 {
 	const struct tern_config *cfg = runtime_config(rt);
 	json_error_t jerr;
@@ -179,7 +102,7 @@ char *shadow_request(struct tern_runtime *rt, const char *body, size_t len, unsi
 	char err[256];
 	if (!root || !json_is_object(root)) {
 		json_decref(root);
-		return shadow_error(status, 400, "the body must be a JSON object: {\"sql\", \"shadow\", \"source\", "
+		return http_shadow_error(status, 400, "the body must be a JSON object: {\"sql\", \"shadow\", \"source\", "
 						 "\"database\", \"user\", \"allow_writes\"}");
 	}
 	const char *sql = NULL, *source = NULL, *shadow = NULL, *database = "postgres", *user = "postgres";
@@ -204,42 +127,46 @@ char *shadow_request(struct tern_runtime *rt, const char *body, size_t len, unsi
 				     ? "true or false"
 				     : "one of sql, shadow, source, database, user, allow_writes");
 			json_decref(root);
-			return shadow_error(status, 400, err);
+			return http_shadow_error(status, 400, err);
 		}
 	}
 	if (!sql || !shadow) {
 		json_decref(root);
-		return shadow_error(status, 400, "sql and shadow are required (shadow: a [servers] key or a libpq "
+		return http_shadow_error(status, 400, "sql and shadow are required (shadow: a [servers] key or a libpq "
 						 "connection string; source defaults to the primary)");
 	}
 	struct classify_result c;
 	classify_query(sql, cfg->read_functions, &c);
 	if (!allow_writes && (c.kind != CLASSIFY_READ || c.statement_count != 1)) {
 		json_decref(root);
-		return shadow_error(status, 400, "only one read (a SELECT, VALUES or SHOW tern classifies as a read) runs "
+		return http_shadow_error(status, 400, "only one read (a SELECT, VALUES or SHOW tern classifies as a read) runs "
 						 "without \"allow_writes\": true");
 	}
 	struct shadow_side *sides = calloc(2, sizeof(*sides));
 	if (!sides) {
 		json_decref(root);
-		return shadow_error(status, 500, "no memory");
+		return http_shadow_error(status, 500, "no memory");
 	}
 	sides[0].name = "source";
 	sides[1].name = "shadow";
-	if (shadow_target(rt, &sides[0], source ? source : runtime_primary(rt)->name, database, user, err, sizeof(err)) < 0 ||
-	    shadow_target(rt, &sides[1], shadow, database, user, err, sizeof(err)) < 0) {
-		free(sides);
-		json_decref(root);
-		return shadow_error(status, 400, err);
+	const char *named[] = {source ? source : runtime_primary(rt)->name, shadow};
+	for (int i = 0; i < 2; i++) {
+		sides[i].target = shadow_target_conninfo(rt, named[i], &sides[i].is_server);
+		if (!sides[i].target) {
+			snprintf(err, sizeof(err), "%s: \"%.64s\" is neither a [servers] key nor a libpq connection "
+				 "string (key=value)", sides[i].name, named[i]);
+			free(sides);
+			json_decref(root);
+			return http_shadow_error(status, 400, err);
+		}
 	}
-	uint32_t timeout_ms = cfg->replay_deadline_secs ? cfg->replay_deadline_secs * 1000u : 0u;
 	for (int i = 0; i < 2; i++)
-		shadow_run_side(&sides[i], sql, allow_writes, timeout_ms);
-	bool is_clean = shadow_is_clean(&sides[0], &sides[1]);
+		http_shadow_run_side(&sides[i], sql, database, user, allow_writes, cfg->replay_deadline_secs * 1000u);
+	bool is_clean = http_shadow_is_clean(&sides[0], &sides[1]);
 	TERN_INFO("POST /api/shadow: %s (source %.1f ms, shadow %.1f ms)", is_clean ? "clean" : "differs", sides[0].ms,
 		  sides[1].ms);
-	json_t *answer = json_pack("{s:b, s:o, s:o}", "is_clean", is_clean, "source", shadow_side_json(&sides[0]),
-				   "shadow", shadow_side_json(&sides[1]));
+	json_t *answer = json_pack("{s:b, s:o, s:o}", "is_clean", is_clean, "source", http_shadow_side_json(&sides[0]),
+				   "shadow", http_shadow_side_json(&sides[1]));
 	char *text = answer ? json_dumps(answer, JSON_INDENT(2)) : NULL;
 	json_decref(answer);
 	json_decref(root);

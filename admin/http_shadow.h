@@ -1,10 +1,11 @@
 /*
  * http_shadow.h — POST /api/shadow: one statement run on a source (the primary by default) and on a shadow
  * server (a [servers] key or a libpq connection string), each on a connection of its own opened for the
- * request, and compared: row count, columns, an order-independent hash of the rows (the 128-bit sum of
- * each row's XXH3 hash, shadow.h's, as [shadow] sampling compares), the command tag, both timings and both errors. A read unless the body says
- * "allow_writes": true (then it runs as given on both, in autocommit); a read runs in a READ ONLY
- * transaction rolled back after it. statement_timeout is [admin] replay_deadline_secs.
+ * request, and compared: row count, columns, an order-independent hash of the rows (shadow.h's, as
+ * [shadow] sampling compares), the command tag, both timings and both errors. A read unless the body
+ * says "allow_writes": true (then it runs as given on both, in autocommit); a read runs in a READ ONLY
+ * transaction rolled back after it. statement_timeout is [limits] replay_deadline_secs. The connection
+ * and the run are shadow.h's (shadow_connect, shadow_exec), as the sampling thread's.
  *
  * Threads: the HTTP connection's (blocking libpq). Ownership: the answer is the caller's to free.
  */
@@ -15,6 +16,6 @@
 
 /* The JSON body of a request run: the answer's JSON text (malloc'd; NULL when out of memory) and its HTTP
  * status in *status (200, or 400 with {"error"} for a body tern refuses). */
-char *shadow_request(struct tern_runtime *rt, const char *body, size_t len, unsigned *status);
+char *http_shadow_request(struct tern_runtime *rt, const char *body, size_t len, unsigned *status);
 
 #endif

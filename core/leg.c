@@ -3,6 +3,8 @@
 #include "leg.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
 static void leg_recv_done(struct ring_op *op, int res, uint32_t flags);
@@ -136,6 +138,24 @@ bool leg_reap(struct leg *leg)
 int leg_push_hidden(struct leg *leg, const void *query, uint32_t len)
 {
 	int rc = sendq_push_copy(&leg->to_server, query, len);
+	if (rc < 0)
+		return rc;
+	leg_expect_ready(leg, base_now_ns());
+	leg->hidden_ready++;
+	return 0;
+}
+
+int leg_push_hidden_query_front(struct leg *leg, const char *sql, uint32_t len)
+{
+	uint8_t *msg = malloc(PROTO_HEADER_LEN + (size_t)len + 1);
+	if (!msg)
+		return -ENOMEM;
+	msg[0] = PROTO_FE_QUERY;
+	proto_write_u32(msg + 1, len + 5);
+	memcpy(msg + PROTO_HEADER_LEN, sql, len);
+	msg[PROTO_HEADER_LEN + len] = '\0';
+	int rc = sendq_push_front_copy(&leg->to_server, msg, PROTO_HEADER_LEN + len + 1);
+	free(msg);
 	if (rc < 0)
 		return rc;
 	leg_expect_ready(leg, base_now_ns());

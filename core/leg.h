@@ -152,6 +152,9 @@ TERN_MUST_USE int leg_hold_queued(struct leg *leg);
 /* tern's own Query message (whole) behind what leg holds, its answer hidden from the client. 0 or
  * -ENOMEM. */
 TERN_MUST_USE int leg_push_hidden(struct leg *leg, const void *query, uint32_t len);
+/* tern's own Query of the text sql[0..len) at the front of what leg holds (ahead of the client's queued
+ * messages: a restore at attach), its answer hidden from the client. 0 or -ENOMEM. */
+TERN_MUST_USE int leg_push_hidden_query_front(struct leg *leg, const char *sql, uint32_t len);
 /* The ReadyForQuery messages leg owes the client's own requests (not tern's hidden queries, nor a write
  * probe queued behind them: route.c). */
 static inline uint32_t leg_client_owed(const struct leg *leg)

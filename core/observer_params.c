@@ -226,14 +226,8 @@ static int params_attach(struct session *s, struct leg *leg)
 		n += m;
 		params_store(conn->params, &conn->param_count, PARAMS_SEARCH_PATH_KEY, want);
 	}
-	if (n > 0) {
-		uint8_t msg[sizeof(sql) + 8];
-		size_t len = proto_build_query(msg, sizeof(msg), sql);
-		if (len == 0 || sendq_push_front_copy(&leg->to_server, msg, (uint32_t)len) < 0)
-			return 0; /* the client runs with the connection's values: as without tracking */
-		leg->pending_ready++;
-		leg->hidden_ready++;
-	}
+	if (n > 0 && leg_push_hidden_query_front(leg, sql, (uint32_t)n) < 0)
+		return 0; /* the client runs with the connection's values: as without tracking */
 	conn->restored_fingerprint = fingerprint;
 	return 0;
 }

@@ -27,6 +27,10 @@ static int pins_client_message(struct session *s, struct leg *leg, const struct 
 {
 	(void)leg;
 	struct session_pins *pins = &s->pins;
+	if (m->type == PROTO_FE_QUERY && pins->is_listening)
+		pins->is_unlisten_all_sent |= sql_is_unlisten_all(m->body, m->len);
+	if (s->is_transaction_pooling)
+		return 0; /* (what follows is session pooling's: a Parse is read there only) */
 	const uint8_t *text = m->body;
 	uint32_t len = m->len;
 	if (m->type == PROTO_FE_PARSE) { /* name\0 text\0 ... */
@@ -35,11 +39,7 @@ static int pins_client_message(struct session *s, struct leg *leg, const struct 
 			return 0;
 		text = name_end + 1;
 		len = m->len - (uint32_t)(text - m->body);
-	} else if (pins->is_listening) {
-		pins->is_unlisten_all_sent |= sql_is_unlisten_all(m->body, m->len);
 	}
-	if (s->is_transaction_pooling)
-		return 0;
 	if (!pins->is_holding)
 		pins->is_holding = sql_may_hold_session_state(text, len) ||
 				   /* a named statement no observer keeps (max_prepared_statements = 0) */
@@ -130,8 +130,7 @@ static int pins_attach(struct session *s, struct leg *leg)
 	if (s->is_transaction_pooling || leg->role != LEG_PRIMARY || pins->channels.len == 0)
 		return 0;
 	struct base_bytes sql = {0};
-	uint8_t header[PROTO_HEADER_LEN] = {PROTO_FE_QUERY};
-	int rc = base_bytes_append(&sql, header, sizeof(header));
+	int rc = 0;
 	for (uint32_t at = 0; at < pins->channels.len && rc == 0;) {
 		const char *name = (const char *)pins->channels.data + at;
 		rc = base_bytes_append(&sql, "LISTEN \"", 8);
@@ -145,15 +144,7 @@ static int pins_attach(struct session *s, struct leg *leg)
 		at += (uint32_t)strlen(name) + 1;
 	}
 	if (rc == 0)
-		rc = base_bytes_append(&sql, "", 1);
-	if (rc == 0) {
-		proto_write_u32(sql.data + 1, sql.len - 1);
-		rc = sendq_push_front_copy(&leg->to_server, sql.data, sql.len);
-	}
-	if (rc == 0) {
-		leg->pending_ready++;
-		leg->hidden_ready++;
-	}
+		rc = leg_push_hidden_query_front(leg, (const char *)sql.data, sql.len);
 	free(sql.data);
 	return rc < 0 ? -ENOMEM : 0;
 }

@@ -341,7 +341,7 @@ static bool replay_is_on(const struct session *s)
 {
 	/* On for a session that starts while Transaction Replay may recover it: a reload that turns it on
 	 * reaches the sessions that start after it. */
-	return recover_is_on(s);
+	return config_tr_is_on(runtime_config(s->host->runtime));
 }
 
 static int replay_client_message(struct session *s, struct leg *leg, const struct observer_message *m)

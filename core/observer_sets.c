@@ -13,7 +13,6 @@
  * the extended protocol is not tracked (the reference's rule). Owns s->replay.sets; never touches the
  * rest of s->replay. */
 #include "observer.h"
-#include "recover.h"
 #include "session.h"
 
 #include "classify.h"
@@ -26,7 +25,7 @@
 /* A statement kept whole is at most this long (a longer SET is unsure). */
 #define SETS_STATEMENT_MAX 1024u
 
-static bool sets_is_on(const struct session *s) { return recover_is_on(s); }
+static bool sets_is_on(const struct session *s) { return config_tr_is_on(runtime_config(s->host->runtime)); }
 
 static void sets_end_query(struct session_sets *q)
 {
@@ -273,8 +272,7 @@ static int sets_attach(struct session *s, struct leg *leg)
 		return 0;
 	q->server = leg->conn->server;
 	struct base_bytes sql = {0};
-	uint8_t header[PROTO_HEADER_LEN] = {PROTO_FE_QUERY};
-	int rc = base_bytes_append(&sql, header, sizeof(header));
+	int rc = 0;
 	for (uint32_t i = 0; i < q->set.count && rc == 0; i++) {
 		const struct restore_entry *e = &q->set.entries[i];
 		if (sets_is_params(s, e->name))
@@ -283,17 +281,10 @@ static int sets_attach(struct session *s, struct leg *leg)
 		if (rc == 0)
 			rc = base_bytes_append(&sql, ";", 1);
 	}
-	if (rc == 0 && sql.len > sizeof(header))
-		rc = base_bytes_append(&sql, "", 1);
-	if (rc == 0 && sql.len > sizeof(header)) {
-		proto_write_u32(sql.data + 1, sql.len - 1);
-		rc = sendq_push_front_copy(&leg->to_server, sql.data, sql.len);
-		if (rc == 0) {
-			leg->pending_ready++;
-			leg->hidden_ready++;
-			q->is_restoring = true;
-			q->is_restore_failed = false;
-		}
+	if (rc == 0 && sql.len > 0) {
+		rc = leg_push_hidden_query_front(leg, (const char *)sql.data, sql.len);
+		q->is_restoring = rc == 0;
+		q->is_restore_failed = false;
 	}
 	free(sql.data);
 	return rc < 0 ? -ENOMEM : 0;

@@ -28,11 +28,6 @@ static const char recover_msg_aborted[] =
 static const char *const recover_phase_names[TR_PHASE_COUNT] = {"idle", "not sent", "sent", "partly answered",
 								   "cut mid-message", "copy"};
 
-bool recover_is_on(const struct session *s)
-{
-	return config_tr_is_on(runtime_config(s->host->runtime));
-}
-
 static enum tr_mode recover_mode(const struct tern_config *cfg)
 {
 	return cfg->tr_enabled ? (enum tr_mode)cfg->tr_mode : TR_MODE_NONE;
@@ -359,26 +354,15 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 	}
 	host->stats.tr_failovers++;
 	recover_log(s, server, d->phase, tr_action_names[d->tr.action], d->tr.sqlstate);
-	if (r->is_replaying) {
-		/* Lost again while its transaction was being replayed (a switchover's old primary that still
-		 * answered as one, then went): nothing of the replay reached the client, and what the client sent
-		 * since the first loss is still held (held_back), so the replay starts over on the next connection,
-		 * within the deadline that began at the first loss. */
-		TERN_ASSERT(d->tr.action == TR_REPLAY && r->inflight.len == 0);
-		TERN_INFO("client %s/%s: the connection to server %s was lost again during the replay of its "
-			  "transaction; the replay starts over", s->user, s->database, server->name);
-		r->replay_next = 0;
-		r->is_replay_failed = false;
-		struct leg *fresh = session_set_aside_leg(s, LEG_PRIMARY);
-		if (!fresh)
-			session_end(s, SESSION_END_OUT_OF_MEMORY);
-		else
-			session_acquire(s, fresh);
-		return;
-	}
-	TERN_INFO("client %s/%s: the connection to server %s was lost (%s); %s%s%s", s->user, s->database,
+	/* Lost again while its transaction was being replayed (a switchover's old primary that still answered
+	 * as one, then went): nothing of the replay reached the client, and what the client sent since the
+	 * first loss is still held (held_back), so the replay starts over on the next connection, within the
+	 * deadline that began at the first loss. */
+	TERN_ASSERT(!r->is_replaying || (d->tr.action == TR_REPLAY && r->inflight.len == 0));
+	TERN_INFO("client %s/%s: the connection to server %s was lost (%s); %s%s%s%s", s->user, s->database,
 		  server->name, recover_phase_names[d->phase], tr_action_names[d->tr.action],
-		  d->tr.sqlstate ? " with " : "", d->tr.sqlstate ? d->tr.sqlstate : "");
+		  d->tr.sqlstate ? " with " : "", d->tr.sqlstate ? d->tr.sqlstate : "",
+		  r->is_replaying ? ": lost again during the replay of its transaction, the replay starts over" : "");
 	journal_on_lost(s, d->tr.action == TR_REPLAY); /* what it sent there is answered here, or again */
 	struct base_bytes again = r->inflight; /* the Query in flight, for TR_REEXECUTE */
 	r->inflight = (struct base_bytes){0};
@@ -397,12 +381,14 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 		/* The transaction's steps go first, hidden, once a connection is there (observer_replay's
 		 * attach); the statement in flight, and what the client sends meanwhile, wait until they are
 		 * verified (recover_replay_done). */
+		if (!r->is_replaying) { /* (lost again during the replay: what is held stays held) */
+			r->held_back = again;
+			r->held_inflight = d->phase == TR_PHASE_IDLE ? 0 : again.len;
+			again = (struct base_bytes){0};
+		}
 		r->is_replaying = true;
 		r->is_replay_failed = false;
 		r->replay_next = 0;
-		r->held_back = again;
-		r->held_inflight = d->phase == TR_PHASE_IDLE ? 0 : again.len;
-		again = (struct base_bytes){0};
 		session_acquire(s, fresh);
 		break;
 	case TR_REHOME:

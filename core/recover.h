@@ -37,8 +37,6 @@
 #include "session.h"
 
 /* session_parts.decide_lost: what a lost (or refused) primary connection means for the session. */
-/* Transaction Replay may recover the session (asked once, at its start: its observers are on). */
-bool recover_is_on(const struct session *s);
 struct session_lost_decision recover_decide(const struct session *s, const struct leg *leg, enum leg_fault fault);
 /* session_parts.recover: carries out a SESSION_LOST_RECOVER decision for the lost leg. */
 void recover_start(struct session *s, struct leg *leg, const struct session_lost_decision *d);

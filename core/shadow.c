@@ -135,16 +135,8 @@ static PGconn *shadow_conn_for(struct shadow *sh, const struct shadow_item *item
 	}
 	PQfinish(slot->conn);
 	slot->conn = NULL;
-	const struct tern_config *cfg = runtime_config(sh->rt);
-	char timeout[48];
-	snprintf(timeout, sizeof(timeout), "-c statement_timeout=%u", cfg->replay_deadline_secs * 1000u);
-	/* (the target's own settings override the first three; a connection string names its database and
-	 * user, a [servers] key gets the session's) */
-	const char *keys[] = {"options", "connect_timeout", "application_name", "dbname", "dbname", "user", NULL};
-	const char *values[] = {timeout, "10", "tern shadow", sh->target, item->database, item->user, NULL};
-	if (!sh->is_server_target)
-		keys[4] = NULL;
-	PGconn *conn = PQconnectdbParams(keys, values, 1);
+	PGconn *conn = shadow_connect(sh->target, sh->is_server_target, item->database, item->user,
+				      runtime_config(sh->rt)->replay_deadline_secs * 1000u);
 	if (PQstatus(conn) != CONNECTION_OK) {
 		TERN_WARN("[shadow] target: could not connect for %s/%s: %s", item->user, item->database,
 			  PQerrorMessage(conn));
@@ -185,22 +177,55 @@ bool shadow_rows_of(const struct pg_result *res, struct shadow_rows *rows)
 	return is_ok;
 }
 
-/* The item's read on the shadow, in a READ ONLY transaction: its rows, or false (it failed). */
+const char *shadow_target_conninfo(const struct tern_runtime *rt, const char *named, bool *is_server)
+{
+	*is_server = strchr(named, '=') == NULL;
+	if (!*is_server)
+		return named;
+	for (uint32_t i = 0; i < rt->pool->server_count; i++)
+		if (strcmp(rt->pool->servers[i].name, named) == 0)
+			return rt->pool->servers[i].conninfo;
+	return NULL;
+}
+
+struct pg_conn *shadow_connect(const char *target, bool is_server, const char *database, const char *user,
+			       uint32_t timeout_ms)
+{
+	char timeout[48];
+	snprintf(timeout, sizeof(timeout), "-c statement_timeout=%u", timeout_ms);
+	/* (the target's own settings override the first three; a connection string names its database and
+	 * user, a [servers] key gets the caller's) */
+	const char *keys[] = {"options", "connect_timeout", "application_name", "dbname", "dbname", "user", NULL};
+	const char *values[] = {timeout, "10", "tern shadow", target, database, user, NULL};
+	if (!is_server)
+		keys[4] = NULL;
+	return PQconnectdbParams(keys, values, 1);
+}
+
+struct pg_result *shadow_exec(struct pg_conn *conn, const char *sql, bool is_read_only)
+{
+	if (is_read_only) {
+		PGresult *begin = PQexec(conn, "BEGIN TRANSACTION READ ONLY");
+		if (PQresultStatus(begin) != PGRES_COMMAND_OK)
+			return begin;
+		PQclear(begin);
+	}
+	PGresult *res = PQexec(conn, sql);
+	if (is_read_only)
+		PQclear(PQexec(conn, "ROLLBACK"));
+	return res;
+}
+
+/* The item's read on the shadow: its rows, or false (it failed). */
 static bool shadow_run(struct shadow *sh, const struct shadow_item *item, struct shadow_rows *rows)
 {
 	PGconn *conn = shadow_conn_for(sh, item);
 	if (!conn)
 		return false;
-	PGresult *res = PQexec(conn, "BEGIN TRANSACTION READ ONLY");
-	bool is_ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+	PGresult *res = shadow_exec(conn, item->text, true);
+	ExecStatusType status = PQresultStatus(res);
+	bool is_ok = (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) && shadow_rows_of(res, rows);
 	PQclear(res);
-	if (is_ok) {
-		res = PQexec(conn, item->text);
-		is_ok = PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK;
-		is_ok = is_ok && shadow_rows_of(res, rows);
-		PQclear(res);
-		PQclear(PQexec(conn, "ROLLBACK"));
-	}
 	if (PQstatus(conn) != CONNECTION_OK)
 		shadow_drop_conn(sh, conn);
 	return is_ok;
@@ -281,12 +306,8 @@ int shadow_start(struct shadow **out, struct tern_runtime *rt, char *err, size_t
 		return -ENOMEM;
 	sh->rt = rt;
 	sh->cap = cfg->shadow_queue;
-	sh->is_server_target = !strchr(cfg->shadow_target, '=');
-	const char *target = cfg->shadow_target;
-	for (uint32_t i = 0; sh->is_server_target && i < rt->pool->server_count; i++)
-		if (strcmp(rt->pool->servers[i].name, cfg->shadow_target) == 0)
-			target = rt->pool->servers[i].conninfo;
-	if (sh->is_server_target && target == cfg->shadow_target) {
+	const char *target = shadow_target_conninfo(rt, cfg->shadow_target, &sh->is_server_target);
+	if (!target) {
 		snprintf(err, err_size, "[shadow] target = %s: neither a [servers] key nor a libpq connection string "
 			 "(key=value)", cfg->shadow_target);
 		free(sh);

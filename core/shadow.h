@@ -38,6 +38,7 @@ struct shadow_rows {
 };
 
 struct pg_result;
+struct pg_conn;
 
 /* Adds a DataRow (its body as the protocol carries it). */
 void shadow_rows_add_wire(struct shadow_rows *rows, const uint8_t *body, uint32_t len);
@@ -47,6 +48,18 @@ TERN_MUST_USE bool shadow_rows_add_values(struct shadow_rows *rows, const char *
 					  int n);
 /* Adds every row of a libpq result (a PGresult); false when out of memory. */
 TERN_MUST_USE bool shadow_rows_of(const struct pg_result *res, struct shadow_rows *rows);
+
+/* A shadow as [shadow] target and POST /api/shadow name one: a [servers] key's conninfo (*is_server
+ * true), or a libpq connection string as given; NULL when it is neither. */
+const char *shadow_target_conninfo(const struct tern_runtime *rt, const char *named, bool *is_server);
+/* A blocking libpq connection (a PGconn: the caller checks PQstatus and PQfinishes it) to target, with
+ * database and user when is_server (a connection string names its own), statement_timeout timeout_ms
+ * (0: none) and application_name "tern shadow" unless the target sets them. */
+struct pg_conn *shadow_connect(const char *target, bool is_server, const char *database, const char *user,
+			       uint32_t timeout_ms);
+/* sql on conn: in a READ ONLY transaction rolled back after it (is_read_only), or as it is. Its result
+ * (a PGresult, the caller's to PQclear), or BEGIN's when that failed. */
+struct pg_result *shadow_exec(struct pg_conn *conn, const char *sql, bool is_read_only);
 
 struct shadow_counts {
 	uint64_t sampled;    /* offered by the workers */
