@@ -185,7 +185,10 @@ void recover_repoint_parked(struct host *host)
 		base_list_remove(&leg->parked_link);
 		session_acquire(s, leg);
 	}
-	if (!is_primary_change && role != MONITOR_FENCED)
+	bool is_any_fenced = false; /* (a [databases] server= pin's own server, fenced with no primary change) */
+	for (uint32_t i = 0; rt->monitor && i < rt->pool->server_count && !is_any_fenced; i++)
+		is_any_fenced = recover_role_of(rt, &rt->pool->servers[i]) == MONITOR_FENCED;
+	if (!is_primary_change && !is_any_fenced)
 		return;
 	/* Fencing: a connection still open on a server that is no longer the primary (a promote left it
 	 * behind, a lower timeline, Patroni named another leader, it went read-only) writes nothing more

@@ -1397,13 +1397,13 @@ def terminated_backends_under_pgbench_never_bring_tern_down(b):
     print("  chaos: %d backends terminated, %r transactions" % (kills, processed))
 
 
-def session_pooled_tern(b, mode):
+def session_pooled_tern(b, mode, more=""):
     """A tern in session pooling (the default pool_mode) at tr_mode `mode`, one server, /metrics on."""
     import urllib.request
     http = free_port()
     config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = session\n[servers]\n"
-              "primary = host=127.0.0.1 port=%d\n[replay]\ntr_mode = %s\n[admin]\nhttp_listen = 127.0.0.1:%d\n"
-              % (free_port(), b.pg.primary_port, mode, http))
+              "primary = host=127.0.0.1 port=%d\n[replay]\ntr_mode = %s\n[admin]\nhttp_listen = 127.0.0.1:%d\n%s"
+              % (free_port(), b.pg.primary_port, mode, http, more))
     t = TernProcess(TERN, config)
     t.start()
 
@@ -1412,6 +1412,13 @@ def session_pooled_tern(b, mode):
         return sum(int(l.split()[-1]) for l in text.splitlines() if l.startswith("tr_failovers_total"))
     t.failovers = failovers
     return t
+
+
+def codes_after_terminate(b, w):
+    """Terminates w's backend and reads to the close: the SQLSTATE of each error w got."""
+    pid = w.query("select pg_backend_pid()")[0][0]
+    b.primary_sql("select pg_terminate_backend(%s, 10000)" % pid)
+    return [e["C"] for e in w.errors_until_close()]
 
 
 def terminate_idle_backend(b, t, w, marker=None):
@@ -1436,8 +1443,8 @@ def a_session_pooled_client_moves_with_its_state_and_one_holding_server_state_ge
     statement prepared again. Idle inside a transaction: 57P01, 25P02 until ROLLBACK, then the session
     goes on; under tr_mode transaction the transaction is replayed and commits once. Its autocommit
     LISTENs (less an UNLISTEN) are listened to again: NOTIFYs after the move reach it. A session that made
-    a temporary table, a cursor WITH HOLD, a session advisory lock, an SQL PREPARE, or a LISTEN inside a
-    transaction, cannot move: 08006, closed. tr_mode none: 57P01, closed. Before, every one of these ended with 08006."""
+    a temporary table, a cursor WITH HOLD, a session advisory lock, an SQL PREPARE, a LISTEN inside a
+    transaction, or (max_prepared_statements = 0) a named statement, cannot move: 08006, closed. tr_mode none: 57P01, closed. Before, every one of these ended with 08006."""
     marker = "sessmove"
     t = session_pooled_tern(b, "session")
     try:
@@ -1488,9 +1495,7 @@ def a_session_pooled_client_moves_with_its_state_and_one_holding_server_state_ge
             with Wire(t.port, timeout=30) as w:
                 w.login("postgres")
                 check(run(w, sql).kind == "ok", sql)
-                pid = w.query("select pg_backend_pid()")[0][0]
-                b.primary_sql("select pg_terminate_backend(%s, 10000)" % pid)
-                codes = [e["C"] for e in w.errors_until_close()]
+                codes = codes_after_terminate(b, w)
                 check(codes == ["08006"], "%s: 08006, closed: %r" % (name, codes))
     finally:
         t.stop()
@@ -1513,20 +1518,32 @@ def a_session_pooled_client_moves_with_its_state_and_one_holding_server_state_ge
     try:
         with Wire(t.port, timeout=30) as w:
             w.login("postgres")
-            pid = w.query("select pg_backend_pid()")[0][0]
-            b.primary_sql("select pg_terminate_backend(%s, 10000)" % pid)
-            codes = [e["C"] for e in w.errors_until_close()]
+            codes = codes_after_terminate(b, w)
             check(codes and set(codes) == {"57P01"}, "none: 57P01, closed: %r" % codes)
     finally:
         t.stop()
     check(t.returncode == 0, "tern (none) exited with %s" % t.returncode)
+    # With max_prepared_statements = 0 nothing keeps a named statement for a move: one is a refusal too.
+    t = session_pooled_tern(b, "session", more="[pool]\nmax_prepared_statements = 0\n")
+    try:
+        with Wire(t.port, timeout=30) as w:
+            w.login("postgres")
+            kinds, _, sqlstate, _ = w.exchange(parse("s0", "select 1"), SYNC)
+            check(sqlstate is None, "a named statement: %r" % kinds)
+            codes = codes_after_terminate(b, w)
+            check(codes == ["08006"], "a named statement nothing keeps: 08006, closed: %r" % codes)
+    finally:
+        t.stop()
+    check(t.returncode == 0, "tern (max_prepared_statements = 0) exited with %s" % t.returncode)
 
 
 def fencing_cuts_an_idle_session_pooled_connection_and_the_session_moves(b):
     """A promote that leaves the old primary up (stale_primary): a session-pooled client idle on the old
     primary holds its connection there; tern fences the old server and cuts that connection, and the
-    client's next write runs on the new primary with no error, nothing of it on the old one. Before,
-    fencing cut transaction-pooled sessions only and this one kept writing to the old primary."""
+    client's next write runs on the new primary with no error, nothing of it on the old one. A client of
+    a [databases] entry pinned to the old primary (server=) cannot move: its connection is cut too and it
+    gets 08006. Before, fencing cut transaction-pooled sessions only and both kept writing to the old
+    primary."""
     import urllib.request
     pg = b.pg
     marker = "fence_sess"
@@ -1535,7 +1552,8 @@ def fencing_cuts_an_idle_session_pooled_connection_and_the_session_moves(b):
     names = {ports[0]: "primary", ports[1]: "other"}
     config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = session\n[servers]\n"
               "primary = host=127.0.0.1 port=%d\nother = host=127.0.0.1 port=%d\n[routing]\nmonitor_interval_ms = 100\n"
-              "[admin]\nhttp_listen = 127.0.0.1:%d\n" % (free_port(), ports[0], ports[1], http))
+              "[admin]\nhttp_listen = 127.0.0.1:%d\n[databases]\npinned = dbname=postgres server=%s\n* =\n"
+              % (free_port(), ports[0], ports[1], http, names[pg.primary_port]))
     t = TernProcess(TERN, config)
     t.start()
 
@@ -1545,9 +1563,11 @@ def fencing_cuts_an_idle_session_pooled_connection_and_the_session_moves(b):
                 if l.startswith("tern_server_writes{") and l.endswith(" 1")]
     try:
         wait_for(lambda: writes_go_to() == [names[pg.primary_port]], "the monitor to know the primary", timeout=10)
-        with Wire(t.port, timeout=30) as w:
+        with Wire(t.port, timeout=30) as w, Wire(t.port, timeout=30) as pinned:
             w.login("postgres", params={"application_name": marker})
             check(run(w, "select 1").kind == "ok", "a first statement, on the old primary")
+            pinned.login("postgres", "pinned")
+            check(run(pinned, "select 1").kind == "ok", "the pinned client, on the old primary")
             b.fault("stale_primary", [])
             try:
                 wait_for(lambda: writes_go_to() == [names[pg.primary_port]], "tern to follow the promote", timeout=15)
@@ -1560,6 +1580,8 @@ def fencing_cuts_an_idle_session_pooled_connection_and_the_session_moves(b):
                 check(b.count("tr", marker) == 1, "on the new primary")
                 on_old = pg.psql("select count(*) from tr where m = '%s'" % marker, port=old).strip()
                 check(on_old == "0", "nothing on the old primary: %s" % on_old)
+                codes = [e["C"] for e in pinned.errors_until_close()]
+                check(codes == ["08006"], "the pinned client's connection cut: 08006, closed: %r" % codes)
             finally:
                 b.after_fault("stale_primary")
     finally:

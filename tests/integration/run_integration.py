@@ -4720,6 +4720,17 @@ def a_postgresql_19_replica_not_yet_at_the_target_waits_in_band_with_wait_for_ls
             fake.stop()
 
 
+def tables_a_row_apart(ctx, database, table, rows):
+    """`table` (a, b) with `rows` rows in postgres, and one row fewer in a new `database`; the replica has
+    caught up."""
+    ctx.pg.psql("drop database if exists %s" % database)
+    ctx.pg.psql("create database %s" % database)
+    fill = "create table %s(a int, b text); insert into %s select g, 'r' || g from generate_series(1, %d) g"
+    ctx.pg.psql("drop table if exists %s; " % table + fill % (table, table, rows))
+    ctx.pg.psql(fill % (table, table, rows - 1), dbname=database)
+    ctx.pg.wait_replica_caught_up()
+
+
 def post_shadow(http_port, body, token=None):
     """POST /api/shadow: (status, the JSON answer)."""
     import json
@@ -4743,13 +4754,7 @@ def api_shadow_runs_one_statement_on_the_source_and_a_shadow_and_compares_them(c
     hash the same whatever their order; against a database whose table holds other rows, or lacks it, it
     is not, with both row counts, timings and the error; a write is refused (400) unless allow_writes
     (then it runs on both); the bearer token is asked for when http_token is set (401)."""
-    ctx.pg.psql("drop database if exists shadow_other")
-    ctx.pg.psql("create database shadow_other")
-    ctx.pg.psql("drop table if exists shadow_t; create table shadow_t(a int, b text); "
-                "insert into shadow_t select g, 'r' || g from generate_series(1, 50) g")
-    ctx.pg.psql("create table shadow_t(a int, b text); insert into shadow_t select g, 'r' || g from "
-                "generate_series(1, 49) g", dbname="shadow_other")
-    ctx.pg.wait_replica_caught_up()
+    tables_a_row_apart(ctx, "shadow_other", "shadow_t", 50)
     http_port = free_port()
     t = routing_tern(ctx, pool="[admin]\nhttp_listen = 127.0.0.1:%d\nhttp_token = s3cret" % http_port)
     token = "Bearer s3cret"
@@ -4797,13 +4802,7 @@ def shadow_sampling_runs_live_reads_again_on_a_shadow_and_counts_mismatches_per_
     /metrics and SHOW SHADOW. A shadow that accepts connections and never answers, queue = 2: the client's
     reads go on, and those past the queue are dropped and counted."""
     import socket
-    ctx.pg.psql("drop database if exists shadow_live")
-    ctx.pg.psql("create database shadow_live")
-    ctx.pg.psql("drop table if exists shadow_s; create table shadow_s(a int, b text); "
-                "insert into shadow_s select g, 'r' || g from generate_series(1, 20) g")
-    ctx.pg.psql("create table shadow_s(a int, b text); insert into shadow_s select g, 'r' || g from "
-                "generate_series(1, 19) g", dbname="shadow_live")
-    ctx.pg.wait_replica_caught_up()
+    tables_a_row_apart(ctx, "shadow_live", "shadow_s", 20)
 
     def tern_sampling(target, queue=1024):
         http_port = free_port()
