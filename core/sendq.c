@@ -193,6 +193,10 @@ void sendq_flush(struct sendq *q, struct ring *ring)
 		n++;
 	}
 	q->iov_count = n;
+	if (n == 1) {
+		ring_send(ring, &q->op, q->fd, q->iov[0].iov_base, q->iov[0].iov_len);
+		return;
+	}
 	memset(&q->msg, 0, sizeof(q->msg));
 	q->msg.msg_iov = q->iov;
 	q->msg.msg_iovlen = n;

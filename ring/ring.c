@@ -225,6 +225,13 @@ void ring_sendmsg(struct ring *ring, struct ring_op *op, int fd, const struct ms
 	ring_arm(op, sqe);
 }
 
+void ring_send(struct ring *ring, struct ring_op *op, int fd, const void *data, size_t len)
+{
+	struct io_uring_sqe *sqe = ring_get_sqe(ring);
+	io_uring_prep_send(sqe, fd, data, len, MSG_NOSIGNAL);
+	ring_arm(op, sqe);
+}
+
 void ring_cancel(struct ring *ring, struct ring_op *target)
 {
 	if (!target->is_armed)

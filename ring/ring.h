@@ -102,6 +102,8 @@ void ring_accept_multishot(struct ring *ring, struct ring_op *op, int listen_fd)
 void ring_recv_multishot(struct ring *ring, struct ring_op *op, int fd, uint8_t buffer_group);
 void ring_recv(struct ring *ring, struct ring_op *op, int fd, uint8_t buffer_group);
 void ring_sendmsg(struct ring *ring, struct ring_op *op, int fd, const struct msghdr *msg);
+/* One contiguous range: the kernel copies no msghdr and imports no iovec (a sendq's common case). */
+void ring_send(struct ring *ring, struct ring_op *op, int fd, const void *data, size_t len);
 /* Asks the kernel to end `target` early; its final completion still arrives. No-op when unarmed. */
 void ring_cancel(struct ring *ring, struct ring_op *target);
 /* Pushes queued submissions to the kernel without waiting. */
