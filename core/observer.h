@@ -54,8 +54,8 @@ struct observer_message {
 	uint8_t type;
 	const uint8_t *body; /* the content after the 5-byte header */
 	uint32_t len;
-	/* A client message held for an observer (PROTO_HOLD): the receive buffer and chunk it was read from,
-	 * so it can go on by reference (proto_stream_message_offset says where). */
+	/* The receive buffer and chunk it was read from (a client message held for an observer, PROTO_HOLD;
+	 * any server message), so it can go on by reference (proto_stream_message_offset says where). */
 	uint16_t buffer_id;
 	const uint8_t *chunk;
 	bool is_hidden; /* a server message answering tern's own query: never shown to the client */

@@ -144,13 +144,25 @@ static void replay_hash(struct session *s, const void *data, uint32_t len)
 	(void)XXH3_64bits_update(r->hash, data, len);
 }
 
+/* The held preamble is still the run of leg's receive being scanned that preamble_ref notes. */
+static bool replay_preamble_is_in_chunk(const struct session_replay *r, const struct leg *leg)
+{
+	const struct replay_preamble_ref *ref = &r->preamble_ref;
+	return ref->at && ref->stream == &leg->stream && ref->feed == proto_stream_feed_seq(&leg->stream) &&
+	       ref->len == r->preamble.len;
+}
+
 void replay_flush_preamble(struct session *s, struct leg *leg)
 {
 	struct base_bytes *held = &s->replay.preamble;
 	if (held->len == 0)
 		return;
-	if (s->phase != SESSION_CLOSING)
+	const struct replay_preamble_ref *ref = &s->replay.preamble_ref;
+	if (s->phase != SESSION_CLOSING && replay_preamble_is_in_chunk(&s->replay, leg))
+		session_send_buffer_to_client(s, ref->buffer_id, ref->at, held->len); /* with what follows it */
+	else if (s->phase != SESSION_CLOSING)
 		session_send_to_client(s, held->data, held->len);
+	s->replay.preamble_ref.at = NULL;
 	if (s->replay.is_hashing)
 		replay_hash(s, held->data, held->len);
 	leg->to_client_bytes += held->len;
@@ -619,6 +631,30 @@ static unsigned replay_show_type(struct session *s, struct leg *leg, uint8_t typ
 	return action;
 }
 
+/* A message ahead of the answer's first row or completion, held: copied (a replay digests it; a flush in a
+ * later receive sends the copy), and noted where it lies while the held bytes are one run of this receive. */
+static int replay_hold_preamble(struct session *s, struct leg *leg, const struct observer_message *m,
+				const uint8_t header[PROTO_HEADER_LEN])
+{
+	struct session_replay *r = &s->replay;
+	struct replay_preamble_ref *ref = &r->preamble_ref;
+	uint32_t offset;
+	if (m->buffer_id == RING_NO_BUFFER || !proto_stream_message_offset(&leg->stream, &offset))
+		ref->at = NULL;
+	else if (r->preamble.len == 0)
+		*ref = (struct replay_preamble_ref){.stream = &leg->stream,
+						    .at = m->chunk + offset,
+						    .feed = proto_stream_feed_seq(&leg->stream),
+						    .buffer_id = m->buffer_id};
+	else if (!replay_preamble_is_in_chunk(r, leg) || ref->at + ref->len != m->chunk + offset)
+		ref->at = NULL;
+	ref->len = r->preamble.len + PROTO_HEADER_LEN + m->len;
+	return base_bytes_append(&r->preamble, header, PROTO_HEADER_LEN) < 0 ||
+		       base_bytes_append(&r->preamble, m->body, m->len) < 0
+		       ? -ENOMEM
+		       : 0;
+}
+
 static int replay_show(struct session *s, struct leg *leg, const struct observer_message *m)
 {
 	if (m->type == PROTO_BE_READY)
@@ -632,10 +668,7 @@ static int replay_show(struct session *s, struct leg *leg, const struct observer
 	uint8_t header[PROTO_HEADER_LEN] = {m->type};
 	proto_write_u32(header + 1, m->len + 4);
 	if (proto_be_is_preamble(m->type))
-		return base_bytes_append(&s->replay.preamble, header, sizeof(header)) < 0 ||
-			       base_bytes_append(&s->replay.preamble, m->body, m->len) < 0
-			       ? -ENOMEM
-			       : 0;
+		return replay_hold_preamble(s, leg, m, header);
 	if (recover_shows_notice(s, m->body, m->len) && s->phase != SESSION_CLOSING) {
 		/* (a notice or an error is not digested: a replay need not raise the same notices) */
 		replay_flush_preamble(s, leg);

@@ -34,8 +34,8 @@ static int proto_assembly_append(struct proto_stream *stream, const uint8_t *p, 
 	return 0;
 }
 
-int proto_stream_feed(struct proto_stream *stream, const uint8_t *chunk, uint32_t len, uint64_t frame_len_max,
-		      const struct proto_scan_ops *ops, void *ctx)
+static int proto_stream_scan(struct proto_stream *stream, const uint8_t *chunk, uint32_t len, uint64_t frame_len_max,
+			     const struct proto_scan_ops *ops, void *ctx)
 {
 	uint32_t offset = 0;
 	uint32_t run_start = 0; /* start of the pending run of forwarded bytes */
@@ -147,6 +147,15 @@ int proto_stream_feed(struct proto_stream *stream, const uint8_t *chunk, uint32_
 	}
 	if (rc == 0 && run_open && offset > run_start)
 		ops->forward(ctx, run_start, offset - run_start);
+	return rc;
+}
+
+int proto_stream_feed(struct proto_stream *stream, const uint8_t *chunk, uint32_t len, uint64_t frame_len_max,
+		      const struct proto_scan_ops *ops, void *ctx)
+{
+	stream->feed_seq++;
+	int rc = proto_stream_scan(stream, chunk, len, frame_len_max, ops, ctx);
+	stream->feed_seq++;
 	return rc;
 }
 

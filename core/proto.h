@@ -110,6 +110,9 @@ struct proto_stream {
 	uint32_t message_offset;   /* where the current message's type byte is in the chunk being fed */
 	bool is_message_in_chunk;  /* ... when the whole message lies in that chunk */
 	uint64_t messages; /* complete messages scanned, for statistics */
+	/* Odd while a chunk is being fed, one more at each feed's start and end: a pointer into the chunk
+	 * noted with this value is still good while the value is the same. */
+	uint32_t feed_seq;
 	uint32_t stop_offset; /* after a scan stopped by on_message: where the unscanned rest of the chunk begins */
 };
 
@@ -126,6 +129,11 @@ static inline bool proto_stream_message_offset(const struct proto_stream *stream
 {
 	*offset = stream->message_offset;
 	return stream->is_message_in_chunk;
+}
+/* During a feed: the value that says a pointer into its chunk is still good (see feed_seq). */
+static inline uint32_t proto_stream_feed_seq(const struct proto_stream *stream)
+{
+	return stream->feed_seq;
 }
 /* Scans one chunk. Returns 0 when the whole chunk was scanned, -EMSGSIZE for a frame over
  * `frame_len_max` or an inspected message over PROTO_INSPECT_LEN_MAX, -EPROTO for a length below 4,

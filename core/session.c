@@ -97,9 +97,9 @@ struct session *session_create(struct host *host, int client_fd, uint32_t listen
 
 void session_mark_dirty(struct session *s, struct sendq *q) { host_mark_dirty(s->host, q); }
 
-void session_send_to_client(struct session *s, const void *data, uint32_t len)
+/* After a push onto the client's queue. */
+static void session_client_pushed(struct session *s, int rc)
 {
-	int rc = sendq_push_copy(&s->to_client, data, len);
 	if (rc < 0) {
 		/* The client would miss this message: it must not hear anything after it. The caller may be in
 		 * the middle of a change (a welcome, a reply), so the end comes at the end of the pass. */
@@ -107,6 +107,16 @@ void session_send_to_client(struct session *s, const void *data, uint32_t len)
 		return;
 	}
 	session_mark_dirty(s, &s->to_client);
+}
+
+void session_send_to_client(struct session *s, const void *data, uint32_t len)
+{
+	session_client_pushed(s, sendq_push_copy(&s->to_client, data, len));
+}
+
+void session_send_buffer_to_client(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)
+{
+	session_client_pushed(s, sendq_push_buffer(&s->to_client, &s->host->ring, buffer_id, data, len));
 }
 
 void session_send_reply(struct session *s, const void *data, uint32_t len)
@@ -514,9 +524,16 @@ bool session_pause_gate(struct session *s)
 
 /* A connection out of the pool whose server has gone: an idle server says nothing unasked but its last
  * words (a FATAL such as 57P01 from a terminated backend or a shutdown, then its FIN), so anything waiting
- * unread means it is gone. One recv that never blocks. */
-static bool session_conn_is_closed(const struct pool_conn *conn)
+ * unread means it is gone. One recv that never blocks, skipped for a connection released less than
+ * SESSION_PEEK_IDLE_NS ago: its server answered ReadyForQuery that recently, and a server that goes in
+ * that window races the request just as one that goes right after the recv would (most connections of
+ * a busy pool come back within a pass or two, and this recv was a syscall per transaction). */
+#define SESSION_PEEK_IDLE_NS BASE_NS_PER_MS
+
+static bool session_conn_is_closed(const struct pool_conn *conn, uint64_t now_ns)
 {
+	if (now_ns - conn->released_ns < SESSION_PEEK_IDLE_NS)
+		return false;
 	uint8_t byte;
 	ssize_t n = recv(conn->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
 	return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
@@ -551,7 +568,7 @@ void session_acquire(struct session *s, struct leg *leg)
 	host->stats.pool_checkouts++;
 	uint64_t now = base_now_ns();
 	while (pool_checkout(host->runtime->pool, req, now) == POOL_CHECKOUT_GOT) {
-		if (session_conn_is_closed(req->conn)) {
+		if (session_conn_is_closed(req->conn, now)) {
 			/* The server closed it while it sat in the pool (a terminated backend, a server that went
 			 * down) before the opener noticed: a request sent on it would never be known not to
 			 * have run. */

@@ -383,7 +383,12 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
 	struct leg *leg = chunk->leg;
-	struct observer_message m = {.type = type, .body = body, .len = len, .is_hidden = leg->hidden_ready > 0};
+	struct observer_message m = {.type = type,
+				     .body = body,
+				     .len = len,
+				     .buffer_id = chunk->buffer_id,
+				     .chunk = chunk->data,
+				     .is_hidden = leg->hidden_ready > 0};
 	if (type == PROTO_BE_READY) {
 		int rc = relay_count_ready(leg, body, len);
 		if (rc < 0)
