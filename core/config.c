@@ -123,6 +123,12 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("tern", "unix_socket_dir", CONFIG_STRING, "", 0, 0, CONFIG_RESTART | CONFIG_PATH, unix_socket_dir,
 		   NULL, "folder of a Unix socket for clients, .s.PGSQL.<port of the first listen address>, as "
 			 "PostgreSQL names it; empty = none"),
+	CONFIG_KEY("tern", "unix_socket_mode", CONFIG_STRING, "0777", 0, 0, CONFIG_RESTART, unix_socket_mode, NULL,
+		   "permission bits of the Unix socket, in octal (PgBouncer's unix_socket_mode): 0777 lets any local "
+		   "user connect, who then authenticates as over TCP"),
+	CONFIG_KEY("tern", "unix_socket_group", CONFIG_STRING, "", 0, 0, CONFIG_RESTART, unix_socket_group, NULL,
+		   "group the Unix socket is given (PgBouncer's unix_socket_group), with unix_socket_mode 0770 say; "
+		   "empty = the group tern runs as; a group that does not exist stops startup"),
 	CONFIG_KEY("tern", "pidfile", CONFIG_STRING, "", 0, 0, CONFIG_RESTART | CONFIG_PATH, pidfile, NULL,
 		   "file tern writes its pid to at startup and removes at exit; a live pid in it stops a second "
 		   "start; empty = none"),
@@ -1133,11 +1139,24 @@ static void config_check_across_keys(struct config_parse *parse)
 					    cfg->http_listen, host, cfg->listens[i].port);
 		}
 	}
+	if (config_unix_socket_mode(cfg) < 0)
+		config_fail(parse, config_key_line(parse, "tern", "unix_socket_mode"),
+			    "[tern] unix_socket_mode = %s: expected octal permission bits such as 0777 or 0770",
+			    cfg->unix_socket_mode);
 	/* The provided-buffer ring indexes its entries with a mask. */
 	if ((cfg->buffer_count & (cfg->buffer_count - 1)) != 0) {
 		config_fail(parse, config_key_line(parse, "tern", "buffer_count"),
 			    "[tern] buffer_count: must be a power of two, got %" PRIu32, cfg->buffer_count);
 	}
+}
+
+int config_unix_socket_mode(const struct tern_config *cfg)
+{
+	const char *text = cfg->unix_socket_mode;
+	char *end;
+	errno = 0;
+	long mode = text && text[0] >= '0' && text[0] <= '7' ? strtol(text, &end, 8) : -1;
+	return mode < 0 || errno || *end != '\0' || mode > 0777 ? -1 : (int)mode;
 }
 
 int config_bool_of(const char *text)

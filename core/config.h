@@ -58,6 +58,7 @@ struct tern_config {
 	struct config_listen listens[CONFIG_LISTEN_MAX]; /* every address of `listen`, in order */
 	uint32_t listen_count;
 	char *unix_socket_dir, *pidfile, *logfile; /* "" = none (logfile: stderr) */
+	char *unix_socket_mode, *unix_socket_group; /* octal permission bits; a group name, "" = tern's own */
 	uint32_t workers; /* 0 = one per CPU */
 	bool pin_workers;
 	int pool_mode; /* enum config_pool_mode */
@@ -167,6 +168,8 @@ TERN_MUST_USE int config_init_defaults(struct tern_config *cfg);
  */
 TERN_MUST_USE int config_load(struct tern_config *cfg, const char *path, char *err, size_t err_size);
 /* A boolean as the config file writes one (true, false, on, off, yes, no, 1, 0; any case): 1, 0, or -1. */
+/* [tern] unix_socket_mode as permission bits (octal, up to 0777), or -1 when it is not one. */
+int config_unix_socket_mode(const struct tern_config *cfg);
 int config_bool_of(const char *text);
 /* "host:port, host:port" (as `listen` takes it: "*:port", "[ipv6]:port") into out: the count, or -1 when
  * an address is malformed, there are more than max, or none. */

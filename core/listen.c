@@ -8,6 +8,7 @@
 #include <linux/filter.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,10 +21,6 @@
 
 /* Pending connections a listening socket holds; the kernel caps it at somaxconn. */
 #define LISTEN_BACKLOG 4096
-/* The Unix socket's mode, as PgBouncer's unix_socket_mode default: any local user may connect (tern
- * authenticates them like TCP clients). */
-#define LISTEN_UNIX_MODE 0777
-
 /* The inode of the Unix socket this tern made, so exit removes only its own. */
 static ino_t listen_unix_inode;
 
@@ -293,10 +290,20 @@ int listen_open_unix(const struct tern_config *cfg, int *out, char *err, size_t 
 	struct sockaddr_un un;
 	listen_unix_path(cfg, &un);
 	(void)unlink(un.sun_path); /* stale (listen_check_free found no one), or taken over */
+	gid_t group = (gid_t)-1; /* (chown leaves it) */
+	if (cfg->unix_socket_group && cfg->unix_socket_group[0]) {
+		const struct group *g = getgrnam(cfg->unix_socket_group);
+		if (!g) {
+			snprintf(err, err_size, "[tern] unix_socket_group = %s: no such group", cfg->unix_socket_group);
+			return -ENOENT;
+		}
+		group = g->gr_gid;
+	}
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct stat st;
 	if (fd < 0 || bind(fd, (const struct sockaddr *)&un, sizeof(un)) < 0 ||
-	    chmod(un.sun_path, LISTEN_UNIX_MODE) < 0 || listen(fd, LISTEN_BACKLOG) < 0 || stat(un.sun_path, &st) < 0) {
+	    chown(un.sun_path, (uid_t)-1, group) < 0 || chmod(un.sun_path, (mode_t)config_unix_socket_mode(cfg)) < 0 ||
+	    listen(fd, LISTEN_BACKLOG) < 0 || stat(un.sun_path, &st) < 0) {
 		int rc = -errno;
 		snprintf(err, err_size, "[tern] unix_socket_dir: %s: %s", un.sun_path, strerror(-rc));
 		if (fd >= 0)

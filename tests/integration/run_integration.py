@@ -15,6 +15,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import ssl
 import struct
 import subprocess
@@ -900,7 +901,9 @@ logfile = /var/log/postgresql/pgbouncer.log
 pidfile = /var/run/postgresql/pgbouncer.pid
 listen_addr = 127.0.0.1
 listen_port = %d
-unix_socket_dir = /var/run/postgresql
+unix_socket_dir = sock
+unix_socket_mode = 0770
+unix_socket_group = root
 auth_type = scram-sha-256
 auth_file = userlist.txt
 admin_users = tern_scram
@@ -908,17 +911,26 @@ pool_mode = transaction
 default_pool_size = 4
 server_idle_timeout = 60
 """ % (ctx.pg.primary_port, ctx.pg.primary_port, ctx.pg.replica_port, port))
+        sockdir = os.path.join(workdir, "sock")
+        os.mkdir(sockdir)
         r = subprocess.run([TERN, "--import-pgbouncer", os.path.join(workdir, "pgbouncer.ini")],
                            capture_output=True, text=True, timeout=30)
         check(r.returncode == 0, "import: %s" % r.stderr)
-        for what in ("logfile", "pidfile", "unix_socket_dir", "connect_query"):
+        for what in ("logfile", "pidfile", "connect_query"):
             check(what in r.stderr, "the notes name %s: %s" % (what, r.stderr))
-        check("mode = scram" in r.stdout and "primary = host=127.0.0.1 port=%d" % ctx.pg.primary_port in r.stdout,
-              "carried over: %s" % r.stdout)
+        check("unix_socket" not in r.stderr, "the Unix socket's keys carry over: %s" % r.stderr)
+        check("mode = scram" in r.stdout and "primary = host=127.0.0.1 port=%d" % ctx.pg.primary_port in r.stdout
+              and "unix_socket_dir = %s" % sockdir in r.stdout and "unix_socket_mode = 0770" in r.stdout
+              and "unix_socket_group = root" in r.stdout, "carried over: %s" % r.stdout)
         t = TernProcess(TERN, r.stdout)
         ctx.terns.append(t)
         t.start()
+        st = os.stat(os.path.join(sockdir, ".s.PGSQL.%d" % port))
+        check(stat.S_IMODE(st.st_mode) == 0o770 and st.st_gid == 0, "the socket's mode and group: %o, gid %d"
+              % (stat.S_IMODE(st.st_mode), st.st_gid))
         check(psql_ok(t.port, "select current_user", user="tern_scram", password="scrampw") == "tern_scram", "psql")
+        check(psql_ok(t.port, "select 1", user="tern_scram", password="scrampw", extra_args=["-h", sockdir]) == "1",
+              "psql over the Unix socket")
         check(psql_ok(t.port, "select current_database()", user="tern_scram", password="scrampw",
                       dbname="appdb") == "postgres", "a [databases] entry")
         check(psql_ok(t.port, "select pg_is_in_recovery()", user="tern_scram", password="scrampw",
@@ -3478,6 +3490,44 @@ def routing_tern(ctx, level="primary", routing="", pool="", dbname=None, replica
     ctx.terns.append(t)
     t.start()
     return t
+
+
+@test
+def servers_reached_over_unix_sockets_serve_the_pool_the_monitor_and_a_moved_session(ctx):
+    """[servers] at host=/dir (PostgreSQL's socket directory): the pool logs in over the Unix socket (the
+    backend has no inet address); in transaction pooling the monitor finds the primary and the replica
+    there (a read-only transaction runs on the replica); in session pooling Transaction Replay moves a
+    session whose backend is terminated to a new connection over the socket, the client noticing nothing
+    but a new pid."""
+    sockdir = ctx.pg.base_dir
+    for mode in ("transaction", "session"):
+        config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\npool_mode = %s\n[servers]\n"
+                  "primary = host=%s port=%d\nreplica = host=%s port=%d\n"
+                  "[routing]\nmonitor_interval_ms = 100\ndefault_consistency = session\n"
+                  "[pool]\npool_size = 4\nserver_login_retry = 1s\n"
+                  % (free_port(), mode, sockdir, ctx.pg.primary_port, sockdir, ctx.pg.replica_port))
+        t = TernProcess(TERN, config)
+        ctx.terns.append(t)
+        t.start()
+        check(psql_ok(t.port, "select inet_server_addr() is null") == "t",
+              "%s pooling: the pool's connection is a Unix socket's" % mode)
+        with Wire(t.port) as w:
+            w.login("postgres")
+            if mode == "transaction":
+                w.query("begin read only")
+                check(w.query("select pg_is_in_recovery(), inet_server_addr() is null") == [["t", "t"]],
+                      "the monitor saw the replica over its socket: the read-only transaction runs there")
+                w.query("commit")
+                continue
+            pid = w.query("select pg_backend_pid()")[0][0]
+            ctx.pg.psql("select pg_terminate_backend(%s)" % pid)
+            wait_for(lambda: psql_ok(ctx.pg.primary_port,
+                                     "select count(*) from pg_stat_activity where pid = %s" % pid) == "0",
+                     "the backend gone")
+            rows = w.query("select pg_backend_pid(), inet_server_addr() is null, pg_is_in_recovery()")
+            check(rows[0][0] != pid and rows[0][1:] == ["t", "f"],
+                  "the session moved to a new primary connection over the socket: %r (was %s)" % (rows, pid))
+        check(t.alive(), "tern is up")
 
 
 @test

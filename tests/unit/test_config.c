@@ -342,6 +342,19 @@ Test(config, buffer_count_must_be_a_power_of_two)
 	expect_error_at("[tern]\nbuffer_count = 32768\n", 2, "between 16 and 16384");
 }
 
+Test(config, unix_socket_mode_is_octal_permission_bits)
+{
+	struct tern_config cfg = load_ok("[tern]\nunix_socket_mode = 0770\n");
+	cr_assert_eq(config_unix_socket_mode(&cfg), 0770);
+	config_deinit(&cfg);
+	cfg = load_ok("[tern]\n");
+	cr_assert_eq(config_unix_socket_mode(&cfg), 0777, "PgBouncer's default");
+	config_deinit(&cfg);
+	expect_error_at("[tern]\nworkers = 1\nunix_socket_mode = 0778\n", 3, "expected octal permission bits");
+	expect_error_at("[tern]\nunix_socket_mode = 1777\n", 2, "expected octal permission bits");
+	expect_error_at("[tern]\nunix_socket_mode = rwx\n", 2, "expected octal permission bits");
+}
+
 Test(config, listen_accepts_ipv4_any_ipv4_ipv6_and_names)
 {
 	struct tern_config cfg = load_ok("[tern]\nlisten = 127.0.0.1:6432\n");
