@@ -28,7 +28,6 @@
 
 struct session;
 struct leg;
-struct session_replay;
 
 /* A type hook's answers when it does not take the message over: PASS leaves it to the relay and reads it
  * (the observer's message hook is called); SKIP leaves it to the relay unread by this observer. */
@@ -139,8 +138,6 @@ void journal_note_unread_query(struct session *s);
 /* The primary connection was lost and the session goes on (recover.c): what was sent there will not be
  * answered there; with is_moved, the transaction goes on on the next primary (a replay). */
 void journal_on_lost(struct session *s, bool is_moved);
-/* The record of the requests in flight closes (recover.c: a lost leg's, which it took). */
-void replay_close(struct session_replay *r);
 /* What is held goes to the client (counted as leg's), ahead of what leg says next. */
 void replay_flush_preamble(struct session *s, struct leg *leg);
 /* session_parts.preamble_reply, while the start of an answer is held: a reply tern made up ahead of the

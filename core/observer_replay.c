@@ -40,14 +40,6 @@ static void replay_give_up(struct session_replay *r)
 	recover_clear_tx_log(r);
 }
 
-void replay_close(struct session_replay *r)
-{
-	r->is_open = r->is_unloggable = r->has_parse = r->has_named_parse = r->is_hashing = r->has_tx_ended = false;
-	r->noted = r->logged = 0;
-	r->inflight.len = 0;
-	r->stale_plan = REPLAY_STALE_NONE;
-}
-
 /* The record opens: the leg's position in both directions, and its transaction status before (a
  * detached primary leg holds no transaction in transaction pooling). */
 static void replay_open(struct session *s, struct leg *leg)
@@ -83,7 +75,7 @@ static unsigned replay_client_type(struct session *s, struct leg *leg, uint8_t t
 	(void)type;
 	if (leg->role == LEG_PRIMARY) {
 		if (s->replay.is_open && leg_client_owed(leg) == 0 && !leg->is_unsynced)
-			replay_close(&s->replay); /* tern answered it all (observer_stmts: a Parse and Close batch) */
+			recover_close_record(&s->replay); /* tern answered it all (observer_stmts: a Parse and Close batch) */
 		replay_open(s, leg);
 		s->replay.noted++;
 	}
@@ -440,7 +432,7 @@ static void replay_run_again(struct session *s, struct leg *leg)
 	}
 	struct base_bytes again = r->inflight;
 	r->inflight = (struct base_bytes){0};
-	replay_close(r);
+	recover_close_record(r);
 	r->stale_plan = REPLAY_STALE_RERUN;
 	s->host->stats.stale_plan_reruns++;
 	s->parts->feed(s, leg, true, again.data, again.len);
@@ -535,7 +527,7 @@ static int replay_server_message(struct session *s, struct leg *leg, const struc
 		replay_add_step(s);
 	else if (leg->tx_status != 'T')
 		recover_forget_tx(r); /* the transaction ended (or failed: it is never replayed) */
-	replay_close(r);
+	recover_close_record(r);
 	return 0;
 }
 

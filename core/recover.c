@@ -304,6 +304,14 @@ void recover_forget_tx(struct session_replay *r)
 	recover_clear_tx_log(r);
 }
 
+void recover_close_record(struct session_replay *r)
+{
+	r->is_open = r->is_unloggable = r->has_parse = r->has_named_parse = r->is_hashing = r->has_tx_ended = false;
+	r->noted = r->logged = 0;
+	r->inflight.len = 0;
+	r->stale_plan = REPLAY_STALE_NONE;
+}
+
 /* ---- the decision carried out ---- */
 
 void recover_send_ready(struct session *s, char status)
@@ -366,7 +374,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 	journal_on_lost(s, d->tr.action == TR_REPLAY); /* what it sent there is answered here, or again */
 	struct base_bytes again = r->inflight; /* the Query in flight, for TR_REEXECUTE */
 	r->inflight = (struct base_bytes){0};
-	replay_close(r);
+	recover_close_record(r);
 	r->preamble.len = 0; /* the start of the lost answer, never shown */
 	struct leg *fresh = session_set_aside_leg(s, LEG_PRIMARY); /* set aside: this runs in its completion */
 	if (!fresh) {

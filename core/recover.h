@@ -71,6 +71,11 @@ enum tr_tx recover_tx_state(const struct session *s, char status);
 void recover_forget_tx(struct session_replay *r);
 /* Empties the transaction's record (its steps, and the statements they use). */
 void recover_clear_tx_log(struct session_replay *r);
+/* The record of the requests in flight closes: the primary's leg owes the client nothing more
+ * (observer_replay.c: the ReadyForQuery that answers it all, or tern answered it itself), a stale plan's
+ * request is about to run again (observer_replay.c), or the leg was lost (recover_start, which took what
+ * the record held). */
+void recover_close_record(struct session_replay *r);
 /* The session ends: off the waits. */
 void recover_end(struct session *s);
 /* observer_replay, at the last hidden answer of a replay: verified, the statement in flight and what the

@@ -495,6 +495,11 @@ void session_login_free(struct session *s);
 
 /* The primary's leg: it exists from session_create on. */
 static inline struct leg *session_primary(const struct session *s) { return s->legs[LEG_PRIMARY]; }
+/* Each leg the session holds, in role order (a role may have none); `leg` is declared by the caller. */
+#define SESSION_EACH_LEG(s, leg)                                  \
+	for (uint32_t role_ = 0; role_ < LEG_ROLE_COUNT; role_++) \
+		if (((leg) = (s)->legs[role_]) == NULL) {         \
+		} else
 /* The leg the client's messages go to now: a replica's while a routed batch runs there, else the
  * primary's (observer_stmts.c keeps its replies on it). */
 static inline struct leg *session_client_leg(const struct session *s)
@@ -564,6 +569,8 @@ void session_starve(struct session *s, uint8_t group);
 void session_release_client_buffers(struct session *s);
 /* Re-arms the receives whose group has free buffers again; true when none is left waiting. */
 bool session_resume_starved(struct session *s);
+/* Off host->starved: its receives are re-armed by whoever arms them next (at the end, and when freed). */
+void session_unstarve(struct session *s);
 /* Ends the session if one of the client-side timeouts has passed. */
 void session_check_timeouts(struct session *s, uint64_t now_ns);
 /* The session's time to say goodbye ran out: cut the client, and the servers it still waits for (a reset

@@ -53,7 +53,7 @@ static const char *const module_names[] = {"other", "core/base", "core", "pool",
 static const char *const core_order[] = {
 	"proto", "sendq", "reasons", "sql", "classify", "split", "digest", "params", "stmts", "databases", "config", "import", "listen",
 	"gates", "failovers", "history", "history_replay", "runtime", "patroni", "monitor_conn", "monitor", "shadow", "host", "route_types", "leg",
-	"session", "session_tls", "observer", "observer_copy", "observer_stmts_replies", "observer_stmts", "observer_params", "observer_pins",
+	"session", "session_events", "session_tls", "observer", "observer_copy", "observer_stmts_replies", "observer_stmts", "observer_params", "observer_pins",
 	"observer_stats", "observer_digest", "observer_shadow", "dispatch", "route_internal", "route_setting", "route", "route_batch", "route_guard", "route_observer", "recover", "recover_wait", "observer_sets", "observer_replay",
 	"observer_journal",
 	"session_login", "session_relay",
