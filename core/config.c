@@ -1300,6 +1300,45 @@ void config_print_markdown(FILE *out)
 	}
 }
 
+/* Text for roff: a backslash would start an escape and a '.' or '\'' first on a line a request. */
+static void config_print_roff(FILE *out, const char *text)
+{
+	if (*text == '.' || *text == '\'')
+		fputs("\\&", out);
+	for (; *text != '\0'; text++) {
+		if (*text == '\\')
+			fputs("\\e", out);
+		else if (*text == '-')
+			fputs("\\-", out);
+		else
+			fputc(*text, out);
+	}
+}
+
+void config_print_man(FILE *out)
+{
+	TERN_ASSERT(out != NULL);
+	const char *section = "";
+	for (size_t i = 0; i < CONFIG_KEY_COUNT; i++) {
+		const struct config_key *key = &config_keys[i];
+		char allowed[CONFIG_REASON_MAX / 4];
+		config_format_allowed(key, ", ", "..", allowed, sizeof(allowed));
+		if (strcmp(section, key->section) != 0) {
+			section = key->section;
+			fprintf(out, ".SS [%s]\n", section);
+		}
+		fputs(".TP\n\\fB", out);
+		config_print_roff(out, key->key);
+		fputs("\\fR = ", out);
+		config_print_roff(out, key->default_text[0] != '\0' ? key->default_text : "\"\"");
+		fputs(" (", out);
+		config_print_roff(out, allowed);
+		fputs((key->flags & CONFIG_RELOAD) != 0 ? "; reloadable)\n" : "; restart to change)\n", out);
+		config_print_roff(out, key->help);
+		fputc('\n', out);
+	}
+}
+
 size_t config_key_count(void)
 {
 	return CONFIG_KEY_COUNT;

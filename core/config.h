@@ -184,6 +184,8 @@ void config_print_help(FILE *out);
 /* A Markdown table | Section | Key | Default | Allowed | Reload | Meaning |; README's reference is this
  * output verbatim. */
 void config_print_markdown(FILE *out);
+/* The keys as the CONFIGURATION section of tern(1): roff, one .SS per section, one .TP per key. */
+void config_print_man(FILE *out);
 
 size_t config_key_count(void);
 

@@ -21,8 +21,10 @@
 #include <errno.h>
 #include <netdb.h>
 #include <signal.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -30,6 +32,26 @@
 #define TERN_VERSION "0.0.0"
 #endif
 /* Pending connections per listener: bursts of pgbench -C or a fleet's reconnect storm. */
+
+/* systemd's readiness protocol (Type=notify): one datagram of "KEY=VALUE" lines to the socket named by
+ * NOTIFY_SOCKET ('@' first: the abstract namespace). No-op when tern was not started by systemd. */
+static void main_notify(const char *state)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un un = {.sun_family = AF_UNIX};
+	size_t len = path ? strlen(path) : 0;
+	if (len == 0 || len >= sizeof(un.sun_path) || (path[0] != '/' && path[0] != '@'))
+		return;
+	memcpy(un.sun_path, path, len);
+	if (un.sun_path[0] == '@')
+		un.sun_path[0] = '\0';
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || sendto(fd, state, strlen(state), MSG_NOSIGNAL, (const struct sockaddr *)&un,
+			     (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len)) < 0)
+		TERN_WARN("NOTIFY_SOCKET %s: cannot tell systemd \"%s\": %s", path, state, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+}
 
 static void main_usage(FILE *out)
 {
@@ -45,7 +67,38 @@ static void main_usage(FILE *out)
 		     "                             naming on stderr every setting it cannot carry over\n"
 		     "       tern --version        print the version\n"
 		     "       tern --help           print this text\n"
-		     "       tern --help-config    describe every config key (--help-config=markdown: as a table)\n");
+		     "       tern --help-config    describe every config key (--help-config=markdown: as a table)\n"
+		     "       tern --man            print the manual page, tern(1)\n");
+}
+
+/* tern(1), as `meson install` puts it: the usage, the signals, and every config key from the table. */
+static void main_print_man(FILE *out)
+{
+	fprintf(out, ".TH TERN 1 \"\" \"tern %s\" \"User Commands\"\n"
+		     ".SH NAME\ntern \\- a PostgreSQL proxy: pooling, reads on replicas, Transaction Replay\n"
+		     ".SH SYNOPSIS\n.B tern \\-c\n.I FILE\n.RB [ \\-\\-tr=false ]\n.RB [ \\-\\-takeover ]\n.br\n"
+		     ".B tern \\-\\-import\\-pgbouncer\n.I FILE\n.br\n"
+		     ".B tern\n.RB [ \\-\\-version | \\-\\-help | \\-\\-help\\-config | \\-\\-man ]\n"
+		     ".SH DESCRIPTION\n"
+		     "tern sits between applications and a PostgreSQL primary with streaming replicas. It pools server\n"
+		     "connections (session or transaction pooling), sends reads to replicas without stale results, and\n"
+		     "on a primary failure keeps the client's connection open and moves its session to the new primary\n"
+		     "(Transaction Replay). Its configuration is one ini file, described below key by key.\n"
+		     ".SH OPTIONS\n.nf\n",
+		TERN_VERSION);
+	main_usage(out);
+	fputs(".fi\n.SH SIGNALS\n"
+	      ".TP\n.B SIGHUP\nreloads the configuration file: reloadable keys take effect, the others are logged as\n"
+	      "needing a restart. Under systemd: systemctl reload tern.\n"
+	      ".TP\n.B SIGTERM\nstops accepting clients and exits when every session holds no open transaction, or at\n"
+	      "shutdown_timeout.\n"
+	      ".TP\n.B SIGINT\nends every session at once.\n"
+	      ".SH SYSTEMD\nStarted with Type=notify, tern says READY=1 once it listens, RELOADING=1 and READY=1\n"
+	      "around a reload, and STOPPING=1 when it stops (NOTIFY_SOCKET).\n"
+	      ".SH CONFIGURATION\n",
+	      out);
+	config_print_man(out);
+	fputs(".SH SEE ALSO\n.BR psql (1),\n.BR pgbench (1),\n.BR pgbouncer (1)\n", out);
 }
 
 /* Configs and user lists replaced by a reload: a worker may still be reading one, so they are freed
@@ -292,6 +345,9 @@ int main(int argc, char **argv)
 		} else if (strcmp(argv[i], "--help-config=markdown") == 0) {
 			config_print_markdown(stdout);
 			return 0;
+		} else if (strcmp(argv[i], "--man") == 0) {
+			main_print_man(stdout);
+			return 0;
 		} else {
 			fprintf(stderr, "tern: unknown argument \"%s\"\n", argv[i]);
 			main_usage(stderr);
@@ -480,6 +536,8 @@ int main(int argc, char **argv)
 		  cfg.pool_mode == CONFIG_POOL_TRANSACTION ? "transaction" : "session", cfg.primary_conninfo,
 		  is_takeover ? " (a takeover: beside the tern already there)" : "");
 
+	main_notify("READY=1\nSTATUS=accepting clients");
+
 	/* SIGINT ends every session at once. SIGTERM drains: tern accepts no one and ends each session
 	 * as soon as it holds no transaction open, then exits, or at shutdown_timeout, whatever is left. */
 	uint64_t drain_deadline_ns = 0;
@@ -491,16 +549,21 @@ int main(int argc, char **argv)
 		if (sig == SIGHUP) {
 			/* Odd while reloading, even after: the admin RELOAD waits for a reload begun after it asked. */
 			__atomic_add_fetch(&rt.reload_generation, 1, __ATOMIC_RELEASE);
+			main_notify("RELOADING=1");
 			int rc = main_reload(&rt, opener, config_path, &retired);
 			__atomic_store_n(&rt.reload_result, rc, __ATOMIC_RELAXED);
 			__atomic_add_fetch(&rt.reload_generation, 1, __ATOMIC_RELEASE);
+			main_notify(rc == 0 ? "READY=1\nSTATUS=accepting clients"
+					    : "READY=1\nSTATUS=accepting clients; the last reload failed (see the log)");
 			continue;
 		}
 		if (sig == SIGINT) {
 			TERN_INFO("SIGINT: shutting down now");
+			main_notify("STOPPING=1");
 			break;
 		}
 		if (sig == SIGTERM && !drain_deadline_ns) {
+			main_notify("STOPPING=1\nSTATUS=draining: accepting no new clients");
 			TERN_INFO("SIGTERM: accepting no new clients; exiting when running transactions end "
 				  "(shutdown_timeout %.1fs, SIGINT to stop at once)",
 				  rt.config->shutdown_timeout_ms / 1000.0);

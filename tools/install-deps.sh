@@ -14,6 +14,7 @@ PACKAGES=(
     libjansson-dev
     postgresql postgresql-contrib pgbouncer
     python3 clang
+    systemd groff-base man-db
     patroni etcd-server etcd-client
     python3-psycopg python3-prometheus-client python3-matplotlib nodejs openjdk-17-jdk-headless libpostgresql-jdbc-java
 )
