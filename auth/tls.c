@@ -704,6 +704,21 @@ bool tls_conn_has_client_certificate(const struct tls_conn *conn)
 	       SSL_get_verify_result(conn->ssl) == X509_V_OK;
 }
 
+bool tls_conn_client_common_name(const struct tls_conn *conn, char *out, size_t size)
+{
+	TERN_ASSERT(conn != NULL && size > 0);
+	out[0] = '\0';
+	if (!tls_conn_has_client_certificate(conn))
+		return false;
+	X509_NAME *subject = X509_get_subject_name(SSL_get0_peer_certificate(conn->ssl));
+	int n = subject ? X509_NAME_get_text_by_NID(subject, NID_commonName, out, (int)size) : -1;
+	if (n <= 0 || (size_t)n >= size || strlen(out) != (size_t)n) {
+		out[0] = '\0';
+		return false;
+	}
+	return true;
+}
+
 const char *tls_conn_protocol_name(const struct tls_conn *conn)
 {
 	TERN_ASSERT(conn != NULL);

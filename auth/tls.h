@@ -132,6 +132,9 @@ bool tls_conn_is_handshake_done(const struct tls_conn *conn);
 bool tls_conn_is_alpn_postgresql(const struct tls_conn *conn);
 /* True once the handshake is done with a client certificate that verified against the ca_file. */
 bool tls_conn_has_client_certificate(const struct tls_conn *conn);
+/* The common name (CN) of a client certificate that client_tls_ca_file vouched for, into out: false when
+ * there is none, it has no CN, or the CN does not fit (or holds a NUL). */
+bool tls_conn_client_common_name(const struct tls_conn *conn, char *out, size_t size);
 /* For logs: "TLSv1.3", "TLS_AES_256_GCM_SHA384"; "" before the handshake is done. */
 const char *tls_conn_protocol_name(const struct tls_conn *conn);
 const char *tls_conn_cipher_name(const struct tls_conn *conn);

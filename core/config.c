@@ -98,7 +98,7 @@ static const char *const config_on_lost_names[] = {"replica", "primary", NULL};
 static const char *const config_on_error_names[] = {"primary", "client", NULL};
 static const char *const config_fsync_names[] = {"commit", "interval", "none", NULL};
 static const char *const config_tr_mode_names[] = {"none", "session", "select", "transaction", NULL};
-static const char *const config_auth_mode_names[] = {"trust", "md5", "scram", NULL};
+static const char *const config_auth_mode_names[] = {"trust", "md5", "scram", "cert", NULL};
 static const char *const config_tls_mode_names[] = {"disable", "allow", "prefer", "require", NULL};
 static const char *const config_tls_protocol_names[] = {"TLSv1.2", "TLSv1.3", NULL};
 /* Other spellings an enum value is read in, as another tool writes it; tern shows its own name. */
@@ -291,7 +291,9 @@ static const struct config_key config_keys[] = {
 		   "0A000 once on each server connection that held it, as with a prepared statement of its own"),
 	CONFIG_KEY("auth", "mode", CONFIG_ENUM, "trust", 0, 0, CONFIG_RELOAD, auth_mode,
 		   config_auth_mode_names,
-		   "how clients authenticate to tern; scram-sha-256 is taken for scram, as PgBouncer writes it"),
+		   "how clients authenticate to tern; scram-sha-256 is taken for scram, as PgBouncer writes it; cert: "
+		   "over TLS with a client certificate client_tls_ca_file vouches for, whose common name (CN) is the "
+		   "user name (PgBouncer's auth_type = cert)"),
 	CONFIG_KEY(
 		"auth", "auth_file", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD | CONFIG_PATH, auth_file, NULL,
 		"PgBouncer userlist.txt file with plaintext passwords, md5 hashes or SCRAM secrets; relative "
@@ -1113,6 +1115,12 @@ static void config_check_across_keys(struct config_parse *parse)
 		config_fail(parse, config_key_line(parse, "tls", "client_tls_sslmode"),
 			    "[tls] client_tls_sslmode: %s needs client_tls_cert_file and client_tls_key_file",
 			    config_tls_mode_names[cfg->client_tls_sslmode]);
+	}
+	if (cfg->auth_mode == CONFIG_AUTH_CERT &&
+	    (cfg->client_tls_sslmode == CONFIG_TLS_DISABLE || !cfg->client_tls_ca_file || !cfg->client_tls_ca_file[0])) {
+		config_fail(parse, config_key_line(parse, "auth", "mode"),
+			    "[auth] mode = cert needs [tls] client_tls_sslmode and client_tls_ca_file (the CA that "
+			    "vouches for the clients' certificates)");
 	}
 	struct config_listen patroni[CONFIG_PATRONI_MAX];
 	if (cfg->patroni_api && cfg->patroni_api[0] &&

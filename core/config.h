@@ -32,7 +32,7 @@ enum config_consistency {
 };
 /* [replay] tr_mode, in replay/decide.h's enum tr_mode order. */
 enum config_tr_mode { CONFIG_TR_NONE = 0, CONFIG_TR_SESSION, CONFIG_TR_SELECT, CONFIG_TR_TRANSACTION };
-enum config_auth_mode { CONFIG_AUTH_TRUST = 0, CONFIG_AUTH_MD5 = 1, CONFIG_AUTH_SCRAM = 2 };
+enum config_auth_mode { CONFIG_AUTH_TRUST = 0, CONFIG_AUTH_MD5 = 1, CONFIG_AUTH_SCRAM = 2, CONFIG_AUTH_CERT = 3 };
 /* client_tls_sslmode: allow and prefer behave alike on the server side (TLS when the client asks). */
 enum config_tls_mode { CONFIG_TLS_DISABLE = 0, CONFIG_TLS_ALLOW = 1, CONFIG_TLS_PREFER = 2, CONFIG_TLS_REQUIRE = 3 };
 

@@ -189,7 +189,7 @@ static void import_pgbouncer_key(struct import *im, const char *name, const char
 		break;
 	case IMPORT_AUTH_TYPE:
 		if (strcasecmp(value, "scram-sha-256") == 0 || strcasecmp(value, "md5") == 0 ||
-		    strcasecmp(value, "trust") == 0)
+		    strcasecmp(value, "trust") == 0 || strcasecmp(value, "cert") == 0)
 			break;
 		if (strcasecmp(value, "any") == 0) {
 			put = "trust";
@@ -198,7 +198,7 @@ static void import_pgbouncer_key(struct import *im, const char *name, const char
 		}
 		put = "md5";
 		import_note(im, line,
-			    "auth_type = %s: tern knows trust, md5 and scram-sha-256; md5 (which asks SCRAM of "
+			    "auth_type = %s: tern knows trust, md5, scram-sha-256 and cert; md5 (which asks SCRAM of "
 			    "users with SCRAM secrets) is written: check it is what you want",
 			    value);
 		break;

@@ -221,7 +221,8 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 		TERN_ERROR("SIGHUP: [auth] auth_file: %s; nothing changed", err);
 		goto fail;
 	}
-	if (!auth_file && !next->auth_user[0] && next->auth_mode != CONFIG_AUTH_TRUST) {
+	if (!auth_file && !next->auth_user[0] && next->auth_mode != CONFIG_AUTH_TRUST &&
+	    next->auth_mode != CONFIG_AUTH_CERT) {
 		TERN_ERROR("SIGHUP: [auth] mode needs an auth_file or an auth_user; nothing changed");
 		goto fail;
 	}
@@ -387,7 +388,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		rt.auth_file = auth_file;
-	} else if (cfg.auth_mode != CONFIG_AUTH_TRUST && !cfg.auth_user[0]) {
+	} else if (cfg.auth_mode != CONFIG_AUTH_TRUST && cfg.auth_mode != CONFIG_AUTH_CERT && !cfg.auth_user[0]) {
 		fprintf(stderr, "tern: %s: [auth] mode = %s needs [auth] auth_file with the users' passwords, or an auth_user\n",
 			config_path, cfg.auth_mode == CONFIG_AUTH_MD5 ? "md5" : "scram");
 		return 2;

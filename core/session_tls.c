@@ -212,6 +212,12 @@ size_t session_tls_channel_binding(const struct session *s, const uint8_t **data
 	return s->tls ? tls_conn_channel_binding(s->tls->conn, data) : 0;
 }
 
+bool session_tls_client_common_name(const struct session *s, char *out, size_t size)
+{
+	out[0] = '\0';
+	return s->tls && tls_conn_client_common_name(s->tls->conn, out, size);
+}
+
 void session_tls_describe(const struct session *s, char *out, size_t size)
 {
 	out[0] = '\0';

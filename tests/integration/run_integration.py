@@ -29,7 +29,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from pgcluster import PgCluster, clean_env, find_pg_bindir, free_port  # noqa: E402
-from procs import PgBouncerProcess, TernProcess  # noqa: E402
+from procs import PgBouncerProcess, ProcessError, TernProcess  # noqa: E402
 from wire import (FLUSH, SYNC, Wire, WireError, bind, close, data_row, describe, error_fields, execute,  # noqa: E402
                   message, parse, scram_secret, startup_packet)
 
@@ -2497,14 +2497,15 @@ def a_second_ssl_request_is_a_protocol_violation(ctx):
 SSL_REQUEST = struct.pack("!II", 8, 80877103)
 
 
-def make_certificate(ctx, name, key="rsa:2048"):
-    """A self-signed certificate for localhost / 127.0.0.1, made with the openssl command; returns the
-    {"NAME.crt": ..., "NAME.key": ...} files for ctx.tern(files=...) and the certificate's path."""
+def make_certificate(ctx, name, key="rsa:2048", cn="localhost"):
+    """A self-signed certificate for localhost / 127.0.0.1 (its common name `cn`), made with the openssl
+    command; returns the {"NAME.crt": ..., "NAME.key": ...} files for ctx.tern(files=...) and the
+    certificate's path."""
     directory = os.path.join(ctx.pg.base_dir, "certs")
     os.makedirs(directory, exist_ok=True)
     crt, keyfile = os.path.join(directory, name + ".crt"), os.path.join(directory, name + ".key")
     if not os.path.exists(crt):
-        argv = ["openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+        argv = ["openssl", "req", "-x509", "-nodes", "-days", "2", "-subj", "/CN=" + cn,
                 "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", keyfile, "-out", crt]
         argv += ["-newkey", key] if key != "ed25519" else ["-newkey", "ed25519"]
         subprocess.run(argv, check=True, capture_output=True, timeout=60)
@@ -2769,6 +2770,45 @@ def tls_client_certificates_are_checked_against_client_tls_ca_file(ctx):
           "a certificate from another issuer is refused: %r" % r.stderr)
     r = psql_tls(t, "select 3")
     check(r.returncode == 0 and r.stdout.strip() == "3", "a client without a certificate is served: %r" % r.stderr)
+
+
+@test
+def cert_auth_logs_in_the_user_a_verified_client_certificate_names(ctx):
+    """[auth] mode = cert (PgBouncer's auth_type = cert): a client over TLS whose certificate
+    client_tls_ca_file vouches for logs in as the user its CN names, with no password; a certificate
+    naming another user, none, or no TLS at all gets 28000 "certificate authentication failed"; the
+    admin console takes the same check. A config without client_tls_ca_file is refused at startup."""
+    certs = {}
+    for cn in ("postgres", "alice"):
+        files, crt = make_certificate(ctx, "client-" + cn, cn=cn)
+        certs[cn] = "sslcert=%s sslkey=%s" % (crt, crt[:-len(".crt")] + ".key")
+    bundle = "".join(open(os.path.join(ctx.pg.base_dir, "certs", "client-%s.crt" % cn)).read()
+                     for cn in ("postgres", "alice"))
+    files, crt = make_certificate(ctx, "tern")
+    files["clients.crt"] = bundle
+    t = ctx.tern(auth="cert", files=files, extra="[admin]\nadmin_users = postgres\n[tls]\nclient_tls_sslmode = prefer\n"
+                 "client_tls_cert_file = tern.crt\nclient_tls_key_file = tern.key\nclient_tls_ca_file = clients.crt\n")
+    r = psql_tls(t, "select current_user", conninfo=certs["postgres"])
+    check(r.returncode == 0 and r.stdout.strip() == "postgres", "the certificate's user: %r" % r.stderr)
+    r = psql_tls(t, "show pools", conninfo=certs["postgres"], dbname="pgbouncer")
+    check(r.returncode == 0 and "postgres" in r.stdout, "the admin console with it: %r" % r.stderr)
+    for what, conninfo, sslmode in (("another user's certificate", certs["alice"], "require"),
+                                    ("no certificate", "", "require"), ("no TLS", "", "disable")):
+        r = psql_tls(t, "select 1", sslmode=sslmode, conninfo=conninfo)
+        check(r.returncode != 0 and 'certificate authentication failed for user "postgres"' in r.stderr,
+              "%s is refused: %r" % (what, r.stderr))
+    with Wire(t.port) as w:
+        w.send(startup_packet("postgres"))
+        fields = w.expect_error_and_close()
+        check(fields is not None and fields["C"] == "28000", "28000 on the wire: %r" % fields)
+    check(t.alive(), "tern is up")
+    bad = TernProcess(TERN, "[tern]\nlisten = 127.0.0.1:%d\n[servers]\nprimary = host=127.0.0.1 port=%d\n"
+                      "[auth]\nmode = cert\n" % (free_port(), ctx.pg.primary_port))
+    try:
+        bad.start(timeout=10)
+        check(False, "a cert mode without client_tls_ca_file starts")
+    except ProcessError as e:
+        check("client_tls_ca_file" in str(e), "refused, naming client_tls_ca_file: %s" % e)
 
 
 @test
