@@ -150,11 +150,16 @@ def parse_args(argv):
                    help="start the primary only")
     p.add_argument("--fail-fast", action="store_true",
                    help="stop at the first failed run")
+    p.add_argument("--server-socket", action="store_true",
+                   help="tern and PgBouncer reach PostgreSQL over its Unix socket (host=DIR) instead of "
+                        "loopback TCP; clients still connect over TCP, and direct and relay runs stay on TCP")
     p.add_argument("--tls", action="store_true",
                    help="clients reach tern and PgBouncer over TLS (sslmode=require, a self-signed "
                         "certificate made with the openssl command); direct stays plaintext, as the "
                         "PostgreSQL started here has no certificate")
     args = p.parse_args(argv)
+    if args.server_socket and args.pg_port:
+        p.error("--server-socket needs the PostgreSQL this driver starts (its socket directory), not --pg-port")
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
@@ -217,7 +222,7 @@ def make_tls_certificate(stack):
     return crt, key
 
 
-def tern_config(port, pg_port, workers, pool_size, tls=None, extra=()):
+def tern_config(port, pg_port, workers, pool_size, tls=None, extra=(), pg_host="127.0.0.1"):
     tls_lines = [] if tls is None else [
         "[tls]", "client_tls_sslmode = require", "client_tls_cert_file = %s" % tls[0],
         "client_tls_key_file = %s" % tls[1]]
@@ -228,7 +233,7 @@ def tern_config(port, pg_port, workers, pool_size, tls=None, extra=()):
     ] + ([] if any(kv.split("=", 1)[0].strip() == "pool_mode" for kv in extra) else ["pool_mode = transaction"]) + [
         "%s = %s" % tuple(part.strip() for part in kv.split("=", 1)) for kv in extra] + [
         "[servers]",
-        "primary = host=127.0.0.1 port=%d" % pg_port,
+        "primary = host=%s port=%d" % (pg_host, pg_port),
         "[pool]",
         "pool_size = %d" % pool_size,
         "[auth]",
@@ -473,6 +478,9 @@ def bench(args, stack):
 
     # ------------------------------------------------------------ proxies
     ports = {"direct": pg_port}
+    pg_host = cluster.base_dir if args.server_socket else "127.0.0.1"
+    if args.server_socket:
+        log("tern and PgBouncer reach PostgreSQL over its Unix socket in %s" % pg_host)
     procs = {}
     tls = make_tls_certificate(stack) if args.tls else None
     if tls:
@@ -480,7 +488,7 @@ def bench(args, stack):
     for target in [t for t in args.targets if t.startswith("tern")]:
         m = re.match(r"tern-(\d+)w$", target)
         workers = int(m.group(1)) if m else args.tern_workers
-        cfg = tern_config(free_port(), pg_port, workers, args.pool_size, tls, args.tern_set)
+        cfg = tern_config(free_port(), pg_port, workers, args.pool_size, tls, args.tern_set, pg_host)
         if target == "tern-tr-none":
             cfg += "[replay]\ntr_mode = none\n"
         elif target == "tern-tr-off":
@@ -508,7 +516,7 @@ def bench(args, stack):
         log("starting pgbouncer (pool_size=%d, transaction pooling) ..."
             % args.pool_size)
         b = stack.enter_context(PgBouncerProcess(
-            pg_port, args.pool_size, pool_mode="transaction",
+            pg_port, args.pool_size, pool_mode="transaction", server_host=pg_host,
             max_client_conn=max(1000, max(args.clients) + 10),
             extra_settings=() if tls is None else (
                 "client_tls_sslmode = require", "client_tls_cert_file = %s" % tls[0],

@@ -30,7 +30,8 @@ meson compile -C build-release
 if [[ -z ${PYTHON:-} ]]; then
     if [[ -x /usr/bin/python3 ]]; then PYTHON=/usr/bin/python3; else PYTHON=python3; fi
 fi
-echo "==> benchmarking: $PYTHON bench/pgbench_driver.py --targets tern,direct,pgbouncer --workloads select-only,tpcb-like --modes extended --clients 1,16,64 --duration 10 --tern-binary build-release/tern $*"
+# tern and PgBouncer reach PostgreSQL over its Unix socket, as a proxy on the database's host would.
+echo "==> benchmarking: $PYTHON bench/pgbench_driver.py --targets tern,direct,pgbouncer --workloads select-only,tpcb-like --modes extended --clients 1,16,64 --duration 10 --server-socket --tern-binary build-release/tern $*"
 exec "$PYTHON" bench/pgbench_driver.py \
     --tern-binary build-release/tern \
     --targets tern,direct,pgbouncer \
@@ -38,4 +39,5 @@ exec "$PYTHON" bench/pgbench_driver.py \
     --modes extended \
     --clients 1,16,64 \
     --duration 10 \
+    --server-socket \
     "$@"

@@ -298,7 +298,7 @@ class RelayProcess(_MeasuredProcess):
 
 
 class PgBouncerProcess(_MeasuredProcess):
-    """pgbouncer in front of 127.0.0.1:server_port, trust auth, run as the
+    """pgbouncer in front of server_host:server_port (a host, or PostgreSQL's socket directory), trust auth, run as the
     postgres OS user when we are root (the PID held is pgbouncer itself).
     users: names written to auth_file with an empty password (trust auth
     still needs the user to be listed there)."""
@@ -307,7 +307,7 @@ class PgBouncerProcess(_MeasuredProcess):
     binary = "/usr/sbin/pgbouncer"
 
     def __init__(self, server_port, pool_size, pool_mode="transaction",
-                 max_client_conn=1000, users=("postgres",), extra_settings=()):
+                 max_client_conn=1000, users=("postgres",), extra_settings=(), server_host="127.0.0.1"):
         super().__init__()
         self.server_port = server_port
         self.pool_size = pool_size
@@ -341,7 +341,7 @@ class PgBouncerProcess(_MeasuredProcess):
         with open(ini, "w") as f:
             f.write("\n".join([
                 "[databases]",
-                "* = host=127.0.0.1 port=%d" % server_port,
+                "* = host=%s port=%d" % (server_host, server_port),
                 "",
                 "[pgbouncer]",
                 "listen_addr = 127.0.0.1",
