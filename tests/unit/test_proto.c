@@ -1137,9 +1137,12 @@ static bool held_in_chunk[8];
 static uint32_t held_offset[8];
 static uint32_t held_count;
 
+static uint32_t held_feed_seq[8];
+
 static int held_on_message(void *ctx, uint8_t type, const uint8_t *body, uint32_t body_len)
 {
 	cr_assert_lt(held_count, 8u);
+	held_feed_seq[held_count] = proto_stream_feed_seq(held_stream);
 	held_in_chunk[held_count] = proto_stream_message_offset(held_stream, &held_offset[held_count]);
 	held_count++;
 	return rec_on_message(ctx, type, body, body_len);
@@ -1185,6 +1188,11 @@ Test(proto, held_messages_are_not_forwarded_and_may_pass_the_inspect_limit)
 	cr_assert(held_in_chunk[0], "the small held message lies whole in the first chunk");
 	cr_assert_eq(held_offset[0], 7u);
 	cr_assert_not(held_in_chunk[1], "the big one was assembled");
+	/* A pointer into a chunk is good while the feed_seq it was noted with is the stream's: odd during a
+	 * feed, another value in every later feed, and changed once the feed returns. */
+	cr_assert(held_feed_seq[0] % 2 == 1 && held_feed_seq[1] % 2 == 1, "odd while a chunk is fed");
+	cr_assert_neq(held_feed_seq[0], held_feed_seq[1], "each feed its own");
+	cr_assert_neq(proto_stream_feed_seq(&stream), held_feed_seq[1], "not the same once the feed returned");
 	cr_assert_eq(r.inspected_len, (5 + 3) + (5 + big));
 	cr_assert_eq(r.inspected[8 + 5 + big - 1], 0x5a);
 	cr_assert_eq(r.forwarded_len, 7u + 6u, "only the E messages are forwarded");
