@@ -8,7 +8,7 @@
 #include "digest.h"
 #include "history.h"
 #include "history_replay.h"
-#include "monitor.h"
+#include "routing/monitor.h"
 #include "shadow.h"
 #include "replay/decide.h"
 #include "worker.h"

@@ -9,7 +9,7 @@
 #include "history.h"
 #include "shadow.h"
 #include "http.h"
-#include "monitor.h"
+#include "routing/monitor.h"
 #include "dispatch.h"
 #include "pool/opener.h"
 #include "pool/pool.h"

@@ -17,7 +17,7 @@
 #include "observer.h"
 #include "classify.h"
 #include "recover.h"
-#include "route.h"
+#include "routing/route.h"
 #include "session.h"
 #include "sql.h"
 

@@ -2,7 +2,7 @@
 #include "recover.h"
 
 #include "classify.h"
-#include "monitor.h"
+#include "routing/monitor.h"
 #include "observer.h"
 
 #include <inttypes.h>

@@ -3,7 +3,7 @@
  * server that is no longer the primary. */
 #include "recover.h"
 
-#include "monitor.h"
+#include "routing/monitor.h"
 #include "observer.h"
 
 #include <inttypes.h>

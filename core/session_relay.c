@@ -4,7 +4,7 @@
  * knows nothing of what they keep. ReadyForQuery ends a transaction: the leg may go back. */
 #include "dispatch.h"
 #include "recover.h"
-#include "route.h"
+#include "routing/route.h"
 #include "session.h"
 
 #include <errno.h>

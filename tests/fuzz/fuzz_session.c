@@ -67,7 +67,7 @@
 #include "dispatch.h"
 #include "history.h"
 #include "recover.h"
-#include "route.h"
+#include "routing/route.h"
 #include "session.h"
 
 #include "fuzz_session.h"
