@@ -6,8 +6,8 @@
 #include "http_internal.h"
 
 #include "digest.h"
-#include "history.h"
-#include "history_replay.h"
+#include "replay/history.h"
+#include "replay/history_replay.h"
 #include "routing/monitor.h"
 #include "shadow.h"
 #include "replay/decide.h"

@@ -6,7 +6,7 @@
 #include "import.h"
 #include "listen.h"
 #include "digest.h"
-#include "history.h"
+#include "replay/history.h"
 #include "shadow.h"
 #include "http.h"
 #include "routing/monitor.h"

@@ -4,7 +4,7 @@
 #include "classify.h"
 #include "digest.h"
 #include "routing/monitor.h"
-#include "recover.h"
+#include "replay/recover.h"
 #include "routing/route.h"
 #include "pool/opener.h"
 #include "session.h"

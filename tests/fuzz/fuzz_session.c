@@ -65,8 +65,8 @@
  */
 #include "digest.h"
 #include "dispatch.h"
-#include "history.h"
-#include "recover.h"
+#include "replay/history.h"
+#include "replay/recover.h"
 #include "routing/route.h"
 #include "session.h"
 

@@ -5,20 +5,23 @@
  *   - only ring/ includes <liburing.h>;
  *   - ring/ includes nothing of pool/, replay/ or core/ except core/base/;
  *   - pool/ includes nothing of core/ except core/base/, and nothing of replay/;
- *   - replay/ includes nothing of core/ (except core/base/), pool/ or ring/;
+ *   - replay/'s library (the decisions and the journal's storage) includes nothing of core/ (except
+ *     core/base/), pool/, ring/ or replay's wing;
  *   - core/base/ includes nothing from other tern folders;
  *   - the wings: auth/ includes core/base/, pool/ and, of core/, the protocol codec (core/proto.h) alone;
  *     routing/ includes core/base/, pool/, auth/ and core/ (in the order below), nothing of ring/,
- *     replay/ or admin/; core/ includes nothing of admin/, which may include all but main (core/main.c,
- *     the top);
+ *     replay/ or admin/; replay's wing (the replay/ files that have a place in core_order: a session's
+ *     recovery, its record, the journal's capture and owner, operator replay) includes core/base/,
+ *     pool/, auth/, core/, routing/ (in the order below) and replay's library, nothing of ring/ or
+ *     admin/; core/ includes nothing of admin/, which may include all but main (core/main.c, the top);
  *   - a module includes another module's root headers only (pool/pool.h, never pool/x/y.h);
  *   - no units of tern's modules include each other in a circle (a unit: db.c and db.h are pool/db);
- *   - core's own files and routing's keep one declared order (core_order below, lowest first): a file
- *     includes core or routing headers of its own unit or of units below it, never above, so neither has
- *     include cycles and routing keeps its place among core's layers (its state below the leg, its
- *     files above the dispatch). A unit is a file name without its extension (session.h and session.c
- *     are one unit); a core or routing file whose unit is not in the order is reported, so a new file
- *     takes its place in the order on purpose;
+ *   - core's own files, routing's and replay's wing's keep one declared order (core_order below, lowest
+ *     first): a file includes their headers of its own unit or of units below it, never above, so none
+ *     has include cycles and each wing keeps its place among core's layers (routing's state below the
+ *     leg, its files above the dispatch, Transaction Replay above them). A unit is a file name without
+ *     its extension (session.h and session.c are one unit); a core or routing file whose unit is not in
+ *     the order is reported, so a new file takes its place in the order on purpose;
  *   - route_internal.h, what routing's files share, is included by routing/route*.c alone, and routing's
  *     state (route_types.h: s->routing, leg->route) is written by routing/route* alone;
  * An include is resolved the way a compiler with every include directory would (the including file's
@@ -48,17 +51,18 @@
 /* Folder depth walked; the tree is shallow, this only stops a symlink loop. */
 #define LAYOUT_DEPTH_MAX 16
 
-enum module { MODULE_OTHER = 0, MODULE_BASE, MODULE_CORE, MODULE_POOL, MODULE_REPLAY, MODULE_RING, MODULE_AUTH, MODULE_ROUTING, MODULE_ADMIN, MODULE_MAIN };
+enum module { MODULE_OTHER = 0, MODULE_BASE, MODULE_CORE, MODULE_POOL, MODULE_REPLAY, MODULE_RING, MODULE_AUTH, MODULE_ROUTING, MODULE_REPLAY_WING, MODULE_ADMIN, MODULE_MAIN };
 
-static const char *const module_names[] = {"other", "core/base", "core", "pool", "replay", "ring", "auth", "routing", "admin", "main"};
+static const char *const module_names[] = {"other", "core/base", "core", "pool", "replay", "ring", "auth", "routing", "replay wing", "admin", "main"};
 
-/* core's units and routing's (routing/), lowest first: the codec and libraries, the process's shared
- * state, routing's state (split, route_types), what a worker lends its sessions, the session and its
- * parts, routing (the monitor, Patroni, reads on replicas, split transactions), Transaction Replay, then
- * the login, the relay, the worker and main. */
+/* core's units, routing's (routing/) and replay's wing's (replay/), lowest first: the codec and
+ * libraries, the journal's owner and operator replay, the process's shared state, routing's state (split,
+ * route_types), what a worker lends its sessions, the session and its parts, routing (the monitor,
+ * Patroni, reads on replicas, split transactions), Transaction Replay (a session's recovery, its record,
+ * the journal's capture), then the login, the relay, the worker and main. */
 static const char *const core_order[] = {
 	"proto", "sendq", "reasons", "sql", "classify", "digest", "params", "stmts", "databases", "config", "import", "listen",
-	"gates", "failovers", "history", "history_replay", "runtime", "shadow", "split", "route_types", "host", "leg",
+	"gates", "history", "history_replay", "runtime", "shadow", "split", "route_types", "host", "leg",
 	"session", "session_events", "session_tls", "observer", "observer_copy", "observer_stmts_replies", "observer_stmts", "observer_params", "observer_pins",
 	"observer_stats", "observer_digest", "observer_shadow", "dispatch",
 	"patroni", "monitor_conn", "monitor", "route_internal", "route_setting", "route", "route_batch", "route_guard", "route_observer",
@@ -67,10 +71,11 @@ static const char *const core_order[] = {
 	"worker_stats", "worker", "main",
 };
 
-/* core/ and routing/ share core_order. */
-static bool is_ordered(enum module m) { return m == MODULE_CORE || m == MODULE_ROUTING; }
+/* core/, routing/ and replay's wing share core_order. */
+static bool is_ordered(enum module m) { return m == MODULE_CORE || m == MODULE_ROUTING || m == MODULE_REPLAY_WING; }
 
-/* The rank of a core or routing file's unit in core_order, or -1. `rel` is relative to the root. */
+/* The rank of a core, routing or replay wing file's unit in core_order, or -1. `rel` is relative to the
+ * root. */
 static int core_rank(const char *rel)
 {
 	const char *name = strrchr(rel, '/');
@@ -133,8 +138,8 @@ static enum module module_of(const char *rel)
 		return MODULE_CORE;
 	if (has_prefix(rel, "pool/"))
 		return MODULE_POOL;
-	if (has_prefix(rel, "replay/"))
-		return MODULE_REPLAY;
+	if (has_prefix(rel, "replay/")) /* its wing: the files with a place among core's layers */
+		return core_rank(rel) >= 0 ? MODULE_REPLAY_WING : MODULE_REPLAY;
 	if (has_prefix(rel, "ring/"))
 		return MODULE_RING;
 	if (has_prefix(rel, "auth/"))
@@ -194,8 +199,8 @@ static enum module layout_resolve(const struct layout *l, const char *dir_rel, c
 }
 
 /* Whether module `from` may include header `to_rel` of module `to`. The wings: auth lies below core (it
- * reads the protocol codec, core/proto.h, alone of core's headers), routing among core's layers (where,
- * core_order says), admin above both; main is the top. */
+ * reads the protocol codec, core/proto.h, alone of core's headers), routing and replay's wing among
+ * core's layers (where, core_order says), admin above them; main is the top. */
 static bool layout_edge_is_allowed(enum module from, enum module to, const char *to_rel)
 {
 	if (to == MODULE_OTHER || to == from)
@@ -213,6 +218,9 @@ static bool layout_edge_is_allowed(enum module from, enum module to, const char 
 		return to == MODULE_BASE || to == MODULE_POOL || (to == MODULE_CORE && strcmp(to_rel, "core/proto.h") == 0);
 	case MODULE_ROUTING:
 		return to == MODULE_BASE || to == MODULE_POOL || to == MODULE_AUTH || to == MODULE_CORE;
+	case MODULE_REPLAY_WING:
+		return to == MODULE_BASE || to == MODULE_POOL || to == MODULE_AUTH || to == MODULE_CORE ||
+		       to == MODULE_ROUTING || to == MODULE_REPLAY;
 	case MODULE_CORE:
 		return to != MODULE_ADMIN && to != MODULE_MAIN;
 	case MODULE_ADMIN:
@@ -745,6 +753,31 @@ Test(layout, checker_keeps_routing_in_its_place_among_cores_layers)
 		"auth/auth.c:2: auth includes \"routing/route_types.h\" from routing",
 		"pool/pool.c:3: pool includes \"routing/split.h\" from routing",
 		"routing/gadget.c: its unit is not in core's declared order",
+	};
+	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
+}
+
+Test(layout, checker_keeps_replays_library_below_and_its_wing_in_its_place)
+{
+	char *root = fake_tree();
+	fake_write(root, "replay/journal_record.h", "#include \"base.h\"\n");
+	fake_write(root, "replay/decide.c", "#include \"journal_record.h\"\n#include \"recover.h\"\n"); /* up */
+	fake_write(root, "core/session.h", "#include \"proto.h\"\n");
+	fake_write(root, "core/session_relay.h", "#include \"session.h\"\n");
+	fake_write(root, "routing/route.h", "#include \"core/session.h\"\n");
+	fake_write(root, "replay/history.h", "#include \"journal_record.h\"\n#include \"core/proto.h\"\n"); /* fine */
+	fake_write(root, "replay/recover.h", "#include \"core/session.h\"\n#include \"history.h\"\n"); /* fine */
+	fake_write(root, "replay/recover.c", "#include \"recover.h\"\n#include \"core/session_relay.h\"\n"
+					     "#include \"ring/ring.h\"\n#include \"routing/route.h\"\n");
+	fake_write(root, "core/leg.c", "#include \"proto.h\"\n#include \"replay/recover.h\"\n"); /* up */
+	fake_write(root, "core/worker.c", "#include \"replay/recover.h\"\n");                            /* down: fine */
+	fake_write(root, "routing/route.c", "#include \"route.h\"\n#include \"replay/history.h\"\n");
+	static const char *const expected[] = {
+		"replay/decide.c:2: replay includes \"recover.h\" from replay wing",
+		"replay/recover.c:2: includes core/session_relay.h, which is above it",
+		"replay/recover.c:3: replay wing includes \"ring/ring.h\" from ring",
+		"core/leg.c:2: includes replay/recover.h, which is above it",
+		"routing/route.c:2: routing includes \"replay/history.h\" from replay wing",
 	};
 	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
 }

@@ -4,7 +4,7 @@
 #include "recover.h"
 
 #include "routing/monitor.h"
-#include "observer.h"
+#include "core/observer.h"
 
 #include <inttypes.h>
 #include <stdio.h>
