@@ -8,7 +8,7 @@
 #include "databases.h"
 #include "gates.h"
 #include "digest.h"
-#include "monitor.h"
+#include "routing/monitor.h"
 #include "shadow.h"
 
 #include <arpa/inet.h>

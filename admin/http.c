@@ -6,9 +6,9 @@
 #include "http_internal.h"
 
 #include "digest.h"
-#include "history.h"
-#include "history_replay.h"
-#include "monitor.h"
+#include "replay/history.h"
+#include "replay/history_replay.h"
+#include "routing/monitor.h"
 #include "shadow.h"
 #include "replay/decide.h"
 #include "worker.h"

@@ -4,8 +4,8 @@
 #include "http_internal.h"
 #include "http_shadow.h"
 
-#include "history.h"
-#include "history_replay.h"
+#include "replay/history.h"
+#include "replay/history_replay.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -2,7 +2,7 @@
  * body, committed history's coverage. Below both http.c (GET) and http_post.c (POST); calls neither. */
 #include "http_internal.h"
 
-#include "history.h"
+#include "replay/history.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 from pgcluster import PgCluster, clean_env, free_port  # noqa: E402
 from procs import TernProcess  # noqa: E402
 
-# tern's messages (core/recover.c) and PostgreSQL's, to the SQLSTATE they go with.
+# tern's messages (replay/recover.c) and PostgreSQL's, to the SQLSTATE they go with.
 MESSAGES = [("transaction resolution unknown", "08007"), ("could not serialize access", "40001"),
             ("the connection to the primary was lost", "57P01"), ("current transaction is aborted", "25P02"),
             ("no primary answered within", "08006"), ("terminating connection", "57P01")]

@@ -19,7 +19,7 @@
 #include "ring/ring.h"
 #include "runtime.h"
 #include "sendq.h"
-#include "split.h"
+#include "routing/split.h"
 
 /* The worker's receive-buffer groups: client reads can never take the buffers server responses need
  * (server responses are what ends transactions and frees connections for waiting clients). */

@@ -22,7 +22,7 @@
 
 #include "host.h"
 #include "proto.h"
-#include "route_types.h"
+#include "routing/route_types.h"
 #include "sendq.h"
 #include "stmts.h"
 

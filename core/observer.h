@@ -1,16 +1,16 @@
 /*
  * observer.h — what watches the messages of a session's client and of its server legs, one concern
  * each, in a file of its own with its state in a struct of its own:
- *   observer_copy.c    COPY: copy-in, and the Syncs the server ignores during it (leg->copy);
- *   observer_stmts.c   named prepared statements in transaction pooling, and the replies owed (s->stmts);
- *   observer_params.c  tracked parameters and search_path (s->params);
- *   observer_pins.c    LISTEN and SQL PREPARE, which keep the client on its connection (s->pins);
- *   observer_sets.c    the SET state Transaction Replay restores on a new primary (s->replay.sets);
- *   observer_stats.c   SHOW STATS (s->stats);
- *   route_observer.c   routing: the write-LSN probe, a replica answer's guard (s->routing);
- *   observer_digest.c  query digests (s->digest);
- *   observer_shadow.c  [shadow] sampling: a read's rows, compared on a shadow server (s->shadow);
- *   observer_replay.c  Transaction Replay: the client's requests in flight on the primary (s->replay).
+ *   observer_copy.c           COPY: copy-in, and the Syncs the server ignores during it (leg->copy);
+ *   observer_stmts.c          named prepared statements in transaction pooling, the replies owed (s->stmts);
+ *   observer_params.c         tracked parameters and search_path (s->params);
+ *   observer_pins.c           LISTEN and SQL PREPARE, which keep the client on its connection (s->pins);
+ *   replay/observer_sets.c    the SET state Transaction Replay restores on a new primary (s->replay.sets);
+ *   observer_stats.c          SHOW STATS (s->stats);
+ *   routing/route_observer.c  routing: the write-LSN probe, a replica answer's guard (s->routing);
+ *   observer_digest.c         query digests (s->digest);
+ *   observer_shadow.c         [shadow] sampling: a read's rows, compared on a shadow server (s->shadow);
+ *   replay/observer_replay.c  Transaction Replay: the client's requests in flight on the primary (s->replay).
  * The relay moves bytes and asks them through dispatch.c, which calls an observer only for the message
  * types it registered, only in the sessions it is on for, in the registry's order. Later concerns (the
  * commit-LSN probe, response digests, the journal) plug in the same way: a file, and a line in the

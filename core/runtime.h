@@ -11,7 +11,7 @@
 #define TERN_RUNTIME_H
 
 #include "config.h"
-#include "failovers.h"
+#include "replay/failovers.h"
 #include "gates.h"
 #include "params.h"
 

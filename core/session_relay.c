@@ -3,8 +3,8 @@
  * to tern's own queries) and asks the observers (dispatch.h) about the messages they registered; it
  * knows nothing of what they keep. ReadyForQuery ends a transaction: the leg may go back. */
 #include "dispatch.h"
-#include "recover.h"
-#include "route.h"
+#include "replay/recover.h"
+#include "routing/route.h"
 #include "session.h"
 
 #include <errno.h>

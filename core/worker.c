@@ -3,9 +3,9 @@
 #include "auth_query.h"
 #include "classify.h"
 #include "digest.h"
-#include "monitor.h"
-#include "recover.h"
-#include "route.h"
+#include "routing/monitor.h"
+#include "replay/recover.h"
+#include "routing/route.h"
 #include "pool/opener.h"
 #include "session.h"
 

@@ -65,9 +65,9 @@
  */
 #include "digest.h"
 #include "dispatch.h"
-#include "history.h"
-#include "recover.h"
-#include "route.h"
+#include "replay/history.h"
+#include "replay/recover.h"
+#include "routing/route.h"
 #include "session.h"
 
 #include "fuzz_session.h"

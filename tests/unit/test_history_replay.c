@@ -1,7 +1,7 @@
 /* history_replay.c without a server: the request's RFC 3339 times, and what a run decides before it ever
  * reaches a target (an incomplete transaction refused, an empty window, a target that cannot be reached, a
  * deadline already passed). Replays against a real PostgreSQL are tests/integration/run_journal.py's. */
-#include "core/history_replay.h"
+#include "replay/history_replay.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -5,20 +5,27 @@
  *   - only ring/ includes <liburing.h>;
  *   - ring/ includes nothing of pool/, replay/ or core/ except core/base/;
  *   - pool/ includes nothing of core/ except core/base/, and nothing of replay/;
- *   - replay/ includes nothing of core/ (except core/base/), pool/ or ring/;
+ *   - replay/'s library (the decisions and the journal's storage) includes nothing of core/ (except
+ *     core/base/), pool/, ring/ or replay's wing;
  *   - core/base/ includes nothing from other tern folders;
  *   - the wings: auth/ includes core/base/, pool/ and, of core/, the protocol codec (core/proto.h) alone;
- *     core/ includes nothing of admin/, which may include all but main (core/main.c, the top);
+ *     routing/ includes core/base/, pool/, auth/ and core/ (in the order below), nothing of ring/,
+ *     replay/ or admin/; replay's wing (the replay/ files that have a place in core_order: a session's
+ *     recovery, its record, the journal's capture and owner, operator replay) includes core/base/,
+ *     pool/, auth/, core/, routing/ (in the order below) and replay's library, nothing of ring/ or
+ *     admin/; core/ includes nothing of admin/, which may include all but main (core/main.c, the top);
  *   - a module includes another module's root headers only (pool/pool.h, never pool/x/y.h);
  *   - no units of tern's modules include each other in a circle (a unit: db.c and db.h are pool/db);
- *   - core's own files keep a declared order (core_order below, lowest first): a file includes core
- *     headers of its own unit or of units below it, never above, so core has no include cycles. A unit
- *     is a file name without its extension (session.h and session.c are one unit); a core file whose
- *     unit is not in the order is reported, so a new file takes its place in the order on purpose;
- *   - route_internal.h, what routing's files share, is included by core/route*.c alone, and routing's
- *     state (route_types.h: s->routing, leg->route) is written by core/route* alone;
+ *   - core's own files, routing's and replay's wing's keep one declared order (core_order below, lowest
+ *     first): a file includes their headers of its own unit or of units below it, never above, so none
+ *     has include cycles and each wing keeps its place among core's layers (routing's state below the
+ *     leg, its files above the dispatch, Transaction Replay above them). A unit is a file name without
+ *     its extension (session.h and session.c are one unit); a core or routing file whose unit is not in
+ *     the order is reported, so a new file takes its place in the order on purpose;
+ *   - route_internal.h, what routing's files share, is included by routing/route*.c alone, and routing's
+ *     state (route_types.h: s->routing, leg->route) is written by routing/route* alone;
  * An include is resolved the way a compiler with every include directory would (the including file's
- * folder, then '.', 'core', 'core/base', 'auth' and 'admin'), so `#include "proto.h"` from pool/ counts as core/, even
+ * folder, then '.', 'core', 'core/base', 'auth' and 'admin'; no library has routing/ among them), so `#include "proto.h"` from pool/ counts as core/, even
  * though meson gives pool/ only core/base and the compiler refuses it too.
  * The checker is also run on a small tree written here with known violations, so it can fail.
  */
@@ -44,23 +51,31 @@
 /* Folder depth walked; the tree is shallow, this only stops a symlink loop. */
 #define LAYOUT_DEPTH_MAX 16
 
-enum module { MODULE_OTHER = 0, MODULE_BASE, MODULE_CORE, MODULE_POOL, MODULE_REPLAY, MODULE_RING, MODULE_AUTH, MODULE_ADMIN, MODULE_MAIN };
+enum module { MODULE_OTHER = 0, MODULE_BASE, MODULE_CORE, MODULE_POOL, MODULE_REPLAY, MODULE_RING, MODULE_AUTH, MODULE_ROUTING, MODULE_REPLAY_WING, MODULE_ADMIN, MODULE_MAIN };
 
-static const char *const module_names[] = {"other", "core/base", "core", "pool", "replay", "ring", "auth", "admin", "main"};
+static const char *const module_names[] = {"other", "core/base", "core", "pool", "replay", "ring", "auth", "routing", "replay wing", "admin", "main"};
 
-/* core's units, lowest first: the codec and libraries, the process's shared state, what a worker lends
- * its sessions, the session and its parts, then the worker, the admin console and main. */
+/* core's units, routing's (routing/) and replay's wing's (replay/), lowest first: the codec and
+ * libraries, the journal's owner and operator replay, the process's shared state, routing's state (split,
+ * route_types), what a worker lends its sessions, the session and its parts, routing (the monitor,
+ * Patroni, reads on replicas, split transactions), Transaction Replay (a session's recovery, its record,
+ * the journal's capture), then the login, the relay, the worker and main. */
 static const char *const core_order[] = {
-	"proto", "sendq", "reasons", "sql", "classify", "split", "digest", "params", "stmts", "databases", "config", "import", "listen",
-	"gates", "failovers", "history", "history_replay", "runtime", "patroni", "monitor_conn", "monitor", "shadow", "host", "route_types", "leg",
+	"proto", "sendq", "reasons", "sql", "classify", "digest", "params", "stmts", "databases", "config", "import", "listen",
+	"gates", "history", "history_replay", "runtime", "shadow", "split", "route_types", "host", "leg",
 	"session", "session_events", "session_tls", "observer", "observer_copy", "observer_stmts_replies", "observer_stmts", "observer_params", "observer_pins",
-	"observer_stats", "observer_digest", "observer_shadow", "dispatch", "route_internal", "route_setting", "route", "route_batch", "route_guard", "route_observer", "recover", "recover_wait", "observer_sets", "observer_replay",
-	"observer_journal",
+	"observer_stats", "observer_digest", "observer_shadow", "dispatch",
+	"patroni", "monitor_conn", "monitor", "route_internal", "route_setting", "route", "route_batch", "route_guard", "route_observer",
+	"recover", "recover_wait", "observer_sets", "observer_replay", "observer_journal",
 	"session_login", "session_relay",
 	"worker_stats", "worker", "main",
 };
 
-/* The rank of a core file's unit in core_order, or -1. `rel` is relative to the root. */
+/* core/, routing/ and replay's wing share core_order. */
+static bool is_ordered(enum module m) { return m == MODULE_CORE || m == MODULE_ROUTING || m == MODULE_REPLAY_WING; }
+
+/* The rank of a core, routing or replay wing file's unit in core_order, or -1. `rel` is relative to the
+ * root. */
 static int core_rank(const char *rel)
 {
 	const char *name = strrchr(rel, '/');
@@ -123,12 +138,14 @@ static enum module module_of(const char *rel)
 		return MODULE_CORE;
 	if (has_prefix(rel, "pool/"))
 		return MODULE_POOL;
-	if (has_prefix(rel, "replay/"))
-		return MODULE_REPLAY;
+	if (has_prefix(rel, "replay/")) /* its wing: the files with a place among core's layers */
+		return core_rank(rel) >= 0 ? MODULE_REPLAY_WING : MODULE_REPLAY;
 	if (has_prefix(rel, "ring/"))
 		return MODULE_RING;
 	if (has_prefix(rel, "auth/"))
 		return MODULE_AUTH;
+	if (has_prefix(rel, "routing/"))
+		return MODULE_ROUTING;
 	if (has_prefix(rel, "admin/"))
 		return MODULE_ADMIN;
 	return MODULE_OTHER;
@@ -182,7 +199,8 @@ static enum module layout_resolve(const struct layout *l, const char *dir_rel, c
 }
 
 /* Whether module `from` may include header `to_rel` of module `to`. The wings: auth lies below core (it
- * reads the protocol codec, core/proto.h, alone of core's headers), admin above it; main is the top. */
+ * reads the protocol codec, core/proto.h, alone of core's headers), routing and replay's wing among
+ * core's layers (where, core_order says), admin above them; main is the top. */
 static bool layout_edge_is_allowed(enum module from, enum module to, const char *to_rel)
 {
 	if (to == MODULE_OTHER || to == from)
@@ -198,6 +216,11 @@ static bool layout_edge_is_allowed(enum module from, enum module to, const char 
 		return to == MODULE_BASE;
 	case MODULE_AUTH:
 		return to == MODULE_BASE || to == MODULE_POOL || (to == MODULE_CORE && strcmp(to_rel, "core/proto.h") == 0);
+	case MODULE_ROUTING:
+		return to == MODULE_BASE || to == MODULE_POOL || to == MODULE_AUTH || to == MODULE_CORE;
+	case MODULE_REPLAY_WING:
+		return to == MODULE_BASE || to == MODULE_POOL || to == MODULE_AUTH || to == MODULE_CORE ||
+		       to == MODULE_ROUTING || to == MODULE_REPLAY;
 	case MODULE_CORE:
 		return to != MODULE_ADMIN && to != MODULE_MAIN;
 	case MODULE_ADMIN:
@@ -330,7 +353,7 @@ static bool layout_writes_routing(const char *line)
 static void layout_check_file(struct layout *l, const char *path, const char *rel)
 {
 	enum module from = module_of(rel);
-	if (from == MODULE_CORE && core_rank(rel) < 0)
+	if (is_ordered(from) && core_rank(rel) < 0)
 		layout_report(l, "%s: its unit is not in core's declared order (core_order in test_layout.c)\n", rel);
 	char dir_rel[LAYOUT_PATH_MAX];
 	base_strlcpy(dir_rel, rel, sizeof(dir_rel));
@@ -353,14 +376,15 @@ static void layout_check_file(struct layout *l, const char *path, const char *re
 			layout_report(l, "%s:%u: sets a session's phase; only session_set_phase (core/session.c) may\n", rel,
 				      line_no);
 		/* Routing's state (route_types.h) is written by routing's files alone. */
-		if (!has_prefix(rel, "core/route") && !has_prefix(rel, "tests/") && layout_writes_routing(line))
-			layout_report(l, "%s:%u: writes routing's state; only routing's files (core/route*) may\n", rel, line_no);
+		if (!has_prefix(rel, "routing/route") && !has_prefix(rel, "tests/") && layout_writes_routing(line))
+			layout_report(l, "%s:%u: writes routing's state; only routing's files (routing/route*) may\n", rel, line_no);
 		if (!parse_include(line, name, sizeof(name), &is_quoted))
 			continue;
 		l->includes++;
 		/* Routing's files share route_internal.h among themselves alone. */
-		if (strcmp(name, "route_internal.h") == 0 && !has_prefix(rel, "core/route"))
-			layout_report(l, "%s:%u: includes route_internal.h; only routing's files (core/route*.c) may\n", rel,
+		if ((strcmp(name, "route_internal.h") == 0 || strcmp(name, "routing/route_internal.h") == 0) &&
+		    !has_prefix(rel, "routing/route"))
+			layout_report(l, "%s:%u: includes route_internal.h; only routing's files (routing/route*.c) may\n", rel,
 				      line_no);
 		if ((strcmp(name, "liburing.h") == 0 || has_prefix(name, "liburing/")) && from != MODULE_RING)
 			layout_report(l, "%s:%u: includes %s; only ring/ may use liburing\n", rel, line_no, name);
@@ -374,7 +398,7 @@ static void layout_check_file(struct layout *l, const char *path, const char *re
 		} else if (to != from && to != MODULE_OTHER && to != MODULE_BASE && strchr(strchr(to_rel, '/') + 1, '/')) {
 			layout_report(l, "%s:%u: includes %s, which is not a root header of its module\n", rel, line_no,
 				      to_rel);
-		} else if (from == MODULE_CORE && to == MODULE_CORE && core_rank(rel) >= 0) {
+		} else if (is_ordered(from) && is_ordered(to) && core_rank(rel) >= 0) {
 			if (core_rank(to_rel) > core_rank(rel))
 				layout_report(l, "%s:%u: includes %s, which is above it in core's order\n", rel, line_no,
 					      to_rel);
@@ -677,7 +701,7 @@ Test(layout, checker_keeps_the_wings_in_their_order)
 Test(layout, checker_lets_only_routings_files_write_its_state)
 {
 	char *root = fake_tree();
-	fake_write(root, "core/route.c", "#include \"proto.h\"\n\ts->routing.state = 1;\n");
+	fake_write(root, "routing/route.c", "#include \"core/proto.h\"\n\ts->routing.state = 1;\n");
 	fake_write(root, "core/sendq.c", "#include \"proto.h\"\n\tif (s->routing.state == 1)\n\t\tf(&s->routing.held);\n"
 					 "\tleg->route.is_reply_guarded = true;\n\ts->routing.split.tx.has_write |= x;\n"
 					 "/* see route.c */ x.routing.n++;\n");
@@ -692,11 +716,68 @@ Test(layout, checker_lets_only_routings_files_write_its_state)
 Test(layout, checker_keeps_routings_shared_header_to_routing)
 {
 	char *root = fake_tree();
-	fake_write(root, "core/route_internal.h", "#include \"session.h\"\n");
-	fake_write(root, "core/route_guard.c", "#include \"route_internal.h\"\n");
-	fake_write(root, "core/recover.c", "#include \"proto.h\"\n#include \"route_internal.h\"\n");
+	fake_write(root, "routing/route_internal.h", "#include \"core/proto.h\"\n");
+	fake_write(root, "routing/route_guard.c", "#include \"route_internal.h\"\n");
+	fake_write(root, "core/recover.c", "#include \"proto.h\"\n#include \"routing/route_internal.h\"\n");
+	fake_write(root, "core/session.c", "#include \"proto.h\"\n#include \"route_internal.h\"\n"); /* (the compiler refuses it too) */
 	static const char *const expected[] = {
 		"core/recover.c:2: includes route_internal.h",
+		"core/session.c:2: includes route_internal.h",
+	};
+	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
+}
+
+Test(layout, checker_keeps_routing_in_its_place_among_cores_layers)
+{
+	char *root = fake_tree();
+	fake_write(root, "routing/route_types.h", "#include \"base.h\"\n");
+	fake_write(root, "routing/split.h", "#include \"base.h\"\n");
+	fake_write(root, "core/session.h", "#include \"proto.h\"\n#include \"routing/route_types.h\"\n"); /* down: fine */
+	fake_write(root, "core/session_relay.h", "#include \"session.h\"\n");
+	fake_write(root, "routing/route.h", "#include \"core/session.h\"\n");                    /* down: fine */
+	fake_write(root, "routing/route.c", "#include \"route.h\"\n#include \"core/session_relay.h\"\n"); /* up */
+	fake_write(root, "admin/admin.h", "#include \"base.h\"\n");
+	fake_write(root, "auth/auth.h", "#include \"base.h\"\n");
+	fake_write(root, "replay/txlog.h", "#include \"base.h\"\n");
+	fake_write(root, "routing/monitor.c", "#include \"admin/admin.h\"\n#include \"replay/txlog.h\"\n"
+					      "#include \"pool/pool.h\"\n#include \"auth.h\"\n#include \"core/proto.h\"\n");
+	fake_write(root, "core/leg.c", "#include \"routing/route.h\"\n");  /* the leg lies below routing's files */
+	fake_write(root, "auth/auth.c", "#include \"auth.h\"\n#include \"routing/route_types.h\"\n");
+	fake_write(root, "pool/pool.c", "#include \"pool.h\"\n#include <xxhash.h>\n#include \"routing/split.h\"\n");
+	fake_write(root, "routing/gadget.c", "#include \"route.h\"\n");     /* not in the order */
+	static const char *const expected[] = {
+		"routing/route.c:2: includes core/session_relay.h, which is above it",
+		"routing/monitor.c:1: routing includes \"admin/admin.h\" from admin",
+		"routing/monitor.c:2: routing includes \"replay/txlog.h\" from replay",
+		"core/leg.c:1: includes routing/route.h, which is above it",
+		"auth/auth.c:2: auth includes \"routing/route_types.h\" from routing",
+		"pool/pool.c:3: pool includes \"routing/split.h\" from routing",
+		"routing/gadget.c: its unit is not in core's declared order",
+	};
+	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
+}
+
+Test(layout, checker_keeps_replays_library_below_and_its_wing_in_its_place)
+{
+	char *root = fake_tree();
+	fake_write(root, "replay/journal_record.h", "#include \"base.h\"\n");
+	fake_write(root, "replay/decide.c", "#include \"journal_record.h\"\n#include \"recover.h\"\n"); /* up */
+	fake_write(root, "core/session.h", "#include \"proto.h\"\n");
+	fake_write(root, "core/session_relay.h", "#include \"session.h\"\n");
+	fake_write(root, "routing/route.h", "#include \"core/session.h\"\n");
+	fake_write(root, "replay/history.h", "#include \"journal_record.h\"\n#include \"core/proto.h\"\n"); /* fine */
+	fake_write(root, "replay/recover.h", "#include \"core/session.h\"\n#include \"history.h\"\n"); /* fine */
+	fake_write(root, "replay/recover.c", "#include \"recover.h\"\n#include \"core/session_relay.h\"\n"
+					     "#include \"ring/ring.h\"\n#include \"routing/route.h\"\n");
+	fake_write(root, "core/leg.c", "#include \"proto.h\"\n#include \"replay/recover.h\"\n"); /* up */
+	fake_write(root, "core/worker.c", "#include \"replay/recover.h\"\n");                            /* down: fine */
+	fake_write(root, "routing/route.c", "#include \"route.h\"\n#include \"replay/history.h\"\n");
+	static const char *const expected[] = {
+		"replay/decide.c:2: replay includes \"recover.h\" from replay wing",
+		"replay/recover.c:2: includes core/session_relay.h, which is above it",
+		"replay/recover.c:3: replay wing includes \"ring/ring.h\" from ring",
+		"core/leg.c:2: includes replay/recover.h, which is above it",
+		"routing/route.c:2: routing includes \"replay/history.h\" from replay wing",
 	};
 	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
 }

@@ -1,6 +1,6 @@
 /* patroni.c's /cluster reading: which member is a leader that takes writes, and what is not Patroni's
  * answer. (The GET itself runs against real Patroni in tests/integration/run_patroni.py.) */
-#include "core/patroni.h"
+#include "routing/patroni.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -2,7 +2,7 @@
  * test_split.c — the five conditions of a split read, each on its own, with the statements classified by
  * the real parser (classify_query), and split_check's order of refusals.
  */
-#include "split.h"
+#include "routing/split.h"
 
 #include <criterion/criterion.h>
 #include <stddef.h>

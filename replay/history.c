@@ -4,8 +4,8 @@
  */
 #include "history.h"
 
-#include "replay/journal_segment.h"
-#include "replay/journal_writer.h"
+#include "journal_segment.h"
+#include "journal_writer.h"
 
 #include <errno.h>
 #include <pthread.h>

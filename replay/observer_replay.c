@@ -14,12 +14,12 @@
  * included. A replay (recover.c) prepares the named statements they use and sends them again, hidden, on
  * the new primary, then asks the transaction's isolation; this observer digests the hidden answers the same way and says
  * whether each matches. */
-#include "observer.h"
-#include "classify.h"
+#include "core/observer.h"
+#include "core/classify.h"
 #include "recover.h"
-#include "route.h"
-#include "session.h"
-#include "sql.h"
+#include "routing/route.h"
+#include "core/session.h"
+#include "core/sql.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
 #ifndef TERN_PATRONI_H
 #define TERN_PATRONI_H
 
-#include "base/base.h"
+#include "base.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -22,7 +22,7 @@
 #include "auth.h"
 #include "server_auth.h"
 #include "pool/pool.h"
-#include "runtime.h"
+#include "core/runtime.h"
 
 /* FENCED: the server says it is out of recovery but takes no writes: it is read-only (a write would
  * answer 25006), another primary is on a later timeline, or [routing] patroni_api's leader is another

@@ -6,8 +6,8 @@
 #ifndef TERN_ROUTE_TYPES_H
 #define TERN_ROUTE_TYPES_H
 
-#include "base/base.h"
-#include "config.h"
+#include "base.h"
+#include "core/config.h"
 #include "split.h"
 
 #include <stdint.h>

@@ -5,7 +5,7 @@
 #include "route.h"
 #include "route_internal.h"
 
-#include "observer.h"
+#include "core/observer.h"
 
 #include <string.h>
 

@@ -1,9 +1,9 @@
 /* Transaction Replay's recovery of a session whose primary connection was lost (see recover.h). */
 #include "recover.h"
 
-#include "classify.h"
-#include "monitor.h"
-#include "observer.h"
+#include "core/classify.h"
+#include "routing/monitor.h"
+#include "core/observer.h"
 
 #include <inttypes.h>
 #include <stdio.h>

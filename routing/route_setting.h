@@ -5,7 +5,7 @@
 #ifndef TERN_ROUTE_SETTING_H
 #define TERN_ROUTE_SETTING_H
 
-#include "session.h"
+#include "core/session.h"
 
 #include <stddef.h>
 

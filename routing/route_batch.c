@@ -4,7 +4,7 @@
 #include "route.h"
 #include "route_internal.h"
 
-#include "observer.h"
+#include "core/observer.h"
 
 #include <stdlib.h>
 #include <string.h>

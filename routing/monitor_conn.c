@@ -6,7 +6,7 @@
 
 #include "pool/login.h"
 #include "pool/opener.h"
-#include "proto.h"
+#include "core/proto.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -3,8 +3,8 @@
  * server that is no longer the primary. */
 #include "recover.h"
 
-#include "monitor.h"
-#include "observer.h"
+#include "routing/monitor.h"
+#include "core/observer.h"
 
 #include <inttypes.h>
 #include <stdio.h>

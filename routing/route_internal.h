@@ -5,8 +5,8 @@
 #ifndef TERN_ROUTE_INTERNAL_H
 #define TERN_ROUTE_INTERNAL_H
 
-#include "classify.h"
-#include "session.h"
+#include "core/classify.h"
+#include "core/session.h"
 
 /* What a batch's statement is to routing: a read, a BEGIN READ ONLY, or neither (route_batch.c). */
 enum route_text { ROUTE_TEXT_OTHER = 0, ROUTE_TEXT_READ, ROUTE_TEXT_BEGIN_READ_ONLY };

@@ -8,7 +8,7 @@
 #ifndef TERN_FAILOVERS_H
 #define TERN_FAILOVERS_H
 
-#include "base/base.h"
+#include "base.h"
 
 #include <pthread.h>
 

@@ -34,7 +34,7 @@
 #ifndef TERN_RECOVER_H
 #define TERN_RECOVER_H
 
-#include "session.h"
+#include "core/session.h"
 
 /* session_parts.decide_lost: what a lost (or refused) primary connection means for the session. */
 struct session_lost_decision recover_decide(const struct session *s, const struct leg *leg, enum leg_fault fault);

@@ -14,9 +14,9 @@
 #ifndef TERN_HISTORY_H
 #define TERN_HISTORY_H
 
-#include "config.h"
+#include "core/config.h"
 
-#include "replay/journal_record.h"
+#include "journal_record.h"
 
 /* One committed transaction, encoded (journal_record.h); refcounted, immutable once kept. */
 struct history_entry {

@@ -18,9 +18,9 @@
 #ifndef TERN_ROUTE_H
 #define TERN_ROUTE_H
 
-#include "classify.h"
+#include "core/classify.h"
 #include "route_setting.h"
-#include "session.h"
+#include "core/session.h"
 
 /* A text's classification (classify.h) through the worker's shape cache, under cfg's read_functions. */
 void route_classify(struct session *s, const struct tern_config *cfg, const char *sql, struct classify_result *r);

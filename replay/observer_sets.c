@@ -12,11 +12,11 @@
  * the extended protocol, a savepoint it could not read around changes that then commit. A SET through
  * the extended protocol is not tracked (the reference's rule). Owns s->replay.sets; never touches the
  * rest of s->replay. */
-#include "observer.h"
-#include "session.h"
+#include "core/observer.h"
+#include "core/session.h"
 
-#include "classify.h"
-#include "sql.h"
+#include "core/classify.h"
+#include "core/sql.h"
 
 #include <errno.h>
 #include <stdlib.h>

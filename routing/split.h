@@ -13,7 +13,7 @@
 #ifndef TERN_SPLIT_H
 #define TERN_SPLIT_H
 
-#include "classify.h"
+#include "core/classify.h"
 
 /* Why a statement of the transaction stays on the primary (the first condition it fails). */
 enum split_refusal {

@@ -13,11 +13,11 @@
  * what was sent.
  * Named protocol-level statements are kept with their text (observer_stmts keeps it); with
  * max_prepared_statements = 0 tern does not, and a Bind of one marks the transaction incomplete. */
-#include "observer.h"
-#include "session.h"
+#include "core/observer.h"
+#include "core/session.h"
 
 #include "history.h"
-#include "sql.h"
+#include "core/sql.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
