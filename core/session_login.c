@@ -369,21 +369,6 @@ static void login_look_up(struct session *s)
 	s->lookup = lookup;
 }
 
-/* [auth] mode = cert, as PostgreSQL's and PgBouncer's: the client came over TLS with a certificate that
- * client_tls_ca_file vouches for, and its common name is the user it logs in as (no password asked). */
-static bool login_certificate_names_user(struct session *s)
-{
-	char cn[POOL_NAME_LEN_MAX];
-	if (session_tls_client_common_name(s, cn, sizeof(cn)) && strcmp(cn, s->user) == 0)
-		return true;
-	char message[POOL_NAME_LEN_MAX + 64];
-	snprintf(message, sizeof(message), "certificate authentication failed for user \"%s\"", s->user);
-	TERN_INFO("client %s: %s (%s)", s->user, message,
-		  cn[0] ? "its certificate names another user" : "no verified client certificate");
-	session_end_with_error(s, SESSION_END_AUTH_FAILED, "28000", message);
-	return false;
-}
-
 /* `mode` is [auth] mode as the login read it at its startup packet (a reload in between changes nothing
  * of this login: what it kept of the startup packet depends on it). */
 static void login_begin_auth(struct session *s, int mode)
@@ -396,7 +381,7 @@ static void login_begin_auth(struct session *s, int mode)
 		return;
 	}
 	if (mode == CONFIG_AUTH_CERT) { /* the admin console's login (a pool's checked it at its startup packet) */
-		if (login_certificate_names_user(s))
+		if (session_tls_certificate_names_user(s))
 			login_complete(s);
 		return;
 	}
@@ -564,7 +549,7 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 	 * front of login->buf and the pool key is made from it once the password is right. */
 	int mode = runtime_config(rt)->auth_mode;
 	if (mode == CONFIG_AUTH_CERT) {
-		if (!login_certificate_names_user(s) || !login_take_db(s, options))
+		if (!session_tls_certificate_names_user(s) || !login_take_db(s, options))
 			return;
 		mode = CONFIG_AUTH_TRUST; /* nothing more to ask */
 	} else if (mode == CONFIG_AUTH_TRUST) {

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Ciphertext queued to the socket above which no more plaintext is encrypted: two full records keep a
  * loopback socket busy while the rest waits, as plaintext, under the relay's back pressure. */
@@ -212,10 +213,18 @@ size_t session_tls_channel_binding(const struct session *s, const uint8_t **data
 	return s->tls ? tls_conn_channel_binding(s->tls->conn, data) : 0;
 }
 
-bool session_tls_client_common_name(const struct session *s, char *out, size_t size)
+bool session_tls_certificate_names_user(struct session *s)
 {
-	out[0] = '\0';
-	return s->tls && tls_conn_client_common_name(s->tls->conn, out, size);
+	char cn[POOL_NAME_LEN_MAX];
+	if (s->tls && tls_conn_client_common_name(s->tls->conn, cn, sizeof(cn)) && strcmp(cn, s->user) == 0)
+		return true;
+	char message[POOL_NAME_LEN_MAX + 64];
+	snprintf(message, sizeof(message), "certificate authentication failed for user \"%s\"", s->user);
+	TERN_INFO("client %s: %s (%s)", s->user, message,
+		  s->tls && tls_conn_has_client_certificate(s->tls->conn) ? "its certificate names another user"
+									  : "no verified client certificate");
+	session_end_with_error(s, SESSION_END_AUTH_FAILED, "28000", message);
+	return false;
 }
 
 void session_tls_describe(const struct session *s, char *out, size_t size)
