@@ -16,7 +16,8 @@
  *     is a file name without its extension (session.h and session.c are one unit); a core file whose
  *     unit is not in the order is reported, so a new file takes its place in the order on purpose;
  *   - route_internal.h, what routing's files share, is included by core/route*.c alone, and routing's
- *     state (route_types.h: s->routing, leg->route) is written by core/route* alone;
+ *     state (route_types.h: s->routing, leg->route) is written by core/route* alone; ring_internal.h,
+ *     what the ring's two backends share, by ring/ alone;
  * An include is resolved the way a compiler with every include directory would (the including file's
  * folder, then '.', 'core', 'core/base', 'auth' and 'admin'), so `#include "proto.h"` from pool/ counts as core/, even
  * though meson gives pool/ only core/base and the compiler refuses it too.
@@ -362,6 +363,9 @@ static void layout_check_file(struct layout *l, const char *path, const char *re
 		if (strcmp(name, "route_internal.h") == 0 && !has_prefix(rel, "core/route"))
 			layout_report(l, "%s:%u: includes route_internal.h; only routing's files (core/route*.c) may\n", rel,
 				      line_no);
+		/* The ring's backends share ring_internal.h between them alone. */
+		if (strstr(name, "ring_internal.h") != NULL && from != MODULE_RING)
+			layout_report(l, "%s:%u: includes ring_internal.h; only ring/ may\n", rel, line_no);
 		if ((strcmp(name, "liburing.h") == 0 || has_prefix(name, "liburing/")) && from != MODULE_RING)
 			layout_report(l, "%s:%u: includes %s; only ring/ may use liburing\n", rel, line_no, name);
 		char to_rel[LAYOUT_PATH_MAX];
