@@ -250,11 +250,12 @@ def _parse_listen(config_text):
 
 class TernProcess(_MeasuredProcess):
     """binary -c tern.ini, run in workdir (a fresh temp dir by default, removed
-    on stop() unless TERN_KEEP_TMP is set); output goes to workdir/tern.log."""
+    on stop() unless TERN_KEEP_TMP is set); output goes to workdir/tern.log.
+    wrapper: argv run in front of the binary, which execs it (no_uring_exec)."""
 
     name = "tern"
 
-    def __init__(self, binary, config_text, workdir=None, extra_files=None):
+    def __init__(self, binary, config_text, workdir=None, extra_files=None, wrapper=()):
         super().__init__()
         self.binary = os.path.abspath(binary)
         self.config_text = config_text
@@ -273,7 +274,7 @@ class TernProcess(_MeasuredProcess):
             with open(path, mode) as f:
                 f.write(content)
         self._log_path = os.path.join(self.workdir, "tern.log")
-        self._argv = [self.binary, "-c", "tern.ini"]
+        self._argv = list(wrapper) + [self.binary, "-c", "tern.ini"]
 
     def start(self, timeout=15):
         if not os.access(self.binary, os.X_OK):
