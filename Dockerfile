@@ -1,7 +1,7 @@
 # tern on Debian 12, run as a non-root user. Build: docker build -t tern .
 # Run (tern.ini mounted at /etc/tern): docker run -p 6432:6432 -v $PWD/etc:/etc/tern:ro tern
-# Docker's default seccomp profile refuses io_uring_setup, and tern has no other I/O backend yet (see
-# README, "Not done yet"): until it has, run with a profile that allows io_uring, for instance
+# Docker's default seccomp profile refuses io_uring_setup: tern then runs on epoll and logs one line
+# saying so ([tern] io_backend = auto); for io_uring, run with a profile that allows it, for instance
 # --security-opt seccomp=unconfined. bench/docker_smoke.sh builds this image and checks it serves.
 FROM debian:12 AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \

@@ -316,7 +316,8 @@ char *http_metrics_text(struct tern_runtime *rt)
 	if (rt->shadow)
 		http_shadow_metrics(f, rt->shadow);
 
-	http_help(f, "tern_ring_passes_total", "counter", "io_uring_enter calls of each worker's loop");
+	http_help(f, "tern_ring_passes_total", "counter",
+		  "io_uring_enter calls of each worker's loop (epoll_wait calls on the epoll backend)");
 	for (uint32_t i = 0; i < snap.worker_count; i++)
 		fprintf(f, "tern_ring_passes_total{worker=\"%u\"} %llu\n", i, (unsigned long long)snap.rings[i].passes);
 	http_help(f, "tern_ring_completions_total", "counter", "completions each worker's ring delivered");

@@ -4,8 +4,8 @@
 # (not part of the test suite: the suite runs where no docker daemon may be). Everything it starts is
 # named tern-smoke-<pid> and removed at exit.
 #   bench/docker_smoke.sh            # build and check
-# tern needs io_uring, which Docker's default seccomp profile refuses: the tern container runs with
-# --security-opt seccomp=unconfined (the README says why).
+# Docker's default seccomp profile refuses io_uring (tern would fall back to epoll): the tern container
+# runs with --security-opt seccomp=unconfined, so it is io_uring that is checked (the README says why).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

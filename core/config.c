@@ -90,6 +90,7 @@ struct config_key {
 // clang-format on
 
 static const char *const config_pool_mode_names[] = {"session", "transaction", NULL};
+static const char *const config_io_backend_names[] = {"auto", "io_uring", "epoll", NULL};
 static const char *const config_log_level_names[] = {"error", "warning", "info", "debug", NULL};
 static const char *const config_consistency_names[] = {"primary", "eventual", "session", "strict", NULL};
 static const char *const config_switch_names[] = {"off", "on", NULL};
@@ -147,6 +148,11 @@ static const struct config_key config_keys[] = {
 		   config_pool_mode_names,
 		   "when a server connection goes back to the pool: at client disconnect (session) or at "
 		   "the end of each transaction (transaction)"),
+	CONFIG_KEY("tern", "io_backend", CONFIG_ENUM, "auto", 0, 0, CONFIG_RESTART, io_backend, config_io_backend_names,
+		   "how workers do socket I/O: auto = io_uring, or epoll where io_uring cannot be set up (a seccomp "
+		   "profile such as Docker's default, kernel.io_uring_disabled, an old kernel), with one log line "
+		   "saying why; io_uring = io_uring or stop at startup naming what blocks it; epoll = epoll always "
+		   "(same behaviour, more system calls per transaction)"),
 	CONFIG_KEY("tern", "ring_entries", CONFIG_INT, "1024", 64, 32768, CONFIG_RESTART, ring_entries, NULL,
 		   "submission queue depth of each worker's io_uring"),
 	CONFIG_KEY("tern", "buffer_count", CONFIG_INT, "512", 16, 16384, CONFIG_RESTART, buffer_count, NULL,

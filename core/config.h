@@ -23,6 +23,8 @@
 #define CONFIG_LISTEN_HOST_SIZE 256
 
 enum config_pool_mode { CONFIG_POOL_SESSION = 0, CONFIG_POOL_TRANSACTION = 1 };
+/* [tern] io_backend, in ring.h's enum ring_backend order (worker.c asserts it). */
+enum config_io_backend { CONFIG_IO_BACKEND_AUTO = 0, CONFIG_IO_BACKEND_IO_URING = 1, CONFIG_IO_BACKEND_EPOLL = 2 };
 /* [routing] default_consistency: where an autocommit read may go (routing.c). */
 enum config_consistency {
 	CONFIG_CONSISTENCY_PRIMARY = 0, /* no reads on replicas */
@@ -62,6 +64,7 @@ struct tern_config {
 	uint32_t workers; /* 0 = one per CPU */
 	bool pin_workers;
 	int pool_mode; /* enum config_pool_mode */
+	int io_backend; /* enum config_io_backend */
 	uint32_t ring_entries;
 	uint32_t buffer_count; /* a power of two */
 	uint64_t buffer_size;

@@ -271,6 +271,7 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 	next->workers = old->workers;
 	next->pin_workers = old->pin_workers;
 	next->pool_mode = old->pool_mode;
+	next->io_backend = old->io_backend;
 	next->ring_entries = old->ring_entries;
 	next->buffer_count = old->buffer_count;
 	next->buffer_size = old->buffer_size;

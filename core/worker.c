@@ -547,6 +547,13 @@ static void worker_shutdown_sessions(struct worker *worker)
 	}
 }
 
+static_assert((int)RING_BACKEND_AUTO == CONFIG_IO_BACKEND_AUTO &&
+		      (int)RING_BACKEND_IO_URING == CONFIG_IO_BACKEND_IO_URING &&
+		      (int)RING_BACKEND_EPOLL == CONFIG_IO_BACKEND_EPOLL,
+	      "[tern] io_backend's values are ring.h's");
+/* The fallback to epoll is logged by the first worker that makes it: every worker meets the same cause. */
+static bool worker_fallback_logged;
+
 static void *worker_main(void *arg)
 {
 	struct worker *worker = arg;
@@ -556,12 +563,19 @@ static void *worker_main(void *arg)
 		.entries = cfg->ring_entries,
 		.buffer_count = cfg->buffer_count,
 		.buffer_size = (uint32_t)cfg->buffer_size,
+		.backend = (enum ring_backend)cfg->io_backend,
 	};
 	int rc = ring_init(&worker->host.ring, &params, worker->init_error, sizeof(worker->init_error));
 	if (rc < 0) {
 		worker_report_init(worker, rc);
 		return NULL;
 	}
+	bool is_epoll = worker->host.ring.backend == RING_BACKEND_EPOLL;
+	if (is_epoll && params.backend == RING_BACKEND_AUTO &&
+	    !__atomic_exchange_n(&worker_fallback_logged, true, __ATOMIC_RELAXED))
+		TERN_WARN("io_uring is unavailable, so the workers use epoll ([tern] io_backend = auto): %s",
+			  worker->init_error);
+	worker->init_error[0] = '\0';
 	/* Other threads wake the worker through its own descriptor for the ring's eventfd: main may wake a
 	 * worker whose ring is already gone at exit, and must never write to a reused descriptor. */
 	worker->wake_fd = dup(worker->host.ring.event_fd);
@@ -582,14 +596,15 @@ static void *worker_main(void *arg)
 		worker->listeners[i].accept_op.handler = worker_on_accept;
 		ring_accept_multishot(&worker->host.ring, &worker->listeners[i].accept_op, worker->listeners[i].fd);
 	}
-	TERN_INFO("worker %u: io_uring %s%s, %u buffers of %u bytes", worker->host.index, worker->host.ring.setup_mode,
-		  worker->host.ring.is_fd_registered ? ", registered ring fd" : "",
+	TERN_INFO("worker %u: %s%s%s, %u buffers of %u bytes", worker->host.index, is_epoll ? "" : "io_uring ",
+		  worker->host.ring.setup_mode, worker->host.ring.is_fd_registered ? ", registered ring fd" : "",
 		  params.buffer_count, params.buffer_size);
 	worker_report_init(worker, 0);
 	while (!__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_ACQUIRE)) {
 		rc = ring_run_once(&worker->host.ring);
 		if (rc < 0) {
-			TERN_ERROR("worker %u: io_uring_enter failed: %s", worker->host.index, strerror(-rc));
+			TERN_ERROR("worker %u: %s failed: %s", worker->host.index, is_epoll ? "epoll_wait" : "io_uring_enter",
+				   strerror(-rc));
 			break;
 		}
 		worker_end_pass(worker);

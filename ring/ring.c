@@ -1,6 +1,7 @@
 #include "ring.h"
 
 #include "buf_ring_compat.h"
+#include "ring_internal.h"
 
 #include <errno.h>
 #include <liburing.h>
@@ -10,8 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Completions handled per pass before buffers go back to the kernel; bounds the pass's latency. */
-#define RING_COMPLETIONS_PER_PASS_MAX 256u
+static_assert(IORING_CQE_F_BUFFER == RING_FLAG_BUFFER && IORING_CQE_F_MORE == RING_FLAG_MORE &&
+		      IORING_CQE_BUFFER_SHIFT == RING_FLAG_BUFFER_SHIFT,
+	      "the epoll backend's completion flags are io_uring's");
 
 static struct io_uring *ring_uring(struct ring *ring) { return ring->uring; }
 
@@ -76,13 +78,34 @@ static int ring_setup(struct io_uring *uring, unsigned entries, const char **mod
 	return rc;
 }
 
-int ring_init(struct ring *ring, const struct ring_params *params, char *why, size_t why_size)
+/* What both backends share: the receive buffers (touched) and the wake-up eventfd. */
+static int ring_init_common(struct ring *ring, const struct ring_params *params, char *why, size_t why_size)
 {
-	TERN_ASSERT(params->buffer_count > 0 && params->buffer_count <= RING_BUFFER_COUNT_MAX);
-	TERN_ASSERT((params->buffer_count & (params->buffer_count - 1)) == 0);
-	TERN_ASSERT(params->buffer_size > 0 && params->buffer_size <= RING_BUFFER_SIZE_MAX); /* (config's 1MB) */
-	memset(ring, 0, sizeof(*ring));
-	ring->event_fd = -1;
+	TERN_ASSERT((size_t)params->buffer_count * RING_BUFFER_GROUPS <= RING_NO_BUFFER);
+	ring->buf_count = params->buffer_count;
+	ring->buf_size = params->buffer_size;
+	size_t total = (size_t)ring->buf_count * RING_BUFFER_GROUPS;
+	ring->buf_base = aligned_alloc(4096, total * ring->buf_size);
+	ring->buf_refs = calloc(total, sizeof(*ring->buf_refs));
+	if (!ring->buf_base || !ring->buf_refs) {
+		snprintf(why, why_size, "out of memory for %zu receive buffers of %u bytes", total, ring->buf_size);
+		return -ENOMEM;
+	}
+	/* Touched now, not by the kernel's first receive into each: the ring hands buffers out in turn, so
+	 * every one is in use after a few hundred receives anyway. Memory is then what it will be under load
+	 * from the start, and no page fault lands on the data path. */
+	memset(ring->buf_base, 0, total * ring->buf_size);
+	ring->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (ring->event_fd < 0) {
+		int rc = -errno;
+		snprintf(why, why_size, "eventfd: %s", strerror(errno));
+		return rc;
+	}
+	return 0;
+}
+
+static int ring_init_uring(struct ring *ring, const struct ring_params *params, char *why, size_t why_size)
+{
 	struct io_uring *uring = calloc(1, sizeof(*uring));
 	if (!uring) {
 		snprintf(why, why_size, "out of memory");
@@ -98,21 +121,11 @@ int ring_init(struct ring *ring, const struct ring_params *params, char *why, si
 	/* io_uring_enter by registered index: the worker's thread skips the file-table lookup and reference
 	 * on every enter (kernel 5.18+; without it the plain fd is used). */
 	ring->is_fd_registered = io_uring_register_ring_fd(uring) == 1;
-	TERN_ASSERT((size_t)params->buffer_count * RING_BUFFER_GROUPS <= RING_NO_BUFFER);
-	ring->buf_count = params->buffer_count;
-	ring->buf_size = params->buffer_size;
-	size_t total = (size_t)ring->buf_count * RING_BUFFER_GROUPS;
-	ring->buf_base = aligned_alloc(4096, total * ring->buf_size);
-	ring->buf_refs = calloc(total, sizeof(*ring->buf_refs));
-	if (!ring->buf_base || !ring->buf_refs) {
-		snprintf(why, why_size, "out of memory for %zu receive buffers of %u bytes", total, ring->buf_size);
+	rc = ring_init_common(ring, params, why, why_size);
+	if (rc < 0) {
 		ring_deinit(ring);
-		return -ENOMEM;
+		return rc;
 	}
-	/* Touched now, not by the kernel's first receive into each: the ring hands buffers out in turn, so
-	 * every one is in use after a few hundred receives anyway. Memory is then what it will be under load
-	 * from the start, and no page fault lands on the data path. */
-	memset(ring->buf_base, 0, total * ring->buf_size);
 	int mask = io_uring_buf_ring_mask(ring->buf_count);
 	for (uint32_t g = 0; g < RING_BUFFER_GROUPS; g++) {
 		struct io_uring_buf_ring *br = ring_compat_setup_buf_ring(uring, ring->buf_count, (int)g, &rc);
@@ -128,14 +141,33 @@ int ring_init(struct ring *ring, const struct ring_params *params, char *why, si
 					      ring->buf_size, (unsigned short)i, mask, (int)i);
 		io_uring_buf_ring_advance(br, (int)ring->buf_count);
 	}
-	ring->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (ring->event_fd < 0) {
-		rc = -errno;
-		snprintf(why, why_size, "eventfd: %s", strerror(errno));
-		ring_deinit(ring);
-		return rc;
-	}
 	return 0;
+}
+
+int ring_init(struct ring *ring, const struct ring_params *params, char *why, size_t why_size)
+{
+	TERN_ASSERT(params->buffer_count > 0 && params->buffer_count <= RING_BUFFER_COUNT_MAX);
+	TERN_ASSERT((params->buffer_count & (params->buffer_count - 1)) == 0);
+	TERN_ASSERT(params->buffer_size > 0 && params->buffer_size <= RING_BUFFER_SIZE_MAX); /* (config's 1MB) */
+	memset(ring, 0, sizeof(*ring));
+	ring->event_fd = -1;
+	if (params->backend != RING_BACKEND_EPOLL) {
+		ring->backend = RING_BACKEND_IO_URING;
+		int rc = ring_init_uring(ring, params, why, why_size);
+		if (rc == 0 || params->backend == RING_BACKEND_IO_URING)
+			return rc;
+		/* `why` keeps what blocked io_uring, for the caller's one log line; epoll's own failure replaces it. */
+	}
+	memset(ring, 0, sizeof(*ring));
+	ring->event_fd = -1;
+	ring->backend = RING_BACKEND_EPOLL;
+	ring->setup_mode = "epoll";
+	int rc = ring_init_common(ring, params, why, why_size);
+	if (rc == 0)
+		rc = ring_epoll_init(ring, params->entries, why, why_size);
+	if (rc < 0)
+		ring_deinit(ring);
+	return rc;
 }
 
 void ring_deinit(struct ring *ring)
@@ -148,6 +180,8 @@ void ring_deinit(struct ring *ring)
 		io_uring_queue_exit(uring);
 		free(uring);
 	}
+	if (ring->epoll)
+		ring_epoll_deinit(ring);
 	if (ring->event_fd >= 0)
 		close(ring->event_fd);
 	free(ring->buf_base);
@@ -191,6 +225,10 @@ static void ring_arm(struct ring_op *op, struct io_uring_sqe *sqe)
 
 void ring_accept_multishot(struct ring *ring, struct ring_op *op, int listen_fd)
 {
+	if (TERN_UNLIKELY(ring->backend == RING_BACKEND_EPOLL)) {
+		ring_epoll_accept(ring, op, listen_fd);
+		return;
+	}
 	struct io_uring_sqe *sqe = ring_get_sqe(ring);
 	io_uring_prep_multishot_accept(sqe, listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	ring_arm(op, sqe);
@@ -199,6 +237,10 @@ void ring_accept_multishot(struct ring *ring, struct ring_op *op, int listen_fd)
 void ring_recv_multishot(struct ring *ring, struct ring_op *op, int fd, uint8_t buffer_group)
 {
 	TERN_ASSERT(buffer_group < RING_BUFFER_GROUPS);
+	if (TERN_UNLIKELY(ring->backend == RING_BACKEND_EPOLL)) {
+		ring_epoll_recv(ring, op, fd, buffer_group, true);
+		return;
+	}
 	struct io_uring_sqe *sqe = ring_get_sqe(ring);
 	io_uring_prep_recv_multishot(sqe, fd, NULL, 0, 0);
 	sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -210,6 +252,10 @@ void ring_recv_multishot(struct ring *ring, struct ring_op *op, int fd, uint8_t 
 void ring_recv(struct ring *ring, struct ring_op *op, int fd, uint8_t buffer_group)
 {
 	TERN_ASSERT(buffer_group < RING_BUFFER_GROUPS);
+	if (TERN_UNLIKELY(ring->backend == RING_BACKEND_EPOLL)) {
+		ring_epoll_recv(ring, op, fd, buffer_group, false);
+		return;
+	}
 	struct io_uring_sqe *sqe = ring_get_sqe(ring);
 	io_uring_prep_recv(sqe, fd, NULL, ring->buf_size, 0);
 	sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -220,6 +266,10 @@ void ring_recv(struct ring *ring, struct ring_op *op, int fd, uint8_t buffer_gro
 
 void ring_sendmsg(struct ring *ring, struct ring_op *op, int fd, const struct msghdr *msg)
 {
+	if (TERN_UNLIKELY(ring->backend == RING_BACKEND_EPOLL)) {
+		ring_epoll_send(ring, op, fd, NULL, 0, msg);
+		return;
+	}
 	struct io_uring_sqe *sqe = ring_get_sqe(ring);
 	io_uring_prep_sendmsg(sqe, fd, msg, MSG_NOSIGNAL);
 	ring_arm(op, sqe);
@@ -227,6 +277,10 @@ void ring_sendmsg(struct ring *ring, struct ring_op *op, int fd, const struct ms
 
 void ring_send(struct ring *ring, struct ring_op *op, int fd, const void *data, size_t len)
 {
+	if (TERN_UNLIKELY(ring->backend == RING_BACKEND_EPOLL)) {
+		ring_epoll_send(ring, op, fd, data, len, NULL);
+		return;
+	}
 	struct io_uring_sqe *sqe = ring_get_sqe(ring);
 	io_uring_prep_send(sqe, fd, data, len, MSG_NOSIGNAL);
 	ring_arm(op, sqe);
@@ -236,15 +290,28 @@ void ring_cancel(struct ring *ring, struct ring_op *target)
 {
 	if (!target->is_armed)
 		return;
+	if (TERN_UNLIKELY(ring->backend == RING_BACKEND_EPOLL)) {
+		ring_epoll_cancel(ring, target);
+		return;
+	}
 	struct io_uring_sqe *sqe = ring_get_sqe(ring);
 	io_uring_prep_cancel(sqe, target, 0);
 	io_uring_sqe_set_data(sqe, NULL); /* the cancel's own completion is ignored */
 }
 
-void ring_submit(struct ring *ring) { (void)io_uring_submit(ring_uring(ring)); }
+void ring_submit(struct ring *ring)
+{
+	if (TERN_UNLIKELY(ring->backend == RING_BACKEND_EPOLL))
+		return; /* epoll: every op was tried or registered when it was armed */
+	(void)io_uring_submit(ring_uring(ring));
+}
 
 static void ring_event_arm(struct ring *ring)
 {
+	if (TERN_UNLIKELY(ring->backend == RING_BACKEND_EPOLL)) {
+		ring_epoll_read(ring, &ring->event_op, ring->event_fd, &ring->event_value, sizeof(ring->event_value));
+		return;
+	}
 	struct io_uring_sqe *sqe = ring_get_sqe(ring);
 	io_uring_prep_read(sqe, ring->event_fd, &ring->event_value, sizeof(ring->event_value), 0);
 	ring_arm(&ring->event_op, sqe);
@@ -269,6 +336,10 @@ void ring_wake(struct ring *ring)
 
 static void ring_tick_arm(struct ring *ring)
 {
+	if (TERN_UNLIKELY(ring->backend == RING_BACKEND_EPOLL)) {
+		ring_epoll_timeout(ring, &ring->tick_op, ring->tick_ns);
+		return;
+	}
 	struct io_uring_sqe *sqe = ring_get_sqe(ring);
 	ring->tick_ts.tv_sec = (int64_t)(ring->tick_ns / BASE_NS_PER_SEC);
 	ring->tick_ts.tv_nsec = (long long)(ring->tick_ns % BASE_NS_PER_SEC);
@@ -302,11 +373,18 @@ uint8_t *ring_buffer_data(struct ring *ring, uint16_t buffer_id)
 	return ring->buf_base + (size_t)buffer_id * ring->buf_size;
 }
 
-void ring_buffer_take(struct ring *ring, uint16_t buffer_id)
+static inline void ring_buffer_mark_out(struct ring *ring, uint16_t buffer_id)
 {
 	TERN_ASSERT(buffer_id < ring->buf_count * RING_BUFFER_GROUPS && ring->buf_refs[buffer_id] == 0);
 	ring->buf_refs[buffer_id] = 1;
 	ring->groups[buffer_id / ring->buf_count].out++;
+}
+
+void ring_buffer_take(struct ring *ring, uint16_t buffer_id)
+{
+	ring_buffer_mark_out(ring, buffer_id);
+	if (TERN_UNLIKELY(ring->backend == RING_BACKEND_EPOLL))
+		ring_epoll_buffer_taken(ring, buffer_id);
 }
 
 void ring_buffer_ref(struct ring *ring, uint16_t buffer_id)
@@ -325,6 +403,10 @@ void ring_buffer_unref(struct ring *ring, uint16_t buffer_id)
 	struct ring_buffer_group *group = &ring->groups[buffer_id / ring->buf_count];
 	TERN_ASSERT(group->out > 0);
 	group->out--;
+	if (TERN_UNLIKELY(ring->backend == RING_BACKEND_EPOLL)) {
+		ring_epoll_buffer_returned(ring, buffer_id);
+		return;
+	}
 	io_uring_buf_ring_add(group->buf_ring, ring_buffer_data(ring, buffer_id), ring->buf_size,
 			      (unsigned short)(buffer_id % ring->buf_count), io_uring_buf_ring_mask(ring->buf_count),
 			      (int)group->pending_return);
@@ -344,6 +426,8 @@ static void ring_return_buffers(struct ring *ring)
 
 int ring_run_once(struct ring *ring)
 {
+	if (TERN_UNLIKELY(ring->backend == RING_BACKEND_EPOLL))
+		return ring_epoll_run_once(ring);
 	struct io_uring *uring = ring_uring(ring);
 	int rc = io_uring_submit_and_wait(uring, 1);
 	ring->stats.passes++;
@@ -368,7 +452,7 @@ int ring_run_once(struct ring *ring)
 			uint32_t index = flags >> IORING_CQE_BUFFER_SHIFT;
 			TERN_ASSERT(op && index < ring->buf_count);
 			uint16_t bid = (uint16_t)(op->buffer_group * ring->buf_count + index);
-			ring_buffer_take(ring, bid);
+			ring_buffer_mark_out(ring, bid);
 			flags = (flags & ((1u << IORING_CQE_BUFFER_SHIFT) - 1)) | ((uint32_t)bid << IORING_CQE_BUFFER_SHIFT);
 		}
 		if (res == -ENOBUFS)

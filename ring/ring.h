@@ -1,7 +1,8 @@
 /*
  * ring.h — the io_uring runtime of one worker thread: submissions, completions, a provided-buffer
  * ring for receives, reference-counted receive buffers, an eventfd other threads write to wake the
- * worker, and a periodic tick.
+ * worker, and a periodic tick. Where io_uring cannot be set up, the same interface runs on epoll
+ * (ring_epoll.c), which emulates the completions: the callers see the same handlers, flags and buffers.
  *
  * Threads: a struct ring is created, used and destroyed by exactly one thread (the ring is set up
  * SINGLE_ISSUER where the kernel allows). The only cross-thread entry point is ring_wake().
@@ -30,12 +31,18 @@ struct ring_op {
 	ring_op_handler handler;
 	bool is_armed;        /* a submission is in flight and its final completion has not arrived */
 	uint8_t buffer_group; /* for receives: the group its buffers come from */
+	uint32_t waiter;      /* epoll backend only: its waiting record, or none once its final result is queued */
 };
+
+/* Which kernel interface a ring runs on. AUTO is io_uring where the kernel lets tern set it up, else
+ * epoll; IO_URING fails ring_init when io_uring cannot be set up. */
+enum ring_backend { RING_BACKEND_AUTO = 0, RING_BACKEND_IO_URING, RING_BACKEND_EPOLL };
 
 struct ring_params {
 	uint32_t entries;
 	uint32_t buffer_count; /* per group; a power of two */
 	uint32_t buffer_size;
+	enum ring_backend backend;
 };
 
 /* Receive buffers come in separate groups so one kind of reader can never take the buffers another
@@ -51,7 +58,7 @@ static_assert(RING_BUFFER_COUNT_MAX * RING_BUFFER_GROUPS <= 65536u, "buffer ids 
 static_assert(RING_BUFFER_SIZE_MAX < RING_BUFFER_REFS_MAX, "a buffer's references fit");
 
 struct ring_stats {
-	uint64_t passes; /* ring_run_once calls: one io_uring_enter each, which submits and waits */
+	uint64_t passes; /* ring_run_once calls: one io_uring_enter each (epoll: one epoll_wait), which waits */
 	uint64_t completions;
 	uint64_t submissions;
 	uint64_t enobufs; /* receives that ended because the buffer ring was empty */
@@ -68,6 +75,7 @@ struct ring {
 	uint8_t *buf_base;
 	uint32_t *buf_refs; /* by buffer id: group * buf_count + index in the group */
 	bool is_drop_logged; /* the kernel's dropped completions were logged (ring_get_sqe) */
+	uint8_t backend;     /* RING_BACKEND_IO_URING or RING_BACKEND_EPOLL, set by ring_init */
 	uint32_t buf_count; /* per group */
 	uint32_t buf_size;
 	struct ring_buffer_group groups[RING_BUFFER_GROUPS];
@@ -80,12 +88,15 @@ struct ring {
 	void (*on_tick)(struct ring *ring);
 	void (*on_wake)(struct ring *ring);
 	void *owner;
-	const char *setup_mode; /* which setup flags the kernel took, for the startup log */
+	const char *setup_mode; /* which setup flags the kernel took (or "epoll"), for the startup log */
 	struct ring_stats stats;
 	bool is_fd_registered; /* the ring's own fd is registered (io_uring_register_ring_fd) */
+	void *epoll;           /* struct ring_epoll, private to ring_epoll.c; NULL on io_uring */
 };
 
-/* 0 or -errno. On failure `why` holds one line telling the operator what blocked io_uring. */
+/* 0 or -errno. On failure `why` holds one line telling the operator what blocked io_uring (or epoll).
+ * With RING_BACKEND_AUTO, a ring that fell back to epoll returns 0 with ring->backend EPOLL and `why`
+ * naming what blocked io_uring, for the caller to log once. */
 TERN_MUST_USE int ring_init(struct ring *ring, const struct ring_params *params, char *why, size_t why_size);
 void ring_deinit(struct ring *ring);
 
@@ -104,7 +115,8 @@ void ring_recv(struct ring *ring, struct ring_op *op, int fd, uint8_t buffer_gro
 void ring_sendmsg(struct ring *ring, struct ring_op *op, int fd, const struct msghdr *msg);
 /* One contiguous range: the kernel copies no msghdr and imports no iovec (a sendq's common case). */
 void ring_send(struct ring *ring, struct ring_op *op, int fd, const void *data, size_t len);
-/* Asks the kernel to end `target` early; its final completion still arrives. No-op when unarmed. */
+/* Asks the kernel to end `target` early; its final completion still arrives. No-op when unarmed.
+ * (epoll: a waiting op ends with -ECANCELED at once; results already queued arrive first.) */
 void ring_cancel(struct ring *ring, struct ring_op *target);
 /* Pushes queued submissions to the kernel without waiting. */
 void ring_submit(struct ring *ring);

@@ -248,15 +248,35 @@ def _parse_listen(config_text):
     raise ValueError("no 'listen = host:port' line in tern config")
 
 
+def with_io_backend(config_text):
+    """config_text with [tern] io_backend = $TERN_IO_BACKEND when that is set
+    (tests/run.sh runs integration cases once more with TERN_IO_BACKEND=epoll),
+    unless the config names its own io_backend. A file a test rewrites for a
+    reload lacks it: io_backend takes a restart, so tern stays on epoll."""
+    backend = os.environ.get("TERN_IO_BACKEND", "")
+    if not backend or re.search(r"(?m)^\s*io_backend\s*=", config_text):
+        return config_text
+    setting = "io_backend = %s\n" % backend
+    lines = config_text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.strip() == "[tern]":
+            head = "".join(lines[:i + 1])
+            return head + ("" if head.endswith("\n") else "\n") + setting + "".join(lines[i + 1:])
+    return "[tern]\n" + setting + config_text
+
+
 class TernProcess(_MeasuredProcess):
     """binary -c tern.ini, run in workdir (a fresh temp dir by default, removed
-    on stop() unless TERN_KEEP_TMP is set); output goes to workdir/tern.log."""
+    on stop() unless TERN_KEEP_TMP is set); output goes to workdir/tern.log.
+    wrapper: argv run in front of the binary, which execs it (no_uring_exec).
+    The config gets $TERN_IO_BACKEND (with_io_backend)."""
 
     name = "tern"
 
-    def __init__(self, binary, config_text, workdir=None, extra_files=None):
+    def __init__(self, binary, config_text, workdir=None, extra_files=None, wrapper=()):
         super().__init__()
         self.binary = os.path.abspath(binary)
+        config_text = with_io_backend(config_text)
         self.config_text = config_text
         self.host, self.port = _parse_listen(config_text)
         if workdir is None:
@@ -273,7 +293,7 @@ class TernProcess(_MeasuredProcess):
             with open(path, mode) as f:
                 f.write(content)
         self._log_path = os.path.join(self.workdir, "tern.log")
-        self._argv = [self.binary, "-c", "tern.ini"]
+        self._argv = list(wrapper) + [self.binary, "-c", "tern.ini"]
 
     def start(self, timeout=15):
         if not os.access(self.binary, os.X_OK):

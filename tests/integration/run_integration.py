@@ -2844,17 +2844,29 @@ def tls_sighup_swaps_the_certificate_and_mode(ctx):
 
 
 @test
-def tern_refuses_to_start_with_a_clear_line_when_io_uring_is_blocked(ctx):
+def io_uring_blocked_falls_back_to_epoll_with_one_line_or_stops_when_required(ctx):
     helper = os.path.join(os.path.dirname(TERN), "tests", "fuzz", "no_uring_exec")
     check(os.path.exists(helper), "no_uring_exec is built next to tern (%s)" % helper)
     workdir = ctx.pg.base_dir
     ini = os.path.join(workdir, "no_uring.ini")
     with open(ini, "w") as f:
-        f.write("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\n" % free_port())
+        f.write("[tern]\nlisten = 127.0.0.1:%d\nworkers = 1\nio_backend = io_uring\n" % free_port())
     r = subprocess.run([helper, TERN, "-c", ini], capture_output=True, text=True, timeout=30)
     lines = [line for line in r.stderr.splitlines() if line.strip()]
-    check(r.returncode != 0, "non-zero exit")
+    check(r.returncode != 0, "io_backend = io_uring: non-zero exit")
     check(len(lines) == 1 and "io_uring" in lines[0] and "seccomp" in lines[0], "one line: %r" % r.stderr)
+    # auto (the default, written out so TERN_IO_BACKEND leaves it): epoll, and one line saying why.
+    t = TernProcess(TERN, "[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = transaction\nio_backend = auto\n"
+                    "[servers]\nprimary = host=127.0.0.1 port=%d\n" % (free_port(), ctx.pg.primary_port),
+                    wrapper=[helper])
+    ctx.terns.append(t)
+    t.start()
+    check(psql_ok(t.port, "select 1") == "1", "served on epoll")
+    log = t.log_tail(200)
+    why = [line for line in log.splitlines() if "io_uring is unavailable" in line]
+    check(len(why) == 1 and "seccomp" in why[0], "one line names why: %r" % log)
+    check(sum(": epoll, " in line for line in log.splitlines()) == 2, "each worker says epoll: %r" % log)
+    t.stop()
 
 
 @test

@@ -23,7 +23,8 @@
  *     its extension (session.h and session.c are one unit); a core or routing file whose unit is not in
  *     the order is reported, so a new file takes its place in the order on purpose;
  *   - route_internal.h, what routing's files share, is included by routing/route*.c alone, and routing's
- *     state (route_types.h: s->routing, leg->route) is written by routing/route* alone;
+ *     state (route_types.h: s->routing, leg->route) is written by routing/route* alone; ring_internal.h,
+ *     what the ring's two backends share, by ring/ alone;
  * An include is resolved the way a compiler with every include directory would (the including file's
  * folder, then '.', 'core', 'core/base', 'auth' and 'admin'; no library has routing/ among them), so `#include "proto.h"` from pool/ counts as core/, even
  * though meson gives pool/ only core/base and the compiler refuses it too.
@@ -386,6 +387,9 @@ static void layout_check_file(struct layout *l, const char *path, const char *re
 		    !has_prefix(rel, "routing/route"))
 			layout_report(l, "%s:%u: includes route_internal.h; only routing's files (routing/route*.c) may\n", rel,
 				      line_no);
+		/* The ring's backends share ring_internal.h between them alone. */
+		if (strstr(name, "ring_internal.h") != NULL && from != MODULE_RING)
+			layout_report(l, "%s:%u: includes ring_internal.h; only ring/ may\n", rel, line_no);
 		if ((strcmp(name, "liburing.h") == 0 || has_prefix(name, "liburing/")) && from != MODULE_RING)
 			layout_report(l, "%s:%u: includes %s; only ring/ may use liburing\n", rel, line_no, name);
 		char to_rel[LAYOUT_PATH_MAX];
