@@ -711,8 +711,12 @@ bool tls_conn_client_common_name(const struct tls_conn *conn, char *out, size_t 
 	if (!tls_conn_has_client_certificate(conn))
 		return false;
 	X509_NAME *subject = X509_get_subject_name(SSL_get0_peer_certificate(conn->ssl));
-	int n = subject ? X509_NAME_get_text_by_NID(subject, NID_commonName, out, (int)size) : -1;
-	if (n <= 0 || (size_t)n >= size || strlen(out) != (size_t)n) {
+	/* Its whole length first: the copy below cuts a longer one short and says only what it copied. */
+	int whole = subject ? X509_NAME_get_text_by_NID(subject, NID_commonName, NULL, 0) : -1;
+	if (whole <= 0 || (size_t)whole >= size)
+		return false;
+	int n = X509_NAME_get_text_by_NID(subject, NID_commonName, out, (int)size);
+	if (n != whole || strlen(out) != (size_t)n) {
 		out[0] = '\0';
 		return false;
 	}

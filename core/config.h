@@ -170,9 +170,9 @@ TERN_MUST_USE int config_init_defaults(struct tern_config *cfg);
  * passed to config_deinit.
  */
 TERN_MUST_USE int config_load(struct tern_config *cfg, const char *path, char *err, size_t err_size);
-/* A boolean as the config file writes one (true, false, on, off, yes, no, 1, 0; any case): 1, 0, or -1. */
 /* [tern] unix_socket_mode as permission bits (octal, up to 0777), or -1 when it is not one. */
 int config_unix_socket_mode(const struct tern_config *cfg);
+/* A boolean as the config file writes one (true, false, on, off, yes, no, 1, 0; any case): 1, 0, or -1. */
 int config_bool_of(const char *text);
 /* "host:port, host:port" (as `listen` takes it: "*:port", "[ipv6]:port") into out: the count, or -1 when
  * an address is malformed, there are more than max, or none. */

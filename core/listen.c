@@ -287,10 +287,8 @@ int listen_open_unix(const struct tern_config *cfg, int *out, char *err, size_t 
 	*out = -1;
 	if (!cfg->unix_socket_dir || !cfg->unix_socket_dir[0])
 		return 0;
-	struct sockaddr_un un;
-	listen_unix_path(cfg, &un);
-	(void)unlink(un.sun_path); /* stale (listen_check_free found no one), or taken over */
 	gid_t group = (gid_t)-1; /* (chown leaves it) */
+	/* The group first: a failure here leaves the socket of the tern a takeover starts beside. */
 	if (cfg->unix_socket_group && cfg->unix_socket_group[0]) {
 		const struct group *g = getgrnam(cfg->unix_socket_group);
 		if (!g) {
@@ -299,13 +297,24 @@ int listen_open_unix(const struct tern_config *cfg, int *out, char *err, size_t 
 		}
 		group = g->gr_gid;
 	}
+	struct sockaddr_un un;
+	listen_unix_path(cfg, &un);
+	(void)unlink(un.sun_path); /* stale (listen_check_free found no one), or taken over */
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	const char *key = "unix_socket_dir";
 	struct stat st;
-	if (fd < 0 || bind(fd, (const struct sockaddr *)&un, sizeof(un)) < 0 ||
-	    chown(un.sun_path, (uid_t)-1, group) < 0 || chmod(un.sun_path, (mode_t)config_unix_socket_mode(cfg)) < 0 ||
-	    listen(fd, LISTEN_BACKLOG) < 0 || stat(un.sun_path, &st) < 0) {
+	bool is_bound = fd >= 0 && bind(fd, (const struct sockaddr *)&un, sizeof(un)) == 0;
+	if (is_bound && chown(un.sun_path, (uid_t)-1, group) < 0)
+		key = "unix_socket_group";
+	else if (is_bound && chmod(un.sun_path, (mode_t)config_unix_socket_mode(cfg)) < 0)
+		key = "unix_socket_mode";
+	else if (is_bound && listen(fd, LISTEN_BACKLOG) == 0 && stat(un.sun_path, &st) == 0)
+		key = NULL;
+	if (key) {
 		int rc = -errno;
-		snprintf(err, err_size, "[tern] unix_socket_dir: %s: %s", un.sun_path, strerror(-rc));
+		snprintf(err, err_size, "[tern] %s: %s: %s", key, un.sun_path, strerror(-rc));
+		if (is_bound)
+			(void)unlink(un.sun_path); /* the socket this tern made, half set up */
 		if (fd >= 0)
 			close(fd);
 		return rc;

@@ -19,6 +19,7 @@
 #include "worker.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stddef.h>
@@ -40,7 +41,9 @@ static void main_notify(const char *state)
 	const char *path = getenv("NOTIFY_SOCKET");
 	struct sockaddr_un un = {.sun_family = AF_UNIX};
 	size_t len = path ? strlen(path) : 0;
-	if (len == 0 || len >= sizeof(un.sun_path) || (path[0] != '/' && path[0] != '@'))
+	/* (an abstract name, '@' first, needs no terminating NUL: it may fill sun_path) */
+	if (len == 0 || len > sizeof(un.sun_path) || (path[0] == '/' && len == sizeof(un.sun_path)) ||
+	    (path[0] != '/' && path[0] != '@'))
 		return;
 	memcpy(un.sun_path, path, len);
 	if (un.sun_path[0] == '@')
@@ -551,7 +554,10 @@ int main(int argc, char **argv)
 		if (sig == SIGHUP) {
 			/* Odd while reloading, even after: the admin RELOAD waits for a reload begun after it asked. */
 			__atomic_add_fetch(&rt.reload_generation, 1, __ATOMIC_RELEASE);
-			main_notify("RELOADING=1");
+			char reloading[64]; /* (systemd 253+ matches the reload by the time) */
+			snprintf(reloading, sizeof(reloading), "RELOADING=1\nMONOTONIC_USEC=%" PRIu64,
+				 base_now_ns() / 1000);
+			main_notify(reloading);
 			int rc = main_reload(&rt, opener, config_path, &retired);
 			__atomic_store_n(&rt.reload_result, rc, __ATOMIC_RELAXED);
 			__atomic_add_fetch(&rt.reload_generation, 1, __ATOMIC_RELEASE);

@@ -111,7 +111,8 @@ struct proto_stream {
 	bool is_message_in_chunk;  /* ... when the whole message lies in that chunk */
 	uint64_t messages; /* complete messages scanned, for statistics */
 	/* Odd while a chunk is being fed, one more at each feed's start and end: a pointer into the chunk
-	 * noted with this value is still good while the value is the same. */
+	 * noted with this value is still good while this same stream's value is the same (another stream,
+	 * one made later at the same address included, counts its own from 0). */
 	uint32_t feed_seq;
 	uint32_t stop_offset; /* after a scan stopped by on_message: where the unscanned rest of the chunk begins */
 };

@@ -83,8 +83,9 @@ int sendq_push_buffer(struct sendq *q, struct ring *ring, uint16_t buffer_id, co
 	/* Bytes that continue the previous slice of the same buffer extend it: one iovec, no new ref. */
 	if (q->count > 0) {
 		struct sendq_slice *last = &q->slices[(q->head + q->count - 1) & (q->cap - 1)];
-		/* Safe while a send is in flight: the kernel holds its own iovec copy, and sendq_sent
-		 * accounts by bytes, so the extension simply goes out with the next send. */
+		/* Safe while a send is in flight: that send named its ranges when it was armed (q->iov, which
+		 * nothing touches until it completes, or one range), and sendq_sent accounts by bytes, so the
+		 * extension simply goes out with the next send. */
 		if (last->buffer_id == buffer_id && last->data + last->len == data) {
 			last->len += len;
 			q->bytes += len;

@@ -165,6 +165,7 @@ void replay_reply(struct session *s, const void *data, uint32_t len)
 {
 	struct leg *leg = session_primary(s);
 	if (len > 0 && proto_be_is_preamble(((const uint8_t *)data)[0])) {
+		s->replay.preamble_ref.at = NULL; /* (tern's own bytes: no part of any receive) */
 		if (base_bytes_append(&s->replay.preamble, data, len) < 0)
 			session_end_later(s, SESSION_END_OUT_OF_MEMORY);
 		return;
@@ -652,7 +653,7 @@ static int replay_show(struct session *s, struct leg *leg, const struct observer
 	if (m->type == PROTO_BE_READY)
 		return 0; /* a stale plan's: the request runs again (replay_server_message) */
 	if (m->type == PROTO_BE_ERROR && replay_is_stale_plan(s, leg, m)) {
-		s->replay.preamble.len = 0; /* tern's ParseComplete: the run again brings the server's */
+		recover_drop_preamble(&s->replay); /* tern's ParseComplete: the run again brings the server's */
 		s->replay.stale_plan = REPLAY_STALE_DUE;
 		s->replay.stale_len = s->replay.inflight.len;
 		return 0;

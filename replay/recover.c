@@ -312,6 +312,12 @@ void recover_close_record(struct session_replay *r)
 	r->stale_plan = REPLAY_STALE_NONE;
 }
 
+void recover_drop_preamble(struct session_replay *r)
+{
+	r->preamble.len = 0;
+	r->preamble_ref.at = NULL;
+}
+
 /* ---- the decision carried out ---- */
 
 void recover_send_ready(struct session *s, char status)
@@ -375,7 +381,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 	struct base_bytes again = r->inflight; /* the Query in flight, for TR_REEXECUTE */
 	r->inflight = (struct base_bytes){0};
 	recover_close_record(r);
-	r->preamble.len = 0; /* the start of the lost answer, never shown */
+	recover_drop_preamble(r); /* the start of the lost answer, never shown */
 	struct leg *fresh = session_set_aside_leg(s, LEG_PRIMARY); /* set aside: this runs in its completion */
 	if (!fresh) {
 		free(again.data);

@@ -76,6 +76,9 @@ void recover_clear_tx_log(struct session_replay *r);
  * request is about to run again (observer_replay.c), or the leg was lost (recover_start, which took what
  * the record held). */
 void recover_close_record(struct session_replay *r);
+/* What the record held of an answer's start is let go unshown (a loss, a stale plan's run again), with
+ * the note of where it lay in a receive. */
+void recover_drop_preamble(struct session_replay *r);
 /* The session ends: off the waits. */
 void recover_end(struct session *s);
 /* observer_replay, at the last hidden answer of a replay: verified, the statement in flight and what the

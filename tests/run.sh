@@ -3,7 +3,7 @@
 # PostgreSQL primary + streaming replica on loopback) — twice: in the normal build, and in a build with
 # AddressSanitizer + UndefinedBehaviorSanitizer; then the integration cases that exercise threads (reload,
 # admin console, cancels, shutdown, many clients) against a ThreadSanitizer build of tern, where any
-# data race report fails the case; then the integration suite once more on the epoll backend
+# data race report fails the case; then a subset of the integration suite once more on the epoll backend
 # ([tern] io_backend = epoll, what tern falls back to where io_uring is refused). Installs missing Debian
 # packages first.
 set -euo pipefail

@@ -2777,11 +2777,13 @@ def cert_auth_logs_in_the_user_a_verified_client_certificate_names(ctx):
     naming another user, none, or no TLS at all gets 28000 "certificate authentication failed"; the
     admin console takes the same check. A config without client_tls_ca_file is refused at startup."""
     certs = {}
-    for cn in ("postgres", "alice"):
-        files, crt = make_certificate(ctx, "client-" + cn, cn=cn)
-        certs[cn] = "sslcert=%s sslkey=%s" % (crt, crt[:-len(".crt")] + ".key")
-    bundle = "".join(open(os.path.join(ctx.pg.base_dir, "certs", "client-%s.crt" % cn)).read()
-                     for cn in ("postgres", "alice"))
+    long_user = "u" * 63  # PostgreSQL's longest name; its certificate's CN is one byte longer
+    names = {"postgres": "postgres", "alice": "alice", "long": long_user + "x"}
+    for name, cn in names.items():
+        files, crt = make_certificate(ctx, "client-" + name, cn=cn)
+        certs[name] = "sslcert=%s sslkey=%s" % (crt, crt[:-len(".crt")] + ".key")
+    bundle = "".join(open(os.path.join(ctx.pg.base_dir, "certs", "client-%s.crt" % name)).read()
+                     for name in names)
     files, crt = make_certificate(ctx, "tern")
     files["clients.crt"] = bundle
     t = ctx.tern(auth="cert", files=files, extra="[admin]\nadmin_users = postgres\n[tls]\nclient_tls_sslmode = prefer\n"
@@ -2795,6 +2797,9 @@ def cert_auth_logs_in_the_user_a_verified_client_certificate_names(ctx):
         r = psql_tls(t, "select 1", sslmode=sslmode, conninfo=conninfo)
         check(r.returncode != 0 and 'certificate authentication failed for user "postgres"' in r.stderr,
               "%s is refused: %r" % (what, r.stderr))
+    r = psql_tls(t, "select 1", conninfo=certs["long"] + " user=" + long_user)
+    check(r.returncode != 0 and 'certificate authentication failed for user "%s"' % long_user in r.stderr,
+          "a CN longer than the user is not cut to it: %r" % r.stderr)
     with Wire(t.port) as w:
         w.send(startup_packet("postgres"))
         fields = w.expect_error_and_close()
