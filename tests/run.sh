@@ -55,7 +55,7 @@ set +e
 # clients, pgbench), TLS, cancels, buffer starvation and back pressure (-ENOBUFS, recalled sends), lost
 # servers and Transaction Replay's moved sessions, the admin console and the shutdown drain: about 90 s.
 # (Run the whole suite on epoll by hand: TERN_IO_BACKEND=epoll tests/integration/run_integration.py.)
-TERN_IO_BACKEND=epoll TERN_BINARY=build/tern "$PYTHON" tests/integration/run_integration.py \
+TERN_IO_BACKEND=epoll TERN_BINARY="$PWD/build/tern" "$PYTHON" tests/integration/run_integration.py \
 	-k in_transaction_pooling -k session_pooling -k parked_clients -k ten_times_more_clients \
 	-k pgbench_prepared_tpcb -k tls_ -k cancel -k admin_ -k the_admin_console -k stops_reading -k starved \
 	-k tiny_buffer_ring -k pipelines_without_reading -k large_result -k copy_in_and_out -k killed_mid_query \

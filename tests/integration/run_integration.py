@@ -2850,7 +2850,7 @@ def tls_sighup_swaps_the_certificate_and_mode(ctx):
 
 @test
 def io_uring_blocked_falls_back_to_epoll_with_one_line_or_stops_when_required(ctx):
-    helper = os.path.join(os.path.dirname(TERN), "tests", "fuzz", "no_uring_exec")
+    helper = os.path.join(os.path.dirname(os.path.abspath(TERN)), "tests", "fuzz", "no_uring_exec")
     check(os.path.exists(helper), "no_uring_exec is built next to tern (%s)" % helper)
     workdir = ctx.pg.base_dir
     ini = os.path.join(workdir, "no_uring.ini")
