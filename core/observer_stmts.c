@@ -389,7 +389,7 @@ static int stmts_on_bind(struct session *s, const uint8_t *body, uint32_t len, u
 		}
 		stmt = name[0] ? stmt_map_get(&s->stmts.statements, name) : s->stmts.unnamed;
 		bool names = stmt ? stmt->names_search_path : !name[0] && s->params.is_unnamed_naming_search_path;
-		s->params.is_search_path_mentioned |= names;
+		params_note_statement(&s->params, names, false);
 	} else if (len == body_len) {
 		return -EPROTO;
 	} /* else names over the head's 1 KiB: passed on unchanged (a statement so named is not rewritten) */
@@ -431,10 +431,9 @@ static int stmts_on_client_message(struct session *s, uint8_t type, const uint8_
 		/* A statement that may set search_path may change it whenever it runs (see the relay); a Parse
 		 * holds one statement, so most texts are settled by their first word. */
 		bool names = sql_statement_may_set_search_path(body + offset, len - offset);
-		s->params.is_search_path_mentioned |= names;
+		params_note_statement(&s->params, names, !name[0]);
 		if (name[0])
 			return stmts_on_parse(s, name, body + offset, len - offset, names);
-		s->params.is_unnamed_naming_search_path = names;
 		bool is_forget_all = sql_is_forget_all(body + offset, len - offset);
 		if (is_forget_all)
 			stmts_forget_all_ahead(s);

@@ -64,6 +64,23 @@ struct params_state {
 	uint64_t fingerprint;
 };
 
+/* The client's value of tracked parameter `index` (its startup packet's, or the welcome's). */
+static inline void params_set_client_value(struct params_state *p, int index, const char *value)
+{
+	if (value != p->values.value[index])
+		base_strlcpy(p->values.value[index], value, PARAMS_VALUE_MAX);
+	p->values.is_set |= 1u << index;
+}
+
+/* observer_stmts reads the extended protocol: a Parse whose text names search_path (or RESET), or a
+ * Bind of a statement whose text did, may change it; `is_unnamed` records the unnamed statement's. */
+static inline void params_note_statement(struct params_state *p, bool names_search_path, bool is_unnamed_parse)
+{
+	p->is_search_path_mentioned |= names_search_path;
+	if (is_unnamed_parse)
+		p->is_unnamed_naming_search_path = names_search_path;
+}
+
 /* The value of `name` among a connection's reported parameters (case-insensitive), or NULL. */
 const char *params_find(const struct pool_param *params, uint32_t count, const char *name);
 /* Records a reported value in a connection's parameter list, replacing or appending. */

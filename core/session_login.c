@@ -179,8 +179,7 @@ static bool login_build_options(struct session *s, const struct proto_startup *s
 			continue;
 		int tracked = track ? params_tracked_index(&rt->tracked, st->names[i]) : -1;
 		if (tracked >= 0 && strlen(st->values[i]) < PARAMS_VALUE_MAX) {
-			base_strlcpy(s->params.values.value[tracked], st->values[i], PARAMS_VALUE_MAX);
-			s->params.values.is_set |= 1u << tracked;
+			params_set_client_value(&s->params, tracked, st->values[i]);
 			continue;
 		}
 		uint32_t j = n++;
@@ -219,11 +218,8 @@ static void login_send_welcome(struct session *s, const struct pool_param *param
 			value = s->application_name;
 		/* What the welcome says is what the client believes: keep it, so another client's SET on a
 		 * shared connection is undone before this one runs there. */
-		if (t >= 0 && strlen(value) < PARAMS_VALUE_MAX) {
-			if (value != s->params.values.value[t])
-				base_strlcpy(s->params.values.value[t], value, PARAMS_VALUE_MAX);
-			s->params.values.is_set |= 1u << t;
-		}
+		if (t >= 0 && strlen(value) < PARAMS_VALUE_MAX)
+			params_set_client_value(&s->params, t, value);
 		size_t n = proto_build_parameter_status(msg, sizeof(msg), params[i].name, value);
 		if (n > 0)
 			session_send_to_client(s, msg, (uint32_t)n);
@@ -527,8 +523,7 @@ static void login_on_startup(struct session *s, const struct proto_startup *st)
 	char options[LOGIN_OPTIONS_MAX];
 	if (s->application_name[0] && s->is_transaction_pooling) {
 		int i = params_tracked_index(&rt->tracked, "application_name");
-		base_strlcpy(s->params.values.value[i], s->application_name, PARAMS_VALUE_MAX);
-		s->params.values.is_set |= 1u << i;
+		params_set_client_value(&s->params, i, s->application_name);
 	}
 	if (!login_build_options(s, st, options, sizeof(options))) {
 		if (s->phase != SESSION_CLOSING) /* else a tern.* setting was refused */

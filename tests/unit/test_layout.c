@@ -22,9 +22,10 @@
  *     leg, its files above the dispatch, Transaction Replay above them). A unit is a file name without
  *     its extension (session.h and session.c are one unit); a core or routing file whose unit is not in
  *     the order is reported, so a new file takes its place in the order on purpose;
- *   - route_internal.h, what routing's files share, is included by routing/route*.c alone, and routing's
- *     state (route_types.h: s->routing, leg->route) is written by routing/route* alone; ring_internal.h,
- *     what the ring's two backends share, by ring/ alone;
+ *   - route_internal.h, what routing's files share, is included by routing/route*.c alone; ring_internal.h,
+ *     what the ring's two backends share, by ring/ alone; each concern's state is written by its own
+ *     files alone (layout_state_owners: routing's s->routing and leg->route by routing/route*, s->replay
+ *     by replay/, s->journal, s->params, s->pins, s->stmts, s->digest, s->shadow by their observers);
  * An include is resolved the way a compiler with every include directory would (the including file's
  * folder, then '.', 'core', 'core/base', 'auth' and 'admin'; no library has routing/ among them), so `#include "proto.h"` from pool/ counts as core/, even
  * though meson gives pool/ only core/base and the compiler refuses it too.
@@ -331,10 +332,36 @@ static void layout_check_cycles(struct layout *l)
 			layout_cycles_from(l, u, state, path, 0);
 }
 
-static bool layout_writes_routing(const char *line)
+/* A concern's per-session and per-leg state (the struct members named `fields`) and the files that may
+ * write it (paths beginning with one of `owners`); every other file only reads it or calls its owner. */
+static const struct layout_state_owner {
+	const char *concern;
+	const char *fields[3];
+	const char *owners[3];
+	const char *owners_text;
+} layout_state_owners[] = {
+	{"routing", {"routing.", "route."}, {"routing/route"}, "routing's files (routing/route*)"},
+	{"Transaction Replay", {"replay."}, {"replay/"}, "replay/'s files"},
+	{"the journal", {"journal."}, {"replay/observer_journal", "replay/history"}, "replay/observer_journal.c, history*"},
+	{"params", {"params."}, {"core/observer_params", "core/params"}, "core/observer_params.c, params.c"},
+	{"pins", {"pins."}, {"core/observer_pins"}, "core/observer_pins.c"},
+	{"stmts", {"stmts."}, {"core/observer_stmts", "core/stmts"}, "core/observer_stmts*.c, stmts.c"},
+	{"digest", {"digest."}, {"core/observer_digest", "core/digest"}, "core/observer_digest.c, digest.c"},
+	{"shadow", {"shadow."}, {"core/observer_shadow", "core/shadow"}, "core/observer_shadow.c, shadow.c"},
+};
+
+static bool layout_is_owner(const struct layout_state_owner *o, const char *rel)
 {
-	static const char *const fields[] = {"routing.", "route."};
-	for (size_t f = 0; f < TERN_ARRAY_LEN(fields); f++) {
+	for (size_t i = 0; i < TERN_ARRAY_LEN(o->owners) && o->owners[i]; i++)
+		if (has_prefix(rel, o->owners[i]))
+			return true;
+	return false;
+}
+
+/* The line assigns to (=, op=, ++, --) a member reached through one of `fields` (s->routing.x = ...). */
+static bool layout_writes_state(const char *line, const char *const *fields, size_t field_count)
+{
+	for (size_t f = 0; f < field_count && fields[f]; f++) {
 		for (const char *p = strstr(line, fields[f]); p; p = strstr(p + 1, fields[f])) {
 			if (!((p >= line + 2 && p[-2] == '-' && p[-1] == '>') || (p > line && p[-1] == '.')))
 				continue;
@@ -376,9 +403,14 @@ static void layout_check_file(struct layout *l, const char *path, const char *re
 		if (strstr(line, "phase = SESSION_") && strcmp(rel, "core/session.c") != 0 && !has_prefix(rel, "tests/"))
 			layout_report(l, "%s:%u: sets a session's phase; only session_set_phase (core/session.c) may\n", rel,
 				      line_no);
-		/* Routing's state (route_types.h) is written by routing's files alone. */
-		if (!has_prefix(rel, "routing/route") && !has_prefix(rel, "tests/") && layout_writes_routing(line))
-			layout_report(l, "%s:%u: writes routing's state; only routing's files (routing/route*) may\n", rel, line_no);
+		/* Each concern's state (routing's route_types.h, replay's, each observer's) is written by its files
+		 * alone. */
+		for (size_t c = 0; c < TERN_ARRAY_LEN(layout_state_owners) && !has_prefix(rel, "tests/"); c++) {
+			const struct layout_state_owner *o = &layout_state_owners[c];
+			if (!layout_is_owner(o, rel) && layout_writes_state(line, o->fields, TERN_ARRAY_LEN(o->fields)))
+				layout_report(l, "%s:%u: writes %s's state; only %s may\n", rel, line_no, o->concern,
+					      o->owners_text);
+		}
 		if (!parse_include(line, name, sizeof(name), &is_quoted))
 			continue;
 		l->includes++;
@@ -713,6 +745,20 @@ Test(layout, checker_lets_only_routings_files_write_its_state)
 		"core/sendq.c:4: writes routing's state",
 		"core/sendq.c:5: writes routing's state",
 		"core/sendq.c:6: writes routing's state",
+	};
+	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
+}
+
+Test(layout, checker_lets_only_a_concerns_files_write_its_state)
+{
+	char *root = fake_tree();
+	fake_write(root, "core/observer_params.c", "#include \"proto.h\"\n\ts->params.is_search_path_mentioned |= x;\n");
+	fake_write(root, "core/sendq.c", "#include \"proto.h\"\n\ts->params.is_search_path_mentioned |= x;\n"
+					 "\tif (s->replay.preamble.len > 0)\n\t\ts->replay.preamble.len = 0;\n\ts->journal.count++;\n");
+	static const char *const expected[] = {
+		"core/sendq.c:2: writes params's state",
+		"core/sendq.c:4: writes Transaction Replay's state",
+		"core/sendq.c:5: writes the journal's state",
 	};
 	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
 }
