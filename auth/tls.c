@@ -58,6 +58,7 @@ struct tls_conn {
 	bool is_peer_closed; /* the client sent close_notify: tern may still answer with its own */
 	bool is_out_over_limit;
 	bool is_out_of_memory;
+	bool is_adopted; /* the SSL came from libpq, which frees it too (tls_conn_adopt) */
 	uint8_t channel_binding[TLS_CHANNEL_BINDING_MAX];
 	size_t channel_binding_len;
 	char error_text[TLS_ERROR_TEXT_MAX];
@@ -493,10 +494,45 @@ int tls_conn_create(const struct tls_context *ctx, struct tls_conn **out)
 	return 0;
 }
 
+int tls_conn_adopt(void *ssl_state, struct tls_conn **out)
+{
+	TERN_ASSERT(ssl_state != NULL && out != NULL);
+	*out = NULL;
+	int once_rc = pthread_once(&tls_bio_once, tls_bio_method_create);
+	TERN_ASSERT(once_rc == 0);
+	SSL *ssl = ssl_state;
+	TERN_ASSERT(SSL_is_init_finished(ssl) && SSL_pending(ssl) == 0);
+	struct tls_conn *conn = calloc(1, sizeof(*conn));
+	BIO *bio = tls_bio_method != NULL ? BIO_new(tls_bio_method) : NULL;
+	if (conn == NULL || bio == NULL || SSL_up_ref(ssl) != 1) {
+		BIO_free(bio);
+		free(conn);
+		ERR_clear_error();
+		return -ENOMEM;
+	}
+	conn->ssl = ssl;
+	conn->is_adopted = true;
+	conn->is_handshake_done = true;
+	BIO_set_data(bio, conn);
+	SSL_set_bio(ssl, bio, bio); /* frees libpq's socket BIO */
+	/* The same bytes may be offered again from another address; one record per write (tls.h). */
+	SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	SSL_clear_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE);
+	*out = conn;
+	return 0;
+}
+
 void tls_conn_destroy(struct tls_conn *conn)
 {
 	if (conn == NULL)
 		return;
+	if (conn->is_adopted) {
+		/* libpq still holds the SSL and writes its goodbye through it when it closes: into nothing. */
+		BIO *null_bio = BIO_new(BIO_s_null());
+		if (null_bio != NULL)
+			SSL_set_bio(conn->ssl, null_bio, null_bio); /* ends our BIO, which forgets conn */
+		ERR_clear_error();
+	}
 	SSL_free(conn->ssl);
 	tls_buffer_deinit(&conn->in);
 	tls_buffer_deinit(&conn->out);
@@ -541,14 +577,15 @@ static int tls_conn_result(struct tls_conn *conn, int ssl_rc)
 		return 0;
 	case SSL_ERROR_ZERO_RETURN:
 		conn->is_peer_closed = true;
-		return tls_conn_fail(conn, -ESHUTDOWN, "the client closed TLS (close_notify)");
+		return tls_conn_fail(conn, -ESHUTDOWN, conn->is_adopted ? "the server closed TLS (close_notify)"
+									: "the client closed TLS (close_notify)");
 	case SSL_ERROR_SSL: {
 		long verify = SSL_get_verify_result(conn->ssl);
 		if (conn->is_alpn_refused)
 			snprintf(what, sizeof(what), "%s: the client offered ALPN without \"%s\"", stage,
 				 TLS_ALPN_POSTGRESQL);
 		else if (verify != X509_V_OK)
-			snprintf(what, sizeof(what), "%s: client certificate: %s", stage,
+			snprintf(what, sizeof(what), "%s: %s certificate: %s", stage, conn->is_adopted ? "server" : "client",
 				 X509_verify_cert_error_string(verify));
 		else
 			snprintf(what, sizeof(what), "%s", stage);

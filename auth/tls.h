@@ -88,6 +88,12 @@ size_t tls_context_channel_binding(const struct tls_context *ctx, const uint8_t 
 /* A server-side connection that waits for the client's ClientHello. 0 or -ENOMEM. */
 TERN_MUST_USE int tls_conn_create(const struct tls_context *ctx, struct tls_conn **out);
 void tls_conn_destroy(struct tls_conn *conn);
+/* tern as the client of a server: takes over `ssl_state` (an OpenSSL SSL whose handshake libpq finished
+ * and whose login it read up to ReadyForQuery; PQsslStruct), taking a reference of its own. From here
+ * the connection's bytes go through tern's memory BIO; libpq's later writes (at PQfinish) go nowhere
+ * once the connection is destroyed, so destroy it before or after PQfinish, but do not use libpq's
+ * connection meanwhile. 0 or -ENOMEM. */
+TERN_MUST_USE int tls_conn_adopt(void *ssl_state, struct tls_conn **out);
 
 /* Hands in bytes received from the socket. Returns >0 bytes accepted (possibly fewer than `len`:
  * at most TLS_CIPHERTEXT_IN_MAX wait inside), 0 when full — call tls_conn_read_plaintext() until it

@@ -102,6 +102,8 @@ static const char *const config_tr_mode_names[] = {"none", "session", "select", 
 static const char *const config_auth_mode_names[] = {"trust", "md5", "scram", "cert", NULL};
 static const char *const config_tls_mode_names[] = {"disable", "allow", "prefer", "require", NULL};
 static const char *const config_tls_protocol_names[] = {"TLSv1.2", "TLSv1.3", NULL};
+static const char *const config_server_tls_mode_names[] = {"disable", "allow",	   "prefer",
+							   "require", "verify-ca", "verify-full", NULL};
 /* Other spellings an enum value is read in, as another tool writes it; tern shows its own name. */
 static const struct {
 	const char *const *names;
@@ -386,6 +388,31 @@ static const struct config_key config_keys[] = {
 	CONFIG_KEY("tls", "client_tls_ciphers", CONFIG_STRING, "", 0, 0, CONFIG_RELOAD, client_tls_ciphers, NULL,
 		   "OpenSSL cipher list for TLS 1.2; empty = OpenSSL's default (TLS 1.3 suites are always "
 		   "OpenSSL's defaults)"),
+	CONFIG_KEY("tls", "server_tls_sslmode", CONFIG_ENUM, "prefer", 0, 0, CONFIG_RESTART, server_tls_sslmode,
+		   config_server_tls_mode_names,
+		   "TLS toward the servers, as libpq's sslmode (pool, monitor, auth_query, Transaction Replay, operator "
+		   "replay): disable, allow, prefer (TLS when the server offers it), require, verify-ca (the "
+		   "certificate must come from server_tls_ca_file), verify-full (and name the conninfo's host); a "
+		   "server's conninfo that sets sslmode, sslrootcert, sslcert or sslkey itself keeps its own"),
+	CONFIG_KEY("tls", "server_tls_ca_file", CONFIG_STRING, "", 0, 0, CONFIG_RESTART | CONFIG_PATH,
+		   server_tls_ca_file, NULL,
+		   "PEM file of the CAs a server's certificate is checked against (libpq's sslrootcert); needed by "
+		   "verify-ca and verify-full"),
+	CONFIG_KEY("tls", "server_tls_cert_file", CONFIG_STRING, "", 0, 0, CONFIG_RESTART | CONFIG_PATH,
+		   server_tls_cert_file, NULL,
+		   "PEM file of the client certificate tern shows the servers (libpq's sslcert); empty = none"),
+	CONFIG_KEY("tls", "server_tls_key_file", CONFIG_STRING, "", 0, 0, CONFIG_RESTART | CONFIG_PATH,
+		   server_tls_key_file, NULL, "PEM file of that certificate's private key (libpq's sslkey)"),
+	CONFIG_KEY("tls", "server_tls_protocols", CONFIG_STRING, "secure", 0, 0, CONFIG_RESTART, server_tls_protocols,
+		   NULL,
+		   "TLS versions allowed toward the servers, as PgBouncer: tlsv1.0, tlsv1.1, tlsv1.2, tlsv1.3 (a "
+		   "range, separated by commas or spaces), all or legacy (all four), secure or default (tlsv1.2, "
+		   "tlsv1.3)"),
+	CONFIG_KEY("tls", "server_tls_ciphers", CONFIG_STRING, "default", 0, 0, CONFIG_RESTART, server_tls_ciphers,
+		   NULL,
+		   "OpenSSL cipher list allowed toward the servers for TLS 1.2 and older (TLS 1.3 suites are "
+		   "OpenSSL's defaults); default or secure = whatever libpq and the server agree on. libpq offers "
+		   "its own list, so a server that picks a cipher outside this one is refused (08006)"),
 	CONFIG_KEY("limits", "max_client_conn", CONFIG_INT, "100", 1, 1000000, CONFIG_RELOAD, max_client_conn,
 		   NULL, "most client connections tern accepts at once (more get SQLSTATE 53300)"),
 	CONFIG_KEY("limits", "client_login_timeout", CONFIG_DURATION, "60s", 0, 86400 * CONFIG_SECOND_MS,
@@ -940,60 +967,168 @@ static char *config_read_line(char *buffer, int buffer_size, void *stream)
 	return buffer;
 }
 
+/* The next key = value of a conninfo at *cursor (libpq's grammar: the value bare or single-quoted with
+ * backslash escapes), moving the cursor past it. False at the end, or where the text is not that grammar
+ * (libpq says why later). */
+static bool config_conninfo_next(char **cursor, char **key, size_t *key_len, char **value, char **value_end)
+{
+	char *p = *cursor;
+	while (isspace((unsigned char)*p))
+		p++;
+	if (!*p)
+		return false;
+	*key = p;
+	while (*p && *p != '=' && !isspace((unsigned char)*p))
+		p++;
+	*key_len = (size_t)(p - *key);
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p != '=')
+		return false;
+	for (p++; isspace((unsigned char)*p); p++)
+		;
+	*value = p;
+	if (*p == '\'') {
+		for (p++; *p && *p != '\''; p++)
+			if (*p == '\\' && p[1])
+				p++;
+		if (*p)
+			p++;
+	} else {
+		while (*p && !isspace((unsigned char)*p))
+			p++;
+	}
+	*value_end = *cursor = p;
+	return true;
+}
+
 /* Takes tern's own keys out of a server's conninfo, in place (libpq would refuse them): `weight=N`
- * (0..CONFIG_WEIGHT_MAX; 1 when absent) and `profile=vanilla|polar` (vanilla when absent). Tokens are
- * libpq's: key = value, the value bare or single-quoted with backslash escapes. NULL, or what is wrong. */
+ * (0..CONFIG_WEIGHT_MAX; 1 when absent) and `profile=vanilla|polar` (vanilla when absent). NULL, or what
+ * is wrong. */
 #define CONFIG_WEIGHT_MAX 1000u
 static const char *config_take_server_keys(char *conninfo, uint32_t *weight, bool *is_polar)
 {
 	*weight = 1;
 	*is_polar = false;
-	char *p = conninfo;
-	while (*p) {
-		while (isspace((unsigned char)*p))
-			p++;
-		char *start = p;
-		while (*p && *p != '=' && !isspace((unsigned char)*p))
-			p++;
-		size_t key_len = (size_t)(p - start);
-		while (isspace((unsigned char)*p))
-			p++;
-		if (*p != '=')
-			return NULL; /* not conninfo's grammar (or its end): libpq says why later */
-		for (p++; isspace((unsigned char)*p); p++)
-			;
-		char *value = p;
-		if (*p == '\'') {
-			for (p++; *p && *p != '\''; p++)
-				if (*p == '\\' && p[1])
-					p++;
-			if (*p)
-				p++;
-		} else {
-			while (*p && !isspace((unsigned char)*p))
-				p++;
-		}
+	char *p = conninfo, *start, *value, *end;
+	size_t key_len;
+	while (config_conninfo_next(&p, &start, &key_len, &value, &end)) {
 		bool is_weight = key_len == 6 && strncmp(start, "weight", 6) == 0;
 		bool is_profile = key_len == 7 && strncmp(start, "profile", 7) == 0;
 		if (is_weight) {
-			char *end;
-			unsigned long w = strtoul(value, &end, 10);
-			if (end != p || value == p || w > CONFIG_WEIGHT_MAX)
+			char *stop;
+			unsigned long w = strtoul(value, &stop, 10);
+			if (stop != end || value == end || w > CONFIG_WEIGHT_MAX)
 				return "weight must be a whole number from 0 to 1000";
 			*weight = (uint32_t)w;
 		} else if (is_profile) {
-			size_t n = (size_t)(p - value);
+			size_t n = (size_t)(end - value);
 			if (n == 5 && strncmp(value, "polar", 5) == 0)
 				*is_polar = true;
 			else if (n != 7 || strncmp(value, "vanilla", 7) != 0)
 				return "profile must be vanilla or polar";
 		}
 		if (is_weight || is_profile) {
-			memmove(start, p, strlen(p) + 1);
+			memmove(start, end, strlen(end) + 1);
 			p = start;
 		}
 	}
 	return NULL;
+}
+
+static bool config_is_set(const char *text) { return text && text[0]; }
+
+/* server_tls_protocols as libpq's ssl_min/max_protocol_version names ("TLSv1".."TLSv1.3"). NULL, or what
+ * is wrong. */
+static const char *config_server_tls_range(const char *text, const char **min, const char **max)
+{
+	static const char *const names[] = {"tlsv1.0", "tlsv1.1", "tlsv1.2", "tlsv1.3"};
+	static const char *const libpq_names[] = {"TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"};
+	uint32_t mask = 0;
+	char word[16];
+	for (const char *p = text; *p;) {
+		size_t n = strcspn(p, ", \t:");
+		if (n == 0) {
+			p++;
+			continue;
+		}
+		if (n >= sizeof(word))
+			return "expected tlsv1.0, tlsv1.1, tlsv1.2, tlsv1.3, all, legacy, secure or default";
+		memcpy(word, p, n);
+		word[n] = '\0';
+		p += n;
+		if (strcasecmp(word, "all") == 0 || strcasecmp(word, "legacy") == 0) {
+			mask |= 0xfu;
+			continue;
+		}
+		if (strcasecmp(word, "secure") == 0 || strcasecmp(word, "default") == 0) {
+			mask |= 0xcu;
+			continue;
+		}
+		uint32_t i = 0;
+		while (i < TERN_ARRAY_LEN(names) && strcasecmp(word, names[i]) != 0)
+			i++;
+		if (i == TERN_ARRAY_LEN(names))
+			return "expected tlsv1.0, tlsv1.1, tlsv1.2, tlsv1.3, all, legacy, secure or default";
+		mask |= 1u << i;
+	}
+	if (mask == 0)
+		return "names no TLS version";
+	uint32_t low = (uint32_t)__builtin_ctz(mask), high = 31u - (uint32_t)__builtin_clz(mask);
+	if (mask != ((2u << high) - (1u << low)))
+		return "must be a range of versions (libpq takes a lowest and a highest)";
+	*min = libpq_names[low];
+	*max = libpq_names[high];
+	return NULL;
+}
+
+/* Appends ` key='value'` to *conninfo unless it sets `key` itself. 0 or -ENOMEM. */
+static int config_conninfo_add(char **conninfo, const char *key, const char *value)
+{
+	char *p = *conninfo, *start, *v, *end;
+	size_t key_len;
+	while (config_conninfo_next(&p, &start, &key_len, &v, &end))
+		if (key_len == strlen(key) && strncmp(start, key, key_len) == 0)
+			return 0;
+	size_t len = strlen(*conninfo), room = len + strlen(key) + 2 * strlen(value) + 6;
+	char *out = realloc(*conninfo, room);
+	if (!out)
+		return -ENOMEM;
+	char *w = out + len;
+	w += sprintf(w, "%s%s='", len ? " " : "", key);
+	for (const char *c = value; *c; c++) {
+		if (*c == '\'' || *c == '\\')
+			*w++ = '\\';
+		*w++ = *c;
+	}
+	*w++ = '\'';
+	*w = '\0';
+	*conninfo = out;
+	return 0;
+}
+
+char *config_server_conninfo(const struct tern_config *cfg, const char *conninfo)
+{
+	char *out = strdup(conninfo);
+	const char *min = NULL, *max = NULL;
+	const char *wrong = config_server_tls_range(cfg->server_tls_protocols ? cfg->server_tls_protocols : "", &min, &max);
+	TERN_ASSERT(wrong == NULL); /* refused at load */
+	int rc = out ? config_conninfo_add(&out, "sslmode", config_server_tls_mode_names[cfg->server_tls_sslmode]) : -ENOMEM;
+	if (cfg->server_tls_sslmode != CONFIG_SERVER_TLS_DISABLE) {
+		const struct {
+			const char *key, *value;
+		} keys[] = {{"sslrootcert", cfg->server_tls_ca_file}, {"sslcert", cfg->server_tls_cert_file},
+			    {"sslkey", cfg->server_tls_key_file},	  {"ssl_min_protocol_version", min},
+			    {"ssl_max_protocol_version", max}};
+		for (size_t i = 0; i < TERN_ARRAY_LEN(keys) && rc == 0; i++)
+			if (config_is_set(keys[i].value))
+				rc = config_conninfo_add(&out, keys[i].key, keys[i].value);
+	}
+	if (rc < 0) {
+		free(out);
+		return NULL;
+	}
+	return out;
 }
 
 static int config_on_value(void *user, const char *section, const char *name, const char *value, int line)
@@ -1122,6 +1257,20 @@ static void config_check_across_keys(struct config_parse *parse)
 			    "[tls] client_tls_sslmode: %s needs client_tls_cert_file and client_tls_key_file",
 			    config_tls_mode_names[cfg->client_tls_sslmode]);
 	}
+	if (cfg->server_tls_sslmode >= CONFIG_SERVER_TLS_VERIFY_CA && !config_is_set(cfg->server_tls_ca_file))
+		config_fail(parse, config_key_line(parse, "tls", "server_tls_sslmode"),
+			    "[tls] server_tls_sslmode = %s needs server_tls_ca_file (the CAs a server's certificate is "
+			    "checked against)",
+			    config_server_tls_mode_names[cfg->server_tls_sslmode]);
+	if (config_is_set(cfg->server_tls_cert_file) != config_is_set(cfg->server_tls_key_file))
+		config_fail(parse, config_key_line(parse, "tls", "server_tls_cert_file"),
+			    "[tls] server_tls_cert_file and server_tls_key_file go together");
+	const char *tls_min, *tls_max;
+	const char *tls_wrong = config_server_tls_range(cfg->server_tls_protocols ? cfg->server_tls_protocols : "",
+							&tls_min, &tls_max);
+	if (tls_wrong)
+		config_fail(parse, config_key_line(parse, "tls", "server_tls_protocols"),
+			    "[tls] server_tls_protocols = %s: %s", cfg->server_tls_protocols, tls_wrong);
 	if (cfg->auth_mode == CONFIG_AUTH_CERT &&
 	    (cfg->client_tls_sslmode == CONFIG_TLS_DISABLE || !cfg->client_tls_ca_file || !cfg->client_tls_ca_file[0])) {
 		config_fail(parse, config_key_line(parse, "auth", "mode"),
@@ -1267,10 +1416,14 @@ void config_print_help(FILE *out)
 		config_format_allowed(key, "|", "..", allowed, sizeof(allowed));
 		/* A default too long for the key's line (auth_query's) goes below it, wrapped. */
 		bool is_long = strlen(key->default_text) > CONFIG_HELP_DEFAULT_INLINE_MAX;
-		fprintf(out, "%s[%s] %s%s%s  (%s, %s, %s)\n", i == 0 ? "" : "\n", key->section, key->key,
-			is_long ? "" : " = ", is_long ? "" : key->default_text[0] != '\0' ? key->default_text : "\"\"",
-			config_types[key->type].name, allowed,
-			(key->flags & CONFIG_RELOAD) != 0 ? "reloadable" : "restart to change");
+		char head[CONFIG_REASON_MAX];
+		int head_len = snprintf(head, sizeof(head), "[%s] %s%s%s", key->section, key->key, is_long ? "" : " = ",
+					is_long ? "" : key->default_text[0] != '\0' ? key->default_text : "\"\"");
+		char kind[CONFIG_REASON_MAX];
+		int kind_len = snprintf(kind, sizeof(kind), "(%s, %s, %s)", config_types[key->type].name, allowed,
+					(key->flags & CONFIG_RELOAD) != 0 ? "reloadable" : "restart to change");
+		/* What is allowed goes below the key when the line would not fit a terminal (a long enum). */
+		fprintf(out, "%s%s%s%s\n", i == 0 ? "" : "\n", head, head_len + 2 + kind_len > 110 ? "\n    " : "  ", kind);
 		if (is_long) {
 			char line[CONFIG_REASON_MAX];
 			snprintf(line, sizeof(line), "default: %s", key->default_text);

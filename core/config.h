@@ -37,6 +37,15 @@ enum config_tr_mode { CONFIG_TR_NONE = 0, CONFIG_TR_SESSION, CONFIG_TR_SELECT, C
 enum config_auth_mode { CONFIG_AUTH_TRUST = 0, CONFIG_AUTH_MD5 = 1, CONFIG_AUTH_SCRAM = 2, CONFIG_AUTH_CERT = 3 };
 /* client_tls_sslmode: allow and prefer behave alike on the server side (TLS when the client asks). */
 enum config_tls_mode { CONFIG_TLS_DISABLE = 0, CONFIG_TLS_ALLOW = 1, CONFIG_TLS_PREFER = 2, CONFIG_TLS_REQUIRE = 3 };
+/* server_tls_sslmode: libpq's sslmode, in its order (the names are libpq's values). */
+enum config_server_tls_mode {
+	CONFIG_SERVER_TLS_DISABLE = 0,
+	CONFIG_SERVER_TLS_ALLOW,
+	CONFIG_SERVER_TLS_PREFER,
+	CONFIG_SERVER_TLS_REQUIRE,
+	CONFIG_SERVER_TLS_VERIFY_CA,
+	CONFIG_SERVER_TLS_VERIFY_FULL,
+};
 
 struct databases;
 
@@ -122,6 +131,9 @@ struct tern_config {
 	char *client_tls_cert_file, *client_tls_key_file, *client_tls_ca_file; /* resolved paths; "" unset */
 	int client_tls_min_protocol; /* 0: TLSv1.2, 1: TLSv1.3 */
 	char *client_tls_ciphers;    /* "" = OpenSSL's default */
+	int server_tls_sslmode; /* enum config_server_tls_mode; written into each server's conninfo */
+	char *server_tls_ca_file, *server_tls_cert_file, *server_tls_key_file; /* resolved paths; "" unset */
+	char *server_tls_protocols, *server_tls_ciphers;
 	/* [limits] */
 	uint32_t max_client_conn;
 	uint32_t max_client_prepared_statements;
@@ -201,5 +213,10 @@ size_t config_key_count(void);
 TERN_MUST_USE int config_describe_key(const struct tern_config *cfg, size_t index, const char **section,
 				      const char **key, char *value, size_t value_size,
 				      const char **default_text, bool *reloadable);
+
+/* A server's conninfo (primary_conninfo or an extra server's) as tern's libpq connections to it use it:
+ * [tls] server_tls_* added as libpq's keys (sslmode, sslrootcert, sslcert, sslkey, ssl_min/max_protocol_
+ * version) where it sets none of its own. Malloc'd; NULL when out of memory. */
+char *config_server_conninfo(const struct tern_config *cfg, const char *conninfo);
 
 #endif

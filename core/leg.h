@@ -11,6 +11,10 @@
  * that lost its connection can be attached again, so a session keeps its legs while connections come
  * and go; a leg still draining can be set aside (leg_is_reapable) while a new one takes its role.
  *
+ * Over a TLS connection (conn->tls, kept with the connection between clients) the leg still queues
+ * plaintext in to_server; its filter encrypts at flush time into one block the wire op sends, and what
+ * the server sends is decrypted before ops->on_bytes (with RING_NO_BUFFER: the forwarded bytes are copied).
+ *
  * Threads: the session's worker only. Ownership: a session owns its legs (leg_destroy once reapable); a
  * leg holds its connection (USED) while attached and its receive buffers' references in to_server.
  * What the leg must tell its session goes through leg_ops: received bytes, progress (release or settle
@@ -70,6 +74,12 @@ struct leg {
 	const struct sendq *downstream;
 	struct ring_op recv;    /* single shot: nothing is armed when the connection is released */
 	struct sendq to_server; /* fd -1 while detached: bytes wait for a connection */
+	/* With a TLS connection (conn->tls): the ciphertext block in flight to the socket (leg_tls.h). */
+	struct leg_wire {
+		struct ring_op op;
+		uint8_t *block;
+		uint32_t len, sent;
+	} wire;
 	struct proto_stream stream; /* what the server sends */
 	/* The server message being scanned, from its type byte to its end (which may come in a later receive):
 	 * the observers that read it, the one whose show stage claimed it (OBSERVER_COUNT: none), and whether

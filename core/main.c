@@ -14,6 +14,7 @@
 #include "pool/opener.h"
 #include "pool/pool.h"
 #include "server_auth.h"
+#include "server_tls.h"
 #include "session.h"
 #include "tls.h"
 #include "worker.h"
@@ -158,13 +159,24 @@ static struct pool_settings main_pool_settings(const struct tern_config *cfg)
 	};
 }
 
-/* What auth_query runs with: auth_user's password is its plaintext auth_file entry, if it has one. */
-static struct auth_query_settings main_auth_query_settings(const struct tern_config *cfg,
+/* A server of [servers] into the pool, with the conninfo every libpq connection to it uses (config.h). */
+static int main_server_add(struct pool *pool, const struct tern_config *cfg, const char *name, const char *conninfo,
+			   struct pool_server **out)
+{
+	char *full = config_server_conninfo(cfg, conninfo);
+	int rc = full ? pool_server_add(pool, name, full, out) : -ENOMEM;
+	free(full);
+	return rc;
+}
+
+/* What auth_query runs with: auth_user's password is its plaintext auth_file entry, if it has one; the
+ * primary's conninfo is the pool's (with [tls] server_tls_* in it). */
+static struct auth_query_settings main_auth_query_settings(const struct tern_config *cfg, const struct pool *pool,
 							   const struct auth_file *auth_file)
 {
 	const struct auth_user *user = auth_file && cfg->auth_user[0] ? auth_file_find(auth_file, cfg->auth_user) : NULL;
 	return (struct auth_query_settings){
-		.conninfo = cfg->primary_conninfo,
+		.conninfo = pool->servers[0].conninfo,
 		.user = cfg->auth_user,
 		.password = user && user->kind == AUTH_SECRET_PLAIN ? user->secret : NULL,
 		.query = cfg->auth_query,
@@ -297,7 +309,7 @@ static int main_reload(struct tern_runtime *rt, struct pool_opener *opener, cons
 	pool_set_settings(rt->pool, &settings);
 	main_apply_profiles(rt->pool, next);
 	pool_opener_set_connect_timeout(opener, next->server_connect_timeout_ms);
-	struct auth_query_settings lookups = main_auth_query_settings(next, auth_file);
+	struct auth_query_settings lookups = main_auth_query_settings(next, rt->pool, auth_file);
 	if (auth_query_set(rt->auth_query, &lookups) < 0)
 		TERN_ERROR("SIGHUP: [auth] auth_query or auth_user is too long; lookups go on as before");
 	struct auth_file *old_auth = (struct auth_file *)rt->auth_file;
@@ -416,14 +428,19 @@ int main(int argc, char **argv)
 	struct pool_opener *opener;
 	static struct pool pool;
 	struct pool_server *primary;
-	if (pool_opener_create(&opener, cfg.server_connect_timeout_ms, &server_auth_ops) < 0) {
+	struct server_tls *server_tls;
+	char server_tls_err[256];
+	if (server_tls_create(cfg.server_tls_ciphers, &server_tls, server_tls_err, sizeof(server_tls_err)) < 0) {
+		fprintf(stderr, "tern: %s\n", server_tls_err);
+		return 1;
+	}
+	if (pool_opener_create(&opener, cfg.server_connect_timeout_ms, &server_auth_ops, server_tls_ops(server_tls)) < 0) {
 		fprintf(stderr, "tern: could not create the pool thread\n");
 		return 1;
 	}
 	struct pool_settings settings = main_pool_settings(&cfg);
 	struct pool_hooks hooks = pool_opener_hooks(opener);
-	if (pool_init(&pool, &settings, &hooks) < 0 ||
-	    pool_server_add(&pool, "primary", cfg.primary_conninfo, &primary) < 0) {
+	if (pool_init(&pool, &settings, &hooks) < 0 || main_server_add(&pool, &cfg, "primary", cfg.primary_conninfo, &primary) < 0) {
 		fprintf(stderr, "tern: could not start the pool\n");
 		return 1;
 	}
@@ -431,7 +448,7 @@ int main(int argc, char **argv)
 	primary->is_polar = cfg.primary_is_polar;
 	for (uint32_t i = 0; i < cfg.extra_server_count; i++) {
 		struct pool_server *server;
-		if (pool_server_add(&pool, cfg.extra_servers[i].name, cfg.extra_servers[i].conninfo, &server) < 0) {
+		if (main_server_add(&pool, &cfg, cfg.extra_servers[i].name, cfg.extra_servers[i].conninfo, &server) < 0) {
 			fprintf(stderr, "tern: could not add server %s\n", cfg.extra_servers[i].name);
 			return 1;
 		}
@@ -442,7 +459,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tern: could not start the pool thread\n");
 		return 1;
 	}
-	struct auth_query_settings lookups = main_auth_query_settings(&cfg, auth_file);
+	struct auth_query_settings lookups = main_auth_query_settings(&cfg, &pool, auth_file);
 	if (auth_query_create(&rt.auth_query, &lookups) < 0) {
 		fprintf(stderr, "tern: %s: [auth] auth_query or auth_user is too long (or no memory)\n", config_path);
 		return 2;
@@ -621,6 +638,7 @@ int main(int argc, char **argv)
 	pool_opener_stop(opener);
 	pool_deinit(&pool);
 	pool_opener_destroy(opener);
+	server_tls_destroy(server_tls);
 	for (uint32_t i = 0; i < rt.worker_count; i++) {
 		worker_deinit(rt.workers[i]); /* nothing mails a worker any more: the pool thread has stopped */
 		for (uint32_t l = 0; l < rt.workers[i]->listener_count; l++)

@@ -34,6 +34,18 @@ struct pool_auth_ops {
 	void (*end)(void *exchange);
 };
 
+/* TLS on a connection libpq logged in to over TLS (the server's conninfo asked for it); core implements
+ * them (it owns OpenSSL), the opener calls them on its thread. */
+struct pool_tls_ops {
+	/* Makes libpq's TLS state (PQsslStruct) tern's, for the workers to keep using on the socket; names it
+	 * in `name` ("TLSv1.3/TLS_AES_256_GCM_SHA384"). NULL with `err` set: the connection is refused (a
+	 * cipher server_tls_ciphers does not allow, out of memory). */
+	void *(*adopt)(void *ctx, void *ssl_state, char *name, size_t name_size, struct pool_error *err);
+	/* Sends Terminate and close_notify on fd (best effort, never waiting) and frees the state. */
+	void (*close)(void *tls, int fd);
+	void *ctx;
+};
+
 /* Keyword/value arrays for libpq's *Params calls: a server's conninfo with the keys the caller sets
  * itself left out, then the caller's own. libpq knows about 40 keywords; 64 is room for them all. */
 #define POOL_CONNINFO_KEYS_MAX 64u

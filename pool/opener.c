@@ -54,6 +54,7 @@ struct pool_opener {
 	int wake_fd;
 	uint64_t connect_timeout_ms;
 	const struct pool_auth_ops *auth;
+	const struct pool_tls_ops *tls;
 	struct opener_connecting connecting[OPENER_CONNECTING_MAX];
 	uint32_t connecting_count;
 };
@@ -111,7 +112,8 @@ int pool_opener_cancel(struct pool_opener *opener, struct pool_conn *conn)
 	return 0;
 }
 
-int pool_opener_create(struct pool_opener **out, uint64_t connect_timeout_ms, const struct pool_auth_ops *auth)
+int pool_opener_create(struct pool_opener **out, uint64_t connect_timeout_ms, const struct pool_auth_ops *auth,
+		       const struct pool_tls_ops *tls)
 {
 	struct pool_opener *opener = calloc(1, sizeof(*opener));
 	if (!opener)
@@ -120,6 +122,7 @@ int pool_opener_create(struct pool_opener **out, uint64_t connect_timeout_ms, co
 	pthread_mutex_init(&opener->lock, NULL);
 	opener->connect_timeout_ms = connect_timeout_ms;
 	opener->auth = auth;
+	opener->tls = tls;
 	opener->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (opener->wake_fd < 0) {
 		int rc = -errno;
@@ -146,6 +149,8 @@ void pool_conn_free(struct pool_conn *conn)
 		conn->extra_free(conn->extra);
 	if (conn->cancel)
 		PQfreeCancel(conn->cancel);
+	if (conn->tls)
+		conn->tls_close(conn->tls, conn->fd); /* before PQfinish, whose own goodbye then goes nowhere */
 	if (conn->pgconn)
 		PQfinish(conn->pgconn); /* closes conn->fd */
 	if (conn->raw_cancel) {
@@ -179,6 +184,13 @@ void pool_error_from_libpq(const char *message, struct pool_error *out)
 		{"the database system is shutting down", "57P03"},
 		{"the database system is in recovery mode", "57P03"},
 		{"timeout expired", "08006"},
+		/* TLS toward the server failed as configured, not for want of a server: not retried. */
+		{"certificate", "08004"}, /* not verified, or not for the host name */
+		{"server does not support SSL", "08004"},
+		{"unsupported protocol", "08004"},
+		{"no protocols available", "08004"},
+		{"alert protocol version", "08004"},
+		{"handshake failure", "08004"},
 	};
 	const char *fatal = strstr(message, "FATAL:  ");
 	const char *text = fatal ? fatal + 8 : message;
@@ -235,8 +247,6 @@ static void opener_fail_job(struct pool_opener *opener, struct opener_job *job, 
 
 /* A key with no plaintext password but a secret of core's logs in without libpq (login.h), unless the
  * server's conninfo brings a password or passfile of its own. True when that path took the job. */
-/* A key with no plaintext password but a secret of core's logs in without libpq (login.h), unless the
- * server's conninfo brings a password or passfile of its own. True when that path took the job. */
 static bool opener_start_raw_login(struct pool_opener *opener, struct opener_job *job, const struct pool_conninfo *c)
 {
 	/* libpq cannot send the profile's startup parameter: tern logs in itself. */
@@ -275,8 +285,8 @@ static bool opener_start_raw_login(struct pool_opener *opener, struct opener_job
 
 static void opener_start_connect(struct pool_opener *opener, struct opener_job *job)
 {
-	static const char *const replaced[] = {"user",	     "dbname",	   "password", "options", "sslmode",
-					       "gssencmode", "fallback_application_name", NULL};
+	static const char *const replaced[] = {"user",	     "dbname",		       "password",
+					       "options",    "gssencmode", "fallback_application_name", NULL};
 	struct pool_db *db = job->db;
 	struct pool_error err;
 	struct pool_conninfo c;
@@ -297,8 +307,8 @@ static void opener_start_connect(struct pool_opener *opener, struct opener_job *
 	pool_conninfo_set(&c, "dbname", db->database);
 	pool_conninfo_set(&c, "password", db->password ? db->password : pool_conninfo_get(&c, "password"));
 	pool_conninfo_set(&c, "options", db->options[0] ? db->options : NULL);
-	/* libpq's TLS state cannot follow the socket into io_uring; server TLS is tern's own job later. */
-	pool_conninfo_set(&c, "sslmode", "disable");
+	/* TLS as the conninfo says (config.c put [tls] server_tls_* in it): the state is tern's after the
+	 * login (opener_conn_from). GSSAPI encryption could not follow the socket into the workers. */
 	pool_conninfo_set(&c, "gssencmode", "disable");
 	pool_conninfo_set(&c, "fallback_application_name", "tern");
 	PGconn *pgconn = PQconnectStartParams(c.keys, c.values, 0);
@@ -313,8 +323,6 @@ static void opener_start_connect(struct pool_opener *opener, struct opener_job *
 	opener_add_connecting(opener, job)->pgconn = pgconn;
 }
 
-/* The pool_conn of a finished login: libpq's handle, or the socket of tern's own login. NULL when out of
- * memory (the login is then closed by the caller). */
 /* Where the connection goes, for SHOW SERVERS; zeroed when the socket cannot say. */
 static void opener_note_addresses(struct pool_conn *conn)
 {
@@ -326,15 +334,21 @@ static void opener_note_addresses(struct pool_conn *conn)
 		memset(&conn->local_addr, 0, sizeof(conn->local_addr));
 }
 
-static struct pool_conn *opener_conn_from(const struct opener_connecting *c)
+/* The pool_conn of a finished login: libpq's handle (and its TLS state, made tern's), or the socket of
+ * tern's own login. NULL with `err` set (the login is then closed by the caller). */
+static struct pool_conn *opener_conn_from(struct pool_opener *opener, const struct opener_connecting *c,
+					  struct pool_error *err)
 {
 	struct pool_conn *conn = calloc(1, sizeof(*conn));
-	if (!conn)
+	if (!conn) {
+		pool_error_from_libpq("out of memory", err);
 		return NULL;
+	}
 	if (c->login) {
 		conn->raw_cancel = malloc(sizeof(*conn->raw_cancel));
 		if (!conn->raw_cancel) {
 			free(conn);
+			pool_error_from_libpq("out of memory", err);
 			return NULL;
 		}
 		*conn->raw_cancel = c->login->target;
@@ -344,6 +358,16 @@ static struct pool_conn *opener_conn_from(const struct opener_connecting *c)
 		memcpy(conn->params, c->login->params, conn->param_count * sizeof(conn->params[0]));
 		opener_note_addresses(conn);
 		return conn;
+	}
+	if (PQsslInUse(c->pgconn)) {
+		TERN_ASSERT(opener->tls != NULL);
+		conn->tls = opener->tls->adopt(opener->tls->ctx, PQsslStruct(c->pgconn, "OpenSSL"), conn->tls_name,
+					       sizeof(conn->tls_name), err);
+		if (!conn->tls) {
+			free(conn);
+			return NULL;
+		}
+		conn->tls_close = opener->tls->close;
 	}
 	conn->fd = PQsocket(c->pgconn);
 	conn->pgconn = c->pgconn;
@@ -374,7 +398,7 @@ static void opener_finish_connect(struct pool_opener *opener, uint32_t i, const 
 	struct opener_job *job = c.job;
 	struct pool_error err;
 	if (!timeout_reason && opener_is_connected(&c)) {
-		struct pool_conn *conn = opener_conn_from(&c);
+		struct pool_conn *conn = opener_conn_from(opener, &c, &err);
 		if (conn) {
 			conn->is_polar = job->is_polar;
 			free(c.login);
@@ -385,7 +409,6 @@ static void opener_finish_connect(struct pool_opener *opener, uint32_t i, const 
 			free(job);
 			return;
 		}
-		pool_error_from_libpq("out of memory", &err);
 	} else if (timeout_reason) {
 		pool_error_from_libpq(timeout_reason, &err);
 		base_strlcpy(err.sqlstate, "08006", sizeof(err.sqlstate));

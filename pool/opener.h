@@ -18,9 +18,10 @@
 struct pool_opener;
 
 /* Creates the opener; its hooks are to be given to pool_init. The thread starts with _start. `auth`
- * (kept, may be NULL: every login goes through libpq) answers logins that have only a secret. */
+ * (kept, may be NULL: every login goes through libpq) answers logins that have only a secret; `tls` (kept,
+ * may be NULL when no server conninfo asks for TLS) takes over the TLS state of a login libpq made. */
 TERN_MUST_USE int pool_opener_create(struct pool_opener **out, uint64_t connect_timeout_ms,
-				     const struct pool_auth_ops *auth);
+				     const struct pool_auth_ops *auth, const struct pool_tls_ops *tls);
 struct pool_hooks pool_opener_hooks(struct pool_opener *opener);
 TERN_MUST_USE int pool_opener_start(struct pool_opener *opener, struct pool *pool);
 void pool_opener_set_connect_timeout(struct pool_opener *opener, uint64_t connect_timeout_ms);

@@ -496,10 +496,12 @@ bool pool_request_cancel(struct pool *pool, struct pool_request *req)
 	return removed;
 }
 
-/* A login that failed before the server could judge it: it may work when retried. */
+/* A login that failed before the server could judge it: it may work when retried (08004: tern refused the
+ * server's TLS as configured, which a retry does not change). */
 static bool pool_error_is_unreachable(const struct pool_error *err)
 {
-	return strncmp(err->sqlstate, "08", 2) == 0 || strcmp(err->sqlstate, "57P03") == 0 ||
+	return (strncmp(err->sqlstate, "08", 2) == 0 && strcmp(err->sqlstate, "08004") != 0) ||
+	       strcmp(err->sqlstate, "57P03") == 0 ||
 	       strcmp(err->sqlstate, "53300") == 0;
 }
 

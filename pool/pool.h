@@ -121,6 +121,11 @@ struct pool_conn {
 	/* Set instead of pgconn and cancel for a connection tern logged in to itself (login.h): where its
 	 * cancel goes; the fd is then the pool's to close. */
 	struct pool_raw_cancel *raw_cancel;
+	/* TLS to the server (pool_tls_ops: core's state, opaque here), used by whichever worker holds the
+	 * connection; NULL on a plain connection. tls_close ends it before the socket closes. */
+	void *tls;
+	void (*tls_close)(void *tls, int fd);
+	char tls_name[64]; /* "TLSv1.3/TLS_AES_256_GCM_SHA384" for SHOW SERVERS; "" when plain */
 	uint32_t backend_pid;
 	uint64_t opened_ns;
 	uint64_t released_ns;
