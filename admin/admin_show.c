@@ -299,7 +299,7 @@ void admin_show_servers(struct admin_reply *r, struct tern_runtime *rt)
 		const char *values[] = {
 			"S", row->user, row->database, row->state == POOL_CONN_USED ? "active" : "idle", addr, port,
 			local_addr, local_port, connect_time, request_time, "0", "0", row->is_close_needed ? "1" : "0",
-			ptr, link, ADMIN_UINT(pid, row->backend_pid), "", "", rt->pool->servers[row->server_index].name,
+			ptr, link, ADMIN_UINT(pid, row->backend_pid), row->tls, "", rt->pool->servers[row->server_index].name,
 			ms ? monitor_role_name(__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE)) : "unknown", lag_bytes, lsn_text,
 		};
 		static_assert(TERN_ARRAY_LEN(values) == TERN_ARRAY_LEN(admin_socket_columns), "a value per column");

@@ -8,12 +8,17 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include <arpa/inet.h>
+#include <poll.h>
+
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 
 struct server_tls {
 	struct pool_tls_ops ops;
 	SSL_CTX *allowed; /* its cipher list is server_tls_ciphers; NULL: any cipher */
+	char *ciphers;    /* server_tls_ciphers, for tern's own logins; NULL: OpenSSL's default */
 };
 
 /* True when the connection's cipher is one server_tls_ciphers lists (TLS 1.3 suites always are). */
@@ -33,8 +38,10 @@ static void *server_tls_adopt(void *ctx, void *ssl_state, char *name, size_t nam
 {
 	const struct server_tls *t = ctx;
 	struct tls_conn *conn;
-	if (tls_conn_adopt(ssl_state, &conn) < 0) {
-		*err = (struct pool_error){"53200", "out of memory taking over a server connection's TLS"};
+	int rc = tls_conn_adopt(ssl_state, &conn);
+	if (rc < 0) {
+		*err = rc == -ENOMEM ? (struct pool_error){"53200", "out of memory taking over a server connection's TLS"}
+				     : (struct pool_error){"08P01", "the server sent more than its login"};
 		return NULL;
 	}
 	if (!server_tls_cipher_allowed(t, conn)) {
@@ -63,6 +70,131 @@ static void server_tls_close(void *tls, int fd)
 	tls_conn_destroy(conn);
 }
 
+/* libpq's ssl_min/max_protocol_version names as OpenSSL's versions; 0 for none or unknown. */
+static int server_tls_version(const char *name)
+{
+	static const struct {
+		const char *name;
+		int version;
+	} versions[] = {{"TLSv1", TLS1_VERSION}, {"TLSv1.1", TLS1_1_VERSION}, {"TLSv1.2", TLS1_2_VERSION},
+			{"TLSv1.3", TLS1_3_VERSION}};
+	for (size_t i = 0; name && i < TERN_ARRAY_LEN(versions); i++)
+		if (strcasecmp(name, versions[i].name) == 0)
+			return versions[i].version;
+	return 0;
+}
+
+/* err from OpenSSL's queue (and the certificate's verification), for `what`. */
+static void server_tls_error(SSL *ssl, const char *sqlstate, const char *what, struct pool_error *err)
+{
+	char reason[160] = "";
+	long verify = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
+	unsigned long e = ERR_peek_last_error();
+	if (verify != X509_V_OK)
+		snprintf(reason, sizeof(reason), "server certificate: %s", X509_verify_cert_error_string(verify));
+	else if (e != 0)
+		ERR_error_string_n(e, reason, sizeof(reason));
+	else
+		snprintf(reason, sizeof(reason), "%s", errno ? strerror(errno) : "the server closed the connection");
+	ERR_clear_error();
+	base_strlcpy(err->sqlstate, sqlstate, sizeof(err->sqlstate));
+	snprintf(err->message, sizeof(err->message), "%s: %s", what, reason);
+}
+
+/* As libpq sets up its TLS from the conninfo: the mode verify-* (and require with a root certificate, as
+ * libpq does) check the chain against sslrootcert; verify-full also the host name. */
+static void *server_tls_login_begin(void *ctx, const struct pool_conninfo *c, const char *host, int fd,
+				    struct pool_error *err)
+{
+	const struct server_tls *t = ctx;
+	const char *mode = pool_conninfo_get(c, "sslmode");
+	const char *root = pool_conninfo_get(c, "sslrootcert");
+	const char *cert = pool_conninfo_get(c, "sslcert");
+	const char *key = pool_conninfo_get(c, "sslkey");
+	bool is_full = mode && strcmp(mode, "verify-full") == 0;
+	bool is_verified = is_full || (mode && strcmp(mode, "verify-ca") == 0) || (root && root[0]);
+	ERR_clear_error();
+	SSL_CTX *ssl_ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = NULL;
+	const char *what = "setting up TLS toward the server";
+	if (!ssl_ctx)
+		goto fail;
+	int min = server_tls_version(pool_conninfo_get(c, "ssl_min_protocol_version"));
+	int max = server_tls_version(pool_conninfo_get(c, "ssl_max_protocol_version"));
+	if (SSL_CTX_set_min_proto_version(ssl_ctx, min ? min : TLS1_2_VERSION) != 1 ||
+	    SSL_CTX_set_max_proto_version(ssl_ctx, max) != 1)
+		goto fail;
+	what = "server_tls_ciphers";
+	if (t->ciphers && SSL_CTX_set_cipher_list(ssl_ctx, t->ciphers) != 1)
+		goto fail;
+	if (is_verified) {
+		what = "reading the server's root certificate file (sslrootcert, server_tls_ca_file)";
+		if (!root || !root[0] || SSL_CTX_load_verify_locations(ssl_ctx, root, NULL) != 1)
+			goto fail;
+		SSL_CTX_set_verify(ssl_ctx, SSL_VERIFY_PEER, NULL);
+	}
+	if (cert && cert[0]) {
+		what = "reading tern's client certificate (sslcert, server_tls_cert_file)";
+		if (SSL_CTX_use_certificate_chain_file(ssl_ctx, cert) != 1)
+			goto fail;
+		what = "reading its key (sslkey, server_tls_key_file)";
+		if (SSL_CTX_use_PrivateKey_file(ssl_ctx, key && key[0] ? key : cert, SSL_FILETYPE_PEM) != 1)
+			goto fail;
+	}
+	/* No compression, no renegotiation, no resumption: as libpq. */
+	SSL_CTX_set_options(ssl_ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET);
+	what = "setting up TLS toward the server";
+	ssl = SSL_new(ssl_ctx);
+	if (!ssl || SSL_set_fd(ssl, fd) != 1)
+		goto fail;
+	unsigned char addr[sizeof(struct in6_addr)];
+	bool is_address = inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1;
+	if (!is_address && SSL_set_tlsext_host_name(ssl, host) != 1) /* SNI, as libpq's sslsni=1 */
+		goto fail;
+	if (is_full && SSL_set1_host(ssl, host) != 1)
+		goto fail;
+	SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	SSL_set_connect_state(ssl);
+	SSL_CTX_free(ssl_ctx); /* the SSL keeps its own reference */
+	return ssl;
+fail:
+	server_tls_error(NULL, "08004", what, err);
+	SSL_free(ssl);
+	SSL_CTX_free(ssl_ctx);
+	return NULL;
+}
+
+static int server_tls_login_io(void *tls, int op, void *data, uint32_t len, short *events, struct pool_error *err)
+{
+	SSL *ssl = tls;
+	size_t n = 0;
+	int rc;
+	ERR_clear_error();
+	errno = 0;
+	if (op == POOL_TLS_HANDSHAKE)
+		rc = SSL_connect(ssl);
+	else if (op == POOL_TLS_READ)
+		rc = SSL_read_ex(ssl, data, len, &n);
+	else
+		rc = SSL_write_ex(ssl, data, len, &n);
+	if (rc == 1)
+		return op == POOL_TLS_HANDSHAKE ? 1 : (int)n;
+	int kind = SSL_get_error(ssl, rc);
+	if (kind == SSL_ERROR_WANT_READ || kind == SSL_ERROR_WANT_WRITE) {
+		*events = kind == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+		ERR_clear_error();
+		return 0;
+	}
+	if (op == POOL_TLS_HANDSHAKE)
+		server_tls_error(ssl, "08004", "TLS handshake with the server failed", err);
+	else
+		server_tls_error(NULL, "08006", kind == SSL_ERROR_ZERO_RETURN ? "the server closed TLS" : "TLS toward the server",
+				 err);
+	return -EPROTO;
+}
+
+static void server_tls_login_end(void *tls) { SSL_free(tls); }
+
 int server_tls_create(const char *ciphers, struct server_tls **out, char *err, size_t err_size)
 {
 	*out = NULL;
@@ -71,11 +203,26 @@ int server_tls_create(const char *ciphers, struct server_tls **out, char *err, s
 		snprintf(err, err_size, "out of memory");
 		return -ENOMEM;
 	}
-	t->ops = (struct pool_tls_ops){.adopt = server_tls_adopt, .close = server_tls_close, .ctx = t};
-	bool is_any = !ciphers || !ciphers[0] || strcasecmp(ciphers, "default") == 0 || strcasecmp(ciphers, "secure") == 0;
+	t->ops = (struct pool_tls_ops){.adopt = server_tls_adopt,
+				       .close = server_tls_close,
+				       .login_begin = server_tls_login_begin,
+				       .login_io = server_tls_login_io,
+				       .login_end = server_tls_login_end,
+				       .ctx = t};
+	/* PgBouncer's (libtls's) keywords: default, secure, normal and fast leave the choice to libpq and the
+	 * server; all, compat, legacy and insecure allow every cipher OpenSSL has. */
+	static const char *const any[] = {"default", "secure", "normal", "fast"};
+	static const char *const every[] = {"all", "compat", "legacy", "insecure"};
+	bool is_any = !ciphers || !ciphers[0];
+	for (size_t i = 0; i < TERN_ARRAY_LEN(any) && !is_any; i++)
+		is_any = strcasecmp(ciphers, any[i]) == 0;
+	for (size_t i = 0; i < TERN_ARRAY_LEN(every) && !is_any; i++)
+		if (strcasecmp(ciphers, every[i]) == 0)
+			ciphers = "ALL";
 	if (!is_any) {
 		t->allowed = SSL_CTX_new(TLS_client_method());
-		if (!t->allowed || SSL_CTX_set_cipher_list(t->allowed, ciphers) != 1) {
+		t->ciphers = strdup(ciphers);
+		if (!t->allowed || !t->ciphers || SSL_CTX_set_cipher_list(t->allowed, ciphers) != 1) {
 			snprintf(err, err_size, "[tls] server_tls_ciphers \"%s\": %s", ciphers,
 				 t->allowed ? "OpenSSL knows no cipher in it" : "out of memory");
 			ERR_clear_error();
@@ -92,6 +239,7 @@ void server_tls_destroy(struct server_tls *tls)
 	if (!tls)
 		return;
 	SSL_CTX_free(tls->allowed);
+	free(tls->ciphers);
 	free(tls);
 }
 

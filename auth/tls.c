@@ -501,7 +501,9 @@ int tls_conn_adopt(void *ssl_state, struct tls_conn **out)
 	int once_rc = pthread_once(&tls_bio_once, tls_bio_method_create);
 	TERN_ASSERT(once_rc == 0);
 	SSL *ssl = ssl_state;
-	TERN_ASSERT(SSL_is_init_finished(ssl) && SSL_pending(ssl) == 0);
+	TERN_ASSERT(SSL_is_init_finished(ssl));
+	if (SSL_pending(ssl) > 0)
+		return -EPROTO; /* the server sent more than its login */
 	struct tls_conn *conn = calloc(1, sizeof(*conn));
 	BIO *bio = tls_bio_method != NULL ? BIO_new(tls_bio_method) : NULL;
 	if (conn == NULL || bio == NULL || SSL_up_ref(ssl) != 1) {

@@ -92,7 +92,8 @@ void tls_conn_destroy(struct tls_conn *conn);
  * and whose login it read up to ReadyForQuery; PQsslStruct), taking a reference of its own. From here
  * the connection's bytes go through tern's memory BIO; libpq's later writes (at PQfinish) go nowhere
  * once the connection is destroyed, so destroy it before or after PQfinish, but do not use libpq's
- * connection meanwhile. 0 or -ENOMEM. */
+ * connection meanwhile. 0, -EPROTO (plaintext waits in it: the server said more than its login) or
+ * -ENOMEM. */
 TERN_MUST_USE int tls_conn_adopt(void *ssl_state, struct tls_conn **out);
 
 /* Hands in bytes received from the socket. Returns >0 bytes accepted (possibly fewer than `len`:

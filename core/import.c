@@ -63,6 +63,12 @@ static const struct import_key {
 	{"client_tls_key_file", "tls", "client_tls_key_file", IMPORT_PATH},
 	{"client_tls_ca_file", "tls", "client_tls_ca_file", IMPORT_PATH},
 	{"client_tls_ciphers", "tls", "client_tls_ciphers", IMPORT_COPY},
+	{"server_tls_sslmode", "tls", "server_tls_sslmode", IMPORT_COPY}, /* libpq's names, as tern's */
+	{"server_tls_ca_file", "tls", "server_tls_ca_file", IMPORT_PATH},
+	{"server_tls_cert_file", "tls", "server_tls_cert_file", IMPORT_PATH},
+	{"server_tls_key_file", "tls", "server_tls_key_file", IMPORT_PATH},
+	{"server_tls_protocols", "tls", "server_tls_protocols", IMPORT_COPY},
+	{"server_tls_ciphers", "tls", "server_tls_ciphers", IMPORT_COPY},
 };
 
 /* Servers one tern fronts ([servers] keys). */

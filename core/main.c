@@ -434,7 +434,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "tern: %s\n", server_tls_err);
 		return 1;
 	}
-	if (pool_opener_create(&opener, cfg.server_connect_timeout_ms, &server_auth_ops, server_tls_ops(server_tls)) < 0) {
+	rt.server_tls = server_tls_ops(server_tls);
+	if (pool_opener_create(&opener, cfg.server_connect_timeout_ms, &server_auth_ops, rt.server_tls) < 0) {
 		fprintf(stderr, "tern: could not create the pool thread\n");
 		return 1;
 	}

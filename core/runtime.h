@@ -45,6 +45,7 @@ struct tern_runtime {
 	const struct auth_file *auth_file; /* NULL without [auth] auth_file */
 	struct auth_query *auth_query;     /* the lookup thread ([auth] auth_user turns lookups on) */
 	const struct tls_context *tls;     /* atomic (SIGHUP swaps it); NULL with client_tls_sslmode = disable */
+	const struct pool_tls_ops *server_tls; /* TLS toward the servers, for logins tern makes itself */
 	/* The admin console: a session whose database is console->database (or its alias) is handed to it
 	 * after login. */
 	const struct session_console *console;

@@ -169,14 +169,25 @@ static int login_build_startup(struct pool_login *l, const struct pool_conninfo 
 	return 0;
 }
 
+/* Whether the login asks for TLS, as libpq with the conninfo's sslmode (prefer when absent; allow tries
+ * without first, which is all tern's own login does with it). */
+static void login_tls_plan(struct pool_login *l, const struct pool_conninfo *options, bool *wants)
+{
+	const char *mode = pool_conninfo_get(options, "sslmode");
+	l->is_tls_required = mode && (strcmp(mode, "require") == 0 || strncmp(mode, "verify-", 7) == 0);
+	*wants = l->target.addr.ss_family != AF_UNIX &&
+		 (!mode || (strcmp(mode, "disable") != 0 && strcmp(mode, "allow") != 0));
+}
+
 int pool_login_start(struct pool_login *l, const char *conninfo, const struct pool_login_who *who, const void *secret,
-		     size_t secret_len, const struct pool_auth_ops *ops)
+		     size_t secret_len, const struct pool_auth_ops *ops, const struct pool_tls_ops *tls)
 {
 	TERN_ASSERT(conninfo && who && who->user && who->database && who->options && secret &&
 		    (secret_len > 0 || who->is_polar) && ops);
 	memset(l, 0, offsetof(struct pool_login, out));
 	l->fd = -1;
 	l->ops = ops;
+	l->tls_ops = tls;
 	struct pool_conninfo options;
 	char parse_err[160];
 	if (pool_conninfo_init(&options, conninfo, NULL, parse_err, sizeof(parse_err)) < 0) {
@@ -186,19 +197,38 @@ int pool_login_start(struct pool_login *l, const char *conninfo, const struct po
 	int rc = login_resolve(l, &options);
 	if (rc == 0)
 		rc = login_build_startup(l, &options, who);
-	pool_conninfo_deinit(&options);
-	if (rc < 0)
-		return rc;
-	l->exchange = ops->begin(secret, secret_len);
-	if (!l->exchange) {
-		login_fail(l, "53200", "out of memory logging in to the server");
-		return -ENOMEM;
+	if (rc == 0) {
+		l->exchange = ops->begin(secret, secret_len);
+		if (!l->exchange) {
+			login_fail(l, "53200", "out of memory logging in to the server");
+			rc = -ENOMEM;
+		}
 	}
 	int family = l->target.addr.ss_family;
-	l->fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (l->fd < 0) {
-		rc = -errno;
-		login_fail(l, "08006", "could not create a socket for the server: %s", strerror(-rc));
+	if (rc == 0) {
+		l->fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (l->fd < 0) {
+			rc = -errno;
+			login_fail(l, "08006", "could not create a socket for the server: %s", strerror(-rc));
+		}
+	}
+	bool wants_tls = false;
+	if (rc == 0)
+		login_tls_plan(l, &options, &wants_tls);
+	if (rc == 0 && wants_tls && tls) {
+		const char *host = pool_conninfo_get(&options, "host");
+		const char *hostaddr = pool_conninfo_get(&options, "hostaddr");
+		char first_host[256];
+		login_first_of_list(host ? host : hostaddr ? hostaddr : "", first_host, sizeof(first_host));
+		l->tls = tls->login_begin(tls->ctx, &options, first_host, l->fd, &l->error);
+		if (!l->tls)
+			rc = -EPROTO;
+	} else if (rc == 0 && wants_tls && l->is_tls_required) {
+		login_fail(l, "08004", "TLS toward this server is required, and this login cannot make it");
+		rc = -EPROTO;
+	}
+	pool_conninfo_deinit(&options);
+	if (rc < 0) {
 		pool_login_abandon(l);
 		return rc;
 	}
@@ -209,7 +239,7 @@ int pool_login_start(struct pool_login *l, const char *conninfo, const struct po
 	}
 	l->phase = POOL_LOGIN_CONNECTING;
 	if (connect(l->fd, (const struct sockaddr *)&l->target.addr, l->target.addr_len) == 0)
-		l->phase = POOL_LOGIN_WRITING;
+		l->phase = l->tls ? POOL_LOGIN_TLS_ASK : POOL_LOGIN_WRITING;
 	else if (errno != EINPROGRESS && errno != EAGAIN) {
 		rc = -errno;
 		login_fail(l, "08006", "could not connect to the server: %s", strerror(-rc));
@@ -221,7 +251,9 @@ int pool_login_start(struct pool_login *l, const char *conninfo, const struct po
 
 short pool_login_events(const struct pool_login *l)
 {
-	return l->phase == POOL_LOGIN_READING ? POLLIN : POLLOUT;
+	if (l->tls_events)
+		return l->tls_events;
+	return l->phase == POOL_LOGIN_READING || l->phase == POOL_LOGIN_TLS_ANSWER ? POLLIN : POLLOUT;
 }
 
 /* Queues a 'p' message with `body` as the next thing to send. */
@@ -331,6 +363,15 @@ static int login_read(struct pool_login *l)
 		int rc = login_take_messages(l);
 		if (rc != 0 || l->phase == POOL_LOGIN_WRITING)
 			return rc;
+		if (l->tls) {
+			l->tls_events = 0;
+			rc = l->tls_ops->login_io(l->tls, POOL_TLS_READ, l->in + l->in_len, sizeof(l->in) - l->in_len,
+						  &l->tls_events, &l->error);
+			if (rc <= 0)
+				return rc;
+			l->in_len += (uint32_t)rc;
+			continue;
+		}
 		ssize_t got = recv(l->fd, l->in + l->in_len, sizeof(l->in) - l->in_len, 0);
 		if (got == 0) {
 			login_fail(l, "08006", "the server closed the connection during the login");
@@ -349,6 +390,58 @@ static int login_read(struct pool_login *l)
 	}
 }
 
+/* SSLRequest, the server's answer, the handshake: 1 once the login can write its startup packet, 0 to wait
+ * (pool_login_events), <0 failed. */
+static int login_tls_advance(struct pool_login *l)
+{
+	static const uint8_t ssl_request[8] = {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}; /* 1234.5679 */
+	while (l->phase == POOL_LOGIN_TLS_ASK) {
+		ssize_t sent = send(l->fd, ssl_request + l->tls_asked, sizeof(ssl_request) - l->tls_asked, MSG_NOSIGNAL);
+		if (sent < 0 && errno == EINTR)
+			continue;
+		if (sent < 0 && errno == EAGAIN)
+			return 0;
+		if (sent < 0) {
+			int rc = -errno;
+			login_fail(l, "08006", "could not write to the server: %s", strerror(-rc));
+			return rc;
+		}
+		l->tls_asked += (uint8_t)sent;
+		if (l->tls_asked == sizeof(ssl_request))
+			l->phase = POOL_LOGIN_TLS_ANSWER;
+	}
+	if (l->phase == POOL_LOGIN_TLS_ANSWER) {
+		uint8_t answer;
+		ssize_t got = recv(l->fd, &answer, 1, 0);
+		if (got < 0 && (errno == EAGAIN || errno == EINTR))
+			return 0;
+		if (got <= 0) {
+			login_fail(l, "08006", "the server closed the connection during the login");
+			return -ECONNRESET;
+		}
+		if (answer == 'N' && l->is_tls_required) {
+			login_fail(l, "08004", "server does not support SSL, but SSL was required");
+			return -EPROTO;
+		}
+		if (answer == 'N') { /* prefer: in the clear */
+			l->tls_ops->login_end(l->tls);
+			l->tls = NULL;
+			l->phase = POOL_LOGIN_WRITING;
+			return 1;
+		}
+		if (answer != 'S') {
+			login_fail(l, "08P01", "the server answered SSLRequest with neither S nor N");
+			return -EPROTO;
+		}
+		l->phase = POOL_LOGIN_TLS_HANDSHAKE;
+	}
+	l->tls_events = 0;
+	int rc = l->tls_ops->login_io(l->tls, POOL_TLS_HANDSHAKE, NULL, 0, &l->tls_events, &l->error);
+	if (rc > 0)
+		l->phase = POOL_LOGIN_WRITING;
+	return rc;
+}
+
 int pool_login_advance(struct pool_login *l)
 {
 	TERN_ASSERT(l->fd >= 0);
@@ -361,9 +454,28 @@ int pool_login_advance(struct pool_login *l)
 			login_fail(l, "08006", "could not connect to the server: %s", strerror(so_error));
 			return -so_error;
 		}
-		l->phase = POOL_LOGIN_WRITING;
+		l->phase = l->tls ? POOL_LOGIN_TLS_ASK : POOL_LOGIN_WRITING;
+	}
+	if (l->phase == POOL_LOGIN_TLS_ASK || l->phase == POOL_LOGIN_TLS_ANSWER || l->phase == POOL_LOGIN_TLS_HANDSHAKE) {
+		int rc = login_tls_advance(l);
+		if (rc <= 0)
+			return rc;
 	}
 	while (l->phase == POOL_LOGIN_WRITING) {
+		if (l->tls) {
+			l->tls_events = 0;
+			int rc = l->tls_ops->login_io(l->tls, POOL_TLS_WRITE, l->out + l->out_sent, l->out_len - l->out_sent,
+						      &l->tls_events, &l->error);
+			if (rc <= 0)
+				return rc;
+			l->out_sent += (uint32_t)rc;
+			if (l->out_sent == l->out_len) {
+				explicit_bzero(l->out, l->out_len);
+				l->out_len = l->out_sent = 0;
+				l->phase = POOL_LOGIN_READING;
+			}
+			continue;
+		}
 		ssize_t sent = send(l->fd, l->out + l->out_sent, l->out_len - l->out_sent, MSG_NOSIGNAL);
 		if (sent < 0) {
 			if (errno == EINTR)
@@ -395,6 +507,10 @@ int pool_login_advance(struct pool_login *l)
 
 void pool_login_abandon(struct pool_login *l)
 {
+	if (l->tls) {
+		l->tls_ops->login_end(l->tls);
+		l->tls = NULL;
+	}
 	if (l->exchange) {
 		l->ops->end(l->exchange);
 		l->exchange = NULL;

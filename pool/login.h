@@ -34,6 +34,8 @@ struct pool_auth_ops {
 	void (*end)(void *exchange);
 };
 
+struct pool_conninfo;
+
 /* TLS on a connection libpq logged in to over TLS (the server's conninfo asked for it); core implements
  * them (it owns OpenSSL), the opener calls them on its thread. */
 struct pool_tls_ops {
@@ -43,8 +45,18 @@ struct pool_tls_ops {
 	void *(*adopt)(void *ctx, void *ssl_state, char *name, size_t name_size, struct pool_error *err);
 	/* Sends Terminate and close_notify on fd (best effort, never waiting) and frees the state. */
 	void (*close)(void *tls, int fd);
+	/* tern's own login over TLS (pool_login, after the server answered SSLRequest with 'S'): an OpenSSL
+	 * connection on the non-blocking `fd` for `host`, set up from the conninfo's libpq keys (sslmode,
+	 * sslrootcert, sslcert, sslkey, ssl_min/max_protocol_version) as libpq would. NULL with `err` set. At
+	 * the login's end it is adopted (adopt), or ended with login_end. */
+	void *(*login_begin)(void *ctx, const struct pool_conninfo *c, const char *host, int fd, struct pool_error *err);
+	/* Moves a POOL_TLS_HANDSHAKE, _READ or _WRITE on (plaintext `data`, `len`): >0 (bytes, or 1 for a
+	 * finished handshake), 0 to wait for *events on the socket, <0 with `err` set. */
+	int (*login_io)(void *tls, int op, void *data, uint32_t len, short *events, struct pool_error *err);
+	void (*login_end)(void *tls);
 	void *ctx;
 };
+enum { POOL_TLS_HANDSHAKE = 0, POOL_TLS_READ, POOL_TLS_WRITE };
 
 /* Keyword/value arrays for libpq's *Params calls: a server's conninfo with the keys the caller sets
  * itself left out, then the caller's own. libpq knows about 40 keywords; 64 is room for them all. */
@@ -85,7 +97,15 @@ struct pool_raw_cancel {
 	uint32_t backend_secret;
 };
 
-enum pool_login_phase { POOL_LOGIN_CONNECTING = 1, POOL_LOGIN_WRITING, POOL_LOGIN_READING };
+/* TLS_ASK sends SSLRequest, TLS_ANSWER reads the server's 'S' or 'N', TLS_HANDSHAKE runs the handshake. */
+enum pool_login_phase {
+	POOL_LOGIN_CONNECTING = 1,
+	POOL_LOGIN_TLS_ASK,
+	POOL_LOGIN_TLS_ANSWER,
+	POOL_LOGIN_TLS_HANDSHAKE,
+	POOL_LOGIN_WRITING,
+	POOL_LOGIN_READING,
+};
 
 struct pool_login {
 	int fd;
@@ -93,6 +113,13 @@ struct pool_login {
 	const struct pool_auth_ops *ops;
 	void *exchange;
 	struct pool_raw_cancel target;
+	/* TLS as the conninfo's sslmode asks (not over a Unix socket, as libpq): the state login_begin made,
+	 * whether a server without TLS is refused, what the state waits for (0: the phase's event). */
+	const struct pool_tls_ops *tls_ops;
+	void *tls;
+	bool is_tls_required;
+	short tls_events;
+	uint8_t tls_asked; /* bytes of SSLRequest sent */
 	uint8_t out[POOL_LOGIN_OUT_MAX];
 	uint32_t out_len, out_sent;
 	uint8_t in[POOL_LOGIN_IN_MAX];
@@ -112,10 +139,13 @@ struct pool_login_who {
 
 /* Starts a login to the first host of `conninfo` (host or hostaddr, port; a host starting with '/' is a
  * Unix socket directory; PGHOST/PGPORT and /var/run/postgresql:5432 when absent) for `who`, answering
- * with `secret` through `ops` (none, secret_len 0, for a polar server: trust alone). 0, or <0 with
+ * with `secret` through `ops` (none, secret_len 0, for a polar server: trust alone), over TLS through
+ * `tls` as the conninfo's sslmode says (prefer: TLS when the server takes it; require, verify-ca,
+ * verify-full: a server without TLS is refused, 08004; NULL tls: never TLS, and require refused). 0, or <0 with
  * l->error set (nothing to abandon). */
 TERN_MUST_USE int pool_login_start(struct pool_login *l, const char *conninfo, const struct pool_login_who *who,
-				   const void *secret, size_t secret_len, const struct pool_auth_ops *ops);
+				   const void *secret, size_t secret_len, const struct pool_auth_ops *ops,
+				   const struct pool_tls_ops *tls);
 /* POLLIN or POLLOUT: what the login waits for. */
 short pool_login_events(const struct pool_login *l);
 /* 1: logged in (l->fd, target, params are the connection's); 0: waiting; <0: failed, l->error set.

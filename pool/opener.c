@@ -272,7 +272,7 @@ static bool opener_start_raw_login(struct pool_opener *opener, struct opener_job
 	}
 	struct pool_login_who who = {.user = job->db->user, .database = job->db->database, .options = job->db->options,
 				     .is_polar = is_polar};
-	int rc = pool_login_start(login, job->server->conninfo, &who, secret, secret_len, opener->auth);
+	int rc = pool_login_start(login, job->server->conninfo, &who, secret, secret_len, opener->auth, opener->tls);
 	explicit_bzero(secret, sizeof(secret));
 	if (rc < 0) {
 		opener_fail_job(opener, job, &login->error);
@@ -350,6 +350,18 @@ static struct pool_conn *opener_conn_from(struct pool_opener *opener, const stru
 			free(conn);
 			pool_error_from_libpq("out of memory", err);
 			return NULL;
+		}
+		if (c->login->tls) { /* the login's reference goes; the adopted state keeps its own */
+			conn->tls = opener->tls->adopt(opener->tls->ctx, c->login->tls, conn->tls_name, sizeof(conn->tls_name),
+						       err);
+			opener->tls->login_end(c->login->tls);
+			c->login->tls = NULL;
+			if (!conn->tls) {
+				free(conn->raw_cancel);
+				free(conn);
+				return NULL;
+			}
+			conn->tls_close = opener->tls->close;
 		}
 		*conn->raw_cancel = c->login->target;
 		conn->fd = c->login->fd;

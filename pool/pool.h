@@ -345,6 +345,7 @@ struct pool_conn_row {
 	struct sockaddr_storage peer_addr, local_addr;
 	uintptr_t holder; /* as an identifier only */
 	bool is_close_needed;
+	char tls[64]; /* its tls_name */
 };
 /* Every open connection of every server: USED ones first, then FREE, per server. malloc'd as above. 0 or -ENOMEM. */
 TERN_MUST_USE int pool_snapshot_conns(struct pool *pool, struct pool_conn_row **rows, uint32_t *count);

@@ -113,6 +113,7 @@ static uint32_t pool_conn_rows_fill(struct pool_server *server, struct pool_conn
 				};
 				base_strlcpy(rows[have].user, conn->db->user, sizeof(rows[have].user));
 				base_strlcpy(rows[have].database, conn->db->database, sizeof(rows[have].database));
+				base_strlcpy(rows[have].tls, conn->tls_name, sizeof(rows[have].tls));
 			}
 			have++;
 		}

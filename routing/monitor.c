@@ -253,7 +253,7 @@ static int monitor_connect(struct monitor *m, uint32_t i, struct pool_error *err
 	pool_conninfo_deinit(&own);
 	const struct auth_file *auth = __atomic_load_n(&m->rt->auth_file, __ATOMIC_ACQUIRE);
 	const struct auth_user *entry = auth ? auth_file_find(auth, user) : NULL;
-	struct monitor_login login = {.conninfo = server->conninfo, .user = user,
+	struct monitor_login login = {.conninfo = server->conninfo, .user = user, .tls = m->rt->server_tls,
 				      .timeout_ms = cfg->server_connect_timeout_ms};
 	struct server_auth_secret secret;
 	bool is_learned = false;

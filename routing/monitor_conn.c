@@ -21,6 +21,8 @@
 struct monitor_conn {
 	PGconn *pg; /* libpq's; or, for tern's own login: */
 	int fd;
+	void *tls; /* over TLS (the login's, login.h): its ops */
+	const struct pool_tls_ops *tls_ops;
 	uint32_t version;
 	uint64_t timeout_ms;
 	uint8_t in[MONITOR_CONN_IN_MAX];
@@ -103,7 +105,8 @@ static int monitor_conn_open_own(struct monitor_conn *c, const struct monitor_lo
 	}
 	struct pool_login_who who = {.user = login->user, .database = "postgres", .options = "",
 				     .application_name = MONITOR_CONN_APPLICATION_NAME};
-	int rc = pool_login_start(l, login->conninfo, &who, login->secret, sizeof(*login->secret), &server_auth_ops);
+	int rc = pool_login_start(l, login->conninfo, &who, login->secret, sizeof(*login->secret), &server_auth_ops,
+				  login->tls);
 	uint64_t deadline_ns = base_now_ns() + login->timeout_ms * BASE_NS_PER_MS;
 	while (rc == 0) {
 		rc = monitor_conn_wait(l->fd, pool_login_events(l), deadline_ns);
@@ -115,6 +118,9 @@ static int monitor_conn_open_own(struct monitor_conn *c, const struct monitor_lo
 	}
 	if (rc > 0) {
 		c->fd = l->fd;
+		c->tls = l->tls; /* kept on its socket, as the login used it */
+		c->tls_ops = login->tls;
+		l->tls = NULL;
 		for (uint32_t i = 0; i < l->param_count; i++)
 			if (strcmp(l->params[i].name, "server_version") == 0)
 				c->version = monitor_conn_parse_version(l->params[i].value);
@@ -164,9 +170,31 @@ static int monitor_conn_query_libpq(struct monitor_conn *c, const char *sql, uin
 	return rc;
 }
 
+/* A TLS read or write of up to len bytes, waiting as TLS asks: bytes moved, or <0. */
+static int monitor_conn_tls_io(struct monitor_conn *c, int op, uint8_t *data, size_t len, uint64_t deadline_ns)
+{
+	for (;;) {
+		short events = 0;
+		struct pool_error err;
+		int n = c->tls_ops->login_io(c->tls, op, data, (uint32_t)TERN_MIN(len, (size_t)INT32_MAX), &events, &err);
+		if (n != 0)
+			return n < 0 ? -ECONNRESET : n;
+		int rc = monitor_conn_wait(c->fd, events, deadline_ns);
+		if (rc < 0)
+			return rc;
+	}
+}
+
 static int monitor_conn_send(struct monitor_conn *c, const uint8_t *data, size_t len, uint64_t deadline_ns)
 {
 	for (size_t sent = 0; sent < len;) {
+		if (c->tls) {
+			int n = monitor_conn_tls_io(c, POOL_TLS_WRITE, (uint8_t *)data + sent, len - sent, deadline_ns);
+			if (n < 0)
+				return n;
+			sent += (size_t)n;
+			continue;
+		}
 		ssize_t n = send(c->fd, data + sent, len - sent, MSG_NOSIGNAL);
 		if (n > 0) {
 			sent += (size_t)n;
@@ -253,6 +281,14 @@ static int monitor_conn_query_own(struct monitor_conn *c, const char *sql, uint3
 			memmove(c->in, c->in + 1 + length, c->in_len - 1 - length);
 			c->in_len -= 1 + length;
 		}
+		if (c->tls) {
+			int n = monitor_conn_tls_io(c, POOL_TLS_READ, c->in + c->in_len, sizeof(c->in) - c->in_len, deadline_ns);
+			if (n < 0)
+				rc = n;
+			else
+				c->in_len += (uint32_t)n;
+			continue;
+		}
 		ssize_t got = recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len, 0);
 		if (got > 0)
 			c->in_len += (uint32_t)got;
@@ -281,8 +317,13 @@ void monitor_conn_close(struct monitor_conn *c)
 	if (c->pg)
 		PQfinish(c->pg);
 	if (c->fd >= 0) {
-		static const uint8_t terminate[] = {'X', 0, 0, 0, 4};
-		(void)send(c->fd, terminate, sizeof(terminate), MSG_NOSIGNAL | MSG_DONTWAIT);
+		uint8_t terminate[] = {'X', 0, 0, 0, 4};
+		if (c->tls) /* the goodbye when the socket takes it at once */
+			(void)monitor_conn_tls_io(c, POOL_TLS_WRITE, terminate, sizeof(terminate), base_now_ns());
+		else
+			(void)send(c->fd, terminate, sizeof(terminate), MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (c->tls)
+			c->tls_ops->login_end(c->tls);
 		close(c->fd);
 	}
 	free(c);

@@ -38,6 +38,7 @@ struct monitor_login {
 	const char *user;
 	const char *password; /* libpq's, or NULL */
 	const struct server_auth_secret *secret; /* tern's own login when set */
+	const struct pool_tls_ops *tls;          /* TLS for tern's own login, as the conninfo's sslmode says */
 	uint64_t timeout_ms;
 };
 
