@@ -3131,17 +3131,17 @@ def server_tls_presents_server_tls_cert_file_to_a_server_that_asks_for_a_certifi
 
 @test
 def server_tls_carries_tern_s_own_scram_login_and_auth_query(ctx):
-    """[auth] mode = scram with auth_user = postgres: tls_scram, not in the userlist, is found by auth_query
-    (its own libpq connection, over TLS) and logged in to the server by tern itself with the client's proof,
-    over TLS (the server asks it for SCRAM over TLS only); postgres, whose password the userlist holds, by
-    tern's own login too."""
+    """[auth] mode = scram with auth_user = postgres: postgres, whose plaintext password the userlist holds,
+    logs in over TLS; tls_scram, not in the userlist, is found by auth_query (its own libpq connection, over
+    TLS) and logged in to the server by tern itself with the client's proof (pool/login.c, not libpq), over
+    TLS too: the server asks tls_scram for SCRAM over TLS only."""
     s = tls_servers()
     t = server_tls_tern(ctx, "primary = " + s.by_name(), verify_full(s),
                         auth="[auth]\nmode = scram\nauth_file = users.txt\nauth_user = postgres",
                         files={"users.txt": '"postgres" "pgpw"\n'})
-    check(psql_ok(t.port, SERVER_TLS_ROW, user="tls_scram", password="scrampw").startswith("t|TLSv1.3|"),
-          "tls_scram, found by auth_query, over TLS")
     check(psql_ok(t.port, SERVER_TLS_ROW, password="pgpw").startswith("t|TLSv1.3|"), "postgres over TLS")
+    check(psql_ok(t.port, SERVER_TLS_ROW, user="tls_scram", password="scrampw").startswith("t|TLSv1.3|"),
+          "tls_scram, found by auth_query, logged in by tern over TLS")
     expect_login_refused(t.port, "tls_scram", "28P01", password="wrong")
 
 
