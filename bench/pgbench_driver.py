@@ -15,6 +15,7 @@ python3-matplotlib), plots of TPS and CPU per transaction against clients.
 
   python3 bench/pgbench_driver.py --tern-binary build-release/tern            # the whole matrix
   python3 bench/pgbench_driver.py --tern-binary build-release/tern --quick    # the README's points
+  python3 bench/pgbench_driver.py --tern-binary build-release/tern --quick --server-tls   # TLS to PostgreSQL
 
 Exit status: 0 when every run succeeded, 1 when a pgbench run failed or
 reported failed transactions, 2 on a setup error.
@@ -39,6 +40,7 @@ sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "integration"))
 import pgcluster  # noqa: E402
 from pgcluster import PgCluster, clean_env, free_port  # noqa: E402
 from procs import PgBouncerProcess, ProcessError, RelayProcess, TernProcess  # noqa: E402
+from tlscluster import ThrowawayCA, TlsHarnessError, certificate_directory, tls_only_cluster  # noqa: E402
 
 # tern-tr-none: a second tern with [replay] tr_mode = none, for the cost of Transaction Replay's record.
 # tern-journal-disk: [journal] dir in a temp folder with fsync = interval (the default tern journals in
@@ -62,7 +64,7 @@ CSV_COLUMNS = TABLE_COLUMNS + ["tps_vs_pgbouncer", "latency_p50_ms", "latency_p9
                                "proxy_system_us_per_txn", "tps_spread_pct", "cpu_spread_pct",
                                "status", "transactions", "failed_transactions",
                                "proxy_cpu_seconds", "duration_s", "jobs",
-                               "pool_size", "scale", "runs", "tls"]
+                               "pool_size", "scale", "runs", "tls", "server_tls"]
 # pgbench's per-transaction log, sampled so a fast run writes at most about this many lines.
 LATENCY_SAMPLES = 20000
 QUICK = {"workloads": ["select-only", "tpcb-like"], "modes": ["simple", "extended"], "clients": [16, 64],
@@ -157,9 +159,16 @@ def parse_args(argv):
                    help="clients reach tern and PgBouncer over TLS (sslmode=require, a self-signed "
                         "certificate made with the openssl command); direct stays plaintext, as the "
                         "PostgreSQL started here has no certificate")
+    p.add_argument("--server-tls", action="store_true",
+                   help="every connection to PostgreSQL is TLS: the PostgreSQL started here has ssl = on (a "
+                        "throwaway CA made with the openssl command) and refuses TCP logins without it; tern and "
+                        "PgBouncer get server_tls_sslmode = require, direct and relay runs sslmode=require (with "
+                        "--pg-port, that server must take TLS)")
     args = p.parse_args(argv)
     if args.server_socket and args.pg_port:
         p.error("--server-socket needs the PostgreSQL this driver starts (its socket directory), not --pg-port")
+    if args.server_socket and args.server_tls:
+        p.error("--server-socket and --server-tls: PostgreSQL takes no TLS over its Unix socket")
     if args.quick:
         for key, value in QUICK.items():
             setattr(args, key, value)
@@ -222,11 +231,35 @@ def make_tls_certificate(stack):
     return crt, key
 
 
-def tern_config(port, pg_port, workers, pool_size, tls=None, extra=(), pg_host="127.0.0.1"):
+def make_server_tls(stack, cluster_args):
+    """A TLS-only PostgreSQL (tests/integration/tlscluster.py: ssl = on, a certificate from a throwaway CA,
+    TCP logins without TLS refused), not started; its certificates are removed with the stack."""
+    directory = certificate_directory("tern-bench-server-tls-")
+    stack.callback(shutil.rmtree, directory, True)
+    try:
+        ca = ThrowawayCA(os.path.join(directory, "ca"), "ca")
+        server = ca.issue("server", "tern bench server", dns=("localhost",), ips=("127.0.0.1",))
+    except TlsHarnessError as e:
+        raise SetupError(str(e))
+    return tls_only_cluster(ca, server, **cluster_args)
+
+
+def client_sslmode(args, target):
+    """PGSSLMODE for pgbench's connection to target: tern and PgBouncer take TLS from clients with --tls;
+    direct and relay runs reach PostgreSQL itself (the relay copies bytes), which takes it with --server-tls.
+    None leaves libpq's default (prefer)."""
+    if target in ("direct", "relay"):
+        return "require" if args.server_tls else None
+    return "require" if args.tls else None
+
+
+def tern_config(port, pg_port, workers, pool_size, tls=None, extra=(), pg_host="127.0.0.1", server_tls=False):
     tls_lines = [] if tls is None else [
-        "[tls]", "client_tls_sslmode = require", "client_tls_cert_file = %s" % tls[0],
+        "client_tls_sslmode = require", "client_tls_cert_file = %s" % tls[0],
         "client_tls_key_file = %s" % tls[1]]
-    return "\n".join(tls_lines + [
+    if server_tls:
+        tls_lines.append("server_tls_sslmode = require")
+    return "\n".join((["[tls]"] + tls_lines if tls_lines else []) + [
         "[tern]",
         "listen = 127.0.0.1:%d" % port,
         "workers = %d" % workers,
@@ -380,7 +413,7 @@ def write_csv(path, rows, args):
                 r["status"], fmt(r["transactions"], "d"),
                 fmt(r["failed"], "d"), fmt(r["proxy_cpu_s"], ".3f"),
                 args.duration, r["jobs"], args.pool_size, args.scale, r.get("runs", 1),
-                int(args.tls and r["target"] != "direct"),
+                int(client_sslmode(args, r["target"]) == "require"), int(args.server_tls),
             ])
 
 
@@ -388,8 +421,11 @@ def write_markdown(path, rows, args):
     """The table of medians as markdown, with the command's shape and the spread of the runs."""
     with open(path, "w") as f:
         f.write("Medians of %d interleaved %d s runs (spread: (max - min) / min over them); pool_size %d, "
-                "scale %d, tern workers %d.\n\n" % (args.repeat, args.duration, args.pool_size, args.scale,
-                                                     args.tern_workers))
+                "scale %d, tern workers %d%s%s.\n\n" % (args.repeat, args.duration, args.pool_size, args.scale,
+                                                         args.tern_workers,
+                                                         "; clients to tern and PgBouncer over TLS" if args.tls else "",
+                                                         "; every connection to PostgreSQL over TLS (--server-tls)"
+                                                         if args.server_tls else ""))
         f.write("| workload | mode | clients | target | TPS | ÷ PgBouncer | p50 ms | p99 ms | µs CPU/txn "
                 "(user + system) | CPU ÷ PgBouncer | spread TPS / CPU |\n")
         f.write("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -436,13 +472,15 @@ def bench(args, stack):
             skipped_pairs.add(("prepared", "pgbouncer"))
 
     # ------------------------------------------------------------ server
+    # The driver's own connections to PostgreSQL (psql, pgbench -i) take TLS as the runs do.
+    server_env = {"PGSSLMODE": "require"} if args.server_tls else None
     if args.pg_port is not None:
         pg_port = args.pg_port
         cluster = None
         log("using the existing PostgreSQL server on 127.0.0.1:%d" % pg_port)
         rc, out = run_cmd(["psql", "-X", "-A", "-t", "-h", "127.0.0.1", "-p",
                            str(pg_port), "-U", "postgres", "-d", "postgres",
-                           "-c", "show max_connections"], 30)
+                           "-c", "show max_connections"], 30, env=server_env)
         if rc != 0:
             raise SetupError("cannot connect to 127.0.0.1:%d:\n%s"
                              % (pg_port, tail(out)))
@@ -452,12 +490,14 @@ def bench(args, stack):
                 "%d clients will fail" % (maxconn, max(args.clients)))
     else:
         max_conn = max(400, max(args.clients) + 2 * args.pool_size + 20)
-        log("starting PostgreSQL (%s, not durable) ..."
-            % ("primary only" if args.no_replica else "primary + replica"))
+        log("starting PostgreSQL (%s, not durable%s) ..."
+            % ("primary only" if args.no_replica else "primary + replica",
+               ", ssl = on, TCP logins over TLS only" if args.server_tls else ""))
         t0 = time.monotonic()
-        cluster = stack.enter_context(PgCluster(
-            with_replica=not args.no_replica, durable=False,
-            extra_conf={"max_connections": max_conn}))
+        cluster_args = dict(with_replica=not args.no_replica, durable=False,
+                            extra_conf={"max_connections": max_conn})
+        cluster = stack.enter_context(make_server_tls(stack, cluster_args) if args.server_tls
+                                      else PgCluster(**cluster_args))
         pg_port = cluster.primary_port
         log("  primary on 127.0.0.1:%d%s (%.1fs, data in %s)" % (
             pg_port, "" if cluster.replica_port is None else
@@ -470,7 +510,7 @@ def bench(args, stack):
         rc, out = run_cmd([pgbench, "-i", "-q", "-s", str(args.scale),
                            "-h", "127.0.0.1", "-p", str(pg_port),
                            "-U", "postgres", "postgres"],
-                          timeout=300 + 30 * args.scale)
+                          timeout=300 + 30 * args.scale, env=server_env)
         if rc != 0:
             raise SetupError("pgbench -i failed (exit %s):\n%s%s" % (
                 rc, tail(out), "\n" + cluster.logs() if cluster else ""))
@@ -484,11 +524,15 @@ def bench(args, stack):
     procs = {}
     tls = make_tls_certificate(stack) if args.tls else None
     if tls:
-        log("clients use TLS to tern and PgBouncer (sslmode=require); direct runs stay plaintext")
+        log("clients use TLS to tern and PgBouncer (sslmode=require)")
+    if args.server_tls:
+        log("every connection to PostgreSQL is TLS: tern and PgBouncer with server_tls_sslmode = require, "
+            "direct and relay runs with sslmode=require")
     for target in [t for t in args.targets if t.startswith("tern")]:
         m = re.match(r"tern-(\d+)w$", target)
         workers = int(m.group(1)) if m else args.tern_workers
-        cfg = tern_config(free_port(), pg_port, workers, args.pool_size, tls, args.tern_set, pg_host)
+        cfg = tern_config(free_port(), pg_port, workers, args.pool_size, tls, args.tern_set, pg_host,
+                          args.server_tls)
         if target == "tern-tr-none":
             cfg += "[replay]\ntr_mode = none\n"
         elif target == "tern-tr-off":
@@ -518,9 +562,10 @@ def bench(args, stack):
         b = stack.enter_context(PgBouncerProcess(
             pg_port, args.pool_size, pool_mode="transaction", server_host=pg_host,
             max_client_conn=max(1000, max(args.clients) + 10),
-            extra_settings=() if tls is None else (
+            extra_settings=(() if tls is None else (
                 "client_tls_sslmode = require", "client_tls_cert_file = %s" % tls[0],
-                "client_tls_key_file = %s" % tls[1])))
+                "client_tls_key_file = %s" % tls[1])) + (
+                ("server_tls_sslmode = require",) if args.server_tls else ())))
         procs["pgbouncer"], ports["pgbouncer"] = b, b.port
         log("  pgbouncer pid %d on 127.0.0.1:%d" % (b.pid, b.port))
 
@@ -565,8 +610,8 @@ def bench(args, stack):
                  "-U", "postgres", "postgres"]
         proc = procs.get(target)
         cpu0 = proc.cpu_times() if proc else None
-        rc, out = run_cmd(argv, timeout=args.duration + 60,
-                          env={"PGSSLMODE": "require"} if tls and target != "direct" else None)
+        sslmode = client_sslmode(args, target)
+        rc, out = run_cmd(argv, timeout=args.duration + 60, env={"PGSSLMODE": sslmode} if sslmode else None)
         cpu1 = proc.cpu_times() if proc and proc.alive() else None
         row["latency_p50_ms"], row["latency_p99_ms"] = latency_percentiles(log_dir)
         shutil.rmtree(log_dir, ignore_errors=True)

@@ -5,6 +5,7 @@ client for exact SQLSTATEs. Every wait polls with a deadline; every test is boun
 
 usage: run_integration.py [-k SUBSTRING]...   (TERN_BINARY and TERN_SOURCE_ROOT from meson)"""
 import argparse
+import atexit
 import contextlib
 import datetime
 import hashlib
@@ -24,12 +25,14 @@ import sys
 import threading
 import time
 import traceback
+import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from pgcluster import PgCluster, clean_env, find_pg_bindir, free_port  # noqa: E402
 from procs import PgBouncerProcess, ProcessError, TernProcess  # noqa: E402
+from tlscluster import ThrowawayCA, certificate_directory, tls_only_cluster  # noqa: E402
 from wire import (FLUSH, SYNC, Wire, WireError, bind, close, data_row, describe, error_fields, execute,  # noqa: E402
                   message, parse, scram_secret, startup_packet)
 
@@ -2848,6 +2851,336 @@ def tls_sighup_swaps_the_certificate_and_mode(ctx):
     check(served_certificate() == pem_der(new_crt), "the running certificate stays")
 
 
+# ---------------------------------------------------------------- TLS toward servers ([tls] server_tls_*)
+
+# What PostgreSQL says of the connection that runs it: "t|TLSv1.3|TLS_AES_256_GCM_SHA384", "f||" in clear.
+SERVER_TLS_ROW = "select ssl, version, cipher from pg_stat_ssl where pid = pg_backend_pid()"
+
+
+class TlsServers:
+    """The TLS-only primary and streaming replica (tlscluster.py) the server_tls tests share: its certificate,
+    from a throwaway CA (`ca`), names localhost alone; `wrong_ca` is another CA; `client` a certificate
+    for tls_cert_user, whom pg_hba.conf asks for one (cert), and `other_client` one for a name no role has;
+    tls_scram is asked for SCRAM (password scrampw). Every other TCP login without TLS is refused."""
+
+    def __init__(self):
+        self.directory = certificate_directory("tern-server-tls-")
+        try:
+            self.ca = ThrowawayCA(os.path.join(self.directory, "ca"), "ca")
+            self.wrong_ca = ThrowawayCA(os.path.join(self.directory, "wrong"), "wrong-ca")
+            self.server = self.ca.issue("server", "tern test server", dns=("localhost",))
+            self.client = self.ca.issue("tls_cert_user", "tls_cert_user")
+            self.other_client = self.ca.issue("nobody", "nobody")
+            self.pg = tls_only_cluster(self.ca, self.server, extra_conf={"synchronous_commit": "on"},
+                                       hba_lines=["hostssl all tls_cert_user 127.0.0.1/32 cert",
+                                                  "hostssl all tls_scram 127.0.0.1/32 scram-sha-256"])
+            self.pg.start()
+            self.pg.psql("create role tls_cert_user login; create role tls_scram login password 'scrampw'")
+        except BaseException:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            raise
+
+    def by_name(self, port=None):
+        """The conninfo of the primary (or `port`) by the name its certificate holds."""
+        return "host=localhost port=%d" % (port or self.pg.primary_port)
+
+    def stop(self):
+        self.pg.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+_tls_servers = []
+
+
+def tls_servers():
+    """The shared TlsServers, started by the first test that asks (a few seconds), stopped by main."""
+    if not _tls_servers:
+        _tls_servers.append(TlsServers())
+        atexit.register(stop_tls_servers)
+    return _tls_servers[0]
+
+
+def stop_tls_servers():
+    while _tls_servers:
+        _tls_servers.pop().stop()
+
+
+def server_tls_tern(ctx, servers, tls, pool_mode="transaction", pool="server_login_retry = 0\nquery_wait_timeout = 20s",
+                    auth="[auth]\nmode = trust", more="", files=None):
+    """A tern whose [servers] lines are `servers` and [tls] lines `tls`; by default a server login that fails
+    is the waiting client's error at once (server_login_retry = 0)."""
+    config = ("[tern]\nlisten = 127.0.0.1:%d\nworkers = 2\npool_mode = %s\n[servers]\n%s\n"
+              "[routing]\nmonitor_interval_ms = 100\ndefault_consistency = session\n[pool]\npool_size = 4\n%s\n"
+              "%s\n[tls]\n%s\n%s\n" % (free_port(), pool_mode, servers, pool, auth, tls, more))
+    t = TernProcess(TERN, config, extra_files=files)
+    ctx.terns.append(t)
+    t.start()
+    return t
+
+
+def verify_full(s):
+    return "server_tls_sslmode = verify-full\nserver_tls_ca_file = %s" % s.ca.crt
+
+
+def post_api(http_port, path, body, timeout=60):
+    """POST a JSON body to tern's HTTP endpoint: (status, the JSON answer)."""
+    request = urllib.request.Request("http://127.0.0.1:%d%s" % (http_port, path), data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return r.status, json.loads(r.read().decode())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read().decode())
+
+
+@test
+def server_tls_verify_full_carries_big_results_a_big_bind_copy_in_and_pooled_pgbench(ctx):
+    """[tls] server_tls_sslmode = verify-full with server_tls_ca_file, the server reached by the name its
+    certificate holds: the pool's connections are TLS 1.3 (pg_stat_ssl); a 200 kB value, 100 000 rows, a
+    4 MiB Bind parameter and pgbench -i's COPY in come through whole; pgbench -C (a new client login per
+    transaction, 800 of them) runs on at most pool_size TLS connections, so they are reused across clients;
+    SHOW SERVERS names each connection's protocol and cipher in its tls column."""
+    s = tls_servers()
+    t = server_tls_tern(ctx, "primary = " + s.by_name(), verify_full(s), more="[admin]\nadmin_users = postgres")
+    row = psql_ok(t.port, SERVER_TLS_ROW)
+    check(re.fullmatch(r"t\|TLSv1\.3\|TLS_[A-Z0-9_]+", row), "the pool's connection is TLS 1.3: %r" % row)
+    check(psql_ok(t.port, "select repeat('x', 200000)") == "x" * 200000, "a 200 kB value, whole")
+    rows = psql_ok(t.port, "select g from generate_series(1, 100000) g").split("\n")
+    check(rows == [str(g) for g in range(1, 100001)], "100 000 rows in order: %d of them" % len(rows))
+    value = hashlib.sha256(b"tern").hexdigest() * (4 * 1024 * 1024 // 64)
+    with Wire(t.port) as w:
+        w.login("postgres")
+        kinds, got, sqlstate, _ = w.exchange(parse("", "select length($1), md5($1)"), bind("", [value]), execute(),
+                                             SYNC)
+        check(sqlstate is None and got == [[str(len(value)), hashlib.md5(value.encode()).hexdigest()]],
+              "the server saw the 4 MiB parameter whole: %r %r" % (kinds, got))
+    s.pg.psql("drop database if exists tls_bench")
+    s.pg.psql("create database tls_bench")
+    r = subprocess.run(["pgbench", "-i", "-s", "1", "-q", "-h", "127.0.0.1", "-p", str(t.port), "-U", "postgres",
+                        "tls_bench"], capture_output=True, text=True, timeout=180, env=env())
+    check(r.returncode == 0, "pgbench -i through tern: %s" % r.stderr[-2000:])
+    check(s.pg.psql("select count(*) from pgbench_accounts", dbname="tls_bench") == "100000",
+          "pgbench -i's COPY in, every row")
+    s.pg.psql("create table tls_seen(pid int, ssl bool)", dbname="tls_bench")
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
+        script.write("\\set aid random(1, 100000)\nbegin;\n"
+                     "update pgbench_accounts set abalance = abalance + 1 where aid = :aid;\n"
+                     "insert into tls_seen select pid, ssl from pg_stat_ssl where pid = pg_backend_pid();\nend;\n")
+        script.flush()
+        r = subprocess.run(["pgbench", "-n", "-C", "-c", "4", "-j", "2", "-t", "200", "-f", script.name, "-h",
+                            "127.0.0.1", "-p", str(t.port), "-U", "postgres", "tls_bench"],
+                           capture_output=True, text=True, timeout=180, env=env())
+    check(r.returncode == 0, "pgbench -C through tern: %s" % r.stderr[-2000:])
+    check(pgbench_summary(r.stdout) == (800, 0), "every transaction: %r" % (pgbench_summary(r.stdout),))
+    seen = s.pg.psql("select count(*), count(distinct pid), bool_and(ssl), (select sum(abalance) from "
+                     "pgbench_accounts) from tls_seen", dbname="tls_bench")
+    count, pids, all_tls, balance = seen.split("|")
+    check(count == "800" and balance == "800" and all_tls == "t", "800 transactions over TLS: %r" % seen)
+    check(1 <= int(pids) <= 4, "800 client logins on at most pool_size server connections: %s" % pids)
+    with admin_console(t.port) as w:
+        names, servers = admin_table(w, "show servers")
+    check("tls" in names and servers, "SHOW SERVERS has a tls column: %r" % names)
+    check(all(re.fullmatch(r"TLSv1\.3/TLS_[A-Z0-9_]+", row["tls"]) for row in servers),
+          "each server connection's protocol and cipher: %r" % [row.get("tls") for row in servers])
+
+
+@test
+def server_tls_refuses_a_wrong_name_a_wrong_ca_a_server_without_ssl_and_conninfo_keys_win(ctx):
+    """Each server login that cannot be what [tls] asks is the client's error, naming why, and tern runs on:
+    verify-full to 127.0.0.1 (the certificate names localhost), verify-ca against another CA, require against
+    a server without ssl (the suite's own), and disable against a server that takes TLS logins only. A
+    server's own sslmode and sslrootcert in its conninfo win over server_tls_sslmode and server_tls_ca_file."""
+    s = tls_servers()
+    port = s.pg.primary_port
+    cases = (
+        ("verify-full to an address the certificate does not name", "host=127.0.0.1 port=%d" % port, verify_full(s),
+         ("certificate", 'does not match host name "127.0.0.1"')),
+        ("verify-ca against another CA", s.by_name(),
+         "server_tls_sslmode = verify-ca\nserver_tls_ca_file = %s" % s.wrong_ca.crt, ("certificate verify failed",)),
+        ("require against a server without ssl", "host=127.0.0.1 port=%d" % ctx.pg.primary_port,
+         "server_tls_sslmode = require", ("server does not support SSL",)),
+        ("disable against a server that takes TLS logins only", "host=127.0.0.1 port=%d" % port,
+         "server_tls_sslmode = disable", ("no encryption",)),
+    )
+    for what, conninfo, tls, words in cases:
+        t = server_tls_tern(ctx, "primary = " + conninfo, tls)
+        r = psql(t.port, "select 1", timeout=30)
+        check(r.returncode != 0 and all(word in r.stderr for word in words),
+              "%s: refused, saying %r: %r" % (what, words, r.stderr.strip()))
+        check(t.alive(), "%s: tern is up" % what)
+    t = server_tls_tern(ctx, "primary = %s sslmode=verify-full sslrootcert=%s" % (s.by_name(), s.ca.crt),
+                        "server_tls_sslmode = disable\nserver_tls_ca_file = %s" % s.wrong_ca.crt)
+    check(psql_ok(t.port, SERVER_TLS_ROW).startswith("t|TLSv1.3|"), "the conninfo's sslmode and sslrootcert win")
+
+
+@test
+def server_tls_carries_replica_reads_the_monitor_a_moved_session_shadow_and_operator_replay(ctx):
+    """Over servers that take TLS logins only, with verify-full: the monitor finds the primary and the
+    standby, a read-only transaction runs on the replica over TLS; in session pooling Transaction Replay
+    moves a session whose backend is terminated to a new TLS connection, the client noticing nothing but a
+    new pid; POST /api/shadow compares the primary and the replica; POST /api/replay applies the journaled
+    transactions to a target conninfo with no sslmode of its own (server_tls_sslmode holds)."""
+    s = tls_servers()
+    servers = "primary = %s\nreplica = %s" % (s.by_name(), s.by_name(s.pg.replica_port))
+    for mode in ("transaction", "session"):
+        http_port = free_port()
+        t = server_tls_tern(ctx, servers, verify_full(s), pool_mode=mode, pool="server_login_retry = 1s",
+                            more="[admin]\nhttp_listen = 127.0.0.1:%d" % http_port)
+        with Wire(t.port) as w:
+            w.login("postgres")
+            if mode == "transaction":
+                wait_for(lambda: server_roles(http_port) == {"primary": "primary", "replica": "standby"},
+                         "the monitor logs in to both over TLS", timeout=15)
+                w.query("begin read only")
+                rows = w.query("select pg_is_in_recovery(), ssl from pg_stat_ssl where pid = pg_backend_pid()")
+                check(rows == [["t", "t"]], "the read-only transaction runs on the replica, over TLS: %r" % rows)
+                w.query("commit")
+                status, answer = post_api(http_port, "/api/shadow", {"sql": "select count(*) from pg_roles where "
+                                                                      "rolname = 'tls_scram'", "shadow": "replica"})
+                check(status == 200 and answer["is_clean"] is True and answer["source"]["error"] is None
+                      and answer["shadow"]["error"] is None, "/api/shadow on both over TLS: %s %r" % (status, answer))
+                continue
+            pid = w.query("select pg_backend_pid()")[0][0]
+            s.pg.psql("select pg_terminate_backend(%s)" % pid)
+            wait_for(lambda: s.pg.psql("select count(*) from pg_stat_activity where pid = %s" % pid) == "0",
+                     "the backend gone")
+            rows = w.query("select pg_backend_pid(), pg_is_in_recovery(), ssl from pg_stat_ssl "
+                           "where pid = pg_backend_pid()")
+            check(rows[0][0] != pid and rows[0][1:] == ["f", "t"],
+                  "the session moved to a new primary connection over TLS: %r (was %s)" % (rows, pid))
+        check(t.alive(), "tern is up")
+    for database in ("tls_replay_src", "tls_replay_dst"):
+        s.pg.psql("drop database if exists %s" % database)
+        s.pg.psql("create database %s" % database)
+        s.pg.psql("create table replayed(a int)", dbname=database)
+    http_port = free_port()
+    t = server_tls_tern(ctx, "primary = " + s.by_name(), verify_full(s), more="[admin]\nhttp_listen = 127.0.0.1:%d"
+                        % http_port)
+    for a in (1, 2, 3):
+        psql_ok(t.port, "insert into replayed values (%d)" % a, dbname="tls_replay_src")
+    status_url = "http://127.0.0.1:%d/api/status" % http_port
+    wait_for(lambda: json.loads(urllib.request.urlopen(status_url, timeout=10).read())["journal"]["commit_seq_high"]
+             == 3, "the three inserts in committed history", timeout=10)
+    target = "%s dbname=tls_replay_dst user=postgres" % s.by_name()
+    status, answer = post_api(http_port, "/api/replay", {"mode": "committed_history", "target": target}, timeout=120)
+    check(status == 200 and answer["applied"] == 3 and not answer["failed"],
+          "/api/replay to a TLS-only target: %s %r" % (status, answer))
+    check(s.pg.psql("select sum(a) from replayed", dbname="tls_replay_dst") == "6", "the three rows replayed")
+
+
+@test
+def server_tls_ciphers_and_protocols_refuse_a_server_outside_them(ctx):
+    """The primary is made TLS 1.2 at most with the one cipher ECDHE-RSA-AES128-GCM-SHA256 (ALTER SYSTEM,
+    reloaded; reset at the end): server_tls_ciphers without it refuses the connection, saying
+    server_tls_ciphers; with it among others the connection uses it; server_tls_protocols = tlsv1.3 refuses
+    the server; the default protocols (TLS 1.2 and 1.3) take it."""
+    s = tls_servers()
+    cipher = "ECDHE-RSA-AES128-GCM-SHA256"
+
+    def server_tls():
+        return s.pg.psql("select version || ' ' || cipher from pg_stat_ssl where pid = pg_backend_pid()")
+
+    s.pg.psql("alter system set ssl_max_protocol_version = 'TLSv1.2'")
+    s.pg.psql("alter system set ssl_ciphers = '%s'" % cipher)
+    s.pg.psql("select pg_reload_conf()")
+    try:
+        wait_for(lambda: server_tls() == "TLSv1.2 " + cipher, "the primary's TLS 1.2 and one cipher", timeout=10)
+        t = server_tls_tern(ctx, "primary = " + s.by_name(), verify_full(s) + "\nserver_tls_ciphers = "
+                            "ECDHE-RSA-AES256-GCM-SHA384")
+        r = psql(t.port, "select 1", timeout=30)
+        check(r.returncode != 0 and "server_tls_ciphers" in r.stderr,
+              "a cipher outside server_tls_ciphers is refused, naming the key: %r" % r.stderr.strip())
+        check(t.alive(), "tern is up")
+        t = server_tls_tern(ctx, "primary = " + s.by_name(), verify_full(s) + "\nserver_tls_ciphers = "
+                            "%s:ECDHE-RSA-AES256-GCM-SHA384" % cipher)
+        row = psql_ok(t.port, SERVER_TLS_ROW)
+        check(row == "t|TLSv1.2|" + cipher, "the server's cipher, one of server_tls_ciphers: %r" % row)
+        t = server_tls_tern(ctx, "primary = " + s.by_name(), verify_full(s) + "\nserver_tls_protocols = tlsv1.3")
+        r = psql(t.port, "select 1", timeout=30)
+        check(r.returncode != 0 and "protocol" in r.stderr.lower(),
+              "a TLS 1.2 server is refused with server_tls_protocols = tlsv1.3: %r" % r.stderr.strip())
+        check(t.alive(), "tern is up")
+        t = server_tls_tern(ctx, "primary = " + s.by_name(), verify_full(s))
+        check(psql_ok(t.port, SERVER_TLS_ROW) == "t|TLSv1.2|" + cipher, "the defaults take TLS 1.2")
+    finally:
+        s.pg.psql("alter system reset ssl_max_protocol_version")
+        s.pg.psql("alter system reset ssl_ciphers")
+        s.pg.psql("select pg_reload_conf()")
+        wait_for(lambda: server_tls().startswith("TLSv1.3 "), "the primary's defaults again", timeout=10)
+
+
+@test
+def server_tls_presents_server_tls_cert_file_to_a_server_that_asks_for_a_certificate(ctx):
+    """pg_hba.conf says cert for tls_cert_user: with server_tls_cert_file and server_tls_key_file (its CN
+    tls_cert_user, from the server's CA) the pool logs in as that user and pg_stat_ssl shows the certificate's
+    name; without them the server refuses; a conninfo's sslcert and sslkey win over another certificate in
+    server_tls_cert_file."""
+    s = tls_servers()
+    sql = "select current_user, client_dn from pg_stat_ssl where pid = pg_backend_pid()"
+    t = server_tls_tern(ctx, "primary = " + s.by_name(), verify_full(s) +
+                        "\nserver_tls_cert_file = %s\nserver_tls_key_file = %s" % s.client)
+    check(psql_ok(t.port, sql, user="tls_cert_user") == "tls_cert_user|/CN=tls_cert_user", "logged in by certificate")
+    t = server_tls_tern(ctx, "primary = " + s.by_name(), verify_full(s))
+    r = psql(t.port, "select 1", user="tls_cert_user", timeout=30)
+    check(r.returncode != 0 and "certificate" in r.stderr, "no certificate, refused: %r" % r.stderr.strip())
+    t = server_tls_tern(ctx, "primary = %s sslcert=%s sslkey=%s" % ((s.by_name(),) + tuple(s.client)),
+                        verify_full(s) + "\nserver_tls_cert_file = %s\nserver_tls_key_file = %s" % s.other_client)
+    check(psql_ok(t.port, sql, user="tls_cert_user") == "tls_cert_user|/CN=tls_cert_user",
+          "the conninfo's certificate wins")
+
+
+@test
+def server_tls_carries_tern_s_own_scram_login_and_auth_query(ctx):
+    """[auth] mode = scram with auth_user = postgres: postgres, whose plaintext password the userlist holds,
+    logs in over TLS; tls_scram, not in the userlist, is found by auth_query (its own libpq connection, over
+    TLS) and logged in to the server by tern itself with the client's proof (pool/login.c, not libpq), over
+    TLS too: the server asks tls_scram for SCRAM over TLS only."""
+    s = tls_servers()
+    t = server_tls_tern(ctx, "primary = " + s.by_name(), verify_full(s),
+                        auth="[auth]\nmode = scram\nauth_file = users.txt\nauth_user = postgres",
+                        files={"users.txt": '"postgres" "pgpw"\n'})
+    check(psql_ok(t.port, SERVER_TLS_ROW, password="pgpw").startswith("t|TLSv1.3|"), "postgres over TLS")
+    check(psql_ok(t.port, SERVER_TLS_ROW, user="tls_scram", password="scrampw").startswith("t|TLSv1.3|"),
+          "tls_scram, found by auth_query, logged in by tern over TLS")
+    expect_login_refused(t.port, "tls_scram", "28P01", password="wrong")
+
+
+@test
+def server_tls_keys_of_a_pgbouncer_ini_carry_over_into_the_tls_section(ctx):
+    """--import-pgbouncer writes server_tls_sslmode, _ca_file, _cert_file, _key_file, _protocols and _ciphers
+    into [tls] (no note names them unsupported), and the tern it configures logs in over TLS 1.3 with the
+    client certificate, verifying the server by name."""
+    s = tls_servers()
+    workdir = tempfile.mkdtemp(prefix="tern-import-tls-")
+    try:
+        settings = {"server_tls_sslmode": "verify-full", "server_tls_ca_file": s.ca.crt,
+                    "server_tls_cert_file": s.client.crt, "server_tls_key_file": s.client.key,
+                    "server_tls_protocols": "tlsv1.3", "server_tls_ciphers": "HIGH:!aNULL"}
+        with open(os.path.join(workdir, "userlist.txt"), "w") as f:
+            f.write('"tls_cert_user" ""\n')
+        with open(os.path.join(workdir, "pgbouncer.ini"), "w") as f:
+            f.write("[databases]\npostgres = host=localhost port=%d dbname=postgres\n\n[pgbouncer]\n"
+                    "listen_addr = 127.0.0.1\nlisten_port = %d\nauth_type = trust\nauth_file = userlist.txt\n"
+                    "pool_mode = transaction\n" % (s.pg.primary_port, free_port())
+                    + "".join("%s = %s\n" % item for item in settings.items()))
+        r = subprocess.run([TERN, "--import-pgbouncer", os.path.join(workdir, "pgbouncer.ini")],
+                           capture_output=True, text=True, timeout=30)
+        check(r.returncode == 0, "import: %s" % r.stderr)
+        check("server_tls" not in r.stderr, "no note names a server_tls key: %s" % r.stderr)
+        section = re.search(r"(?ms)^\[tls\]\n(.*?)(?=^\[|\Z)", r.stdout)
+        lines = section.group(1).splitlines() if section else []
+        for key, value in settings.items():
+            check("%s = %s" % (key, value) in lines, "%s = %s in [tls]: %s" % (key, value, r.stdout))
+        t = TernProcess(TERN, r.stdout)
+        ctx.terns.append(t)
+        t.start()
+        row = psql_ok(t.port, "select version, client_dn from pg_stat_ssl where pid = pg_backend_pid()",
+                      user="tls_cert_user")
+        check(row == "TLSv1.3|/CN=tls_cert_user", "the imported [tls] in use: %r" % row)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 @test
 def io_uring_blocked_falls_back_to_epoll_with_one_line_or_stops_when_required(ctx):
     helper = os.path.join(os.path.dirname(os.path.abspath(TERN)), "tests", "fuzz", "no_uring_exec")
@@ -5009,6 +5342,7 @@ def main():
                 print(flush=True)
             finally:
                 ctx.cleanup()
+        stop_tls_servers()
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 

@@ -5,12 +5,17 @@ Starts a primary + streaming replica, checks that the primary answers, the
 replica is in recovery and catches up with a write within a deadline (also
 after a primary restart), then that stop() removes the temp dir, the
 postmasters and their children are gone and a second stop() is harmless.
-Also checks a primary-only cluster.
+Also checks a primary-only cluster, and tlscluster.py's TLS-only primary + replica: verify-full
+against the throwaway CA works for host=localhost and fails for host=127.0.0.1 (the certificate names
+localhost alone), another CA fails verify-ca, a login without TLS is refused, the replica streams over
+TLS, and a client certificate logs in a user whose hba line says cert.
 
 Exit 0 when every check passed; the last line is "N passed, N failed".
 """
 
 import os
+import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -19,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pgcluster  # noqa: E402
 from pgcluster import PgCluster  # noqa: E402
+from tlscluster import ThrowawayCA, certificate_directory, tls_only_cluster  # noqa: E402
 
 PASSED = []
 FAILED = []
@@ -165,6 +171,82 @@ def main():
         expect(not os.path.exists(base), "%s still exists" % base)
         expect(not wait_gone(pids, 10), "postmaster alive after exit")
     check("primary-only cluster as a context manager", primary_only)
+
+    tls_checks()
+
+
+def psql_conninfo(conninfo, sql):
+    """psql -c sql with a conninfo string: (exit code, stdout, stderr)."""
+    r = subprocess.run(["psql", "-X", "-A", "-t", "-c", sql, conninfo], capture_output=True, text=True,
+                       timeout=60, env=pgcluster.clean_env({"PGCONNECT_TIMEOUT": "10"}))
+    return r.returncode, r.stdout.strip(), r.stderr.strip()
+
+
+def tls_checks():
+    directory = certificate_directory("tern-tls-selfcheck-")
+    try:
+        ca = ThrowawayCA(os.path.join(directory, "ca"), "ca")
+        wrong = ThrowawayCA(os.path.join(directory, "wrong"), "wrong")
+        server = ca.issue("server", "tern test server", dns=("localhost",))
+        client = ca.issue("cert_user", "cert_user")
+        c = tls_only_cluster(ca, server, hba_lines=["hostssl all cert_user 127.0.0.1/32 cert"])
+        if not check("start a TLS-only primary + replica", c.start):
+            c.stop()
+            return
+        try:
+            tls_cluster_checks(c, ca, wrong, client)
+        finally:
+            c.stop()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def tls_cluster_checks(c, ca, wrong, client):
+    base = "port=%d user=postgres dbname=postgres " % c.primary_port
+    ssl_row = "select ssl, version from pg_stat_ssl where pid = pg_backend_pid()"
+
+    def verify_full_by_name():
+        rc, out, err = psql_conninfo(base + "host=localhost sslmode=verify-full sslrootcert=" + ca.crt, ssl_row)
+        expect(rc == 0 and out.startswith("t|TLSv1."), "verify-full to localhost: %r %r" % (out, err))
+    check("TLS: verify-full with host=localhost", verify_full_by_name)
+
+    def verify_full_by_address():
+        rc, out, err = psql_conninfo(base + "host=127.0.0.1 sslmode=verify-full sslrootcert=" + ca.crt, "select 1")
+        expect(rc != 0 and 'does not match host name "127.0.0.1"' in err, "refused: %r %r" % (out, err))
+        rc, out, err = psql_conninfo(base + "host=127.0.0.1 sslmode=verify-ca sslrootcert=" + ca.crt, "select 1")
+        expect(rc == 0 and out == "1", "verify-ca does not check the name: %r" % err)
+    check("TLS: verify-full with host=127.0.0.1 fails", verify_full_by_address)
+
+    def other_ca():
+        rc, out, err = psql_conninfo(base + "host=localhost sslmode=verify-ca sslrootcert=" + wrong.crt, "select 1")
+        expect(rc != 0 and "certificate verify failed" in err, "refused: %r %r" % (out, err))
+    check("TLS: verify-ca against another CA fails", other_ca)
+
+    def no_tls():
+        rc, out, err = psql_conninfo(base + "host=127.0.0.1 sslmode=disable", "select 1")
+        expect(rc != 0 and 'no encryption' in err, "refused by pg_hba.conf: %r %r" % (out, err))
+    check("TLS: a login without TLS is refused", no_tls)
+
+    def replica_over_tls():
+        expect(c.psql("select pg_is_in_recovery()", port=c.replica_port) == "t", "the replica is in recovery")
+        got = c.psql("select s.ssl from pg_stat_replication r join pg_stat_ssl s using (pid)")
+        expect(got == "t", "the walsender's connection is TLS: %r" % got)
+        c.psql("create table tls_selfcheck(a int); insert into tls_selfcheck values (1)")
+        c.wait_replica_caught_up(timeout=30)
+        expect(c.psql("select count(*) from tls_selfcheck", port=c.replica_port) == "1", "replicated")
+    check("TLS: the replica streams over TLS", replica_over_tls)
+
+    def client_certificate():
+        c.psql("create role cert_user login")
+        user = "port=%d user=cert_user dbname=postgres host=localhost sslmode=verify-full sslrootcert=%s " % (
+            c.primary_port, ca.crt)
+        rc, out, err = psql_conninfo(user, "select 1")
+        expect(rc != 0 and "connection requires a valid client certificate" in err,
+               "no certificate: refused: %r %r" % (out, err))
+        rc, out, err = psql_conninfo(user + "sslcert=%s sslkey=%s" % client,
+                                     "select client_dn from pg_stat_ssl where pid = pg_backend_pid()")
+        expect(rc == 0 and out == "/CN=cert_user", "the certificate's user: %r %r" % (out, err))
+    check("TLS: a client certificate logs in its user", client_certificate)
 
 
 if __name__ == "__main__":
