@@ -3157,7 +3157,7 @@ def server_tls_keys_of_a_pgbouncer_ini_carry_over_into_the_tls_section(ctx):
                     "server_tls_cert_file": s.client.crt, "server_tls_key_file": s.client.key,
                     "server_tls_protocols": "tlsv1.3", "server_tls_ciphers": "HIGH:!aNULL"}
         with open(os.path.join(workdir, "userlist.txt"), "w") as f:
-            f.write('"tls_cert_user" ""\n')
+            f.write('"tls_cert_user" "unused"\n')  # the server asks for its certificate, never this
         with open(os.path.join(workdir, "pgbouncer.ini"), "w") as f:
             f.write("[databases]\npostgres = host=localhost port=%d dbname=postgres\n\n[pgbouncer]\n"
                     "listen_addr = 127.0.0.1\nlisten_port = %d\nauth_type = trust\nauth_file = userlist.txt\n"
