@@ -1,5 +1,6 @@
 /*
- * tls.c — server-side TLS over tern's own memory BIO. One BIO per connection serves both directions:
+ * tls.c — TLS over tern's own memory BIO (tern as the server of its clients, or as the client of a
+ * server whose handshake a login made). One BIO per connection serves both directions:
  * OpenSSL reads ciphertext from conn->in (filled by tls_conn_feed_ciphertext) and writes ciphertext to
  * conn->out (emptied by tls_conn_take_ciphertext). Both are linear buffers that grow to their
  * high-water mark under a hard bound, so peeking at the output needs no copy and nothing is allocated

@@ -1,11 +1,13 @@
 /*
- * tls.h — the server side of TLS toward clients, over memory: ciphertext received from the socket is
+ * tls.h — TLS over memory: the server side toward clients, and the client side toward servers once a
+ * login made the handshake (tls_conn_adopt). Ciphertext received from the socket is
  * fed in and plaintext comes out; plaintext goes in and the ciphertext to send comes out. It never
  * touches a socket, so io_uring keeps doing all I/O, and it knows nothing of sessions or of the
  * PostgreSQL wire format beyond the ALPN name "postgresql" (PostgreSQL 17's direct TLS).
  *
  * Threads: a tls_context is built once (at boot or reload) and is then read-only: any number of
- * workers create connections from it at once. A tls_conn belongs to one session on one thread.
+ * workers create connections from it at once. A tls_conn is used by one thread at a time: a client
+ * session's worker, or whichever thread holds the server connection (handed over under the pool's lock).
  * The only shared state is OpenSSL's own, plus one BIO method created under pthread_once.
  * Ownership: create/destroy for both. A tls_conn keeps OpenSSL's reference on the context's SSL_CTX
  * and copies the channel-binding data, so a context may be destroyed (say, replaced on reload) while

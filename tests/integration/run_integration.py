@@ -3146,6 +3146,33 @@ def server_tls_carries_tern_s_own_scram_login_and_auth_query(ctx):
 
 
 @test
+def server_tls_carries_the_monitor_s_own_scram_login(ctx):
+    """The monitor logs in as tls_scram (its servers' conninfo names the user), whose auth_file entry is the
+    server's SCRAM verifier alone: before a client proved the password it has no credential (both servers
+    unmonitored); once a tls_scram client logged in, the monitor logs in itself with the key that client
+    proved (pool/login.c), over TLS, for the server refuses TCP logins without it, and sees the primary and
+    the standby; a read then runs on the replica, over TLS too."""
+    s = tls_servers()
+    secret = s.pg.psql("select rolpassword from pg_authid where rolname = 'tls_scram'")
+    check(secret.startswith("SCRAM-SHA-256$"), "a verifier: %r" % secret[:20])
+    http_port = free_port()
+    servers = "primary = %s user=tls_scram\nreplica = %s user=tls_scram" % (
+        s.by_name(), s.by_name(s.pg.replica_port))
+    t = server_tls_tern(ctx, servers, verify_full(s),
+                        auth="[auth]\nmode = scram\nauth_file = users.txt\n[admin]\nhttp_listen = 127.0.0.1:%d"
+                        % http_port, files={"users.txt": '"tls_scram" "%s"\n' % secret})
+    check(server_roles(http_port) == {"primary": "unmonitored", "replica": "unmonitored"},
+          "no credential yet: %r" % server_roles(http_port))
+    check(psql_ok(t.port, SERVER_TLS_ROW, user="tls_scram", password="scrampw").startswith("t|TLSv1.3|"),
+          "tls_scram over TLS, logged in by tern with its proof")
+    wait_for(lambda: server_roles(http_port) == {"primary": "primary", "replica": "standby"},
+             "the monitor logs in over TLS with the key the client proved", timeout=10)
+    wait_for(lambda: psql_ok(t.port, "select pg_is_in_recovery()", user="tls_scram", password="scrampw") == "t",
+             "a read on the replica", timeout=10)
+    check(t.alive(), "tern is up")
+
+
+@test
 def server_tls_keys_of_a_pgbouncer_ini_carry_over_into_the_tls_section(ctx):
     """--import-pgbouncer writes server_tls_sslmode, _ca_file, _cert_file, _key_file, _protocols and _ciphers
     into [tls] (no note names them unsupported), and the tern it configures logs in over TLS 1.3 with the
