@@ -156,10 +156,9 @@ int ring_init(struct ring *ring, const struct ring_params *params, char *why, si
 		int rc = ring_init_uring(ring, params, why, why_size);
 		if (rc == 0 || params->backend == RING_BACKEND_IO_URING)
 			return rc;
-		/* `why` keeps what blocked io_uring, for the caller's one log line; epoll's own failure replaces it. */
+		/* `why` keeps what blocked io_uring, for the caller's one log line; epoll's own failure replaces it.
+		 * A failed ring_init_uring left the ring as memset above (ring_deinit resets it too). */
 	}
-	memset(ring, 0, sizeof(*ring));
-	ring->event_fd = -1;
 	ring->backend = RING_BACKEND_EPOLL;
 	ring->setup_mode = "epoll";
 	int rc = ring_init_common(ring, params, why, why_size);
@@ -365,19 +364,6 @@ void ring_tick_start(struct ring *ring, uint64_t interval_ns)
 	ring->event_op.handler = ring_event_done;
 	ring_tick_arm(ring);
 	ring_event_arm(ring);
-}
-
-uint8_t *ring_buffer_data(struct ring *ring, uint16_t buffer_id)
-{
-	TERN_DEBUG_ASSERT(buffer_id < ring->buf_count * RING_BUFFER_GROUPS);
-	return ring->buf_base + (size_t)buffer_id * ring->buf_size;
-}
-
-static inline void ring_buffer_mark_out(struct ring *ring, uint16_t buffer_id)
-{
-	TERN_ASSERT(buffer_id < ring->buf_count * RING_BUFFER_GROUPS && ring->buf_refs[buffer_id] == 0);
-	ring->buf_refs[buffer_id] = 1;
-	ring->groups[buffer_id / ring->buf_count].out++;
 }
 
 void ring_buffer_take(struct ring *ring, uint16_t buffer_id)

@@ -129,12 +129,24 @@ void ring_submit(struct ring *ring);
 static inline bool ring_completion_has_buffer(uint32_t flags) { return (flags & 1u) != 0; }
 static inline uint16_t ring_completion_buffer_id(uint32_t flags) { return (uint16_t)(flags >> 16); }
 static inline bool ring_completion_has_more(uint32_t flags) { return (flags & 2u) != 0; }
-uint8_t *ring_buffer_data(struct ring *ring, uint16_t buffer_id);
+static inline uint8_t *ring_buffer_data(struct ring *ring, uint16_t buffer_id)
+{
+	TERN_DEBUG_ASSERT(buffer_id < ring->buf_count * RING_BUFFER_GROUPS);
+	return ring->buf_base + (size_t)buffer_id * ring->buf_size;
+}
 void ring_buffer_ref(struct ring *ring, uint16_t buffer_id);
 void ring_buffer_unref(struct ring *ring, uint16_t buffer_id);
 static inline uint32_t ring_buffers_free(const struct ring *ring, uint8_t group)
 {
 	return ring->buf_count - ring->groups[group].out;
+}
+/* A buffer a completion hands out: one reference, counted out of its group (the backends' accounting;
+ * ring_buffer_take also tells the epoll backend's free list). */
+static inline void ring_buffer_mark_out(struct ring *ring, uint16_t buffer_id)
+{
+	TERN_ASSERT(buffer_id < ring->buf_count * RING_BUFFER_GROUPS && ring->buf_refs[buffer_id] == 0);
+	ring->buf_refs[buffer_id] = 1;
+	ring->groups[buffer_id / ring->buf_count].out++;
 }
 /* Marks a buffer as handed out, as a completion does; for tests that stand in for the kernel. */
 void ring_buffer_take(struct ring *ring, uint16_t buffer_id);

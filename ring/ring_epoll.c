@@ -255,7 +255,8 @@ static bool ring_epoll_try_recv(struct ring *ring, struct ring_epoll *ep, uint32
 			ring_epoll_finish(ep, w, n == 0 ? 0 : -errno, 0);
 			return true;
 		}
-		ring_buffer_take(ring, bid);
+		ring_buffer_mark_out(ring, bid);
+		ring_epoll_buffer_taken(ring, bid);
 		uint32_t flags = RING_FLAG_BUFFER | ((uint32_t)bid << RING_FLAG_BUFFER_SHIFT);
 		if (waiter->kind == RING_EPOLL_RECV) {
 			ring_epoll_finish(ep, w, (int)n, flags);
