@@ -5,8 +5,8 @@
  * back to the pool, to another worker, or is closed by its owner after its last op ended is never left
  * behind in this worker's set. What an op yields goes to the results queue; ring_epoll_run_once runs the
  * handlers from it, never from inside an arm or a cancel, so a handler may arm and cancel as it likes. */
-#include "ring.h"
 #include "ring_internal.h"
+#include "ring_state.h"
 
 #include <errno.h>
 #include <fcntl.h>
