@@ -3,7 +3,6 @@
  */
 #include "server_auth.h"
 
-#include "core/proto.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -79,7 +78,7 @@ static bool server_auth_lists(const uint8_t *list, size_t len, const char *name)
 {
 	uint32_t at = 0;
 	const char *item;
-	while ((item = proto_read_cstring(list, (uint32_t)len, &at)) != NULL && item[0] != '\0')
+	while ((item = base_read_cstring(list, (uint32_t)len, &at)) != NULL && item[0] != '\0')
 		if (strcmp(item, name) == 0)
 			return true;
 	return false;
@@ -109,7 +108,7 @@ static int server_auth_sasl_begin(struct server_auth_exchange *x, const uint8_t 
 	size_t name_len = sizeof(server_auth_mechanism);
 	TERN_ASSERT(n > 0 && name_len + 4 + (size_t)n <= out_size);
 	memcpy(out, server_auth_mechanism, name_len);
-	proto_write_u32(out + name_len, (uint32_t)n);
+	base_write_be32(out + name_len, (uint32_t)n);
 	memcpy(out + name_len + 4, first, (size_t)n);
 	return (int)(name_len + 4 + (size_t)n);
 }
@@ -121,23 +120,23 @@ static int server_auth_answer(void *exchange, uint32_t code, const uint8_t *data
 	const char *user = x->secret.user;
 	const char *what = x->secret.kind == AUTH_SECRET_MD5 ? "an md5 hash" : "a SCRAM secret";
 	int n;
-	if (!x->has_secret && code != PROTO_AUTH_OK)
+	if (!x->has_secret && code != POOL_AUTH_OK)
 		return server_auth_refuse(err, "28000",
 					  "the server asks for a password, and tern, which logs in to a profile=polar "
 					  "server itself (to ask for _polar_send_xact), has none: put the user's secret in "
 					  "auth_file");
 	switch (code) {
-	case PROTO_AUTH_OK:
+	case POOL_AUTH_OK:
 		if (x->is_scram_begun && x->scram.step != SCRAM_STEP_DONE)
 			return server_auth_refuse(err, "08P01", "the server ended SCRAM for \"%s\" before proving itself",
 						  user);
 		return 0;
-	case PROTO_AUTH_CLEARTEXT:
+	case POOL_AUTH_CLEARTEXT:
 		return server_auth_refuse(err, "28000",
 					  "the server asks for the password of \"%s\" and auth_file holds only %s: put "
 					  "the password in auth_file, or have the server use scram-sha-256",
 					  user, what);
-	case PROTO_AUTH_MD5: {
+	case POOL_AUTH_MD5: {
 		char answer[AUTH_MD5_HASH_LEN + 1];
 		if (x->secret.kind != AUTH_SECRET_MD5 || len < 4)
 			return server_auth_refuse(err, "28000",
@@ -150,9 +149,9 @@ static int server_auth_answer(void *exchange, uint32_t code, const uint8_t *data
 		memcpy(out, answer, sizeof(answer)); /* with its NUL, as a PasswordMessage */
 		return (int)sizeof(answer);
 	}
-	case PROTO_AUTH_SASL:
+	case POOL_AUTH_SASL:
 		return server_auth_sasl_begin(x, data, len, out, out_size, err);
-	case PROTO_AUTH_SASL_CONTINUE:
+	case POOL_AUTH_SASL_CONTINUE:
 		if (!x->is_scram_begun || x->scram.step != SCRAM_STEP_FIRST_SENT)
 			break;
 		n = scram_client_final(&x->scram, data, len, (char *)out, out_size);
@@ -164,7 +163,7 @@ static int server_auth_answer(void *exchange, uint32_t code, const uint8_t *data
 		if (n < 0)
 			break;
 		return n;
-	case PROTO_AUTH_SASL_FINAL:
+	case POOL_AUTH_SASL_FINAL:
 		if (!x->is_scram_begun || x->scram.step != SCRAM_STEP_FINAL_SENT)
 			break;
 		n = scram_client_verify(&x->scram, data, len);

@@ -212,18 +212,6 @@ const uint8_t proto_bind_complete[PROTO_HEADER_LEN] = {PROTO_BE_BIND_COMPLETE, 0
 const uint8_t proto_close_complete[PROTO_HEADER_LEN] = {PROTO_BE_CLOSE_COMPLETE, 0, 0, 0, 4};
 const uint8_t proto_no_data[PROTO_HEADER_LEN] = {PROTO_BE_NO_DATA, 0, 0, 0, 4};
 
-const char *proto_read_cstring(const uint8_t *body, uint32_t len, uint32_t *offset)
-{
-	if (*offset >= len)
-		return NULL;
-	const uint8_t *start = body + *offset;
-	const uint8_t *nul = memchr(start, '\0', len - *offset);
-	if (!nul)
-		return NULL;
-	*offset += (uint32_t)(nul - start) + 1;
-	return (const char *)start;
-}
-
 int proto_error_parse(const uint8_t *body, uint32_t len, struct proto_error_fields *out)
 {
 	memset(out, 0, sizeof(*out));

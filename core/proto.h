@@ -51,17 +51,8 @@ enum {
 	PROTO_AUTH_SASL_CONTINUE = 11, PROTO_AUTH_SASL_FINAL = 12,
 };
 
-static inline uint32_t proto_read_u32(const uint8_t *p)
-{
-	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
-}
-static inline void proto_write_u32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
-}
+static inline uint32_t proto_read_u32(const uint8_t *p) { return base_read_be32(p); }
+static inline void proto_write_u32(uint8_t *p, uint32_t v) { base_write_be32(p, v); }
 
 /* ---- scanning a typed message stream for forwarding ---- */
 
@@ -160,7 +151,10 @@ TERN_MUST_USE int proto_startup_parse(const uint8_t *body, uint32_t len, struct 
 const char *proto_startup_get(const struct proto_startup *startup, const char *name);
 
 /* A NUL-terminated string at *offset inside body; advances *offset past it. NULL if unterminated. */
-const char *proto_read_cstring(const uint8_t *body, uint32_t len, uint32_t *offset);
+static inline const char *proto_read_cstring(const uint8_t *body, uint32_t len, uint32_t *offset)
+{
+	return base_read_cstring(body, len, offset);
+}
 
 struct proto_error_fields {
 	char severity[16];

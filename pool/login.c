@@ -20,7 +20,6 @@
 
 #define LOGIN_PROTOCOL_3_0 196608u
 #define LOGIN_HEADER_LEN 5u /* type byte and length */
-#define LOGIN_AUTH_OK 0u /* also asked of the auth ops: an exchange must be complete by then */
 /* libpq's defaults when neither the conninfo nor the environment names them (Debian's socket dir). */
 static const char login_default_socket_dir[] = "/var/run/postgresql";
 static const char login_default_port[] = "5432";
@@ -35,16 +34,6 @@ static void login_fail(struct pool_login *l, const char *sqlstate, const char *f
 	va_start(ap, fmt);
 	vsnprintf(l->error.message, sizeof(l->error.message), fmt, ap);
 	va_end(ap);
-}
-
-static void login_put_u32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
-}
-
-static uint32_t login_get_u32(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
 /* Appends "name\0value\0" to the startup packet; false when it does not fit. */
@@ -164,8 +153,8 @@ static int login_build_startup(struct pool_login *l, const struct pool_conninfo 
 		return -E2BIG;
 	}
 	l->out[l->out_len++] = '\0';
-	login_put_u32(l->out, l->out_len);
-	login_put_u32(l->out + 4, LOGIN_PROTOCOL_3_0);
+	base_write_be32(l->out, l->out_len);
+	base_write_be32(l->out + 4, LOGIN_PROTOCOL_3_0);
 	return 0;
 }
 
@@ -261,7 +250,7 @@ static void login_queue_answer(struct pool_login *l, const uint8_t *body, size_t
 {
 	TERN_ASSERT(1 + 4 + len <= sizeof(l->out));
 	l->out[0] = 'p';
-	login_put_u32(l->out + 1, (uint32_t)(4 + len));
+	base_write_be32(l->out + 1, (uint32_t)(4 + len));
 	memcpy(l->out + LOGIN_HEADER_LEN, body, len);
 	l->out_len = (uint32_t)(LOGIN_HEADER_LEN + len);
 	l->out_sent = 0;
@@ -293,12 +282,12 @@ static int login_on_message(struct pool_login *l, uint8_t type, const uint8_t *b
 	case 'R': {
 		if (len < 4)
 			break;
-		uint32_t code = login_get_u32(body);
+		uint32_t code = base_read_be32(body);
 		uint8_t answer[POOL_LOGIN_OUT_MAX - LOGIN_HEADER_LEN];
 		int n = l->ops->answer(l->exchange, code, body + 4, len - 4, answer, sizeof(answer), &l->error);
 		if (n < 0)
 			return -EACCES;
-		TERN_ASSERT(n == 0 || code != LOGIN_AUTH_OK);
+		TERN_ASSERT(n == 0 || code != POOL_AUTH_OK);
 		if (n > 0)
 			login_queue_answer(l, answer, (size_t)n);
 		explicit_bzero(answer, (size_t)n);
@@ -321,8 +310,8 @@ static int login_on_message(struct pool_login *l, uint8_t type, const uint8_t *b
 	case 'K':
 		if (len < 8)
 			break;
-		l->target.backend_pid = login_get_u32(body);
-		l->target.backend_secret = login_get_u32(body + 4);
+		l->target.backend_pid = base_read_be32(body);
+		l->target.backend_secret = base_read_be32(body + 4);
 		return 0;
 	case 'Z':
 		return 1;
@@ -342,7 +331,7 @@ static int login_take_messages(struct pool_login *l)
 	uint32_t at = 0;
 	int rc = 0;
 	while (rc == 0 && l->phase == POOL_LOGIN_READING && l->in_len - at >= LOGIN_HEADER_LEN) {
-		uint32_t length = login_get_u32(l->in + at + 1);
+		uint32_t length = base_read_be32(l->in + at + 1);
 		if (length < 4 || length > sizeof(l->in) - 1) {
 			login_fail(l, "08P01", "the server sent a login message of %u bytes", length);
 			return -EPROTO;
@@ -546,10 +535,10 @@ int pool_login_cancel(const struct pool_raw_cancel *target, uint64_t timeout_ms,
 		}
 	}
 	uint8_t packet[16];
-	login_put_u32(packet, sizeof(packet));
-	login_put_u32(packet + 4, 80877102u); /* CancelRequest */
-	login_put_u32(packet + 8, target->backend_pid);
-	login_put_u32(packet + 12, target->backend_secret);
+	base_write_be32(packet, sizeof(packet));
+	base_write_be32(packet + 4, 80877102u); /* CancelRequest */
+	base_write_be32(packet + 8, target->backend_pid);
+	base_write_be32(packet + 12, target->backend_secret);
 	if (send(fd, packet, sizeof(packet), MSG_NOSIGNAL) != (ssize_t)sizeof(packet))
 		rc = -EIO;
 	else { /* the server closes once it has read the request; wait for that, as libpq does */

@@ -19,6 +19,16 @@
 
 #include <sys/socket.h>
 
+/* The AuthenticationRequest codes a server sends and pool_auth_ops.answer is given (the protocol's). */
+enum pool_auth_code {
+	POOL_AUTH_OK = 0, /* also asked of the auth ops: an exchange must be complete by then */
+	POOL_AUTH_CLEARTEXT = 3,
+	POOL_AUTH_MD5 = 5,
+	POOL_AUTH_SASL = 10,
+	POOL_AUTH_SASL_CONTINUE = 11,
+	POOL_AUTH_SASL_FINAL = 12,
+};
+
 /* How tern answers a server's authentication requests for a key with no plaintext password but a
  * secret core stored on its pool_db (pool_db_set_secret). Core implements them (it owns SCRAM and md5);
  * the opener calls them on its thread, one exchange per login. */

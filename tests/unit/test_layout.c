@@ -3,15 +3,15 @@
  * line of the source tree (STYLE: "a test under tests/ that greps #include lines keeps these edges
  * true"):
  *   - only ring/ includes <liburing.h>;
- *   - ring/ includes nothing of pool/, replay/ or core/ except core/base/;
- *   - pool/ includes nothing of core/ except core/base/, and nothing of replay/;
+ *   - ring/ includes nothing of pool/, replay/ or core/ except base/;
+ *   - pool/ includes nothing of core/ except base/, and nothing of replay/;
  *   - replay/'s library (the decisions and the journal's storage) includes nothing of core/ (except
- *     core/base/), pool/, ring/ or replay's wing;
- *   - core/base/ includes nothing from other tern folders;
- *   - the wings: auth/ includes core/base/, pool/ and, of core/, the protocol codec (core/proto.h) alone;
- *     routing/ includes core/base/, pool/, auth/ and core/ (in the order below), nothing of ring/,
+ *     base/), pool/, ring/ or replay's wing;
+ *   - base/ includes nothing from other tern folders;
+ *   - the wings: auth/ includes base/ and pool/, nothing of core/;
+ *     routing/ includes base/, pool/, auth/ and core/ (in the order below), nothing of ring/,
  *     replay/ or admin/; replay's wing (the replay/ files that have a place in core_order: a session's
- *     recovery, its record, the journal's capture and owner, operator replay) includes core/base/,
+ *     recovery, its record, the journal's capture and owner, operator replay) includes base/,
  *     pool/, auth/, core/, routing/ (in the order below) and replay's library, nothing of ring/ or
  *     admin/; core/ includes nothing of admin/, which may include all but main (core/main.c, the top);
  *   - a module includes another module's root headers only (pool/pool.h, never pool/x/y.h);
@@ -27,8 +27,8 @@
  *     files alone (layout_state_owners: routing's s->routing and leg->route by routing/route*, s->replay
  *     by replay/, s->journal, s->params, s->pins, s->stmts, s->digest, s->shadow by their observers);
  * An include is resolved the way a compiler with every include directory would (the including file's
- * folder, then '.', 'core', 'core/base', 'auth' and 'admin'; no library has routing/ among them), so `#include "proto.h"` from pool/ counts as core/, even
- * though meson gives pool/ only core/base and the compiler refuses it too.
+ * folder, then '.', 'core', 'base', 'auth' and 'admin'; no library has routing/ among them), so `#include "proto.h"` from pool/ counts as core/, even
+ * though meson gives pool/ only base and the compiler refuses it too.
  * The checker is also run on a small tree written here with known violations, so it can fail.
  */
 #include "base/base.h"
@@ -55,7 +55,7 @@
 
 enum module { MODULE_OTHER = 0, MODULE_BASE, MODULE_CORE, MODULE_POOL, MODULE_REPLAY, MODULE_RING, MODULE_AUTH, MODULE_ROUTING, MODULE_REPLAY_WING, MODULE_ADMIN, MODULE_MAIN };
 
-static const char *const module_names[] = {"other", "core/base", "core", "pool", "replay", "ring", "auth", "routing", "replay wing", "admin", "main"};
+static const char *const module_names[] = {"other", "base", "core", "pool", "replay", "ring", "auth", "routing", "replay wing", "admin", "main"};
 
 /* core's units, routing's (routing/) and replay's wing's (replay/), lowest first: the codec and
  * libraries, the journal's owner and operator replay, the process's shared state, routing's state (split,
@@ -132,7 +132,7 @@ static bool has_prefix(const char *s, const char *prefix) { return strncmp(s, pr
 /* Module of a path relative to the root. */
 static enum module module_of(const char *rel)
 {
-	if (has_prefix(rel, "core/base/"))
+	if (has_prefix(rel, "base/"))
 		return MODULE_BASE;
 	if (strcmp(rel, "core/main.c") == 0)
 		return MODULE_MAIN;
@@ -166,7 +166,7 @@ static bool is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The tern module an include lands in, resolved like a compiler with -I. -Icore -Icore/base -Iauth -Iadmin;
+/* The tern module an include lands in, resolved like a compiler with -I. -Icore -Ibase -Iauth -Iadmin;
  * MODULE_OTHER for system and library headers. `dir_rel` is the including file's folder, relative to
  * the root; `to_rel` gets the included file's path relative to the root ("" for MODULE_OTHER). */
 static enum module layout_resolve(const struct layout *l, const char *dir_rel, const char *name, bool is_quoted,
@@ -180,7 +180,7 @@ static enum module layout_resolve(const struct layout *l, const char *dir_rel, c
 		bases[base_count++] = dir_rel;
 	bases[base_count++] = "";
 	bases[base_count++] = "core";
-	bases[base_count++] = "core/base";
+	bases[base_count++] = "base";
 	bases[base_count++] = "auth";
 	bases[base_count++] = "admin";
 	for (size_t i = 0; i < base_count; i++) {
@@ -200,10 +200,10 @@ static enum module layout_resolve(const struct layout *l, const char *dir_rel, c
 	return MODULE_OTHER;
 }
 
-/* Whether module `from` may include header `to_rel` of module `to`. The wings: auth lies below core (it
- * reads the protocol codec, core/proto.h, alone of core's headers), routing and replay's wing among
- * core's layers (where, core_order says), admin above them; main is the top. */
-static bool layout_edge_is_allowed(enum module from, enum module to, const char *to_rel)
+/* Whether module `from` may include a header of module `to`. The wings: auth lies below core,
+ * routing and replay's wing among core's layers (where, core_order says), admin above them; main is the
+ * top. */
+static bool layout_edge_is_allowed(enum module from, enum module to)
 {
 	if (to == MODULE_OTHER || to == from)
 		return true;
@@ -217,7 +217,7 @@ static bool layout_edge_is_allowed(enum module from, enum module to, const char 
 	case MODULE_REPLAY:
 		return to == MODULE_BASE;
 	case MODULE_AUTH:
-		return to == MODULE_BASE || to == MODULE_POOL || (to == MODULE_CORE && strcmp(to_rel, "core/proto.h") == 0);
+		return to == MODULE_BASE || to == MODULE_POOL;
 	case MODULE_ROUTING:
 		return to == MODULE_BASE || to == MODULE_POOL || to == MODULE_AUTH || to == MODULE_CORE;
 	case MODULE_REPLAY_WING:
@@ -428,7 +428,7 @@ static void layout_check_file(struct layout *l, const char *path, const char *re
 		enum module to = layout_resolve(l, dir_rel, name, is_quoted, to_rel, sizeof(to_rel));
 		if (from != MODULE_OTHER && to != MODULE_OTHER)
 			layout_arrow(l, rel, to_rel);
-		if (!layout_edge_is_allowed(from, to, to_rel)) {
+		if (!layout_edge_is_allowed(from, to)) {
 			layout_report(l, "%s:%u: %s includes \"%s\" from %s\n", rel, line_no, module_names[from], name,
 				      module_names[to]);
 		} else if (to != from && to != MODULE_OTHER && to != MODULE_BASE && strchr(strchr(to_rel, '/') + 1, '/')) {
@@ -564,8 +564,8 @@ static void fake_remove(const char *root)
 
 static void fake_clean_tree(const char *root)
 {
-	fake_write(root, "core/base/base.h", "#include <stdint.h>\n");
-	fake_write(root, "core/base/base.c", "#include \"base.h\"\n");
+	fake_write(root, "base/base.h", "#include <stdint.h>\n");
+	fake_write(root, "base/base.c", "#include \"base.h\"\n");
 	fake_write(root, "core/proto.h", "#include \"base/base.h\"\n");
 	fake_write(root, "core/proto.c", "#include \"proto.h\"\n#include \"pool/pool.h\"\n#include \"ring/ring.h\"\n");
 	fake_write(root, "ring/ring.h", "#include \"base/base.h\"\n");
@@ -684,11 +684,11 @@ Test(layout, checker_reports_each_crossing_as_file_and_line)
 	fake_write(root, "pool/opener.c", "#include \"pool.h\"\n  #  include \"replay/txlog.h\"\n"
 				    "#include \"core/proto.h\"\n#include <proto.h>\n");
 	fake_write(root, "replay/txlog.h", "#include \"ring/ring.h\"\n");
-	fake_write(root, "core/base/log.c", "#include \"base.h\"\n#include \"../proto.h\"\n");
+	fake_write(root, "base/log.c", "#include \"base.h\"\n#include \"../core/proto.h\"\n");
 	/* (core/proto.c, which includes pool and ring, is not among them: core may include every module) */
 	static const char *const expected[] = {
 		"core/session.c:3: ",      "ring/ring_extra.c:2: ", "ring/ring_extra.c:3: ", "pool/opener.c:2: ",
-		"pool/opener.c:3: ",       "pool/opener.c:4: ",     "replay/txlog.h:1: ",    "core/base/log.c:2: ",
+		"pool/opener.c:3: ",       "pool/opener.c:4: ",     "replay/txlog.h:1: ",    "base/log.c:2: ",
 	};
 	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
 }
@@ -728,6 +728,7 @@ Test(layout, checker_keeps_the_wings_in_their_order)
 	fake_write(root, "core/sendq.c", "#include \"proto.h\"\n#include \"auth.h\"\n#include \"admin.h\"\n");
 	fake_write(root, "core/main.c", "#include \"admin.h\"\n#include \"session.h\"\n");
 	static const char *const expected[] = {
+		"auth/auth.c:2: auth includes \"core/proto.h\" from core",
 		"auth/auth.c:4: auth includes \"core/session.h\" from core",
 		"core/sendq.c:3: core includes \"admin.h\" from admin",
 	};

@@ -92,6 +92,22 @@ TERN_MUST_USE int base_bytes_append(struct base_bytes *b, const void *data, uint
  * full). 0 or -ENOMEM, the array unchanged then. */
 TERN_MUST_USE int base_grow(void **items, uint32_t *cap, uint32_t count, size_t size);
 
+/* Big-endian (network order) integers and NUL-terminated strings, as the PostgreSQL protocol writes them. */
+static inline uint32_t base_read_be32(const uint8_t *p)
+{
+	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+static inline void base_write_be32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+/* The string at body[*offset] (NUL-terminated within len), moving *offset past its NUL; NULL when none is
+ * there. */
+const char *base_read_cstring(const uint8_t *body, uint32_t len, uint32_t *offset);
+
 /* ---- clocks ---- */
 static inline uint64_t base_now_ns(void)
 {

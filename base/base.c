@@ -79,3 +79,15 @@ int base_grow(void **items, uint32_t *cap, uint32_t count, size_t size)
 	*cap = grown_cap;
 	return 0;
 }
+
+const char *base_read_cstring(const uint8_t *body, uint32_t len, uint32_t *offset)
+{
+	if (*offset >= len)
+		return NULL;
+	const uint8_t *start = body + *offset;
+	const uint8_t *nul = memchr(start, '\0', len - *offset);
+	if (!nul)
+		return NULL;
+	*offset += (uint32_t)(nul - start) + 1;
+	return (const char *)start;
+}
