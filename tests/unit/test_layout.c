@@ -13,7 +13,7 @@
  *     replay/ or admin/; replay's wing (the replay/ files that have a place in core_order: a session's
  *     recovery, its record, the journal's capture and owner, operator replay) includes base/,
  *     pool/, auth/, core/, routing/ (in the order below) and replay's library, nothing of ring/ or
- *     admin/; core/ includes nothing of admin/, which may include all but main (core/main.c, the top);
+ *     admin/; core/ includes nothing of admin/, which may include all but main (main/main.c, the top);
  *   - a module includes another module's root headers only (pool/pool.h, never pool/x/y.h);
  *   - no units of tern's modules include each other in a circle (a unit: db.c and db.h are pool/db);
  *   - core's own files, routing's and replay's wing's keep one declared order (core_order below, lowest
@@ -70,7 +70,7 @@ static const char *const core_order[] = {
 	"patroni", "monitor_conn", "monitor", "route_internal", "route_setting", "route", "route_batch", "route_guard", "route_observer",
 	"recover", "recover_wait", "observer_sets", "observer_replay", "observer_journal",
 	"session_login", "session_relay",
-	"worker_stats", "worker", "main",
+	"worker_stats", "worker",
 };
 
 /* core/, routing/ and replay's wing share core_order. */
@@ -134,7 +134,7 @@ static enum module module_of(const char *rel)
 {
 	if (has_prefix(rel, "base/"))
 		return MODULE_BASE;
-	if (strcmp(rel, "core/main.c") == 0)
+	if (has_prefix(rel, "main/"))
 		return MODULE_MAIN;
 	if (has_prefix(rel, "core/"))
 		return MODULE_CORE;
@@ -726,7 +726,7 @@ Test(layout, checker_keeps_the_wings_in_their_order)
 					"#include \"core/session.h\"\n");
 	fake_write(root, "admin/admin.h", "#include \"session.h\"\n#include \"auth.h\"\n");
 	fake_write(root, "core/sendq.c", "#include \"proto.h\"\n#include \"auth.h\"\n#include \"admin.h\"\n");
-	fake_write(root, "core/main.c", "#include \"admin.h\"\n#include \"session.h\"\n");
+	fake_write(root, "main/main.c", "#include \"admin.h\"\n#include \"session.h\"\n");
 	static const char *const expected[] = {
 		"auth/auth.c:2: auth includes \"core/proto.h\" from core",
 		"auth/auth.c:4: auth includes \"core/session.h\" from core",
