@@ -726,3 +726,48 @@ Test(config, a_server_profile_is_taken_out_of_its_conninfo)
 			"[servers] replica: profile must be vanilla or polar");
 	expect_error_at("[servers]\nprimary = host=a profile=\n", 2, "[servers] primary: profile must be");
 }
+
+/* [tls] server_tls_* become libpq's keys in a server's conninfo, where it sets none of its own. */
+Test(config, server_tls_keys_join_a_servers_conninfo_unless_it_names_its_own)
+{
+	struct tern_config cfg = load_ok("[servers]\nprimary = host=a\nreplica = host=b sslmode=disable\n");
+	char *c = config_server_conninfo(&cfg, cfg.primary_conninfo);
+	cr_assert_str_eq(c, "host=a sslmode='prefer' ssl_min_protocol_version='TLSv1.2' "
+			    "ssl_max_protocol_version='TLSv1.3'");
+	free(c);
+	c = config_server_conninfo(&cfg, cfg.extra_servers[0].conninfo);
+	cr_assert_str_eq(c, "host=b sslmode=disable ssl_min_protocol_version='TLSv1.2' ssl_max_protocol_version='TLSv1.3'",
+			 "its own sslmode stays, once");
+	free(c);
+	config_deinit(&cfg);
+
+	cfg = load_ok("[servers]\nprimary = host=a\n[tls]\nserver_tls_sslmode = verify-full\n"
+		      "server_tls_ca_file = /etc/x/ca'1.pem\nserver_tls_cert_file = /c.pem\nserver_tls_key_file = /k.pem\n"
+		      "server_tls_protocols = tlsv1.3\n");
+	c = config_server_conninfo(&cfg, "host=a sslcert=/mine.pem");
+	cr_assert_str_eq(c, "host=a sslcert=/mine.pem sslmode='verify-full' sslrootcert='/etc/x/ca\\'1.pem' "
+			    "sslkey='/k.pem' ssl_min_protocol_version='TLSv1.3' ssl_max_protocol_version='TLSv1.3'");
+	free(c);
+	config_deinit(&cfg);
+
+	cfg = load_ok("[servers]\nprimary = host=a\n[tls]\nserver_tls_sslmode = disable\nserver_tls_ca_file = /ca.pem\n");
+	c = config_server_conninfo(&cfg, cfg.primary_conninfo);
+	cr_assert_str_eq(c, "host=a sslmode='disable'", "disable adds nothing else");
+	free(c);
+	config_deinit(&cfg);
+
+	cfg = load_ok("[servers]\nprimary = host=a\n[tls]\nserver_tls_protocols = legacy\n");
+	c = config_server_conninfo(&cfg, cfg.primary_conninfo);
+	cr_assert_not_null(strstr(c, "ssl_min_protocol_version='TLSv1' ssl_max_protocol_version='TLSv1.3'"), "%s", c);
+	free(c);
+	config_deinit(&cfg);
+}
+
+Test(config, server_tls_settings_that_cannot_work_are_refused_with_their_line)
+{
+	expect_error_at("[tls]\nserver_tls_sslmode = verify-ca\n", 2, "needs server_tls_ca_file");
+	expect_error_at("[tls]\nserver_tls_protocols = tlsv1.0, tlsv1.3\n", 2, "must be a range");
+	expect_error_at("[tls]\nserver_tls_protocols = sslv3\n", 2, "expected tlsv1.0");
+	expect_error_at("[tls]\nserver_tls_cert_file = /c.pem\n", 2, "go together");
+	expect_error_at("[tls]\nserver_tls_sslmode = sometimes\n", 2, "server_tls_sslmode");
+}
