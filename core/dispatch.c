@@ -20,6 +20,7 @@ static const struct observer *const dispatch_registry[OBSERVER_COUNT] = {
 	[OBSERVER_SHADOW] = &observer_shadow,
 	[OBSERVER_JOURNAL] = &observer_journal,
 	[OBSERVER_REPLAY] = &observer_replay,
+	[OBSERVER_POLAR] = &observer_polar,
 };
 static_assert(OBSERVER_COUNT <= 32, "a mask of 32 bits");
 

@@ -82,11 +82,9 @@ struct leg {
 	} wire;
 	struct proto_stream stream; /* what the server sends */
 	/* The server message being scanned, from its type byte to its end (which may come in a later receive):
-	 * the observers that read it, the one whose show stage claimed it (OBSERVER_COUNT: none), and whether
-	 * it is a polar server's ReadyForQuery, shown without its marker. */
+	 * the observers that read it, and the one whose show stage claimed it (OBSERVER_COUNT: none). */
 	uint32_t server_readers;
 	uint8_t server_claimer;
-	bool is_ready_rebuilt;
 	uint32_t watchers; /* the observers whose show stage sees what it shows the client (its connection's) */
 	/* Waiting for a connection from the pool (host->parked, oldest first). */
 	struct pool_request request;
@@ -105,8 +103,8 @@ struct leg {
 	bool is_probe_answering; /* the hidden answer being read is the probe's */
 	uint64_t to_client_bytes; /* what it forwarded to the client, all told (a replica read re-run only at 0 new) */
 	struct leg_route route; /* routing's (route_types.h) */
-	/* A polar server's last ReadyForQuery: its marker ('x', 'w') and the transaction's XIDs ("cid,xid,..."),
-	 * what a split read after a write imports on the replica. */
+	/* A polar server's last ReadyForQuery (routing/polar.c): its marker ('x', 'w') and the transaction's
+	 * XIDs ("cid,xid,..."), what a split read after a write imports on the replica. */
 	char polar_marker;
 	char polar_xids[128];
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */

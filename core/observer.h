@@ -10,7 +10,9 @@
  *   routing/route_observer.c  routing: the write-LSN probe, a replica answer's guard (s->routing);
  *   observer_digest.c         query digests (s->digest);
  *   observer_shadow.c         [shadow] sampling: a read's rows, compared on a shadow server (s->shadow);
- *   replay/observer_replay.c  Transaction Replay: the client's requests in flight on the primary (s->replay).
+ *   replay/observer_replay.c  Transaction Replay: the client's requests in flight on the primary (s->replay);
+ *   routing/polar.c           a profile=polar server's ReadyForQuery: its marker and XIDs read, PostgreSQL's
+ *                             own shown (last of the show stage).
  * The relay moves bytes and asks them through dispatch.c, which calls an observer only for the message
  * types it registered, only in the sessions it is on for, in the registry's order. Later concerns (the
  * commit-LSN probe, response digests, the journal) plug in the same way: a file, and a line in the
@@ -46,6 +48,7 @@ enum observer_id {
 	OBSERVER_SHADOW,
 	OBSERVER_JOURNAL,
 	OBSERVER_REPLAY,
+	OBSERVER_POLAR, /* (last: what the others show of a ReadyForQuery comes first) */
 	OBSERVER_COUNT
 };
 
@@ -129,6 +132,7 @@ extern const struct observer observer_digest;
 extern const struct observer observer_shadow;
 extern const struct observer observer_replay; /* Transaction Replay's record of the requests in flight */
 extern const struct observer observer_journal; /* the recovery journal's capture of committed transactions */
+extern const struct observer observer_polar;   /* routing/polar.c: a polar server's ReadyForQuery */
 
 /* The distinct variables the session's state holds: its SETs (observer_sets) and the parameters
  * observer_params keeps that no SET named (Transaction Replay's cap). */

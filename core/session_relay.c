@@ -324,7 +324,6 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	struct leg *leg = chunk->leg;
 	leg->server_readers = 0; /* (the message's state is the leg's: its end may come in a later receive) */
 	leg->server_claimer = OBSERVER_COUNT;
-	leg->is_ready_rebuilt = false;
 	if (!leg->conn)
 		return 0; /* let go in this chunk (a message before this one ended the session): the rest is nobody's */
 	if (!proto_be_is_known(type)) {
@@ -343,26 +342,15 @@ static unsigned relay_server_on_type(void *ctx, uint8_t type)
 	/* (what an observer hides, tern's own Parse's answer, is no part of the client's answer) */
 	if (leg->watchers && (action & PROTO_FORWARD))
 		action = dispatch_show_type(s, leg, type, action, &leg->server_claimer);
-	/* The client is shown PostgreSQL's own (relay_server_on_message): a polar server's has more in it. */
-	leg->is_ready_rebuilt = type == PROTO_BE_READY && (action & PROTO_FORWARD) && leg->conn->is_polar;
-	if (leg->is_ready_rebuilt)
-		action &= ~(unsigned)PROTO_FORWARD;
 	return action;
 }
 
 /* A ReadyForQuery: one less owed (and one less hidden, when it answers tern's own query). A polar
- * server's carries the transaction's marker ('x' splittable, 'w' its WAL not flushed) and its XIDs. */
+ * server's carries more after the status byte (observer_polar reads it). */
 static int relay_count_ready(struct leg *leg, const uint8_t *body, uint32_t len)
 {
-	bool is_polar = leg->conn->is_polar;
-	if ((is_polar ? len < 3 || body[len - 1] != '\0' || (body[1] != 'x' && body[1] != 'w') : len != 1) ||
-	    (body[0] != 'I' && body[0] != 'T' && body[0] != 'E'))
+	if (len < 1 || (len != 1 && !leg->conn->is_polar) || (body[0] != 'I' && body[0] != 'T' && body[0] != 'E'))
 		return -EPROTO;
-	if (is_polar) {
-		leg->polar_marker = (char)body[1];
-		if (!base_strlcpy(leg->polar_xids, (const char *)body + 2, sizeof(leg->polar_xids)))
-			leg->polar_marker = 'w'; /* more XIDs than tern keeps: not splittable */
-	}
 	leg->tx_status = (char)body[0];
 	if (leg->pending_ready > 0)
 		leg->pending_ready--;
@@ -393,13 +381,6 @@ static int relay_server_on_message(void *ctx, uint8_t type, const uint8_t *body,
 		int rc = relay_count_ready(leg, body, len);
 		if (rc < 0)
 			return rc;
-	}
-	if (leg->is_ready_rebuilt && s->phase != SESSION_CLOSING) {
-		uint8_t ready[PROTO_HEADER_LEN + 1] = {PROTO_BE_READY, 0, 0, 0, 5, body[0]};
-		session_send_to_client(s, ready, sizeof(ready));
-		if (leg->watchers)
-			dispatch_shown(s, leg, ready, sizeof(ready));
-		leg->to_client_bytes += sizeof(ready);
 	}
 	if (m.is_hidden)
 		return dispatch_hidden_message(s, leg, &m);

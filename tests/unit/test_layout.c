@@ -67,7 +67,7 @@ static const char *const core_order[] = {
 	"gates", "history", "history_replay", "runtime", "shadow", "split", "route_types", "host", "leg",
 	"session", "session_events", "session_tls", "observer", "observer_copy", "observer_stmts_replies", "observer_stmts", "observer_params", "observer_pins",
 	"observer_stats", "observer_digest", "observer_shadow", "dispatch",
-	"patroni", "monitor_conn", "monitor", "route_internal", "route_setting", "route", "route_batch", "route_guard", "route_observer",
+	"patroni", "monitor_conn", "monitor", "route_internal", "route_setting", "route", "route_batch", "route_guard", "route_observer", "polar",
 	"recover", "recover_wait", "observer_sets", "observer_replay", "observer_journal",
 	"session_login", "session_relay",
 	"worker_stats", "worker",
