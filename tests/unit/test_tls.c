@@ -1354,3 +1354,35 @@ Test(tls, adopted_client_sees_the_server_close_notify)
 	socket_pair_close(&sp);
 	tls_context_destroy(ctx);
 }
+
+/* A bad record after adoption is a TLS failure, not a certificate one: a login that did not verify the
+ * server (sslmode=require, as here: a self-signed certificate, verify none) leaves a verification
+ * result in the SSL that has nothing to do with what fails later. */
+Test(tls, adopted_client_names_a_bad_record_not_the_certificate)
+{
+	struct identity id;
+	struct tls_context *ctx = context_default(&id);
+	struct socket_pair sp;
+	socket_pair_handshake(&sp, ctx, 0);
+	cr_assert_neq(SSL_get_verify_result(sp.client), X509_V_OK, "the premise: an unverified self-signed server");
+	struct tls_conn *client;
+	cr_assert_eq(tls_conn_adopt(sp.client, &client), 0);
+	SSL_free(sp.client);
+	sp.client = NULL;
+
+	cr_assert_eq(tls_conn_write_plaintext(sp.server, (const uint8_t *)"0123456789", 10), 10);
+	uint8_t cipher[256];
+	uint32_t len = tls_conn_take_ciphertext(sp.server, cipher, sizeof(cipher));
+	cr_assert_gt(len, 10);
+	cipher[len - 1] ^= 1; /* the record's authentication tag */
+	cr_assert_eq(tls_conn_feed_ciphertext(client, cipher, len), (int)len);
+	uint8_t out[32];
+	int rc = tls_conn_read_plaintext(client, out, sizeof(out));
+	cr_assert_eq(rc, -EPROTO, "%d %s", rc, tls_conn_error_text(client));
+	const char *text = tls_conn_error_text(client);
+	cr_assert_eq(strncmp(text, "TLS: ", 5), 0, "%s", text);
+	cr_assert_null(strstr(text, "certificate"), "%s", text);
+	tls_conn_destroy(client);
+	socket_pair_close(&sp);
+	tls_context_destroy(ctx);
+}
