@@ -3,13 +3,18 @@
  * handshake, data both ways (messages larger than one 16 kB record included), ALPN "postgresql",
  * the protocol floor, client certificates, the memory bounds, the channel-binding data, and refusals
  * at context creation. Keys and self-signed certificates are made at test time in a private temp dir.
+ * Adoption (tern as the client of a server): a plain OpenSSL client makes its handshake over a
+ * socketpair, as libpq does, then tls_conn_adopt takes it over; data both ways, the close orders of
+ * the SSL's other owner, the refusal while plaintext is pending, and the server's close_notify.
  */
 #include "tls.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <openssl/err.h>
@@ -953,5 +958,431 @@ Test(tls, client_certificate_is_verified_against_the_ca_file)
 	cr_assert_not_null(strstr(tls_conn_error_text(p.server), "client certificate"), "%s",
 			   tls_conn_error_text(p.server));
 	pair_deinit(&p);
+	tls_context_destroy(ctx);
+}
+
+/* ---- adoption: tern takes over a client-side SSL whose handshake was made over a socket ---- */
+
+/* A handshake made the way libpq makes it: a plain OpenSSL client on one end of a socketpair (a
+ * socket BIO from SSL_set_fd, no verification), and a tern server connection whose ciphertext the
+ * test carries to and from the other end by hand. */
+struct socket_pair {
+	int fds[2]; /* [0] the server's end (pumped by hand), [1] the client's (its SSL's socket BIO) */
+	struct tls_conn *server;
+	SSL_CTX *client_ctx;
+	SSL *client;
+};
+
+static void socket_nonblocking(int fd)
+{
+	int flags = fcntl(fd, F_GETFL);
+	cr_assert_geq(flags, 0);
+	cr_assert_eq(fcntl(fd, F_SETFL, flags | O_NONBLOCK), 0);
+}
+
+/* Counts in *freed when OpenSSL really frees the SSL (its last reference went): leaks and early frees
+ * fail the test in every build, not only under a sanitizer (LeakSanitizer's reports in Criterion's
+ * workers do not fail a test). */
+static void ssl_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp)
+{
+	(void)parent;
+	(void)ad;
+	(void)idx;
+	(void)argl;
+	(void)argp;
+	if (ptr != NULL)
+		++*(int *)ptr;
+}
+
+static void ssl_watch_free(SSL *ssl, int *freed)
+{
+	static int index = -1;
+	if (index < 0)
+		index = SSL_get_ex_new_index(0, NULL, NULL, NULL, ssl_ex_free);
+	cr_assert_gt(index, 0); /* 0 is the app data, which libpq uses */
+	*freed = 0;
+	cr_assert_eq(SSL_set_ex_data(ssl, index, freed), 1);
+}
+
+/* Bytes waiting on a socket (without taking them): 0 when nothing was written to its peer. */
+static size_t socket_waiting(int fd)
+{
+	uint8_t byte;
+	ssize_t n = recv(fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+	if (n < 0) {
+		cr_assert(errno == EAGAIN || errno == EWOULDBLOCK, "recv: %s", strerror(errno));
+		return 0;
+	}
+	return (size_t)n;
+}
+
+/* Moves what the client wrote into the server (reading the server's plaintext, which the caller
+ * wants none of here), then the server's output to the socket. True when a byte moved. */
+static bool socket_pump(struct socket_pair *sp)
+{
+	bool is_moved = false;
+	uint8_t chunk[16384];
+	ssize_t n;
+	while ((n = recv(sp->fds[0], chunk, sizeof(chunk), MSG_DONTWAIT)) > 0) {
+		is_moved = true;
+		for (ssize_t at = 0; at < n;) {
+			int fed = tls_conn_feed_ciphertext(sp->server, chunk + at, (uint32_t)(n - at));
+			cr_assert_geq(fed, 0, "feed: %d %s", fed, tls_conn_error_text(sp->server));
+			at += fed;
+			uint8_t plain[256];
+			int rc = tls_conn_read_plaintext(sp->server, plain, sizeof(plain));
+			cr_assert_eq(rc, 0, "server read: %d %s", rc, tls_conn_error_text(sp->server));
+		}
+	}
+	cr_assert(n == 0 || errno == EAGAIN || errno == EWOULDBLOCK, "recv: %s", strerror(errno));
+	const uint8_t *data;
+	uint32_t len;
+	while ((len = tls_conn_peek_ciphertext(sp->server, &data)) > 0) {
+		ssize_t sent = send(sp->fds[0], data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		cr_assert_gt(sent, 0, "send: %s", strerror(errno));
+		tls_conn_consume_ciphertext(sp->server, (uint32_t)sent);
+		is_moved = true;
+	}
+	return is_moved;
+}
+
+static void socket_pair_handshake(struct socket_pair *sp, const struct tls_context *ctx, int max_version)
+{
+	memset(sp, 0, sizeof(*sp));
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp->fds), 0);
+	socket_nonblocking(sp->fds[0]);
+	socket_nonblocking(sp->fds[1]);
+	cr_assert_eq(tls_conn_create(ctx, &sp->server), 0);
+	sp->client_ctx = SSL_CTX_new(TLS_client_method());
+	cr_assert_not_null(sp->client_ctx);
+	SSL_CTX_set_verify(sp->client_ctx, SSL_VERIFY_NONE, NULL);
+	if (max_version != 0)
+		cr_assert_eq(SSL_CTX_set_max_proto_version(sp->client_ctx, max_version), 1);
+	sp->client = SSL_new(sp->client_ctx);
+	cr_assert_not_null(sp->client);
+	cr_assert_eq(SSL_set_fd(sp->client, sp->fds[1]), 1);
+	SSL_set_connect_state(sp->client);
+	for (int round = 0;; round++) {
+		cr_assert_lt(round, ROUNDS_MAX, "the handshake did not settle");
+		int rc = SSL_do_handshake(sp->client);
+		int kind = rc == 1 ? SSL_ERROR_NONE : SSL_get_error(sp->client, rc);
+		cr_assert(kind == SSL_ERROR_NONE || kind == SSL_ERROR_WANT_READ, "client handshake: %d %s", kind,
+			  ERR_error_string(ERR_peek_last_error(), NULL));
+		bool is_moved = socket_pump(sp);
+		if (rc == 1 && tls_conn_is_handshake_done(sp->server))
+			break;
+		cr_assert(is_moved || rc == 1, "the handshake stalled");
+	}
+	cr_assert(SSL_is_init_finished(sp->client));
+	/* Everything each side sent was read: adoption loses nothing left on the socket. */
+	cr_assert_eq(socket_waiting(sp->fds[0]), 0);
+	cr_assert_eq(socket_waiting(sp->fds[1]), 0);
+}
+
+static void socket_pair_close(struct socket_pair *sp)
+{
+	tls_conn_destroy(sp->server);
+	SSL_CTX_free(sp->client_ctx); /* any SSL still alive keeps its own reference */
+	close(sp->fds[0]);
+	close(sp->fds[1]);
+}
+
+/* Carries `len` bytes of plaintext from one tls_conn to the other through their memory BIOs (the
+ * socket is no one's any more), respecting both bounds, and reads them out of `to` into `received`
+ * (at most RECEIVED_MAX). Returns the bytes received. */
+static size_t conn_carry(struct tls_conn *from, struct tls_conn *to, const uint8_t *data, size_t len,
+			 uint8_t *received)
+{
+	size_t at = 0, received_len = 0;
+	uint8_t chunk[8192];
+	for (size_t pass = 0; at < len || tls_conn_ciphertext_len(from) > 0; pass++) {
+		cr_assert_lt(pass, 10000, "no progress");
+		if (at < len) {
+			uint32_t offer = (uint32_t)TERN_MIN(len - at, (size_t)UINT32_MAX);
+			int n = tls_conn_write_plaintext(from, data + at, offer);
+			cr_assert_geq(n, 0, "write: %d %s", n, tls_conn_error_text(from));
+			at += (size_t)n;
+		}
+		uint32_t taken = tls_conn_take_ciphertext(from, chunk, sizeof(chunk));
+		for (uint32_t fed_at = 0; fed_at < taken;) {
+			int fed = tls_conn_feed_ciphertext(to, chunk + fed_at, taken - fed_at);
+			cr_assert_geq(fed, 0, "feed: %d %s", fed, tls_conn_error_text(to));
+			fed_at += (uint32_t)fed;
+			int n;
+			while ((n = tls_conn_read_plaintext(to, received + received_len,
+							    (uint32_t)(RECEIVED_MAX - received_len))) > 0)
+				received_len += (size_t)n;
+			cr_assert_eq(n, 0, "read: %d %s", n, tls_conn_error_text(to));
+			cr_assert_lt(received_len, RECEIVED_MAX);
+		}
+	}
+	return received_len;
+}
+
+/* Both directions through an adopted client, one byte and then 100 kB (several records, several
+ * output bounds), every byte checked. */
+static void adopted_exchange(struct tls_conn *client, struct tls_conn *server)
+{
+	const size_t large = 100u * 1000u;
+	uint8_t *up = malloc(large), *down = malloc(large), *received = malloc(RECEIVED_MAX);
+	cr_assert(up != NULL && down != NULL && received != NULL);
+	pattern_fill(up, large, 11);
+	pattern_fill(down, large, 12);
+
+	cr_assert_eq(conn_carry(client, server, (const uint8_t *)"Q", 1, received), 1);
+	cr_assert_eq(received[0], 'Q');
+	cr_assert_eq(conn_carry(client, server, up, large, received), large);
+	cr_assert_eq(memcmp(received, up, large), 0);
+
+	cr_assert_eq(conn_carry(server, client, (const uint8_t *)"Z", 1, received), 1);
+	cr_assert_eq(received[0], 'Z');
+	cr_assert_eq(conn_carry(server, client, down, large, received), large);
+	cr_assert_eq(memcmp(received, down, large), 0);
+
+	cr_assert_eq(tls_conn_error(client), 0, "%s", tls_conn_error_text(client));
+	cr_assert_eq(tls_conn_error(server), 0, "%s", tls_conn_error_text(server));
+	free(up);
+	free(down);
+	free(received);
+}
+
+static void adopt_carries_data_both_ways(int max_version, const char *protocol)
+{
+	struct identity id;
+	struct tls_context *ctx = context_default(&id);
+	struct socket_pair sp;
+	socket_pair_handshake(&sp, ctx, max_version);
+	cr_assert_str_eq(tls_conn_protocol_name(sp.server), protocol);
+
+	int freed;
+	ssl_watch_free(sp.client, &freed);
+	struct tls_conn *client = (struct tls_conn *)&sp; /* must be set */
+	cr_assert_eq(tls_conn_adopt(sp.client, &client), 0);
+	cr_assert_not_null(client);
+	SSL_free(sp.client); /* the test's reference: the adopted connection keeps its own */
+	sp.client = NULL;
+	cr_assert_eq(freed, 0);
+
+	cr_assert(tls_conn_is_handshake_done(client));
+	cr_assert_neq(tls_conn_protocol_name(client)[0], '\0');
+	cr_assert_neq(tls_conn_cipher_name(client)[0], '\0');
+	cr_assert_str_eq(tls_conn_protocol_name(client), protocol);
+	cr_assert_str_eq(tls_conn_cipher_name(client), tls_conn_cipher_name(sp.server));
+	cr_assert_eq(tls_conn_error(client), 0);
+	cr_assert_str_eq(tls_conn_error_text(client), "");
+
+	adopted_exchange(client, sp.server);
+	/* Nothing went through the socket after adoption. */
+	cr_assert_eq(socket_waiting(sp.fds[0]), 0);
+	cr_assert_eq(socket_waiting(sp.fds[1]), 0);
+
+	tls_conn_destroy(client); /* the last reference: frees the SSL */
+	cr_assert_eq(freed, 1);
+	socket_pair_close(&sp);
+	tls_context_destroy(ctx);
+}
+
+Test(tls, adopted_tls13_client_carries_data_both_ways)
+{
+	adopt_carries_data_both_ways(0, "TLSv1.3");
+}
+
+Test(tls, adopted_tls12_client_carries_data_both_ways)
+{
+	adopt_carries_data_both_ways(TLS1_2_VERSION, "TLSv1.2");
+}
+
+/* libpq keeps its reference and, at PQfinish, writes Terminate, sends close_notify and frees the SSL,
+ * after tern destroyed its connection: all of it must go into the null BIO, not into freed memory
+ * nor onto the socket. */
+Test(tls, adopted_client_destroyed_before_its_other_owner_closes)
+{
+	struct identity id;
+	struct tls_context *ctx = context_default(&id);
+	struct socket_pair sp;
+	socket_pair_handshake(&sp, ctx, 0);
+	SSL *ssl = sp.client;
+	int freed;
+	ssl_watch_free(ssl, &freed);
+	cr_assert_eq(SSL_up_ref(ssl), 1); /* libpq's reference */
+	struct tls_conn *client;
+	cr_assert_eq(tls_conn_adopt(ssl, &client), 0);
+	SSL_free(ssl); /* the test's own (from SSL_new) */
+	sp.client = NULL;
+
+	uint8_t received[64];
+	cr_assert_eq(conn_carry(client, sp.server, (const uint8_t *)"hello", 5, received), 5);
+	/* Ciphertext left untaken in the connection when it goes. */
+	cr_assert_eq(tls_conn_write_plaintext(client, (const uint8_t *)"untaken", 7), 7);
+	cr_assert_gt(tls_conn_ciphertext_len(client), 0);
+	tls_conn_destroy(client);
+	cr_assert_eq(freed, 0, "libpq's reference was dropped too");
+
+	/* The SSL now writes into a null BIO, not into tern's (whose connection is gone). */
+	cr_assert_not_null(SSL_get_wbio(ssl));
+	cr_assert_eq(BIO_method_type(SSL_get_wbio(ssl)), BIO_TYPE_NULL);
+	cr_assert_eq(BIO_method_type(SSL_get_rbio(ssl)), BIO_TYPE_NULL);
+
+	static const uint8_t terminate[5] = {'X', 0, 0, 0, 4};
+	ERR_clear_error();
+	int written = SSL_write(ssl, terminate, sizeof(terminate));
+	cr_assert_eq(written, (int)sizeof(terminate), "SSL_write: %d %d", written, SSL_get_error(ssl, written));
+	int shut = SSL_shutdown(ssl);
+	cr_assert_geq(shut, 0, "SSL_shutdown: %d %d", shut, SSL_get_error(ssl, shut));
+	SSL_free(ssl); /* libpq's: the last */
+	cr_assert_eq(freed, 1);
+	ERR_clear_error();
+
+	cr_assert_eq(socket_waiting(sp.fds[0]), 0, "the goodbye reached the socket");
+	cr_assert_eq(socket_waiting(sp.fds[1]), 0);
+	socket_pair_close(&sp);
+	tls_context_destroy(ctx);
+}
+
+/* The other order tls.h allows: the other owner closes (its writes then land in tern's output, which
+ * tern must not send) and frees its reference first, tern destroys after. */
+Test(tls, adopted_client_destroyed_after_its_other_owner_closes)
+{
+	struct identity id;
+	struct tls_context *ctx = context_default(&id);
+	struct socket_pair sp;
+	socket_pair_handshake(&sp, ctx, 0);
+	SSL *ssl = sp.client;
+	int freed;
+	ssl_watch_free(ssl, &freed);
+	cr_assert_eq(SSL_up_ref(ssl), 1);
+	struct tls_conn *client;
+	cr_assert_eq(tls_conn_adopt(ssl, &client), 0);
+	SSL_free(ssl);
+	sp.client = NULL;
+
+	static const uint8_t terminate[5] = {'X', 0, 0, 0, 4};
+	cr_assert_eq(SSL_write(ssl, terminate, sizeof(terminate)), (int)sizeof(terminate));
+	cr_assert_geq(SSL_shutdown(ssl), 0);
+	SSL_free(ssl);
+	cr_assert_eq(freed, 0, "tern's reference was dropped");
+	ERR_clear_error();
+	cr_assert_eq(socket_waiting(sp.fds[0]), 0);
+	tls_conn_destroy(client);
+	cr_assert_eq(freed, 1);
+	socket_pair_close(&sp);
+	tls_context_destroy(ctx);
+}
+
+/* Plaintext the owner has not read yet cannot move into tern: adoption refuses, and the owner keeps
+ * an SSL that still reads from its socket and is freed once. */
+Test(tls, adopting_with_plaintext_pending_is_refused)
+{
+	struct identity id;
+	struct tls_context *ctx = context_default(&id);
+	struct socket_pair sp;
+	socket_pair_handshake(&sp, ctx, 0);
+	cr_assert_eq(tls_conn_write_plaintext(sp.server, (const uint8_t *)"0123456789", 10), 10);
+	cr_assert_eq(tls_conn_write_plaintext(sp.server, (const uint8_t *)"abcdefghij", 10), 10);
+	cr_assert(socket_pump(&sp));
+
+	uint8_t out[32];
+	size_t n = 0;
+	cr_assert_eq(SSL_read_ex(sp.client, out, 1, &n), 1);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(out[0], '0');
+	cr_assert_eq(SSL_pending(sp.client), 9);
+
+	int freed;
+	ssl_watch_free(sp.client, &freed);
+	struct tls_conn *client = (struct tls_conn *)&sp;
+	cr_assert_eq(tls_conn_adopt(sp.client, &client), -EPROTO);
+	cr_assert_null(client);
+
+	/* Untouched: still its socket BIO, the rest of the first record, then the second from the socket. */
+	cr_assert_eq(BIO_method_type(SSL_get_rbio(sp.client)), BIO_TYPE_SOCKET);
+	cr_assert_eq(SSL_read_ex(sp.client, out, sizeof(out), &n), 1);
+	cr_assert_eq(n, 9);
+	cr_assert_eq(memcmp(out, "123456789", 9), 0);
+	cr_assert_eq(SSL_read_ex(sp.client, out, sizeof(out), &n), 1);
+	cr_assert_eq(n, 10);
+	cr_assert_eq(memcmp(out, "abcdefghij", 10), 0);
+	/* And it still writes to its socket. */
+	cr_assert_eq(SSL_write_ex(sp.client, "ok", 2, &n), 1);
+	cr_assert_gt(socket_waiting(sp.fds[0]), 0);
+
+	SSL_free(sp.client); /* once: adoption kept no reference */
+	cr_assert_eq(freed, 1, "a refused adoption kept a reference to the SSL");
+	sp.client = NULL;
+	socket_pair_close(&sp);
+	tls_context_destroy(ctx);
+}
+
+/* The server's close_notify, after its last bytes, ends the adopted connection in order, and the
+ * words say who closed. */
+Test(tls, adopted_client_sees_the_server_close_notify)
+{
+	struct identity id;
+	struct tls_context *ctx = context_default(&id);
+	struct socket_pair sp;
+	socket_pair_handshake(&sp, ctx, 0);
+	int freed;
+	ssl_watch_free(sp.client, &freed);
+	struct tls_conn *client;
+	cr_assert_eq(tls_conn_adopt(sp.client, &client), 0);
+	SSL_free(sp.client);
+	sp.client = NULL;
+
+	cr_assert_eq(tls_conn_write_plaintext(sp.server, (const uint8_t *)"last", 4), 4);
+	tls_conn_shutdown(sp.server);
+	uint8_t cipher[4096];
+	uint32_t len = tls_conn_take_ciphertext(sp.server, cipher, sizeof(cipher));
+	cr_assert_gt(len, 0);
+	cr_assert_eq(tls_conn_ciphertext_len(sp.server), 0);
+	cr_assert_eq(tls_conn_feed_ciphertext(client, cipher, len), (int)len);
+
+	uint8_t out[64];
+	cr_assert_eq(tls_conn_read_plaintext(client, out, sizeof(out)), 4);
+	cr_assert_eq(memcmp(out, "last", 4), 0);
+	int rc = tls_conn_read_plaintext(client, out, sizeof(out));
+	cr_assert_eq(rc, -ESHUTDOWN, "%d %s", rc, tls_conn_error_text(client));
+	cr_assert_eq(tls_conn_error(client), -ESHUTDOWN);
+	const char *text = tls_conn_error_text(client);
+	cr_assert_not_null(strstr(text, "server"), "%s", text);
+	cr_assert_null(strstr(text, "client"), "%s", text);
+	cr_assert_str_eq(text, "the server closed TLS (close_notify)");
+	/* The error sticks. */
+	cr_assert_eq(tls_conn_read_plaintext(client, out, sizeof(out)), -ESHUTDOWN);
+	cr_assert_eq(tls_conn_write_plaintext(client, (const uint8_t *)"x", 1), -ESHUTDOWN);
+	tls_conn_destroy(client);
+	cr_assert_eq(freed, 1);
+	socket_pair_close(&sp);
+	tls_context_destroy(ctx);
+}
+
+/* A bad record after adoption is a TLS failure, not a certificate one: a login that did not verify the
+ * server (sslmode=require, as here: a self-signed certificate, verify none) leaves a verification
+ * result in the SSL that has nothing to do with what fails later. */
+Test(tls, adopted_client_names_a_bad_record_not_the_certificate)
+{
+	struct identity id;
+	struct tls_context *ctx = context_default(&id);
+	struct socket_pair sp;
+	socket_pair_handshake(&sp, ctx, 0);
+	cr_assert_neq(SSL_get_verify_result(sp.client), X509_V_OK, "the premise: an unverified self-signed server");
+	struct tls_conn *client;
+	cr_assert_eq(tls_conn_adopt(sp.client, &client), 0);
+	SSL_free(sp.client);
+	sp.client = NULL;
+
+	cr_assert_eq(tls_conn_write_plaintext(sp.server, (const uint8_t *)"0123456789", 10), 10);
+	uint8_t cipher[256];
+	uint32_t len = tls_conn_take_ciphertext(sp.server, cipher, sizeof(cipher));
+	cr_assert_gt(len, 10);
+	cipher[len - 1] ^= 1; /* the record's authentication tag */
+	cr_assert_eq(tls_conn_feed_ciphertext(client, cipher, len), (int)len);
+	uint8_t out[32];
+	int rc = tls_conn_read_plaintext(client, out, sizeof(out));
+	cr_assert_eq(rc, -EPROTO, "%d %s", rc, tls_conn_error_text(client));
+	const char *text = tls_conn_error_text(client);
+	cr_assert_eq(strncmp(text, "TLS: ", 5), 0, "%s", text);
+	cr_assert_null(strstr(text, "certificate"), "%s", text);
+	tls_conn_destroy(client);
+	socket_pair_close(&sp);
 	tls_context_destroy(ctx);
 }
