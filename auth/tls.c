@@ -118,6 +118,10 @@ static int tls_bio_write(BIO *bio, const char *data, size_t len, size_t *written
 	struct tls_conn *conn = BIO_get_data(bio);
 	BIO_clear_retry_flags(bio);
 	*written = 0;
+	if (conn == NULL) { /* an adopted SSL outliving its tls_conn (tls_conn_destroy): into nothing */
+		*written = len;
+		return 1;
+	}
 	/* No retry flag on failure: the connection is over, and OpenSSL must not hold half a record
 	 * for a retry that will never come. */
 	int rc = tls_buffer_reserve(&conn->out, len, TLS_CIPHERTEXT_OUT_LIMIT);
@@ -138,7 +142,7 @@ static int tls_bio_read(BIO *bio, char *out, size_t cap, size_t *read_len)
 {
 	struct tls_conn *conn = BIO_get_data(bio);
 	BIO_clear_retry_flags(bio);
-	uint32_t n = (uint32_t)TERN_MIN((size_t)tls_buffer_len(&conn->in), cap);
+	uint32_t n = conn != NULL ? (uint32_t)TERN_MIN((size_t)tls_buffer_len(&conn->in), cap) : 0;
 	*read_len = n;
 	if (n == 0) {
 		BIO_set_retry_read(bio); /* SSL_ERROR_WANT_READ: feed more */
@@ -513,13 +517,10 @@ int tls_conn_adopt(void *ssl_state, struct tls_conn **out)
 		ERR_clear_error();
 		return -ENOMEM;
 	}
-	conn->ssl = ssl;
-	conn->is_adopted = true;
-	conn->is_handshake_done = true;
+	*conn = (struct tls_conn){.ssl = ssl, .is_adopted = true, .is_handshake_done = true};
 	BIO_set_data(bio, conn);
 	SSL_set_bio(ssl, bio, bio); /* frees libpq's socket BIO */
-	/* The same bytes may be offered again from another address; one record per write (tls.h). */
-	SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER); /* as tls_context_configure; one record a write: */
 	SSL_clear_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE);
 	*out = conn;
 	return 0;
@@ -534,6 +535,8 @@ void tls_conn_destroy(struct tls_conn *conn)
 		BIO *null_bio = BIO_new(BIO_s_null());
 		if (null_bio != NULL)
 			SSL_set_bio(conn->ssl, null_bio, null_bio); /* ends our BIO, which forgets conn */
+		else
+			BIO_set_data(SSL_get_rbio(conn->ssl), NULL); /* ours stays, forgetting conn (tls_bio_write) */
 		ERR_clear_error();
 	}
 	SSL_free(conn->ssl);
@@ -587,7 +590,7 @@ static int tls_conn_result(struct tls_conn *conn, int ssl_rc)
 		if (conn->is_alpn_refused)
 			snprintf(what, sizeof(what), "%s: the client offered ALPN without \"%s\"", stage,
 				 TLS_ALPN_POSTGRESQL);
-		else if (verify != X509_V_OK)
+		else if (!conn->is_handshake_done && verify != X509_V_OK) /* (an adopted SSL keeps its login's) */
 			snprintf(what, sizeof(what), "%s: %s certificate: %s", stage, conn->is_adopted ? "server" : "client",
 				 X509_verify_cert_error_string(verify));
 		else
