@@ -101,6 +101,18 @@ static void server_tls_error(SSL *ssl, const char *sqlstate, const char *what, s
 	snprintf(err->message, sizeof(err->message), "%s: %s", what, reason);
 }
 
+/* A key file's passphrase: the conninfo's sslpassword, else none (OpenSSL would ask the terminal). */
+static int server_tls_passphrase(char *buf, int size, int rwflag, void *userdata)
+{
+	(void)rwflag;
+	const char *password = userdata;
+	size_t len = password ? strlen(password) : 0;
+	if (len == 0 || len >= (size_t)size)
+		return 0;
+	memcpy(buf, password, len);
+	return (int)len;
+}
+
 /* As libpq sets up its TLS from the conninfo: the mode verify-* (and require with a root certificate, as
  * libpq does) check the chain against sslrootcert; verify-full also the host name. */
 static void *server_tls_login_begin(void *ctx, const struct pool_conninfo *c, const char *host, int fd,
@@ -133,6 +145,8 @@ static void *server_tls_login_begin(void *ctx, const struct pool_conninfo *c, co
 			goto fail;
 		SSL_CTX_set_verify(ssl_ctx, SSL_VERIFY_PEER, NULL);
 	}
+	SSL_CTX_set_default_passwd_cb(ssl_ctx, server_tls_passphrase);
+	SSL_CTX_set_default_passwd_cb_userdata(ssl_ctx, (void *)pool_conninfo_get(c, "sslpassword"));
 	if (cert && cert[0]) {
 		what = "reading tern's client certificate (sslcert, server_tls_cert_file)";
 		if (SSL_CTX_use_certificate_chain_file(ssl_ctx, cert) != 1)
@@ -141,6 +155,7 @@ static void *server_tls_login_begin(void *ctx, const struct pool_conninfo *c, co
 		if (SSL_CTX_use_PrivateKey_file(ssl_ctx, key && key[0] ? key : cert, SSL_FILETYPE_PEM) != 1)
 			goto fail;
 	}
+	SSL_CTX_set_default_passwd_cb_userdata(ssl_ctx, NULL); /* (the conninfo's parse goes) */
 	/* No compression, no renegotiation, no resumption: as libpq. */
 	SSL_CTX_set_options(ssl_ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET);
 	what = "setting up TLS toward the server";
@@ -149,7 +164,7 @@ static void *server_tls_login_begin(void *ctx, const struct pool_conninfo *c, co
 		goto fail;
 	unsigned char addr[sizeof(struct in6_addr)];
 	bool is_address = inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1;
-	if (!is_address && SSL_set_tlsext_host_name(ssl, host) != 1) /* SNI, as libpq's sslsni=1 */
+	if (!is_address && host[0] && SSL_set_tlsext_host_name(ssl, host) != 1) /* SNI, as libpq's sslsni=1 */
 		goto fail;
 	if (is_full && SSL_set1_host(ssl, host) != 1)
 		goto fail;
@@ -185,8 +200,8 @@ static int server_tls_login_io(void *tls, int op, void *data, uint32_t len, shor
 		ERR_clear_error();
 		return 0;
 	}
-	if (op == POOL_TLS_HANDSHAKE)
-		server_tls_error(ssl, "08004", "TLS handshake with the server failed", err);
+	if (op == POOL_TLS_HANDSHAKE) /* refused as configured (08004), or the connection broke (08006: retried) */
+		server_tls_error(ssl, kind == SSL_ERROR_SSL ? "08004" : "08006", "TLS handshake with the server failed", err);
 	else
 		server_tls_error(NULL, "08006", kind == SSL_ERROR_ZERO_RETURN ? "the server closed TLS" : "TLS toward the server",
 				 err);

@@ -20,6 +20,7 @@
  */
 #define INI_HANDLER_LINENO 1
 #include <ini.h>
+#include <libpq-fe.h>
 
 /* A conninfo naming TLS files fits with room to spare; a longer line is surely a mistake. */
 #define CONFIG_LINE_MAX 4096
@@ -412,7 +413,7 @@ static const struct config_key config_keys[] = {
 		   NULL,
 		   "OpenSSL cipher list allowed toward the servers for TLS 1.2 and older (TLS 1.3 suites are "
 		   "OpenSSL's defaults); default or secure = whatever libpq and the server agree on. libpq offers "
-		   "its own list, so a server that picks a cipher outside this one is refused (08006)"),
+		   "its own list, so a pool connection whose server picks a cipher outside this one is refused (08004)"),
 	CONFIG_KEY("limits", "max_client_conn", CONFIG_INT, "100", 1, 1000000, CONFIG_RELOAD, max_client_conn,
 		   NULL, "most client connections tern accepts at once (more get SQLSTATE 53300)"),
 	CONFIG_KEY("limits", "client_login_timeout", CONFIG_DURATION, "60s", 0, 86400 * CONFIG_SECOND_MS,
@@ -1082,14 +1083,9 @@ static const char *config_server_tls_range(const char *text, const char **min, c
 	return NULL;
 }
 
-/* Appends ` key='value'` to *conninfo unless it sets `key` itself. 0 or -ENOMEM. */
-static int config_conninfo_add(char **conninfo, const char *key, const char *value)
+/* Appends ` key='value'` to *conninfo (libpq's quoting). 0 or -ENOMEM. */
+static int config_conninfo_put(char **conninfo, const char *key, const char *value)
 {
-	char *p = *conninfo, *start, *v, *end;
-	size_t key_len;
-	while (config_conninfo_next(&p, &start, &key_len, &v, &end))
-		if (key_len == strlen(key) && strncmp(start, key, key_len) == 0)
-			return 0;
 	size_t len = strlen(*conninfo), room = len + strlen(key) + 2 * strlen(value) + 6;
 	char *out = realloc(*conninfo, room);
 	if (!out)
@@ -1109,12 +1105,27 @@ static int config_conninfo_add(char **conninfo, const char *key, const char *val
 
 char *config_server_conninfo(const struct tern_config *cfg, const char *conninfo)
 {
-	char *out = strdup(conninfo);
+	/* A conninfo that says anything of TLS (or takes a service file, which may) keeps its own whole. */
+	static const char *const own[] = {"service",  "sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword",
+					  "ssl_min_protocol_version", "ssl_max_protocol_version"};
+	PQconninfoOption *options = PQconninfoParse(conninfo, NULL);
+	bool is_own = options == NULL; /* (libpq says what is wrong with it when it connects) */
+	for (PQconninfoOption *o = options; o && o->keyword && !is_own; o++)
+		for (size_t i = 0; i < TERN_ARRAY_LEN(own) && o->val; i++)
+			is_own = is_own || strcmp(o->keyword, own[i]) == 0;
+	char *out = strdup(is_own ? conninfo : "");
+	int rc = out ? 0 : -ENOMEM;
+	/* Rebuilt from libpq's parse as key='value' pairs, so a URI takes the keys as well. */
+	for (PQconninfoOption *o = options; o && o->keyword && !is_own && rc == 0; o++)
+		if (o->val)
+			rc = config_conninfo_put(&out, o->keyword, o->val);
+	PQconninfoFree(options);
 	const char *min = NULL, *max = NULL;
 	const char *wrong = config_server_tls_range(cfg->server_tls_protocols ? cfg->server_tls_protocols : "", &min, &max);
 	TERN_ASSERT(wrong == NULL); /* refused at load */
-	int rc = out ? config_conninfo_add(&out, "sslmode", config_server_tls_mode_names[cfg->server_tls_sslmode]) : -ENOMEM;
-	if (cfg->server_tls_sslmode != CONFIG_SERVER_TLS_DISABLE) {
+	if (!is_own && rc == 0)
+		rc = config_conninfo_put(&out, "sslmode", config_server_tls_mode_names[cfg->server_tls_sslmode]);
+	if (!is_own && cfg->server_tls_sslmode != CONFIG_SERVER_TLS_DISABLE) {
 		const struct {
 			const char *key, *value;
 		} keys[] = {{"sslrootcert", cfg->server_tls_ca_file}, {"sslcert", cfg->server_tls_cert_file},
@@ -1122,7 +1133,7 @@ char *config_server_conninfo(const struct tern_config *cfg, const char *conninfo
 			    {"ssl_max_protocol_version", max}};
 		for (size_t i = 0; i < TERN_ARRAY_LEN(keys) && rc == 0; i++)
 			if (config_is_set(keys[i].value))
-				rc = config_conninfo_add(&out, keys[i].key, keys[i].value);
+				rc = config_conninfo_put(&out, keys[i].key, keys[i].value);
 	}
 	if (rc < 0) {
 		free(out);

@@ -215,8 +215,9 @@ TERN_MUST_USE int config_describe_key(const struct tern_config *cfg, size_t inde
 				      const char **default_text, bool *reloadable);
 
 /* A server's conninfo (primary_conninfo or an extra server's) as tern's libpq connections to it use it:
- * [tls] server_tls_* added as libpq's keys (sslmode, sslrootcert, sslcert, sslkey, ssl_min/max_protocol_
- * version) where it sets none of its own. Malloc'd; NULL when out of memory. */
+ * rebuilt from libpq's parse as key='value' pairs (a URI too) with [tls] server_tls_* added as libpq's
+ * keys (sslmode, sslrootcert, sslcert, sslkey, ssl_min/max_protocol_version); one that names any TLS key
+ * or a service file keeps its own, unchanged. Malloc'd; NULL when out of memory. */
 char *config_server_conninfo(const struct tern_config *cfg, const char *conninfo);
 
 #endif

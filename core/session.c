@@ -424,7 +424,8 @@ void session_settle(struct session *s, struct leg *leg)
 	if (!leg->conn)
 		return;
 	if (!leg->is_dropping && s->phase == SESSION_CLOSING && !leg_is_idle(leg) && leg->pending_ready == 0 &&
-	    !leg->is_unsynced && sendq_is_idle(&leg->to_server) && proto_stream_is_at_boundary(&leg->stream))
+	    !leg->is_unsynced && sendq_is_idle(&leg->to_server) && !leg->wire.op.is_armed &&
+	    proto_stream_is_at_boundary(&leg->stream))
 		/* An ended session's server owes nothing more yet is not idle (a transaction left open, a
 		 * replay's that tern's own hidden answers began): nothing will end it, so it goes. */
 		leg_drop(leg);

@@ -184,13 +184,14 @@ void pool_error_from_libpq(const char *message, struct pool_error *out)
 		{"the database system is shutting down", "57P03"},
 		{"the database system is in recovery mode", "57P03"},
 		{"timeout expired", "08006"},
-		/* TLS toward the server failed as configured, not for want of a server: not retried. */
-		{"certificate", "08004"}, /* not verified, or not for the host name */
-		{"server does not support SSL", "08004"},
-		{"unsupported protocol", "08004"},
-		{"no protocols available", "08004"},
-		{"alert protocol version", "08004"},
-		{"handshake failure", "08004"},
+	};
+	/* libpq's own words when TLS toward the server failed as configured, not for want of a server (not
+	 * retried); never a FATAL of the server's, which says what it refused itself. */
+	static const char *const tls_refusals[] = {
+		"certificate verify failed", "does not match host name", "root certificate", "certificate file",
+		"private key", "server does not support SSL", "unsupported protocol", "no protocols available",
+		"alert protocol version", "alert handshake failure", "alert unknown ca", "alert certificate",
+		"alert bad certificate",
 	};
 	const char *fatal = strstr(message, "FATAL:  ");
 	const char *text = fatal ? fatal + 8 : message;
@@ -217,6 +218,12 @@ void pool_error_from_libpq(const char *message, struct pool_error *out)
 	if (strncmp(text, "role \"", 6) == 0 && strstr(text, "does not exist")) {
 		base_strlcpy(out->sqlstate, "28000", sizeof(out->sqlstate));
 		return;
+	}
+	for (size_t i = 0; i < TERN_ARRAY_LEN(tls_refusals) && !fatal; i++) {
+		if (strstr(text, tls_refusals[i])) { /* (before "does not exist": a root certificate file's) */
+			base_strlcpy(out->sqlstate, "08004", sizeof(out->sqlstate));
+			return;
+		}
 	}
 	for (size_t i = 0; i < TERN_ARRAY_LEN(known); i++) {
 		if (strstr(text, known[i].needle)) {

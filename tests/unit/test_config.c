@@ -727,32 +727,43 @@ Test(config, a_server_profile_is_taken_out_of_its_conninfo)
 	expect_error_at("[servers]\nprimary = host=a profile=\n", 2, "[servers] primary: profile must be");
 }
 
-/* [tls] server_tls_* become libpq's keys in a server's conninfo, where it sets none of its own. */
+/* [tls] server_tls_* become libpq's keys in a server's conninfo, unless it says anything of TLS itself. */
 Test(config, server_tls_keys_join_a_servers_conninfo_unless_it_names_its_own)
 {
 	struct tern_config cfg = load_ok("[servers]\nprimary = host=a\nreplica = host=b sslmode=disable\n");
 	char *c = config_server_conninfo(&cfg, cfg.primary_conninfo);
-	cr_assert_str_eq(c, "host=a sslmode='prefer' ssl_min_protocol_version='TLSv1.2' "
+	cr_assert_str_eq(c, "host='a' sslmode='prefer' ssl_min_protocol_version='TLSv1.2' "
 			    "ssl_max_protocol_version='TLSv1.3'");
 	free(c);
 	c = config_server_conninfo(&cfg, cfg.extra_servers[0].conninfo);
-	cr_assert_str_eq(c, "host=b sslmode=disable ssl_min_protocol_version='TLSv1.2' ssl_max_protocol_version='TLSv1.3'",
-			 "its own sslmode stays, once");
+	cr_assert_str_eq(c, "host=b sslmode=disable", "its own TLS stays whole");
+	free(c);
+	/* A URI is rebuilt as key='value' pairs, so the keys join it too; a service file keeps its own. */
+	c = config_server_conninfo(&cfg, "postgresql://db.example:5433/app");
+	cr_assert_str_eq(c, "dbname='app' host='db.example' port='5433' sslmode='prefer' "
+			    "ssl_min_protocol_version='TLSv1.2' ssl_max_protocol_version='TLSv1.3'");
+	free(c);
+	c = config_server_conninfo(&cfg, "service=prod");
+	cr_assert_str_eq(c, "service=prod");
 	free(c);
 	config_deinit(&cfg);
 
 	cfg = load_ok("[servers]\nprimary = host=a\n[tls]\nserver_tls_sslmode = verify-full\n"
 		      "server_tls_ca_file = /etc/x/ca'1.pem\nserver_tls_cert_file = /c.pem\nserver_tls_key_file = /k.pem\n"
 		      "server_tls_protocols = tlsv1.3\n");
-	c = config_server_conninfo(&cfg, "host=a sslcert=/mine.pem");
-	cr_assert_str_eq(c, "host=a sslcert=/mine.pem sslmode='verify-full' sslrootcert='/etc/x/ca\\'1.pem' "
-			    "sslkey='/k.pem' ssl_min_protocol_version='TLSv1.3' ssl_max_protocol_version='TLSv1.3'");
+	c = config_server_conninfo(&cfg, "host=a application_name='it\\'s'");
+	cr_assert_str_eq(c, "host='a' application_name='it\\'s' sslmode='verify-full' sslrootcert='/etc/x/ca\\'1.pem' "
+			    "sslcert='/c.pem' sslkey='/k.pem' ssl_min_protocol_version='TLSv1.3' "
+			    "ssl_max_protocol_version='TLSv1.3'");
+	free(c);
+	c = config_server_conninfo(&cfg, "host=a sslcert=/mine.pem sslkey=/mine.key");
+	cr_assert_str_eq(c, "host=a sslcert=/mine.pem sslkey=/mine.key", "its own certificate goes with its own key");
 	free(c);
 	config_deinit(&cfg);
 
 	cfg = load_ok("[servers]\nprimary = host=a\n[tls]\nserver_tls_sslmode = disable\nserver_tls_ca_file = /ca.pem\n");
 	c = config_server_conninfo(&cfg, cfg.primary_conninfo);
-	cr_assert_str_eq(c, "host=a sslmode='disable'", "disable adds nothing else");
+	cr_assert_str_eq(c, "host='a' sslmode='disable'", "disable adds nothing else");
 	free(c);
 	config_deinit(&cfg);
 

@@ -3,6 +3,7 @@
  * performed, and the test itself plays the opener by calling pool_open_finished. No threads, no
  * sockets. After every step a checker recomputes each counter from the lists and compares.
  */
+#include "pool/opener.h"
 #include "pool/pool.h"
 
 #include <criterion/criterion.h>
@@ -1610,6 +1611,53 @@ Test(pool, a_server_that_refused_the_login_fails_the_request_at_once_and_retry_0
 	cr_assert_str_eq(w.req.error.sqlstate, "08006");
 	check_invariants(&e, "failed fast");
 	env_deinit(&e);
+}
+
+Test(pool, a_server_tls_refused_as_configured_fails_the_request_at_once_though_retries_are_on)
+{
+	struct env e;
+	env_init(&e, 1, 0);
+	env_settings(&e, (struct pool_settings){.pool_size = 1, .login_retry_ns = 10000});
+	struct pool_db *a = env_db(&e, "alice");
+	struct waiter w;
+	waiter_init(&w, &e, a);
+	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
+	env_open_fails(&e, 0, "08004", "server certificate for \"localhost\" does not match host name \"127.0.0.1\"");
+	cr_assert_eq(w.done_calls, 1, "08004: a retry would meet the same certificate");
+	cr_assert_str_eq(w.req.error.sqlstate, "08004");
+	check_invariants(&e, "failed at once");
+	env_deinit(&e);
+}
+
+/* libpq's words as the client's SQLSTATE: TLS refused as configured is 08004 (not retried), a TLS
+ * connection that broke is 08006 (retried), and a FATAL of the server's keeps its own meaning. */
+Test(pool, libpq_messages_map_tls_refusals_to_08004_and_the_rest_as_before)
+{
+	static const struct {
+		const char *message, *sqlstate;
+	} cases[] = {
+		{"connection to server at \"h\" (127.0.0.1), port 5 failed: server certificate for \"localhost\" does not "
+		 "match host name \"127.0.0.1\"", "08004"},
+		{"connection to server at \"h\", port 5 failed: SSL error: certificate verify failed", "08004"},
+		{"connection to server at \"h\", port 5 failed: server does not support SSL, but SSL was required", "08004"},
+		{"connection to server at \"h\", port 5 failed: root certificate file \"/x.pem\" does not exist", "08004"},
+		{"connection to server at \"h\", port 5 failed: could not load private key file \"/k\": No such file",
+		 "08004"},
+		{"connection to server at \"h\", port 5 failed: SSL error: tlsv1 alert unknown ca", "08004"},
+		{"connection to server at \"h\", port 5 failed: SSL SYSCALL error: EOF detected", "08006"},
+		{"connection to server at \"h\", port 5 failed: Connection refused", "08006"},
+		{"connection to server at \"h\", port 5 failed: FATAL:  connection requires a valid client certificate",
+		 "08006"},
+		{"connection to server at \"h\", port 5 failed: FATAL:  database \"x\" does not exist", "3D000"},
+		{"connection to server at \"h\", port 5 failed: FATAL:  password authentication failed for user \"a\"",
+		 "28P01"},
+	};
+	for (size_t i = 0; i < TERN_ARRAY_LEN(cases); i++) {
+		struct pool_error err;
+		pool_error_from_libpq(cases[i].message, &err);
+		cr_assert_str_eq(err.sqlstate, cases[i].sqlstate, "%s", cases[i].message);
+		cr_assert_null(strstr(err.message, "127.0.0.1\"), port"), "no server address: %s", err.message);
+	}
 }
 
 /* ---- keys come and go ---- */
