@@ -1,3 +1,6 @@
+/* The admin console of admin.h: its commands parsed and answered in order, the waits (PAUSE, RELOAD,
+ * WAIT_CLOSE) polled on the tick, and the questions put to every worker (SHOW CLIENTS, STATS, WORKERS, ENDS,
+ * KILL). The rows are admin_show.c's, the messages admin_reply.c's. See admin.h. */
 #include "admin.h"
 
 #include "admin_reply.h"

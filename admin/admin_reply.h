@@ -6,6 +6,7 @@
  * Threads: the building worker's. Ownership: the reply owns its buffer until admin_send (admin.c)
  * takes it. A reply past ADMIN_REPLY_MAX, or one whose allocation failed, is marked overflow and the
  * console ends the session (53200) instead of sending half an answer.
+ * Never: sends (admin.c does), reads tern's state (admin_show.c and admin.c fill the rows) or ends a session.
  */
 #ifndef TERN_ADMIN_REPLY_H
 #define TERN_ADMIN_REPLY_H

@@ -19,6 +19,8 @@
  * Threads: libmicrohttpd's; it reads the monitor's and the workers' published counters (atomics), each
  * pool server under its mutex and committed history under its own, never a session; a replay blocks only
  * its connection's thread. Ownership: main starts and stops it (a running replay is told to stop first).
+ * Never: touches a session, a worker's ring or a pool connection: it reads what the others publish, and a
+ * replay or a shadow run opens libpq connections of its own.
  */
 #ifndef TERN_HTTP_H
 #define TERN_HTTP_H

@@ -2,6 +2,11 @@
  * http_internal.h — what http.c (GET, the daemon), http_post.c (POST), http_shadow.c and http_reply.c (the
  * replies, below the others) share: the endpoint's state, a POST body being read, the replies. Not for
  * other files.
+ *
+ * Threads: libmicrohttpd's, a thread per connection; is_replaying and is_stopping are atomics shared by them.
+ * Ownership: main owns the struct http_admin (http_admin_start/stop); a connection owns its http_upload,
+ * which http_completed frees; a body handed to http_reply or http_reply_with is theirs from then on.
+ * Never: seen outside admin/http*.c, or touches a session, a worker's ring or a pool connection.
  */
 #ifndef TERN_HTTP_INTERNAL_H
 #define TERN_HTTP_INTERNAL_H

@@ -8,6 +8,7 @@
  * and the run are shadow.h's (shadow_connect, shadow_exec), as the sampling thread's.
  *
  * Threads: the HTTP connection's (blocking libpq). Ownership: the answer is the caller's to free.
+ * Never: takes a connection from the pool, or touches a worker or a session.
  */
 #ifndef TERN_HTTP_SHADOW_H
 #define TERN_HTTP_SHADOW_H

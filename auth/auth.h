@@ -1,12 +1,12 @@
 /*
  * auth.h — the user list tern authenticates clients against (PgBouncer's userlist.txt format) and
  * PostgreSQL's md5 password scheme. SCRAM itself lives in scram.h; this module only stores secrets.
- * It knows nothing of sockets, sessions or the wire protocol.
  *
  * Threads: a loaded auth_file is immutable, so any number of threads may look users up at once; a
  * reload builds a new file and the caller swaps and destroys the old one when no session uses it.
  * Ownership: auth_file_load allocates; auth_file_destroy wipes every secret and frees. Pointers
  * returned by auth_file_find live as long as the file.
+ * Never: knows sockets, sessions or the wire protocol, or asks a server for a secret (auth_query.h does).
  *
  * File format: one user per line, `"name" "password"`; a doubled `""` inside quotes is one quote;
  * further fields are ignored; blank lines and lines starting with ';' or '#' are comments.

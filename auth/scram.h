@@ -16,6 +16,7 @@
  * server certificate with scram_server_set_channel_binding() and passes the client's mechanism choice to
  * scram_server_select_mechanism(); this module never sees TLS. A caller that does neither gets plain
  * SCRAM-SHA-256 exactly as before.
+ * Never: sees a socket, a session, TLS (the binding's hash is handed in) or the PostgreSQL wire format.
  */
 #ifndef TERN_SCRAM_H
 #define TERN_SCRAM_H
@@ -163,7 +164,7 @@ void scram_server_deinit(struct scram_server *s);
  * No password is known: the proof is ClientKey XOR HMAC(H(ClientKey), AuthMessage), and the server is
  * checked with the ServerKey of the same secret. That works only when the server stores exactly that
  * secret (same salt and iteration count), which scram_client_final checks first. Plain SCRAM-SHA-256
- * only (no channel binding: tern's server connections are not TLS). */
+ * only: the client-first says "n" (no channel binding), whether or not the login runs over TLS. */
 struct scram_client {
 	enum scram_step step;
 	struct scram_secret secret; /* salt and iterations the server must offer; ServerKey checks it */

@@ -7,7 +7,10 @@
  * never the server's address.
  *
  * Threads: server_auth_ops run on the opener's thread, one exchange per login, sharing nothing.
- * Ownership: an exchange is allocated by begin and wiped and freed by end.
+ * Ownership: an exchange is allocated by begin (with no secret when a profile=polar server's key has none:
+ * that login answers trust alone) and wiped and freed by end.
+ * Never: touches a socket, TLS or a session: the login (pool/login.c) reads the server's requests and sends
+ * the answers written here.
  */
 #ifndef TERN_SERVER_AUTH_H
 #define TERN_SERVER_AUTH_H

@@ -1,3 +1,5 @@
+/* The base helpers' out-of-line half: the assertion's report, the log line and its lock, byte buffers and
+ * growing arrays, C strings read from a body and copied with a bound. See base.h. */
 #include "base.h"
 
 #include <errno.h>

@@ -1,7 +1,15 @@
 /*
  * base.h — the leaf helpers every tern module may include: assertions, branch hints, intrusive
- * lists, clocks, logging and small limits. Nothing here knows PostgreSQL, io_uring or sessions.
- * Thread-safe: the logger takes one short lock per line and returns at once when the level is off.
+ * lists, a growable byte buffer, big-endian integers and NUL-terminated strings, a monotonic clock,
+ * logging and a bounded string copy.
+ *
+ * Threads: any. The logger takes one short lock per line and returns at once when the level is off;
+ * the level is read and written atomically (a reload sets it while every thread logs). Nothing else
+ * here keeps state: lists and buffers are their caller's, and so is their locking.
+ * Ownership: a base_bytes' data and a base_grow array are the caller's, grown with realloc and freed
+ * with free().
+ * Never: includes another tern folder, or knows PostgreSQL's messages, io_uring or sessions (the byte
+ * readers know network order and C strings, nothing more).
  */
 #ifndef TERN_BASE_H
 #define TERN_BASE_H

@@ -7,8 +7,11 @@
  * ignored; a call through a quoted identifier is never on the list). Anything it cannot parse is a
  * write. route.c routes by it.
  *
- * Threads: any; pure functions of their inputs (libpg_query keeps per-thread memory contexts).
- * Ownership: the caller owns the result; nothing points into the query text after a call.
+ * Threads: any; pure functions of their inputs (libpg_query keeps per-thread memory contexts), but for
+ * a classify_cache, which is one worker's.
+ * Ownership: the caller owns the result and the cache; nothing points into the query text after a call.
+ * Never: sees a session, a connection or a message (it is given a query's text), or decides where a
+ * query goes (route.c does) or whether to replay it (replay/decide.c does).
  */
 #ifndef TERN_CLASSIFY_H
 #define TERN_CLASSIFY_H

@@ -1,3 +1,6 @@
+/* tern's configuration (config.h): the one table of keys, values parsed and written as text, a file loaded
+ * with libinih and checked across keys ([databases] entries go to databases.c), the conninfo for a server
+ * with [tls] server_tls_* added, and the reference output (--help-config, the README table, the man page). */
 #include "config.h"
 
 #include "databases.h"

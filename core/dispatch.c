@@ -1,3 +1,5 @@
+/* The dispatch of dispatch.h: the observers' registry in the order they are asked, the type tables built
+ * from it, and the calls that walk a mask of observers. See dispatch.h. */
 #include "dispatch.h"
 
 #include "session.h"

@@ -5,6 +5,9 @@
  *
  * Threads: any; the table changes under its mutex, the counts are atomic. Names are databases as
  * clients ask for them.
+ * Ownership: the runtime embeds the table (main's gates_init and gates_deinit); it holds names, no pointers.
+ * Never: holds or wakes a session (the console bumps the pause generation and the workers look again), or
+ * knows the PAUSE of every database (the runtime's is_paused).
  */
 #ifndef TERN_GATES_H
 #define TERN_GATES_H

@@ -1,3 +1,5 @@
+/* The host of host.h: its lists set up, and the worker-local cache of released connections (take, put, and
+ * the flush back to the pool). See host.h. */
 #include "host.h"
 
 void host_init(struct host *host, uint32_t index, struct tern_runtime *runtime, const struct host_ops *ops)

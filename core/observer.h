@@ -20,6 +20,8 @@
  *
  * Threads: the session's worker. Ownership: an observer keeps no pointer into a message after its hook
  * returns; what must outlive it is copied into the observer's bounded state.
+ * Never: sees the worker or the admin console (no observer includes them), or reads a socket: messages
+ * reach an observer from the relay, through dispatch.c.
  */
 #ifndef TERN_OBSERVER_H
 #define TERN_OBSERVER_H

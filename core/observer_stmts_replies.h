@@ -1,5 +1,13 @@
 /*
- * observer_stmts_replies.h — what observer_stmts.c asks of the replies the server owes (observer_stmts_replies.c).
+ * observer_stmts_replies.h — what observer_stmts.c asks of the replies the server owes (observer_stmts_replies.c):
+ * each leg's queue of the replies owed, in order; the replies tern makes up, sent where the server's would
+ * have been; the server's answers matched against the queue (tern's own hidden); and the names DISCARD ALL
+ * and DEALLOCATE ALL forget.
+ *
+ * Threads: the session's worker. Ownership: a leg's reply queue holds the made-up replies' data (taken by
+ * stmts_make_reply_for, which frees it on failure) and a reference on the stmt a made ParseComplete is for.
+ * Never: included but by observer_stmts*.c (the relay reaches statements through dispatch.c), or rewrites a
+ * client message (observer_stmts.c does).
  */
 #ifndef TERN_OBSERVER_STMTS_REPLIES_H
 #define TERN_OBSERVER_STMTS_REPLIES_H

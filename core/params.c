@@ -1,3 +1,5 @@
+/* Tracked parameters (params.h): the tracked names, a connection's reported values, and the SET that gives
+ * a client its own values back. See params.h. */
 #include "params.h"
 
 #include <errno.h>

@@ -5,7 +5,8 @@
  * ParameterStatus can be tracked: that is how tern learns a client changed one.
  *
  * Threads: the tracked-name list is built once at startup and read-only after; a session's values
- * belong to its worker. Ownership: callers own every buffer.
+ * belong to its worker. Ownership: callers own every buffer; a params_tracked owns its extra names.
+ * Never: reads a message or sends a SET: observer_params.c watches the protocol and sends what this builds.
  */
 #ifndef TERN_PARAMS_H
 #define TERN_PARAMS_H

@@ -1,3 +1,6 @@
+/* The wire protocol of proto.h: the frame scanner (forwarded bytes reported as runs of the caller's chunk;
+ * a message read or held is assembled only when it spans chunks), the startup and error parsers, and the
+ * builders. See proto.h. */
 #include "proto.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* The table of reasons.h: each way a session ends, with what the client, the log and the metrics get. */
 #include "reasons.h"
 
 static const struct session_end_info reasons[SESSION_END_REASON_COUNT] = {

@@ -1,6 +1,10 @@
 /*
  * reasons.h — why a session ended: one enum, and one table mapping each reason to the client's
- * SQLSTATE and message, the log level and the counter it feeds. Threads: read-only data, any thread.
+ * SQLSTATE, message and hint, the log level, and the name its log line and metric carry (the counter
+ * it feeds is host_stats.ended, by reason).
+ *
+ * Threads: read-only data, any thread. Ownership: the table and its strings are static.
+ * Never: ends a session, sends, logs or counts anything: session_end (session.c) does, from this table.
  */
 #ifndef TERN_REASONS_H
 #define TERN_REASONS_H

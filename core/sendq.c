@@ -1,3 +1,5 @@
+/* The send queue of sendq.h: slices in a circular array, their buffer references and heap blocks released as
+ * sends complete, one send in flight. See sendq.h. */
 #include "sendq.h"
 
 #include <errno.h>

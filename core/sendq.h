@@ -6,6 +6,8 @@
  * Threads: owned by one worker. Ownership: a slice holds one reference on its receive buffer, or owns
  * its heap block; both are released when the slice has been sent or the queue is cleared. The iovec
  * array and msghdr belong to the kernel while the send op is armed.
+ * Never: parses the bytes it queues, knows whose queue it is, opens or closes its fd, or handles its own
+ * completion (the owner's on_sent accounts it with sendq_sent).
  */
 #ifndef TERN_SENDQ_H
 #define TERN_SENDQ_H

@@ -11,6 +11,9 @@
  * toward the server and, while attached, a pool connection). It is freed by the worker only when none
  * of its ops or its legs' is armed. Every session ends through session_end with one reason (see
  * reasons.h); a lost server connection goes through one decision (session_decide_lost) first.
+ * Never: calls the worker, the admin console or the parts above it directly (session.c, session_events.c):
+ * the worker is a host, the console a session_console, and the login, the relay, routing and Transaction
+ * Replay are reached through session_parts alone.
  */
 #ifndef TERN_SESSION_H
 #define TERN_SESSION_H

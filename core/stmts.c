@@ -1,3 +1,5 @@
+/* The pieces of stmts.h: stmts named by a 128-bit hash of their Parse content, a client's name map and a
+ * connection's cache (open addressing; the cache evicts its least recently used), the reply queue. See stmts.h. */
 #include "stmts.h"
 
 #include <errno.h>

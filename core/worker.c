@@ -1,3 +1,5 @@
+/* The worker thread of worker.h: accepts, the loop and the end of each pass (ends, starved reads, local
+ * hand-overs, the mailbox, flushes, reaping), the tick, cancels, questions to every worker, the drain. */
 #include "worker.h"
 
 #include "auth_query.h"

@@ -1,11 +1,19 @@
 /*
- * worker.h — one worker thread: its io_uring, its SO_REUSEPORT listener with multishot accept, its
- * client sessions, its mailbox of granted pool requests, and its worker-local cache of server
- * connections released during the current loop pass.
+ * worker.h — one worker thread: its ring (io_uring, or epoll), its listeners (listen.h's sockets, a
+ * multishot accept each), its client sessions, its mailbox (granted pool requests, CancelRequests,
+ * auth_query answers, questions to every worker), its worker-local cache of server connections released
+ * during the current loop pass, its tick (timeouts, waits, PAUSE's gate, the SIGTERM drain) and the
+ * counters it publishes.
  *
- * Threads: everything in struct worker is the worker thread's, except the mailbox (short mutex) and
- * the ring's eventfd (worker_wake). The runtime is shared and read-only after startup, except the
- * atomic client count.
+ * Threads: everything in struct worker is the worker thread's, except the mailbox (short mutex), the
+ * ring's eventfd (worker_wake), and what other threads read atomically (published counters,
+ * pause_generation_seen, is_drained). The runtime is shared and read-only after startup, except its
+ * fields marked atomic (runtime.h).
+ * Ownership: main allocates the struct and ends it (worker_start .. worker_deinit, then closes the listeners
+ * a drain left open); the worker owns its ring, its sessions and its SHOW STATS table; a worker_job is its
+ * asker's, and worker_job_deinit frees its parts' answers.
+ * Never: touches another worker's sessions: what concerns them (a grant, a cancel, an auth_query answer,
+ * a job's part) is mailed to their worker.
  */
 #ifndef TERN_WORKER_H
 #define TERN_WORKER_H

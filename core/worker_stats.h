@@ -3,6 +3,10 @@
  * bookkeeping, and what a worker answers for them.
  *
  * Threads: a worker's own table, its thread's alone.
+ * Ownership: the worker embeds the table (its rows freed by worker_db_stats_deinit); a report is the
+ * caller's to free.
+ * Never: reads another worker's table (admin.c sums the workers' answers), or changes a session but for
+ * its stats (its row, its open server assignment closed).
  */
 #ifndef TERN_WORKER_STATS_H
 #define TERN_WORKER_STATS_H

@@ -1,3 +1,6 @@
+/* The pool's connections (pool.h): servers, the FREE/USED lists and their counters, the wait queue and its
+ * hand-overs, the limits and the evictions they allow, expiry and reconnects; each change under its server's
+ * mutex, the hooks after it. Keys and their groups are db.c's, snapshots snapshot.c's. See pool.h. */
 #include "pool.h"
 
 #include <errno.h>

@@ -2,7 +2,12 @@
  * buf_ring_compat.h — liburing 2.3 (Debian 12) has io_uring_register_buf_ring but not the
  * io_uring_setup_buf_ring / io_uring_free_buf_ring helpers added in 2.4; these are the few lines
  * they would do: map page-aligned memory for the ring of buffer descriptors and register it.
- * Private to ring/.
+ * Private to ring/: ring.c alone includes it.
+ *
+ * Threads: the ring's own thread, from ring_init and ring_deinit.
+ * Ownership: the mapping is the caller's (ring.c keeps it in groups[g].buf_ring) until
+ * ring_compat_free_buf_ring unregisters and unmaps it.
+ * Never: touches the receive buffers themselves (ring.c adds them to the ring), or keeps state of its own.
  */
 #ifndef TERN_BUF_RING_COMPAT_H
 #define TERN_BUF_RING_COMPAT_H

@@ -1,3 +1,5 @@
+/* The ring of ring.h on io_uring (the strongest setup the kernel takes; else each call goes to ring_epoll.c):
+ * submissions, the completion loop, the tick, the wake-up eventfd and the receive buffers. See ring.h. */
 #include "ring.h"
 
 #include "buf_ring_compat.h"

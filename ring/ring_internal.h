@@ -8,6 +8,7 @@
  * would carry: ring-wide buffer ids in flags >> 16, the buffer and more bits, -ENOBUFS, -ECANCELED.
  * Threads and ownership as ring.h says; memory named in an op (data, msghdr, iovecs) is read only until
  * its final result is queued, which is no earlier than io_uring would let it go.
+ * Never: names liburing (ring_epoll.c includes only this and ring_state.h), PostgreSQL, TLS or sessions.
  */
 #ifndef TERN_RING_INTERNAL_H
 #define TERN_RING_INTERNAL_H

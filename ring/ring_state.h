@@ -5,6 +5,7 @@
  * the epoll backend needs nothing of ring.c.
  *
  * Threads and ownership: as ring.h says.
+ * Never: names liburing (the struct io_uring hides behind ring->uring), PostgreSQL, TLS or sessions.
  */
 #ifndef TERN_RING_STATE_H
 #define TERN_RING_STATE_H

@@ -2,10 +2,13 @@
  * patroni.h — the Patroni topology source: one GET of a Patroni REST API's /cluster, and what it says
  * of the leader. tern follows an HA manager's choice rather than guessing; it never promotes a server.
  *
- * The request is plain HTTP/1.1 over a blocking socket with one deadline (no HTTP client library is in
- * the dependency list, and /cluster needs a GET and a body). The answer is parsed with jansson.
+ * The request is plain HTTP/1.1 over a non-blocking socket polled up to one deadline (no HTTP client
+ * library is in the dependency list, and /cluster needs a GET and a body); the name lookup before it
+ * (getaddrinfo) is not bounded by that deadline. The answer is parsed with jansson.
  *
  * Threads: the monitor's thread alone calls it; nothing here keeps state between calls.
+ * Ownership: the caller owns the view and the error text; the socket and the answer live for one call.
+ * Never: promotes or fences a server, or names one of [servers]: monitor.c matches the leader to one.
  */
 #ifndef TERN_PATRONI_H
 #define TERN_PATRONI_H

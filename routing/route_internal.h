@@ -1,6 +1,9 @@
 /*
  * route_internal.h — what the files of routing (route*.c) share among themselves: the five are one
  * concern cut by what each holds, so they call each other here. No other file includes it (test_layout.c).
+ *
+ * Threads and ownership: as route.h says (the session's worker; routing's state in the session and its legs).
+ * Never: a way in for the rest of tern, which calls routing through route.h and route_setting.h alone.
  */
 #ifndef TERN_ROUTE_INTERNAL_H
 #define TERN_ROUTE_INTERNAL_H

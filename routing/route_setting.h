@@ -1,6 +1,10 @@
 /*
  * route_setting.h — routing's own session parameters, tern.consistency and tern.transaction_split
  * (route_setting.c): what the login reads of them in a startup packet, and what routing's files ask.
+ *
+ * Threads: the session's worker. Ownership: the client's values live in the session's routing state
+ * (struct session_route's settings), which route_setting.c alone writes.
+ * Never: sends a tern.* setting to a server, or routes a query (route.c does).
  */
 #ifndef TERN_ROUTE_SETTING_H
 #define TERN_ROUTE_SETTING_H

@@ -2,6 +2,10 @@
  * route_types.h — routing's state, per session (struct session_route, s->routing) and per leg (struct
  * leg_route, leg->route): the types the session and the leg hold for it, so routing's files (route*.c)
  * own them and the rest reads them by name.
+ *
+ * Threads: the session's worker. Ownership: the session and the leg embed them; the held query, the backlog
+ * and the held reply are freed by route_deinit; the pool_server pointers name servers, which the pool owns.
+ * Never: written outside routing/route*.c (tests/unit/test_layout.c fails such a line); no behaviour here.
  */
 #ifndef TERN_ROUTE_TYPES_H
 #define TERN_ROUTE_TYPES_H
