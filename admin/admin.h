@@ -4,8 +4,9 @@
  * answering PgBouncer's SHOW commands with its column names, order and types (admin_show.c), and
  * RELOAD, PAUSE/RESUME [db], SUSPEND, KILL, DISABLE/ENABLE, RECONNECT, WAIT_CLOSE and SHUTDOWN.
  *
- * Threads: runs on the session's worker; reads the pool through its snapshots (never its locks) and
- * the config, which is read-only. What lives in other workers' sessions (SHOW CLIENTS, SHOW STATS) is
+ * Threads: runs on the session's worker; reads the pool through its snapshots and the config, which is
+ * read-only; KILL, RECONNECT and WAIT_CLOSE call the pool (pool_reconnect, pool_close_pending,
+ * pool_is_idle_for), which take each server's mutex for a moment. What lives in other workers' sessions (SHOW CLIENTS, SHOW STATS) is
  * asked of those workers through their mailboxes (worker_job), never read from here. RELOAD and
  * SHUTDOWN signal the main thread; PAUSE and RESUME flip the runtime's gate (session_pause_gate).
  * main registers admin_console in the runtime; sessions and workers reach it only through that handler.

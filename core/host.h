@@ -2,10 +2,11 @@
  * host.h — the part of a worker that its sessions and their server legs may touch: the worker's
  * io_uring, its lists of sessions (live, ending, starved for buffers, with bytes to flush), its parked
  * requests, its worker-local cache of server connections released in the current loop pass, its
- * counters, and the two calls that reach the worker itself (a granted pool request, a cancel).
+ * counters, and the three calls that reach the worker itself (a granted pool request, a cancel, an
+ * auth_query answer).
  *
- * Threads: the worker's thread only, except host_ops.request_done (any thread: it posts to the
- * worker's mailbox). A worker embeds its host; sessions hold a pointer to it and never see the worker.
+ * Threads: the worker's thread only, except host_ops.request_done and lookup_done (any thread: the pool's
+ * and the auth_query thread post to the worker's mailbox). A worker embeds its host; sessions hold a pointer to it and never see the worker.
  * Ownership: the local cache holds USED connections for the pool (DESIGN §4); host_local_flush gives them
  * back at the end of each pass.
  * Never: knows sessions' insides, the admin console, or the worker's thread, mailbox and jobs.
