@@ -3146,6 +3146,30 @@ def server_tls_carries_tern_s_own_scram_login_and_auth_query(ctx):
 
 
 @test
+def server_tls_pooled_connections_are_dropped_when_the_server_ends_them_and_closed_when_they_expire(ctx):
+    """A pooled TLS connection whose backend is terminated while idle is noticed and replaced: the next
+    client gets a new backend over TLS. server_idle_timeout then closes the idle ones (Terminate and
+    close_notify through tern's TLS state, then libpq's close into nothing): the server sees them go, and
+    tern stays up (this case also runs under ASan by hand: TERN_BINARY=build-asan/tern)."""
+    s = tls_servers()
+    t = server_tls_tern(ctx, "primary = " + s.by_name(), verify_full(s),
+                        pool="server_login_retry = 0\nquery_wait_timeout = 20s\nserver_idle_timeout = 1s")
+    first = psql_ok(t.port, "select pg_backend_pid()")
+    check(psql_ok(t.port, SERVER_TLS_ROW).startswith("t|TLSv1.3|"), "over TLS")
+    check(psql_ok(t.port, "select pg_backend_pid()") == first, "the pooled connection is reused")
+    s.pg.psql("select pg_terminate_backend(%s)" % first)
+    wait_for(lambda: s.pg.psql("select count(*) from pg_stat_activity where pid = %s" % first) == "0",
+             "the backend is gone", timeout=10)
+    second = psql_ok(t.port, "select pg_backend_pid()")
+    check(second != first, "a new backend after the idle one was terminated: %s" % second)
+    check(psql_ok(t.port, SERVER_TLS_ROW).startswith("t|TLSv1.3|"), "the new one over TLS too")
+    wait_for(lambda: s.pg.psql("select count(*) from pg_stat_activity where pid = %s" % second) == "0",
+             "server_idle_timeout closes the idle TLS connection", timeout=15)
+    log = s.pg.psql("select 1")  # the server still serves; tern too:
+    check(log == "1" and t.alive() and psql_ok(t.port, "select 7") == "7", "tern serves on")
+
+
+@test
 def server_tls_carries_the_monitor_s_own_scram_login(ctx):
     """The monitor logs in as tls_scram (its servers' conninfo names the user), whose auth_file entry is the
     server's SCRAM verifier alone: before a client proved the password it has no credential (both servers
