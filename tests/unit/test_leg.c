@@ -980,3 +980,38 @@ Test(leg_tls, the_servers_close_notify_is_a_closed_connection)
 	leg_destroy(leg);
 	tx.leg = NULL;
 }
+
+/* Known bug (core/leg.c, leg_tls_fail): the warning is "server connection pid %u: TLS: %s" over
+ * tls_conn_error_text, whose texts for a failed record or handshake already begin with "TLS" (tls.c:
+ * "TLS: wrong version number", "TLS output waiting to be sent passed ..."), so the line reads
+ * "server connection pid 4343: TLS: TLS: wrong version number". */
+Test(leg_tls, a_tls_failure_is_logged_with_one_tls_prefix)
+{
+	struct leg *leg = tls_leg_attached(0);
+	leg_resume(leg);
+	char log_path[160];
+	snprintf(log_path, sizeof(log_path), "%s/stderr.log", tx.dir);
+	int log_fd = open(log_path, O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0600);
+	cr_assert_geq(log_fd, 0);
+	fflush(stderr);
+	int saved = dup(STDERR_FILENO);
+	cr_assert_geq(saved, 0);
+	cr_assert_eq(dup2(log_fd, STDERR_FILENO), STDERR_FILENO);
+	static const uint8_t garbage[] = {'E', 0, 0, 0, 8, 'M', 'n', 'o', 0}; /* plaintext where a record belongs */
+	server_write(garbage, sizeof(garbage));
+	tls_run_until(tls_is_lost, "the loss");
+	fflush(stderr);
+	cr_assert_eq(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+	close(saved);
+	char log[1024] = "";
+	ssize_t n = pread(log_fd, log, sizeof(log) - 1, 0);
+	close(log_fd);
+	unlink(log_path);
+	cr_assert_gt(n, 0, "a TLS failure is logged");
+	log[n] = '\0';
+	cr_assert_not_null(strstr(log, "server connection pid 4343: TLS"), "%s", log);
+	cr_assert_null(strstr(log, "TLS: TLS"), "the reason says TLS once: %s", log);
+	cr_assert_eq(tx.fault, LEG_FAULT_CLOSED);
+	leg_destroy(leg);
+	tx.leg = NULL;
+}
