@@ -42,8 +42,8 @@ static int leg_tls_send(struct leg *leg)
 
 static void leg_tls_fail(struct leg *leg, int rc)
 {
-	TERN_WARN("server connection pid %u: TLS: %s", leg->conn->backend_pid,
-		  rc == -ENOMEM ? "out of memory" : tls_conn_error_text(leg_tls_conn(leg)));
+	TERN_WARN("server connection pid %u: %s", leg->conn->backend_pid,
+		  rc == -ENOMEM ? "TLS: out of memory" : tls_conn_error_text(leg_tls_conn(leg)));
 }
 
 /* to_server's filter while the leg holds a TLS connection. */

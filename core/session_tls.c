@@ -50,7 +50,7 @@ static void tls_fail(struct session *s, int rc)
 		session_end(s, SESSION_END_CLIENT_CLOSED);
 		return;
 	}
-	TERN_INFO("client TLS: %s", rc == -ENOMEM ? "out of memory" : tls_conn_error_text(t->conn));
+	TERN_INFO("client %s", rc == -ENOMEM ? "TLS: out of memory" : tls_conn_error_text(t->conn));
 	if (tls_take_output(t) == 0)
 		sendq_flush(&t->wire, &s->host->ring);
 	session_end(s, rc == -ENOMEM ? SESSION_END_OUT_OF_MEMORY : SESSION_END_TLS_FAILED);
