@@ -346,36 +346,43 @@ static int login_take_messages(struct pool_login *l)
 	return rc;
 }
 
+/* Moves the login's bytes, in the clear or through its TLS: >0 bytes moved, 0 to wait (pool_login_events),
+ * <0 failed with l->error set. */
+static int login_io(struct pool_login *l, int op, uint8_t *data, uint32_t len)
+{
+	if (l->tls) {
+		l->tls_events = 0;
+		return l->tls_ops->login_io(l->tls, op, data, len, &l->tls_events, &l->error);
+	}
+	for (;;) {
+		ssize_t n = op == POOL_TLS_WRITE ? send(l->fd, data, len, MSG_NOSIGNAL) : recv(l->fd, data, len, 0);
+		if (n > 0)
+			return (int)n;
+		if (n == 0) { /* (a send of len > 0 never returns 0) */
+			login_fail(l, "08006", "the server closed the connection during the login");
+			return -ECONNRESET;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN)
+			return 0;
+		int rc = -errno;
+		login_fail(l, "08006", "could not %s the server: %s", op == POOL_TLS_WRITE ? "write to" : "read from",
+			   strerror(-rc));
+		return rc;
+	}
+}
+
 static int login_read(struct pool_login *l)
 {
 	for (;;) {
 		int rc = login_take_messages(l);
 		if (rc != 0 || l->phase == POOL_LOGIN_WRITING)
 			return rc;
-		if (l->tls) {
-			l->tls_events = 0;
-			rc = l->tls_ops->login_io(l->tls, POOL_TLS_READ, l->in + l->in_len, sizeof(l->in) - l->in_len,
-						  &l->tls_events, &l->error);
-			if (rc <= 0)
-				return rc;
-			l->in_len += (uint32_t)rc;
-			continue;
-		}
-		ssize_t got = recv(l->fd, l->in + l->in_len, sizeof(l->in) - l->in_len, 0);
-		if (got == 0) {
-			login_fail(l, "08006", "the server closed the connection during the login");
-			return -ECONNRESET;
-		}
-		if (got < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN)
-				return 0;
-			rc = -errno;
-			login_fail(l, "08006", "could not read from the server: %s", strerror(-rc));
+		rc = login_io(l, POOL_TLS_READ, l->in + l->in_len, sizeof(l->in) - l->in_len);
+		if (rc <= 0)
 			return rc;
-		}
-		l->in_len += (uint32_t)got;
+		l->in_len += (uint32_t)rc;
 	}
 }
 
@@ -451,31 +458,10 @@ int pool_login_advance(struct pool_login *l)
 			return rc;
 	}
 	while (l->phase == POOL_LOGIN_WRITING) {
-		if (l->tls) {
-			l->tls_events = 0;
-			int rc = l->tls_ops->login_io(l->tls, POOL_TLS_WRITE, l->out + l->out_sent, l->out_len - l->out_sent,
-						      &l->tls_events, &l->error);
-			if (rc <= 0)
-				return rc;
-			l->out_sent += (uint32_t)rc;
-			if (l->out_sent == l->out_len) {
-				explicit_bzero(l->out, l->out_len);
-				l->out_len = l->out_sent = 0;
-				l->phase = POOL_LOGIN_READING;
-			}
-			continue;
-		}
-		ssize_t sent = send(l->fd, l->out + l->out_sent, l->out_len - l->out_sent, MSG_NOSIGNAL);
-		if (sent < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN)
-				return 0;
-			int rc = -errno;
-			login_fail(l, "08006", "could not write to the server: %s", strerror(-rc));
+		int rc = login_io(l, POOL_TLS_WRITE, l->out + l->out_sent, l->out_len - l->out_sent);
+		if (rc <= 0)
 			return rc;
-		}
-		l->out_sent += (uint32_t)sent;
+		l->out_sent += (uint32_t)rc;
 		if (l->out_sent == l->out_len) {
 			explicit_bzero(l->out, l->out_len);
 			l->out_len = l->out_sent = 0;

@@ -3170,6 +3170,26 @@ def server_tls_pooled_connections_are_dropped_when_the_server_ends_them_and_clos
 
 
 @test
+def tern_s_own_login_under_require_refuses_a_server_without_tls_with_08004(ctx):
+    """A user with only a SCRAM verifier in auth_file is logged in to the server by tern itself
+    (pool/login.c); under server_tls_sslmode = require, the suite's server without TLS answers its
+    SSLRequest with N: the client gets 08004 at once, and the same user logs in when TLS is preferred."""
+    role = "own_login_%d" % os.getpid()
+    ctx.pg.psql("drop role if exists %s; create role %s login password 'ownpw'" % (role, role))
+    secret = ctx.pg.psql("select rolpassword from pg_authid where rolname = '%s'" % role)
+    check(secret.startswith("SCRAM-SHA-256$"), "a verifier: %r" % secret[:20])
+    users = {"users.txt": '"%s" "%s"\n' % (role, secret)}
+    auth = "[auth]\nmode = scram\nauth_file = users.txt"
+    servers = "primary = host=127.0.0.1 port=%d" % ctx.pg.primary_port
+    t = server_tls_tern(ctx, servers, "server_tls_sslmode = require", auth=auth, files=users)
+    r = psql(t.port, "select 1", user=role, password="ownpw")
+    check(r.returncode != 0 and "server does not support SSL" in r.stderr, "refused: %r" % r.stderr)
+    check("(08004)" in t.log_tail(200), "08004 in tern's log: %r" % t.log_tail(200)[-600:])
+    t = server_tls_tern(ctx, servers, "server_tls_sslmode = prefer", auth=auth, files=users)
+    check(psql_ok(t.port, "select 2", user=role, password="ownpw") == "2", "prefer: in the clear")
+
+
+@test
 def server_tls_carries_the_monitor_s_own_scram_login(ctx):
     """The monitor logs in as tls_scram (its servers' conninfo names the user), whose auth_file entry is the
     server's SCRAM verifier alone: before a client proved the password it has no credential (both servers
