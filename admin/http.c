@@ -6,8 +6,8 @@
 #include "http_internal.h"
 
 #include "digest.h"
-#include "replay/history.h"
-#include "replay/history_replay.h"
+#include "replay/journal.h"
+#include "replay/journal_rerun.h"
 #include "routing/monitor.h"
 #include "shadow.h"
 #include "replay/decide.h"
@@ -104,11 +104,11 @@ static void http_route_paths(FILE *f, const char *name, const struct host_route_
 		fprintf(f, "%s{%s} %llu\n", name, rows[i].labels, (unsigned long long)rows[i].value);
 }
 
-/* Committed history and its journal on disk (history.h). */
-static void http_journal_metrics(FILE *f, struct history *h)
+/* Committed history and its journal on disk (journal.h). */
+static void http_journal_metrics(FILE *f, struct journal *h)
 {
-	struct history_counters c;
-	history_counters(h, &c);
+	struct journal_counters c;
+	journal_counters(h, &c);
 	http_counter(f, "tern_journal_transactions_total", "committed transactions that entered committed history",
 		     c.committed);
 	http_counter(f, "tern_journal_incomplete_total",
@@ -136,7 +136,7 @@ static void http_journal_metrics(FILE *f, struct history *h)
 	fprintf(f, "tern_journal_fsync_seconds_max %.6f\n", (double)c.fsync_ns_max / 1e9);
 	http_counter(f, "tern_journal_write_errors_total", "failed writes and fdatasync calls of the journal's writer",
 		     c.disk_errors);
-	http_counter(f, "tern_journal_replay_runs_total", "operator replays asked for (POST /api/replay)", c.replay_runs);
+	http_counter(f, "tern_journal_replay_runs_total", "operator replays asked for (POST /api/replay)", c.reruns);
 }
 
 /* [shadow] sampling's counts, and each query fingerprint's (shadow.h). */
@@ -311,8 +311,8 @@ char *http_metrics_text(struct tern_runtime *rt)
 	fprintf(f, "tern_transactions_total{via=\"local_reuse\"} %llu\n", (unsigned long long)t->local_reuse);
 	fprintf(f, "tern_transactions_total{via=\"pool\"} %llu\n", (unsigned long long)t->pool_checkouts);
 
-	if (rt->history)
-		http_journal_metrics(f, rt->history);
+	if (rt->journal)
+		http_journal_metrics(f, rt->journal);
 	if (rt->shadow)
 		http_shadow_metrics(f, rt->shadow);
 
@@ -364,7 +364,7 @@ static json_t *http_replay_json(struct tern_runtime *rt, const struct host_stats
 }
 
 /* /api/status's "journal": enabled (tr_enabled at startup), and the coverage. */
-static json_t *http_journal_json(struct history *h)
+static json_t *http_journal_json(struct journal *h)
 {
 	json_t *journal = h ? http_coverage_json(h) : json_object();
 	if (journal)
@@ -419,7 +419,7 @@ char *http_status_json(struct tern_runtime *rt)
 	if (status)
 		json_object_set_new(status, "replay", http_replay_json(rt, t));
 	if (status)
-		json_object_set_new(status, "journal", http_journal_json(rt->history));
+		json_object_set_new(status, "journal", http_journal_json(rt->journal));
 	char *text = status ? json_dumps(status, JSON_INDENT(2)) : NULL;
 	json_decref(status);
 	return text;

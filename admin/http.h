@@ -4,7 +4,7 @@
  *                     read-wait histogram, ring and session counters per worker, the journal's counters;
  *   GET /api/status   the same state as JSON (jansson), with the journal's coverage;
  *   GET /api/digests  the query digests (digest.h), by total time;
- *   POST /api/replay  operator replay of committed history (history_replay.h), a JSON body {"mode":
+ *   POST /api/replay  operator replay of committed history (journal_rerun.h), a JSON body {"mode":
  *                     "committed_history" | "time_window" (the default), "target": a libpq conninfo, "from",
  *                     "to": RFC 3339 times, "after_commit_seq": N}. 200 with {applied, failed, partial,
  *                     stopped_at, last_commit_seq, error?, coverage}; 400 a bad body; 401 no or a wrong

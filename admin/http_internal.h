@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-struct history;
+struct journal;
 
 /* A replay request is a conninfo, two times and a number: a few hundred bytes. */
 #define HTTP_BODY_MAX (64u * 1024u)
@@ -54,7 +54,7 @@ enum MHD_Result http_reply(struct MHD_Connection *conn, unsigned int code, const
 /* {"error": message} as text (malloc'd; NULL when out of memory). */
 char *http_error_body(const char *message);
 /* Committed history's coverage as /api/status and /api/replay give it. */
-json_t *http_coverage_json(struct history *h);
+json_t *http_coverage_json(struct journal *h);
 /* A POST to /api/replay or /api/shadow: libmicrohttpd's calls for one request (headers, each piece of the
  * body, then none left), answered once the body is in. */
 enum MHD_Result http_post_request(struct http_admin *h, struct MHD_Connection *conn, const char *url, const char *method,

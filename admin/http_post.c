@@ -1,11 +1,11 @@
 /* The admin HTTP endpoint's POST requests (http.h): the body read on the connection's thread, who may ask
- * (http_token, a loopback listener), then POST /api/replay (history_replay.h, on that thread: a replay of
+ * (http_token, a loopback listener), then POST /api/replay (journal_rerun.h, on that thread: a replay of
  * minutes leaves the rest answering) or POST /api/shadow (shadow.h). */
 #include "http_internal.h"
 #include "http_shadow.h"
 
-#include "replay/history.h"
-#include "replay/history_replay.h"
+#include "replay/journal.h"
+#include "replay/journal_rerun.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -35,11 +35,11 @@ static bool http_token_matches(const char *header, const char *token)
 /* The request's JSON into *req, its strings pointing into *root (the caller's to json_decref). 0, or -EINVAL
  * with the reason in err (400). Every key but target is optional; a key tern does not know is refused, so a
  * misspelt after_commit_seq never silently means "everything". */
-static int http_replay_parse(const struct http_upload *u, struct history_replay_request *req, json_t **root,
+static int http_replay_parse(const struct http_upload *u, struct rerun_request *req, json_t **root,
 			     char *err, size_t err_size)
 {
 	json_error_t jerr;
-	*req = (struct history_replay_request){.mode = HISTORY_REPLAY_TIME_WINDOW, .to_us = UINT64_MAX};
+	*req = (struct rerun_request){.mode = RERUN_TIME_WINDOW, .to_us = UINT64_MAX};
 	*root = json_loadb(u->data ? u->data : "", u->len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!*root) {
 		snprintf(err, err_size, "the body is not JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
@@ -56,9 +56,9 @@ static int http_replay_parse(const struct http_upload *u, struct history_replay_
 		if (strcmp(key, "mode") == 0) {
 			const char *mode = json_string_value(value);
 			if (mode && strcmp(mode, "committed_history") == 0) {
-				req->mode = HISTORY_REPLAY_COMMITTED_HISTORY;
+				req->mode = RERUN_COMMITTED_HISTORY;
 			} else if (mode && strcmp(mode, "time_window") == 0) {
-				req->mode = HISTORY_REPLAY_TIME_WINDOW;
+				req->mode = RERUN_TIME_WINDOW;
 			} else {
 				snprintf(err, err_size, "mode: expected \"committed_history\" or \"time_window\"");
 				return -EINVAL;
@@ -71,7 +71,7 @@ static int http_replay_parse(const struct http_upload *u, struct history_replay_
 			}
 		} else if (strcmp(key, "from") == 0 || strcmp(key, "to") == 0) {
 			const char *text = json_string_value(value);
-			if (!text || history_replay_parse_time(text, key[0] == 'f' ? &req->from_us : &req->to_us) < 0) {
+			if (!text || rerun_parse_time(text, key[0] == 'f' ? &req->from_us : &req->to_us) < 0) {
 				snprintf(err, err_size, "%s: expected an RFC 3339 time such as 2024-05-01T12:00:00Z or "
 					 "2024-05-01T14:00:00.5+02:00", key);
 				return -EINVAL;
@@ -99,7 +99,7 @@ static int http_replay_parse(const struct http_upload *u, struct history_replay_
 }
 
 /* A replay's answer: what applied, where it stopped, and what backed it. */
-static char *http_replay_result_body(const struct history_replay_result *r, struct history *h)
+static char *http_replay_result_body(const struct rerun_result *r, struct journal *h)
 {
 	json_t *body = json_pack("{s:I, s:I, s:b, s:o, s:I, s:o}", "applied", (json_int_t)r->applied, "failed",
 				 (json_int_t)r->failed, "partial", r->is_partial, "stopped_at",
@@ -160,13 +160,13 @@ static enum MHD_Result http_replay_answer(struct http_admin *h, struct MHD_Conne
 	enum MHD_Result refusal;
 	if (!http_post_is_allowed(h, conn, u, "/api/replay", &refusal))
 		return refusal;
-	if (!h->rt->history || !cfg->tr_enabled)
+	if (!h->rt->journal || !cfg->tr_enabled)
 		return http_reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json",
-				  http_error_body(h->rt->history ? "tr_enabled = false: operator replay is off"
+				  http_error_body(h->rt->journal ? "tr_enabled = false: operator replay is off"
 								 : "tr_enabled = false at startup: there is no committed history"));
-	struct history_replay_request req;
+	struct rerun_request req;
 	json_t *root = NULL;
-	char err[HISTORY_REPLAY_ERROR_MAX];
+	char err[RERUN_ERROR_MAX];
 	if (http_replay_parse(u, &req, &root, err, sizeof(err)) < 0) {
 		json_decref(root);
 		return http_reply(conn, MHD_HTTP_BAD_REQUEST, "application/json", http_error_body(err));
@@ -178,12 +178,12 @@ static enum MHD_Result http_replay_answer(struct http_admin *h, struct MHD_Conne
 	req.is_cancelled = &h->is_stopping;
 	uint64_t started = base_now_ns();
 	TERN_INFO("POST /api/replay: %s after commit_seq %" PRIu64 " (deadline %u s)",
-		  req.mode == HISTORY_REPLAY_COMMITTED_HISTORY ? "committed_history" : "time_window", req.after_commit_seq,
+		  req.mode == RERUN_COMMITTED_HISTORY ? "committed_history" : "time_window", req.after_commit_seq,
 		  cfg->replay_deadline_secs);
 	/* No idle timeout while the replay runs; setting it again afterwards restarts its clock. */
 	(void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-	struct history_replay_result *result = malloc(sizeof(*result));
-	int rc = result ? history_replay_run(h->rt->history, &req, started + cfg->replay_deadline_secs * BASE_NS_PER_SEC,
+	struct rerun_result *result = malloc(sizeof(*result));
+	int rc = result ? journal_rerun(h->rt->journal, &req, started + cfg->replay_deadline_secs * BASE_NS_PER_SEC,
 					     result, err, sizeof(err))
 			: -ENOMEM;
 	(void)MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, HTTP_CONNECTION_TIMEOUT_S);
@@ -194,11 +194,11 @@ static enum MHD_Result http_replay_answer(struct http_admin *h, struct MHD_Conne
 		TERN_INFO("POST /api/replay: applied %" PRIu64 ", failed %" PRIu64 "%s in %.1f s%s%s", result->applied,
 			  result->failed, result->is_partial ? ", partial" : "", (double)(base_now_ns() - started) / 1e9,
 			  result->error[0] ? ": " : "", result->error);
-		answer = http_reply(conn, MHD_HTTP_OK, "application/json", http_replay_result_body(result, h->rt->history));
+		answer = http_reply(conn, MHD_HTTP_OK, "application/json", http_replay_result_body(result, h->rt->journal));
 	} else if (rc == -EPERM) {
 		TERN_INFO("POST /api/replay refused: %s", err);
 		json_t *body = json_pack("{s:s, s:I, s:o}", "error", err, "commit_seq", (json_int_t)result->stopped_at,
-					 "coverage", http_coverage_json(h->rt->history));
+					 "coverage", http_coverage_json(h->rt->journal));
 		char *text = body ? json_dumps(body, JSON_INDENT(2)) : NULL;
 		json_decref(body);
 		answer = http_reply(conn, MHD_HTTP_CONFLICT, "application/json", text);

@@ -2,7 +2,7 @@
  * body, committed history's coverage. Below both http.c (GET) and http_post.c (POST); calls neither. */
 #include "http_internal.h"
 
-#include "replay/history.h"
+#include "replay/journal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +40,10 @@ char *http_error_body(const char *message)
 }
 
 /* What backs committed history now (the coverage block of a replay's answer). */
-json_t *http_coverage_json(struct history *h)
+json_t *http_coverage_json(struct journal *h)
 {
-	struct history_coverage c;
-	history_coverage(h, &c);
+	struct journal_coverage c;
+	journal_coverage(h, &c);
 	return json_pack("{s:I, s:I, s:I, s:I, s:b}", "retained_transactions", (json_int_t)c.retained_transactions,
 			 "retained_bytes", (json_int_t)c.retained_bytes, "commit_seq_high", (json_int_t)c.commit_seq_high,
 			 "dropped_transactions", (json_int_t)c.dropped_transactions, "durable", c.is_durable);

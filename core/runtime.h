@@ -17,7 +17,7 @@
 
 struct auth_file;
 struct digest_shared;
-struct history;
+struct journal;
 struct shadow;
 struct auth_query;
 struct pool;
@@ -37,7 +37,7 @@ struct tern_runtime {
 	struct monitor *monitor;
 	struct digest_shared *digests; /* query digests ([admin] query_digests; NULL: off) */
 	struct failover_log failovers; /* the last lost primary connections (recover.c) */
-	struct history *history;       /* committed history (the journal; NULL with tr_enabled = false) */
+	struct journal *journal;        /* committed history (the journal; NULL with tr_enabled = false) */
 	struct shadow *shadow;         /* [shadow] sampling's thread (NULL without [shadow] target) */
 	/* The monitor stored new answers (monitor_generation moved): wake the workers with reads waiting for
 	 * a replica. Set by main; any thread. */

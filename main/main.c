@@ -6,7 +6,7 @@
 #include "import.h"
 #include "listen.h"
 #include "digest.h"
-#include "replay/history.h"
+#include "replay/journal.h"
 #include "shadow.h"
 #include "http.h"
 #include "routing/monitor.h"
@@ -471,7 +471,7 @@ int main(int argc, char **argv)
 	rt.topology_changed = worker_topology_changed;
 	failover_log_init(&rt.failovers);
 	/* Committed history: before the listeners, so an unwritable [journal] dir stops startup. */
-	if (cfg.tr_enabled && history_open(&rt.history, &cfg, err, sizeof(err)) < 0) {
+	if (cfg.tr_enabled && journal_open(&rt.journal, &cfg, err, sizeof(err)) < 0) {
 		fprintf(stderr, "tern: %s: %s\n", config_path, err);
 		return 1;
 	}
@@ -633,7 +633,7 @@ int main(int argc, char **argv)
 	if (rt.digests)
 		digest_shared_deinit(rt.digests); /* the workers and the HTTP thread have stopped */
 	failover_log_deinit(&rt.failovers);
-	history_close(rt.history); /* the workers and the HTTP thread have stopped: the writer drains */
+	journal_close(rt.journal); /* the workers and the HTTP thread have stopped: the writer drains */
 	/* The pool thread stops before pool_deinit (it must not touch what that frees) and before the
 	 * workers are freed (a late answer to a parked request still lands in a worker's mailbox). */
 	pool_opener_stop(opener);

@@ -33,7 +33,7 @@ struct journal_segment_file {
 	uint64_t bytes;     /* on disk, header included */
 };
 
-struct journal {
+struct journal_dir {
 	int dir_fd; /* open for the whole life of the journal: the lock, and every *at() call */
 	int fd;     /* the newest segment, appended to */
 	uint64_t segment_bytes;
@@ -45,7 +45,7 @@ struct journal {
 	bool is_dir_dirty;   /* a segment was created or deleted since the directory was last synced */
 	bool must_rotate;    /* a failed write left a partial frame that could not be cut off */
 	int last_errno;      /* of the last failed write, so a run of the same failure is logged once */
-	struct journal_stats stats; /* counters: written by the owner thread, read by any (atomics) */
+	struct journal_dir_stats stats; /* counters: written by the owner thread, read by any (atomics) */
 	char path[PATH_MAX];
 };
 
@@ -191,7 +191,7 @@ int journal_segment_scan(const uint8_t *body, size_t len, journal_record_fn fn, 
 /* ---- the segment list ---- */
 
 /* Room for one more segment in the list. */
-static int segments_reserve(struct journal *j)
+static int segments_reserve(struct journal_dir *j)
 {
 	if (j->segment_count < j->segment_cap)
 		return 0;
@@ -204,7 +204,7 @@ static int segments_reserve(struct journal *j)
 	return 0;
 }
 
-static int segments_push(struct journal *j, uint64_t first_seq, uint64_t bytes)
+static int segments_push(struct journal_dir *j, uint64_t first_seq, uint64_t bytes)
 {
 	int rc = segments_reserve(j);
 	if (rc != 0)
@@ -223,7 +223,7 @@ static int segment_compare(const void *a, const void *b)
 }
 
 /* The segments in the directory, oldest first (sizes filled in as each is read). */
-static int segments_list(struct journal *j, char *err, size_t errsize)
+static int segments_list(struct journal_dir *j, char *err, size_t errsize)
 {
 	int fd = dup(j->dir_fd);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -266,7 +266,7 @@ static int segments_list(struct journal *j, char *err, size_t errsize)
 
 /* ---- reading back ---- */
 
-struct journal_open {
+struct segment_open {
 	journal_record_fn fn;
 	void *ctx;
 	char *err;
@@ -275,8 +275,8 @@ struct journal_open {
 
 /* A newest segment shorter than its header was cut while it was being created: it gets its header again.
  * Anything else shorter than a header is refused. */
-static int segment_repair_header(struct journal *j, int fd, const char *name, uint64_t size, bool is_newest,
-				 const struct journal_open *o)
+static int segment_repair_header(struct journal_dir *j, int fd, const char *name, uint64_t size, bool is_newest,
+				 const struct segment_open *o)
 {
 	uint8_t expected[JOURNAL_SEGMENT_HEADER_BYTES], found[JOURNAL_SEGMENT_HEADER_BYTES];
 	segment_header(expected);
@@ -309,7 +309,7 @@ static int segment_repair_header(struct journal *j, int fd, const char *name, ui
 
 /* Reads one segment back: its header checked, each intact record to the callback, and the tail cut when it
  * is the newest. Its size after that goes into the list. */
-static int segment_read(struct journal *j, uint32_t index, int fd, const struct journal_open *o)
+static int segment_read(struct journal_dir *j, uint32_t index, int fd, const struct segment_open *o)
 {
 	struct journal_segment_file *segment = &j->segments[index];
 	bool is_newest = index + 1 == j->segment_count;
@@ -391,7 +391,7 @@ static int segment_read(struct journal *j, uint32_t index, int fd, const struct 
 
 /* Creates a segment for records from `first_seq` on (named after the newest one's when that is not
  * higher, so names stay in order) and makes it the one appended to. */
-static int segment_create(struct journal *j, uint64_t first_seq)
+static int segment_create(struct journal_dir *j, uint64_t first_seq)
 {
 	if (j->segment_count > 0)
 		first_seq = TERN_MAX(first_seq, j->segments[j->segment_count - 1].first_seq + 1);
@@ -420,7 +420,7 @@ static int segment_create(struct journal *j, uint64_t first_seq)
 }
 
 /* Deletes the oldest whole segments while the directory holds more than retain_bytes; never the newest. */
-static void segments_retain(struct journal *j)
+static void segments_retain(struct journal_dir *j)
 {
 	uint32_t deleted = 0;
 	while (j->segment_count - deleted > 1 && j->disk_bytes > j->retain_bytes) {
@@ -442,14 +442,14 @@ static void segments_retain(struct journal *j)
 	stat_add(&j->stats.segments_deleted, deleted);
 }
 
-static void stats_publish(struct journal *j)
+static void stats_publish(struct journal_dir *j)
 {
 	stat_set(&j->stats.segment_count, j->segment_count);
 	stat_set(&j->stats.disk_bytes, j->disk_bytes);
 }
 
 /* The segment left behind is synced first, whatever the policy, so only the newest may have a torn tail. */
-static int segment_rotate(struct journal *j, uint64_t first_seq)
+static int segment_rotate(struct journal_dir *j, uint64_t first_seq)
 {
 	if (fdatasync(j->fd) != 0)
 		TERN_WARN("journal: fdatasync of a full segment in %s failed: %s", j->path, strerror(errno));
@@ -462,7 +462,7 @@ static int segment_rotate(struct journal *j, uint64_t first_seq)
 	return 0;
 }
 
-int journal_append(struct journal *j, const uint8_t *payload, uint32_t len)
+int journal_dir_append(struct journal_dir *j, const uint8_t *payload, uint32_t len)
 {
 	TERN_ASSERT(j != NULL && j->fd >= 0 && j->segment_count > 0);
 	TERN_ASSERT(payload != NULL);
@@ -506,7 +506,7 @@ int journal_append(struct journal *j, const uint8_t *payload, uint32_t len)
 	return rc;
 }
 
-int64_t journal_sync(struct journal *j)
+int64_t journal_dir_sync(struct journal_dir *j)
 {
 	TERN_ASSERT(j != NULL && j->fd >= 0);
 	uint64_t start_ns = base_now_ns();
@@ -544,7 +544,7 @@ static int dir_create(const char *path, char *err, size_t errsize)
 	return 0;
 }
 
-static int journal_load(struct journal *j, const struct journal_open *o)
+static int journal_load(struct journal_dir *j, const struct segment_open *o)
 {
 	int rc = segments_list(j, o->err, o->errsize);
 	for (uint32_t i = 0; rc == 0 && i < j->segment_count; i++) {
@@ -577,7 +577,7 @@ static int journal_load(struct journal *j, const struct journal_open *o)
 }
 
 int journal_dir_open(const char *dir, uint64_t segment_bytes, uint64_t retain_bytes, journal_record_fn fn,
-		     void *ctx, struct journal **out, char *err, size_t errsize)
+		     void *ctx, struct journal_dir **out, char *err, size_t errsize)
 {
 	TERN_ASSERT(dir != NULL && out != NULL && (err != NULL || errsize == 0));
 	TERN_ASSERT(segment_bytes >= JOURNAL_SEGMENT_BYTES_MIN && segment_bytes <= JOURNAL_SEGMENT_BYTES_MAX);
@@ -587,7 +587,7 @@ int journal_dir_open(const char *dir, uint64_t segment_bytes, uint64_t retain_by
 		set_err(err, errsize, "journal: directory name is empty or too long");
 		return -EINVAL;
 	}
-	struct journal *j = calloc(1, sizeof(*j));
+	struct journal_dir *j = calloc(1, sizeof(*j));
 	if (j == NULL) {
 		set_err(err, errsize, "journal: out of memory");
 		return -ENOMEM;
@@ -611,11 +611,11 @@ int journal_dir_open(const char *dir, uint64_t segment_bytes, uint64_t retain_by
 		set_err(err, errsize, "journal: directory %s is in use by another process (%s)", dir, strerror(-rc));
 	}
 	if (rc == 0) {
-		struct journal_open o = {.fn = fn, .ctx = ctx, .err = err, .errsize = errsize};
+		struct segment_open o = {.fn = fn, .ctx = ctx, .err = err, .errsize = errsize};
 		rc = journal_load(j, &o);
 	}
 	if (rc != 0) {
-		journal_close(j);
+		journal_dir_close(j);
 		return rc;
 	}
 	segments_retain(j);
@@ -624,29 +624,29 @@ int journal_dir_open(const char *dir, uint64_t segment_bytes, uint64_t retain_by
 	return 0;
 }
 
-void journal_stats(const struct journal *j, struct journal_stats *out)
+void journal_dir_stats(const struct journal_dir *j, struct journal_dir_stats *out)
 {
 	TERN_ASSERT(j != NULL && out != NULL);
 	const uint64_t *from = (const uint64_t *)(const void *)&j->stats;
 	uint64_t *to = (uint64_t *)(void *)out;
-	static_assert(sizeof(struct journal_stats) % sizeof(uint64_t) == 0, "journal_stats holds u64 only");
+	static_assert(sizeof(struct journal_dir_stats) % sizeof(uint64_t) == 0, "journal_dir_stats holds u64 only");
 	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
 		to[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
 }
 
-uint64_t journal_commit_seq_high(const struct journal *j)
+uint64_t journal_dir_commit_seq_high(const struct journal_dir *j)
 {
 	TERN_ASSERT(j != NULL);
 	return __atomic_load_n(&j->stats.commit_seq_high, __ATOMIC_RELAXED);
 }
 
-const char *journal_dir_path(const struct journal *j)
+const char *journal_dir_path(const struct journal_dir *j)
 {
 	TERN_ASSERT(j != NULL);
 	return j->path;
 }
 
-void journal_close(struct journal *j)
+void journal_dir_close(struct journal_dir *j)
 {
 	if (j == NULL)
 		return;

@@ -16,8 +16,8 @@
  * bad frame in an older segment ends the reading of that segment, is reported, and nothing is deleted.
  * An unknown version or magic is refused, naming the file.
  *
- * Threads: a journal is used by one thread at a time (the writer thread once it runs); journal_stats and
- * journal_commit_seq_high may be called from any. Ownership: journal_dir_open allocates, journal_close
+ * Threads: a journal is used by one thread at a time (the writer thread once it runs); journal_dir_stats and
+ * journal_dir_commit_seq_high may be called from any. Ownership: journal_dir_open allocates, journal_dir_close
  * frees. The directory is locked (flock) while open, so two processes never append to one journal.
  * Never: knows sessions or sockets; touches files in the directory other than its segments; deletes
  * the segment being written.
@@ -42,7 +42,7 @@
 typedef int (*journal_record_fn)(void *ctx, const struct journal_record_view *record, const uint8_t *payload,
 				 uint32_t len);
 
-struct journal_stats {
+struct journal_dir_stats {
 	/* Since open. */
 	uint64_t records_written;
 	uint64_t bytes_written; /* frames, headers included */
@@ -73,7 +73,7 @@ struct journal_scan {
 	uint64_t commit_seq_high; /* of the intact records; 0 when none */
 };
 
-struct journal;
+struct journal_dir;
 
 /* Reads the frames of a segment's body (what follows its header) from memory, handing each intact record to
  * `fn` (may be NULL), until the bytes end or a frame does not check. 0, or what `fn` returned to stop. */
@@ -85,23 +85,23 @@ TERN_MUST_USE int journal_segment_scan(const uint8_t *body, size_t len, journal_
  * newest for appending (a new one when there is none). Retention applies at once. 0 and *out, or a
  * negative errno and a message naming the directory or file in err[0..errsize). */
 TERN_MUST_USE int journal_dir_open(const char *dir, uint64_t segment_bytes, uint64_t retain_bytes, journal_record_fn fn,
-				   void *ctx, struct journal **out, char *err, size_t errsize);
+				   void *ctx, struct journal_dir **out, char *err, size_t errsize);
 
 /* Appends one encoded record (its commit_seq read from it), rotating and deleting old segments as needed.
  * 0; -EINVAL when the payload is too short or too long to be a record; or the errno of the failed write,
  * after which the segment ends at its last whole frame (or, if that cannot be restored, the next append
  * starts a new segment). */
-TERN_MUST_USE int journal_append(struct journal *j, const uint8_t *payload, uint32_t len);
+TERN_MUST_USE int journal_dir_append(struct journal_dir *j, const uint8_t *payload, uint32_t len);
 
 /* fdatasync of the segment being written, and fsync of the directory after a segment was created or
  * deleted. The nanoseconds it took, or a negative errno. */
-TERN_MUST_USE int64_t journal_sync(struct journal *j);
+TERN_MUST_USE int64_t journal_dir_sync(struct journal_dir *j);
 
-void journal_stats(const struct journal *j, struct journal_stats *out);
-uint64_t journal_commit_seq_high(const struct journal *j);
-const char *journal_dir_path(const struct journal *j);
+void journal_dir_stats(const struct journal_dir *j, struct journal_dir_stats *out);
+uint64_t journal_dir_commit_seq_high(const struct journal_dir *j);
+const char *journal_dir_path(const struct journal_dir *j);
 
-/* Closes the files (without a sync: journal_sync first when that matters) and frees `j`. */
-void journal_close(struct journal *j);
+/* Closes the files (without a sync: journal_dir_sync first when that matters) and frees `j`. */
+void journal_dir_close(struct journal_dir *j);
 
 #endif

@@ -17,7 +17,7 @@ struct journal_writer_item {
 };
 
 struct journal_writer {
-	struct journal *journal;
+	struct journal_dir *journal;
 	enum journal_fsync_policy policy;
 	uint64_t interval_ns;
 	uint32_t capacity;
@@ -78,11 +78,11 @@ static uint64_t writer_write_batch(struct journal_writer *w, struct base_list *b
 	struct base_list *node;
 	while ((node = base_list_pop_head(batch)) != NULL) {
 		struct journal_writer_item *item = TERN_CONTAINER_OF(node, struct journal_writer_item, node);
-		if (journal_append(w->journal, item->payload, item->len) == 0) {
+		if (journal_dir_append(w->journal, item->payload, item->len) == 0) {
 			stat_add(&w->stats.written, 1);
 			stat_add(&w->stats.bytes, item->len);
 		} else {
-			stat_add(&w->stats.write_errors, 1); /* journal_append logged it */
+			stat_add(&w->stats.write_errors, 1); /* journal_dir_append logged it */
 		}
 		free(item);
 		count++;
@@ -93,7 +93,7 @@ static uint64_t writer_write_batch(struct journal_writer *w, struct base_list *b
 /* Syncs; true when it worked. */
 static bool writer_sync(struct journal_writer *w)
 {
-	int64_t ns = journal_sync(w->journal);
+	int64_t ns = journal_dir_sync(w->journal);
 	if (ns < 0) {
 		stat_add(&w->stats.fsync_errors, 1);
 		TERN_ERROR("journal: fdatasync in %s failed: %s", journal_dir_path(w->journal), strerror((int)-ns));
@@ -160,7 +160,7 @@ static void *writer_main(void *arg)
 	return NULL;
 }
 
-int journal_writer_start(struct journal_writer **out, struct journal *j, uint32_t queue_capacity,
+int journal_writer_start(struct journal_writer **out, struct journal_dir *j, uint32_t queue_capacity,
 			 enum journal_fsync_policy policy, uint32_t fsync_interval_ms)
 {
 	TERN_ASSERT(out != NULL && j != NULL);

@@ -14,7 +14,7 @@
  *
  * Threads: journal_writer_submit and journal_writer_stats from any thread; start, set_paused and stop from
  * one owner. Ownership: start allocates, stop frees; the journal is borrowed: it must outlive the writer,
- * and only the writer thread touches it between start and stop (journal_stats excepted).
+ * and only the writer thread touches it between start and stop (journal_dir_stats excepted).
  * Never: blocks a submitter on disk or on a lock held across I/O; reorders records.
  */
 #ifndef TERN_REPLAY_JOURNAL_WRITER_H
@@ -43,7 +43,7 @@ struct journal_writer_stats {
 	uint64_t written; /* records appended */
 	uint64_t bytes;   /* their payload bytes */
 	uint64_t dropped; /* records refused: the queue was full (or a copy could not be allocated) */
-	uint64_t write_errors; /* records taken but not appended: the disk refused them (journal_append's error) */
+	uint64_t write_errors; /* records taken but not appended: the disk refused them (journal_dir_append's error) */
 	uint64_t fsyncs;
 	uint64_t fsync_errors;
 	uint64_t fsync_ns_total;
@@ -53,7 +53,7 @@ struct journal_writer_stats {
 struct journal_writer;
 
 /* Starts the writer thread over `j`. 0 and *out, or a negative errno (the thread could not start). */
-TERN_MUST_USE int journal_writer_start(struct journal_writer **out, struct journal *j, uint32_t queue_capacity,
+TERN_MUST_USE int journal_writer_start(struct journal_writer **out, struct journal_dir *j, uint32_t queue_capacity,
 				       enum journal_fsync_policy policy, uint32_t fsync_interval_ms);
 
 /* Copies payload[0..len) (an encoded record) into the queue: true, or false when it was dropped. */

@@ -2,7 +2,7 @@
  * records"): what the client sends on its primary leg — Query texts, and Parse texts with each Bind's
  * formats and values byte for byte — reconciled with what the server answers: each CommandComplete tag,
  * the first ErrorResponse, and ReadyForQuery's transaction status. A transaction enters committed history
- * (history.h) at the ReadyForQuery that leaves no transaction open, when the server said COMMIT to its
+ * (journal.h) at the ReadyForQuery that leaves no transaction open, when the server said COMMIT to its
  * BEGIN, or when it ran without one (autocommit statements, an implicit transaction of one request).
  *
  * Never kept: reads (a SELECT, SHOW or FETCH tag), a transaction that failed, was rolled back or was
@@ -16,7 +16,7 @@
 #include "core/observer.h"
 #include "core/session.h"
 
-#include "history.h"
+#include "journal.h"
 #include "core/sql.h"
 
 #include <arpa/inet.h>
@@ -40,7 +40,7 @@
 
 static bool journal_is_on(const struct session *s)
 {
-	return s->host->runtime->history != NULL && runtime_config(s->host->runtime)->tr_enabled;
+	return s->host->runtime->journal != NULL && runtime_config(s->host->runtime)->tr_enabled;
 }
 
 /* ---- the capture's own storage ---- */
@@ -202,7 +202,7 @@ static void journal_client_address(struct session *s)
 }
 
 /* The transaction committed: into committed history. */
-static void journal_commit(struct session *s, struct leg *leg)
+static void capture_commit(struct session *s, struct leg *leg)
 {
 	struct session_journal *j = &s->journal;
 	struct journal_statement *statements = malloc(j->kept_count * sizeof(*statements));
@@ -239,7 +239,7 @@ static void journal_commit(struct session *s, struct leg *leg)
 	};
 	struct timespec wall;
 	clock_gettime(CLOCK_REALTIME, &wall);
-	(void)history_commit(s->host->runtime->history, &r,
+	(void)journal_commit(s->host->runtime->journal, &r,
 			     (uint64_t)wall.tv_sec * 1000000u + (uint64_t)wall.tv_nsec / 1000u);
 	free(statements);
 }
@@ -315,7 +315,7 @@ static void journal_end_tx(struct session *s, struct leg *leg, bool is_commit)
 {
 	struct session_journal *j = &s->journal;
 	if (is_commit && j->kept_count > 0 && !j->is_failed)
-		journal_commit(s, leg);
+		capture_commit(s, leg);
 	journal_reset_tx(j);
 }
 

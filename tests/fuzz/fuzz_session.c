@@ -65,7 +65,7 @@
  */
 #include "digest.h"
 #include "dispatch.h"
-#include "replay/history.h"
+#include "replay/journal.h"
 #include "replay/recover.h"
 #include "routing/route.h"
 #include "session.h"
@@ -943,10 +943,10 @@ static void fuzz_begin(uint8_t bits)
 	rt->pool = &fz.pool;
 	rt->primary = primary;
 	rt->digests = cfg->query_digests ? &fz.digests : NULL;
-	rt->history = NULL;
+	rt->journal = NULL;
 	char err[256];
 	if (cfg->tr_enabled)
-		FUZZ_CHECK(history_open(&rt->history, cfg, err, sizeof(err)) == 0);
+		FUZZ_CHECK(journal_open(&rt->journal, cfg, err, sizeof(err)) == 0);
 	base_list_init(&fz.mailbox);
 	fz.server_count = fz.open_count = fz.sessions_started = fz.backend_pid = 0;
 	fz.is_open_held = fz.is_server_scripted = false;
@@ -1107,8 +1107,8 @@ static void fuzz_finish(void)
 		fuzz_bytes_free(&c->held);
 		fuzz_bytes_free(&c->out);
 	}
-	history_close(fz.runtime.history);
-	fz.runtime.history = NULL;
+	journal_close(fz.runtime.journal);
+	fz.runtime.journal = NULL;
 	free(host->classify_cache);
 	host->classify_cache = NULL;
 	free(host->digests);

@@ -114,23 +114,23 @@ static int collect(void *ctx, const struct journal_record_view *record, const ui
 	return 0;
 }
 
-static struct journal *open_collecting(const char *dir, uint64_t segment_bytes, uint64_t retain_bytes,
+static struct journal_dir *open_collecting(const char *dir, uint64_t segment_bytes, uint64_t retain_bytes,
 				       struct collected *c)
 {
 	char err[TEST_ERR_MAX] = "";
 	memset(c, 0, sizeof(*c));
-	struct journal *j = NULL;
+	struct journal_dir *j = NULL;
 	int rc = journal_dir_open(dir, segment_bytes, retain_bytes, collect, c, &j, err, sizeof(err));
 	cr_assert_eq(rc, 0, "open %s: %d %s", dir, rc, err);
 	cr_assert_not_null(j);
 	return j;
 }
 
-static void append_seq(struct journal *j, uint64_t seq, size_t pad)
+static void append_seq(struct journal_dir *j, uint64_t seq, size_t pad)
 {
 	static uint8_t buf[TEST_PAYLOAD_MAX];
 	size_t len = make_payload(seq, pad, buf, sizeof(buf));
-	cr_assert_eq(journal_append(j, buf, (uint32_t)len), 0, "append %llu", (unsigned long long)seq);
+	cr_assert_eq(journal_dir_append(j, buf, (uint32_t)len), 0, "append %llu", (unsigned long long)seq);
 }
 
 static void assert_seqs(const struct collected *c, uint64_t first, uint64_t last)
@@ -482,30 +482,30 @@ Test(journal, record_decoder_survives_random_corruption)
 Test(journal, segments_read_back_in_order_and_commit_seq_continues, .init = temp_dir_create, .fini = temp_dir_remove)
 {
 	struct collected c;
-	struct journal *j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
+	struct journal_dir *j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
 	cr_assert_eq(c.count, 0);
-	cr_assert_eq(journal_commit_seq_high(j), 0);
+	cr_assert_eq(journal_dir_commit_seq_high(j), 0);
 	for (uint64_t seq = 1; seq <= 100; seq++)
 		append_seq(j, seq, seq % 7);
-	cr_assert(journal_sync(j) >= 0);
-	struct journal_stats stats;
-	journal_stats(j, &stats);
+	cr_assert(journal_dir_sync(j) >= 0);
+	struct journal_dir_stats stats;
+	journal_dir_stats(j, &stats);
 	cr_assert_eq(stats.records_written, 100);
 	cr_assert_eq(stats.segment_count, 1);
-	journal_close(j);
+	journal_dir_close(j);
 
 	j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
 	assert_seqs(&c, 1, 100);
-	cr_assert_eq(journal_commit_seq_high(j), 100);
+	cr_assert_eq(journal_dir_commit_seq_high(j), 100);
 	for (uint64_t seq = 101; seq <= 110; seq++)
 		append_seq(j, seq, 0);
-	journal_close(j);
+	journal_dir_close(j);
 	j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
 	assert_seqs(&c, 1, 110);
-	journal_stats(j, &stats);
+	journal_dir_stats(j, &stats);
 	cr_assert_eq(stats.records_recovered, 110);
 	cr_assert_eq(stats.bytes_truncated, 0);
-	journal_close(j);
+	journal_dir_close(j);
 	uint64_t seqs[4], sizes[4];
 	cr_assert_eq(list_segments(temp_dir, seqs, sizes, 4), 1);
 	cr_assert_eq(seqs[0], 1, "an empty journal's first segment is named after commit_seq 1");
@@ -516,10 +516,10 @@ Test(journal, segments_read_back_in_order_and_commit_seq_continues, .init = temp
 static void check_tail_repair(void (*damage)(const char *path, uint64_t size), uint64_t intact_expected)
 {
 	struct collected c;
-	struct journal *j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
+	struct journal_dir *j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
 	for (uint64_t seq = 1; seq <= 10; seq++)
 		append_seq(j, seq, 0);
-	journal_close(j);
+	journal_dir_close(j);
 	char path[256];
 	segment_path(path, sizeof(path), temp_dir, 1);
 	struct stat st;
@@ -528,18 +528,18 @@ static void check_tail_repair(void (*damage)(const char *path, uint64_t size), u
 
 	j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
 	assert_seqs(&c, 1, intact_expected);
-	struct journal_stats stats;
-	journal_stats(j, &stats);
+	struct journal_dir_stats stats;
+	journal_dir_stats(j, &stats);
 	cr_assert(stats.bytes_truncated > 0);
-	cr_assert_eq(journal_commit_seq_high(j), intact_expected);
+	cr_assert_eq(journal_dir_commit_seq_high(j), intact_expected);
 	for (uint64_t seq = intact_expected + 1; seq <= 12; seq++)
 		append_seq(j, seq, 0);
-	journal_close(j);
+	journal_dir_close(j);
 	j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
 	assert_seqs(&c, 1, 12);
-	journal_stats(j, &stats);
+	journal_dir_stats(j, &stats);
 	cr_assert_eq(stats.bytes_truncated, 0);
-	journal_close(j);
+	journal_dir_close(j);
 }
 
 static void damage_cut_mid_record(const char *path, uint64_t size)
@@ -608,13 +608,13 @@ Test(journal, a_segment_cut_inside_its_header_gets_it_back, .init = temp_dir_cre
 	segment_path(path, sizeof(path), temp_dir, 7);
 	write_file(path, "TRN", 3, 0);
 	struct collected c;
-	struct journal *j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
+	struct journal_dir *j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
 	cr_assert_eq(c.count, 0);
 	append_seq(j, 7, 0);
-	journal_close(j);
+	journal_dir_close(j);
 	j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
 	assert_seqs(&c, 7, 7);
-	journal_close(j);
+	journal_dir_close(j);
 }
 
 static void check_refused(const void *header, size_t len, int rc_expected, const char *words)
@@ -622,7 +622,7 @@ static void check_refused(const void *header, size_t len, int rc_expected, const
 	char path[256], err[TEST_ERR_MAX] = "";
 	segment_path(path, sizeof(path), temp_dir, 1);
 	write_file(path, header, len, 0);
-	struct journal *j = (struct journal *)1;
+	struct journal_dir *j = (struct journal_dir *)1;
 	int rc = journal_dir_open(temp_dir, 1u << 20, 1u << 30, NULL, NULL, &j, err, sizeof(err));
 	cr_assert_eq(rc, rc_expected, "%d: %s", rc, err);
 	cr_assert_null(j);
@@ -647,19 +647,19 @@ Test(journal, rotation_and_retention_keep_the_newest_whole_segments, .init = tem
 {
 	const uint64_t segment_bytes = 4096, retain_bytes = 3 * 4096;
 	struct collected c;
-	struct journal *j = open_collecting(temp_dir, segment_bytes, retain_bytes, &c);
-	struct journal_stats stats;
+	struct journal_dir *j = open_collecting(temp_dir, segment_bytes, retain_bytes, &c);
+	struct journal_dir_stats stats;
 	for (uint64_t seq = 1; seq <= 300; seq++) {
 		append_seq(j, seq, 200);
-		journal_stats(j, &stats);
+		journal_dir_stats(j, &stats);
 		cr_assert(stats.disk_bytes <= retain_bytes + segment_bytes, "%llu bytes",
 			  (unsigned long long)stats.disk_bytes);
 	}
-	journal_stats(j, &stats);
+	journal_dir_stats(j, &stats);
 	cr_assert(stats.segments_rotated >= 20, "%llu rotations", (unsigned long long)stats.segments_rotated);
 	cr_assert(stats.segments_deleted > 0);
 	cr_assert_eq(stats.segments_rotated + 1 - stats.segments_deleted, stats.segment_count);
-	journal_close(j);
+	journal_dir_close(j);
 
 	uint64_t seqs[16], sizes[16];
 	uint32_t count = list_segments(temp_dir, seqs, sizes, 16);
@@ -675,49 +675,49 @@ Test(journal, rotation_and_retention_keep_the_newest_whole_segments, .init = tem
 	j = open_collecting(temp_dir, segment_bytes, retain_bytes, &c);
 	cr_assert_eq(c.seqs[0], seqs[0], "the oldest segment starts with its first record");
 	assert_seqs(&c, seqs[0], 300);
-	journal_close(j);
+	journal_dir_close(j);
 }
 
 Test(journal, retention_below_one_segment_never_deletes_the_current, .init = temp_dir_create, .fini = temp_dir_remove)
 {
 	struct collected c;
-	struct journal *j = open_collecting(temp_dir, 4096, 1, &c);
+	struct journal_dir *j = open_collecting(temp_dir, 4096, 1, &c);
 	for (uint64_t seq = 1; seq <= 50; seq++)
 		append_seq(j, seq, 300);
-	journal_close(j);
+	journal_dir_close(j);
 	uint64_t seqs[4], sizes[4];
 	cr_assert_eq(list_segments(temp_dir, seqs, sizes, 4), 1);
 	j = open_collecting(temp_dir, 4096, 1, &c);
 	cr_assert(c.count > 0);
 	assert_seqs(&c, seqs[0], 50);
-	journal_close(j);
+	journal_dir_close(j);
 }
 
 Test(journal, a_record_larger_than_a_segment_has_one_of_its_own, .init = temp_dir_create, .fini = temp_dir_remove)
 {
 	struct collected c;
-	struct journal *j = open_collecting(temp_dir, 4096, 1u << 30, &c);
+	struct journal_dir *j = open_collecting(temp_dir, 4096, 1u << 30, &c);
 	append_seq(j, 1, 0);
 	append_seq(j, 2, 10000);
 	append_seq(j, 3, 0);
-	journal_close(j);
+	journal_dir_close(j);
 	uint64_t seqs[4], sizes[4];
 	cr_assert_eq(list_segments(temp_dir, seqs, sizes, 4), 3);
 	cr_assert(seqs[0] == 1 && seqs[1] == 2 && seqs[2] == 3);
 	cr_assert(sizes[1] > 10000);
 	j = open_collecting(temp_dir, 4096, 1u << 30, &c);
 	assert_seqs(&c, 1, 3);
-	journal_close(j);
+	journal_dir_close(j);
 }
 
 Test(journal, a_bad_record_in_an_older_segment_stops_that_segment_only, .init = temp_dir_create,
      .fini = temp_dir_remove)
 {
 	struct collected c;
-	struct journal *j = open_collecting(temp_dir, 4096, 1u << 30, &c);
+	struct journal_dir *j = open_collecting(temp_dir, 4096, 1u << 30, &c);
 	for (uint64_t seq = 1; seq <= 40; seq++)
 		append_seq(j, seq, 300);
-	journal_close(j);
+	journal_dir_close(j);
 	uint64_t seqs[16], sizes[16];
 	uint32_t count = list_segments(temp_dir, seqs, sizes, 16);
 	cr_assert(count >= 3);
@@ -733,15 +733,15 @@ Test(journal, a_bad_record_in_an_older_segment_stops_that_segment_only, .init = 
 	close(fd);
 
 	j = open_collecting(temp_dir, 4096, 1u << 30, &c);
-	struct journal_stats stats;
-	journal_stats(j, &stats);
+	struct journal_dir_stats stats;
+	journal_dir_stats(j, &stats);
 	cr_assert_eq(stats.segments_damaged, 1);
 	cr_assert_eq(stats.bytes_truncated, 0);
 	cr_assert_eq(c.count, 40 - (in_first - 1));
 	cr_assert_eq(c.seqs[0], 1);
 	cr_assert_eq(c.seqs[1], seqs[1], "the next segment is read whole");
 	cr_assert_eq(c.seqs[c.count - 1], 40);
-	journal_close(j);
+	journal_dir_close(j);
 	struct stat st;
 	cr_assert_eq(stat(path, &st), 0);
 	cr_assert_eq((uint64_t)st.st_size, sizes[0], "nothing of the damaged segment is deleted");
@@ -753,7 +753,7 @@ Test(journal, an_unwritable_dir_fails_open_with_a_clear_error, .init = temp_dir_
 	snprintf(file, sizeof(file), "%s/file", temp_dir);
 	write_file(file, "x", 1, 0);
 	snprintf(dir, sizeof(dir), "%s/dir", file);
-	struct journal *j = NULL;
+	struct journal_dir *j = NULL;
 	int rc = journal_dir_open(dir, 4096, 1u << 30, NULL, NULL, &j, err, sizeof(err));
 	cr_assert_eq(rc, -ENOTDIR, "%d %s", rc, err);
 	cr_assert_null(j);
@@ -765,23 +765,23 @@ Test(journal, a_missing_dir_is_created_with_its_parents, .init = temp_dir_create
 	char dir[256];
 	snprintf(dir, sizeof(dir), "%s/a/b/journal", temp_dir);
 	struct collected c;
-	struct journal *j = open_collecting(dir, 4096, 1u << 30, &c);
+	struct journal_dir *j = open_collecting(dir, 4096, 1u << 30, &c);
 	struct stat st;
 	cr_assert_eq(stat(dir, &st), 0);
 	cr_assert_eq(st.st_mode & 0777, 0700);
-	journal_close(j);
+	journal_dir_close(j);
 }
 
 Test(journal, a_dir_in_use_is_refused, .init = temp_dir_create, .fini = temp_dir_remove)
 {
 	struct collected c;
-	struct journal *j = open_collecting(temp_dir, 4096, 1u << 30, &c);
+	struct journal_dir *j = open_collecting(temp_dir, 4096, 1u << 30, &c);
 	char err[TEST_ERR_MAX] = "";
-	struct journal *second = NULL;
+	struct journal_dir *second = NULL;
 	int rc = journal_dir_open(temp_dir, 4096, 1u << 30, NULL, NULL, &second, err, sizeof(err));
 	cr_assert_eq(rc, -EWOULDBLOCK, "%d %s", rc, err);
 	cr_assert(strstr(err, "in use") != NULL, "%s", err);
-	journal_close(j);
+	journal_dir_close(j);
 }
 
 Test(journal, scan_reports_how_frames_end)
@@ -812,7 +812,7 @@ Test(journal, scan_reports_how_frames_end)
 static void check_writer_policy(enum journal_fsync_policy policy)
 {
 	struct collected c;
-	struct journal *j = open_collecting(temp_dir, 64 * 1024, 1u << 30, &c);
+	struct journal_dir *j = open_collecting(temp_dir, 64 * 1024, 1u << 30, &c);
 	struct journal_writer *w = NULL;
 	cr_assert_eq(journal_writer_start(&w, j, 4096, policy, 1), 0);
 	uint8_t buf[TEST_PAYLOAD_MAX];
@@ -821,14 +821,14 @@ static void check_writer_policy(enum journal_fsync_policy policy)
 		cr_assert(journal_writer_submit(w, buf, (uint32_t)len), "submit %llu", (unsigned long long)seq);
 	}
 	journal_writer_stop(w);
-	struct journal_stats stats;
-	journal_stats(j, &stats);
+	struct journal_dir_stats stats;
+	journal_dir_stats(j, &stats);
 	cr_assert_eq(stats.records_written, 1000);
 	cr_assert(stats.segments_rotated > 0, "64 KiB segments rotate under 1000 records");
-	journal_close(j);
+	journal_dir_close(j);
 	j = open_collecting(temp_dir, 64 * 1024, 1u << 30, &c);
 	assert_seqs(&c, 1, 1000);
-	journal_close(j);
+	journal_dir_close(j);
 }
 
 Test(journal, writer_fsync_commit_writes_every_record_in_order, .init = temp_dir_create, .fini = temp_dir_remove)
@@ -864,7 +864,7 @@ Test(journal, writer_syncs_once_per_batch_under_commit_and_never_under_none, .in
      .fini = temp_dir_remove)
 {
 	struct collected c;
-	struct journal *j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
+	struct journal_dir *j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
 	uint8_t buf[TEST_PAYLOAD_MAX];
 	const enum journal_fsync_policy policies[] = {JOURNAL_FSYNC_COMMIT, JOURNAL_FSYNC_NONE};
 	for (size_t p = 0; p < TERN_ARRAY_LEN(policies); p++) {
@@ -894,16 +894,16 @@ Test(journal, writer_syncs_once_per_batch_under_commit_and_never_under_none, .in
 		cr_assert(stats.bytes > 0);
 		journal_writer_stop(w);
 	}
-	journal_close(j);
+	journal_dir_close(j);
 	j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
 	assert_seqs(&c, 1, 6);
-	journal_close(j);
+	journal_dir_close(j);
 }
 
 Test(journal, writer_full_queue_drops_and_counts, .init = temp_dir_create, .fini = temp_dir_remove)
 {
 	struct collected c;
-	struct journal *j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
+	struct journal_dir *j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
 	struct journal_writer *w = NULL;
 	cr_assert_eq(journal_writer_start(&w, j, 4, JOURNAL_FSYNC_COMMIT, 0), 0);
 	journal_writer_set_paused(w, true);
@@ -919,13 +919,13 @@ Test(journal, writer_full_queue_drops_and_counts, .init = temp_dir_create, .fini
 	cr_assert_eq(stats.dropped, 6);
 	cr_assert_eq(stats.written, 0);
 	journal_writer_stop(w); /* drains the paused writer */
-	struct journal_stats journal;
-	journal_stats(j, &journal);
+	struct journal_dir_stats journal;
+	journal_dir_stats(j, &journal);
 	cr_assert_eq(journal.records_written, 4);
-	journal_close(j);
+	journal_dir_close(j);
 	j = open_collecting(temp_dir, 1u << 20, 1u << 30, &c);
 	assert_seqs(&c, 1, 4);
-	journal_close(j);
+	journal_dir_close(j);
 }
 
 /* ---- the fuzz seeds ---- */

@@ -58,13 +58,13 @@ enum module { MODULE_OTHER = 0, MODULE_BASE, MODULE_CORE, MODULE_POOL, MODULE_RE
 static const char *const module_names[] = {"other", "base", "core", "pool", "replay", "ring", "auth", "routing", "replay wing", "admin", "main"};
 
 /* core's units, routing's (routing/) and replay's wing's (replay/), lowest first: the codec and
- * libraries, the journal's owner and operator replay, the process's shared state, routing's state (split,
+ * libraries, the journal (its owner) and operator replay (re-run), the process's shared state, routing's state (split,
  * route_types), what a worker lends its sessions, the session and its parts, routing (the monitor,
  * Patroni, reads on replicas, split transactions), Transaction Replay (a session's recovery, its record,
  * the journal's capture), then the login, the relay, the worker and main. */
 static const char *const core_order[] = {
 	"proto", "sendq", "reasons", "sql", "classify", "digest", "params", "stmts", "databases", "config", "import", "listen",
-	"gates", "history", "history_replay", "runtime", "shadow", "split", "route_types", "host", "leg",
+	"gates", "journal", "journal_rerun", "runtime", "shadow", "split", "route_types", "host", "leg",
 	"session", "session_events", "session_tls", "observer", "observer_copy", "observer_stmts_replies", "observer_stmts", "observer_params", "observer_pins",
 	"observer_stats", "observer_digest", "observer_shadow", "dispatch",
 	"patroni", "monitor_conn", "monitor", "route_internal", "route_setting", "route", "route_batch", "route_guard", "route_observer", "polar",
@@ -342,7 +342,7 @@ static const struct layout_state_owner {
 } layout_state_owners[] = {
 	{"routing", {"routing.", "route."}, {"routing/route"}, "routing's files (routing/route*)"},
 	{"Transaction Replay", {"replay."}, {"replay/"}, "replay/'s files"},
-	{"the journal", {"journal."}, {"replay/observer_journal", "replay/history"}, "replay/observer_journal.c, history*"},
+	{"the journal", {"journal."}, {"replay/observer_journal", "replay/journal"}, "replay/observer_journal.c, journal*"},
 	{"params", {"params."}, {"core/observer_params", "core/params"}, "core/observer_params.c, params.c"},
 	{"pins", {"pins."}, {"core/observer_pins"}, "core/observer_pins.c"},
 	{"stmts", {"stmts."}, {"core/observer_stmts", "core/stmts"}, "core/observer_stmts*.c, stmts.c"},
@@ -816,19 +816,19 @@ Test(layout, checker_keeps_replays_library_below_and_its_wing_in_its_place)
 	fake_write(root, "core/session.h", "#include \"proto.h\"\n");
 	fake_write(root, "core/session_relay.h", "#include \"session.h\"\n");
 	fake_write(root, "routing/route.h", "#include \"core/session.h\"\n");
-	fake_write(root, "replay/history.h", "#include \"journal_record.h\"\n#include \"core/proto.h\"\n"); /* fine */
-	fake_write(root, "replay/recover.h", "#include \"core/session.h\"\n#include \"history.h\"\n"); /* fine */
+	fake_write(root, "replay/journal.h", "#include \"journal_record.h\"\n#include \"core/proto.h\"\n"); /* fine */
+	fake_write(root, "replay/recover.h", "#include \"core/session.h\"\n#include \"journal.h\"\n"); /* fine */
 	fake_write(root, "replay/recover.c", "#include \"recover.h\"\n#include \"core/session_relay.h\"\n"
 					     "#include \"ring/ring.h\"\n#include \"routing/route.h\"\n");
 	fake_write(root, "core/leg.c", "#include \"proto.h\"\n#include \"replay/recover.h\"\n"); /* up */
 	fake_write(root, "core/worker.c", "#include \"replay/recover.h\"\n");                            /* down: fine */
-	fake_write(root, "routing/route.c", "#include \"route.h\"\n#include \"replay/history.h\"\n");
+	fake_write(root, "routing/route.c", "#include \"route.h\"\n#include \"replay/journal.h\"\n");
 	static const char *const expected[] = {
 		"replay/decide.c:2: replay includes \"recover.h\" from replay wing",
 		"replay/recover.c:2: includes core/session_relay.h, which is above it",
 		"replay/recover.c:3: replay wing includes \"ring/ring.h\" from ring",
 		"core/leg.c:2: includes replay/recover.h, which is above it",
-		"routing/route.c:2: routing includes \"replay/history.h\" from replay wing",
+		"routing/route.c:2: routing includes \"replay/journal.h\" from replay wing",
 	};
 	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
 }

@@ -1,7 +1,7 @@
-/* history_replay.c without a server: the request's RFC 3339 times, and what a run decides before it ever
+/* journal_rerun.c without a server: the request's RFC 3339 times, and what a run decides before it ever
  * reaches a target (an incomplete transaction refused, an empty window, a target that cannot be reached, a
  * deadline already passed). Replays against a real PostgreSQL are tests/integration/run_journal.py's. */
-#include "replay/history_replay.h"
+#include "replay/journal_rerun.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -25,7 +25,7 @@ Test(history_replay, rfc3339_times_read_as_microseconds_since_the_epoch)
 	};
 	for (size_t i = 0; i < TERN_ARRAY_LEN(cases); i++) {
 		uint64_t us = 1;
-		cr_assert_eq(history_replay_parse_time(cases[i].text, &us), 0, "%s", cases[i].text);
+		cr_assert_eq(rerun_parse_time(cases[i].text, &us), 0, "%s", cases[i].text);
 		cr_assert_eq(us, cases[i].us, "%s: %llu", cases[i].text, (unsigned long long)us);
 	}
 }
@@ -53,32 +53,32 @@ Test(history_replay, other_time_forms_are_refused)
 	};
 	for (size_t i = 0; i < TERN_ARRAY_LEN(cases); i++) {
 		uint64_t us = 7;
-		cr_assert_eq(history_replay_parse_time(cases[i], &us), -EINVAL, "%s", cases[i]);
+		cr_assert_eq(rerun_parse_time(cases[i], &us), -EINVAL, "%s", cases[i]);
 		cr_assert_eq(us, 7, "%s: untouched", cases[i]);
 	}
 }
 
-/* A memory-only history holding `count` one-statement transactions; flags[i] for the i-th. */
-static struct history *history_of(uint32_t count, const uint32_t *flags)
+/* A memory-only journal holding `count` one-statement transactions; flags[i] for the i-th. */
+static struct journal *journal_of(uint32_t count, const uint32_t *flags)
 {
 	struct tern_config cfg;
 	cr_assert_eq(config_init_defaults(&cfg), 0); /* (its [journal] dir is empty: memory only) */
-	struct history *h = NULL;
+	struct journal *h = NULL;
 	char err[256] = "";
-	cr_assert_eq(history_open(&h, &cfg, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(journal_open(&h, &cfg, err, sizeof(err)), 0, "%s", err);
 	config_deinit(&cfg);
 	static const struct journal_statement statement = {
 		.kind = JOURNAL_STATEMENT_SIMPLE, .text = {"insert into t values (1)", 24}, .tag = {"INSERT 0 1", 10}};
 	for (uint32_t i = 0; i < count; i++) {
 		struct journal_record r = {.flags = flags ? flags[i] : 0, .statements = &statement, .statement_count = 1};
-		cr_assert_eq(history_commit(h, &r, 1000000u * (i + 1)), i + 1);
+		cr_assert_eq(journal_commit(h, &r, 1000000u * (i + 1)), i + 1);
 	}
 	return h;
 }
 
-static struct history_replay_request request(enum history_replay_mode mode, const char *target)
+static struct rerun_request request(enum rerun_mode mode, const char *target)
 {
-	return (struct history_replay_request){.mode = mode, .target = target, .to_us = UINT64_MAX};
+	return (struct rerun_request){.mode = mode, .target = target, .to_us = UINT64_MAX};
 }
 
 /* A unix socket folder that does not exist: libpq fails at once, without the network. */
@@ -87,11 +87,11 @@ static const char unreachable[] = "host=/nonexistent/tern-test dbname=x connect_
 Test(history_replay, committed_history_refuses_a_window_with_an_incomplete_transaction_before_it_connects)
 {
 	const uint32_t flags[] = {0, JOURNAL_RECORD_INCOMPLETE, 0, JOURNAL_RECORD_INCOMPLETE};
-	struct history *h = history_of(4, flags);
-	struct history_replay_request req = request(HISTORY_REPLAY_COMMITTED_HISTORY, unreachable);
-	struct history_replay_result out;
-	char err[HISTORY_REPLAY_ERROR_MAX] = "";
-	cr_assert_eq(history_replay_run(h, &req, base_now_ns() + BASE_NS_PER_SEC, &out, err, sizeof(err)), -EPERM);
+	struct journal *h = journal_of(4, flags);
+	struct rerun_request req = request(RERUN_COMMITTED_HISTORY, unreachable);
+	struct rerun_result out;
+	char err[RERUN_ERROR_MAX] = "";
+	cr_assert_eq(journal_rerun(h, &req, base_now_ns() + BASE_NS_PER_SEC, &out, err, sizeof(err)), -EPERM);
 	cr_assert_eq(out.stopped_at, 2, "the first incomplete one is named");
 	cr_assert(strstr(err, "commit_seq 2 is incomplete"), "%s", err);
 	cr_assert_eq(out.applied, 0);
@@ -101,63 +101,63 @@ Test(history_replay, committed_history_refuses_a_window_with_an_incomplete_trans
 
 	/* Past it, or best effort over it: the run goes on (here to a target it cannot reach). */
 	req.after_commit_seq = 2;
-	req.mode = HISTORY_REPLAY_COMMITTED_HISTORY;
-	cr_assert_eq(history_replay_run(h, &req, base_now_ns() + BASE_NS_PER_SEC, &out, err, sizeof(err)), -EPERM,
+	req.mode = RERUN_COMMITTED_HISTORY;
+	cr_assert_eq(journal_rerun(h, &req, base_now_ns() + BASE_NS_PER_SEC, &out, err, sizeof(err)), -EPERM,
 		     "commit_seq 4 is incomplete too");
 	cr_assert_eq(out.stopped_at, 4);
 	req.after_commit_seq = 0;
-	req.mode = HISTORY_REPLAY_TIME_WINDOW;
-	cr_assert_eq(history_replay_run(h, &req, base_now_ns() + BASE_NS_PER_SEC, &out, err, sizeof(err)), 0);
+	req.mode = RERUN_TIME_WINDOW;
+	cr_assert_eq(journal_rerun(h, &req, base_now_ns() + BASE_NS_PER_SEC, &out, err, sizeof(err)), 0);
 	cr_assert(out.is_partial);
 
-	struct history_counters c;
-	history_counters(h, &c);
-	cr_assert_eq(c.replay_runs, 3, "every run is counted, a refused one too");
-	history_close(h);
+	struct journal_counters c;
+	journal_counters(h, &c);
+	cr_assert_eq(c.reruns, 3, "every run is counted, a refused one too");
+	journal_close(h);
 }
 
 Test(history_replay, an_unreachable_target_stops_at_the_first_transaction_with_nothing_applied)
 {
-	struct history *h = history_of(3, NULL);
-	struct history_replay_request req = request(HISTORY_REPLAY_COMMITTED_HISTORY, unreachable);
+	struct journal *h = journal_of(3, NULL);
+	struct rerun_request req = request(RERUN_COMMITTED_HISTORY, unreachable);
 	req.after_commit_seq = 1;
-	struct history_replay_result out;
-	char err[HISTORY_REPLAY_ERROR_MAX] = "";
-	cr_assert_eq(history_replay_run(h, &req, base_now_ns() + 5 * BASE_NS_PER_SEC, &out, err, sizeof(err)), 0);
+	struct rerun_result out;
+	char err[RERUN_ERROR_MAX] = "";
+	cr_assert_eq(journal_rerun(h, &req, base_now_ns() + 5 * BASE_NS_PER_SEC, &out, err, sizeof(err)), 0);
 	cr_assert(out.is_partial);
 	cr_assert_eq(out.applied, 0);
 	cr_assert_eq(out.stopped_at, 2);
 	cr_assert_eq(out.last_commit_seq, 1, "nothing applied: still where the request began, to resume from");
 	cr_assert(strstr(out.error, "could not connect to the target"), "%s", out.error);
-	history_close(h);
+	journal_close(h);
 }
 
 Test(history_replay, an_empty_window_applies_nothing_and_connects_to_nothing)
 {
-	struct history *h = history_of(3, NULL);
-	struct history_replay_request req = request(HISTORY_REPLAY_COMMITTED_HISTORY, unreachable);
+	struct journal *h = journal_of(3, NULL);
+	struct rerun_request req = request(RERUN_COMMITTED_HISTORY, unreachable);
 	req.from_us = 5000000; /* after the third's commit (3 s) */
-	struct history_replay_result out;
-	char err[HISTORY_REPLAY_ERROR_MAX] = "";
-	cr_assert_eq(history_replay_run(h, &req, base_now_ns() + BASE_NS_PER_SEC, &out, err, sizeof(err)), 0);
+	struct rerun_result out;
+	char err[RERUN_ERROR_MAX] = "";
+	cr_assert_eq(journal_rerun(h, &req, base_now_ns() + BASE_NS_PER_SEC, &out, err, sizeof(err)), 0);
 	cr_assert(!out.is_partial, "%s", out.error);
 	cr_assert_eq(out.applied + out.failed + out.stopped_at + out.last_commit_seq, 0);
 	cr_assert_str_empty(out.error);
 	cr_assert_eq(out.coverage.retained_transactions, 3);
-	history_close(h);
+	journal_close(h);
 }
 
 Test(history_replay, a_deadline_already_passed_stops_before_the_first_transaction)
 {
-	struct history *h = history_of(2, NULL);
-	for (int mode = HISTORY_REPLAY_TIME_WINDOW; mode <= HISTORY_REPLAY_COMMITTED_HISTORY; mode++) {
-		struct history_replay_request req = request((enum history_replay_mode)mode, unreachable);
-		struct history_replay_result out;
-		char err[HISTORY_REPLAY_ERROR_MAX] = "";
-		cr_assert_eq(history_replay_run(h, &req, base_now_ns() - 1, &out, err, sizeof(err)), 0);
+	struct journal *h = journal_of(2, NULL);
+	for (int mode = RERUN_TIME_WINDOW; mode <= RERUN_COMMITTED_HISTORY; mode++) {
+		struct rerun_request req = request((enum rerun_mode)mode, unreachable);
+		struct rerun_result out;
+		char err[RERUN_ERROR_MAX] = "";
+		cr_assert_eq(journal_rerun(h, &req, base_now_ns() - 1, &out, err, sizeof(err)), 0);
 		cr_assert(out.is_partial);
 		cr_assert_eq(out.stopped_at, 1);
 		cr_assert(strstr(out.error, "deadline"), "%s", out.error);
 	}
-	history_close(h);
+	journal_close(h);
 }

@@ -1,25 +1,25 @@
 /*
- * history.h — committed history: the transactions tern saw commit, as the recovery journal keeps them
+ * journal.h — committed history: the transactions tern saw commit, as the recovery journal keeps them
  * (../shared/reference/004_c44c290a4cd34a46.txt, "Recovery journal"; issue 13). The newest are kept in
  * memory, bounded by [journal] max_committed_transactions and max_committed_bytes; with [journal] dir each
  * one is also handed to the writer thread for the segments on disk (replay/journal_writer.h), and at
  * startup the segments are read back: the newest records return to memory and commit_seq continues
  * after the highest on disk. commit_seq numbers the transactions in the order tern saw them commit.
  *
- * Threads: history_commit from any worker (one mutex, held to number, link and hand over one record);
- * snapshots and coverage from any thread. Ownership: history_open allocates, history_close frees (after the
- * workers stopped); a snapshot holds a reference on each entry until history_release.
+ * Threads: journal_commit from any worker (one mutex, held to number, link and hand over one record);
+ * snapshots and coverage from any thread. Ownership: journal_open allocates, journal_close frees (after the
+ * workers stopped); a snapshot holds a reference on each entry until journal_release.
  * Never: waits on disk (the writer's queue drops a record when full, and counts it).
  */
-#ifndef TERN_HISTORY_H
-#define TERN_HISTORY_H
+#ifndef TERN_JOURNAL_H
+#define TERN_JOURNAL_H
 
 #include "core/config.h"
 
 #include "journal_record.h"
 
 /* One committed transaction, encoded (journal_record.h); refcounted, immutable once kept. */
-struct history_entry {
+struct journal_entry {
 	uint32_t refs; /* atomic */
 	uint32_t len;
 	uint64_t commit_seq;
@@ -28,10 +28,10 @@ struct history_entry {
 	uint8_t bytes[];
 };
 
-struct history;
+struct journal;
 
 /* What backs committed history now (the coverage block of an operator replay's answer). */
-struct history_coverage {
+struct journal_coverage {
 	uint64_t retained_transactions, retained_bytes;
 	uint64_t commit_seq_high;
 	uint64_t dropped_transactions; /* not kept at all: the writer's queue was full, or no memory */
@@ -39,38 +39,38 @@ struct history_coverage {
 };
 
 /* The counters /metrics shows. */
-struct history_counters {
+struct journal_counters {
 	uint64_t committed;           /* transactions that entered committed history */
 	uint64_t incomplete;          /* ... of them marked incomplete */
 	uint64_t bytes;               /* their encoded bytes */
 	uint64_t evicted;             /* left memory for the caps (still on disk with dir) */
-	uint64_t dropped;             /* see history_coverage */
+	uint64_t dropped;             /* see journal_coverage */
 	uint64_t disk_written, disk_bytes, disk_queued, disk_dropped, disk_errors;
 	uint64_t fsyncs, fsync_ns_total, fsync_ns_max;
-	uint64_t replay_runs;
+	uint64_t reruns;
 };
 
 /* Opens committed history for `cfg` ([journal]): with dir, reads the segments back (a torn tail cut) and
  * starts the writer. 0 and *out, or a negative errno with the reason in err (an unwritable dir, a segment
  * of an unknown format version). */
-TERN_MUST_USE int history_open(struct history **out, const struct tern_config *cfg, char *err, size_t err_size);
+TERN_MUST_USE int journal_open(struct journal **out, const struct tern_config *cfg, char *err, size_t err_size);
 /* Writes what the writer holds (synced per the policy) and frees everything. */
-void history_close(struct history *h);
+void journal_close(struct journal *h);
 
 /* `r` committed at wall-clock now_us: it is numbered (r->commit_seq, r->committed_at_us are set here),
  * encoded and kept. Its commit_seq, or 0 when it could not be kept (too large, no memory: counted). */
-uint64_t history_commit(struct history *h, struct journal_record *r, uint64_t now_us);
+uint64_t journal_commit(struct journal *h, struct journal_record *r, uint64_t now_us);
 
 /* The kept entries with commit_seq > after_seq and from_us <= committed_at_us <= to_us, oldest first, each
  * with a reference: *out (malloc'd, NULL when none) and *count. 0 or -ENOMEM. */
-TERN_MUST_USE int history_snapshot(struct history *h, uint64_t after_seq, uint64_t from_us, uint64_t to_us,
-				   struct history_entry ***out, uint32_t *count);
+TERN_MUST_USE int journal_snapshot(struct journal *h, uint64_t after_seq, uint64_t from_us, uint64_t to_us,
+				   struct journal_entry ***out, uint32_t *count);
 /* Drops a snapshot's references and frees its array. */
-void history_release(struct history_entry **entries, uint32_t count);
+void journal_release(struct journal_entry **entries, uint32_t count);
 
-void history_coverage(struct history *h, struct history_coverage *out);
-void history_counters(struct history *h, struct history_counters *out);
+void journal_coverage(struct journal *h, struct journal_coverage *out);
+void journal_counters(struct journal *h, struct journal_counters *out);
 /* An operator replay ran (counted on /metrics). */
-void history_count_replay(struct history *h);
+void journal_count_rerun(struct journal *h);
 
 #endif

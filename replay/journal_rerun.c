@@ -1,10 +1,10 @@
 /*
- * history_replay.c — history_replay.h: a snapshot of committed history run again on a target through one
+ * journal_rerun.c — journal_rerun.h: a snapshot of committed history run again on a target through one
  * libpq connection. Each statement is sent asynchronously and its answer awaited in short polls, so the
  * deadline and the cancel flag are looked at while a statement runs (a statement still running then is
  * cancelled, and the connection abandoned when even the cancel goes unanswered).
  */
-#include "history_replay.h"
+#include "journal_rerun.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -370,7 +370,7 @@ static PGconn *replay_connect(const char *target, uint64_t deadline_ns, char *ms
 }
 
 /* Appends "; " and `more` to out->error (or sets it). */
-static void replay_note(struct history_replay_result *out, const char *more)
+static void replay_note(struct rerun_result *out, const char *more)
 {
 	size_t len = strlen(out->error);
 	if (len == 0)
@@ -386,7 +386,7 @@ static void replay_note(struct history_replay_result *out, const char *more)
 static enum replay_outcome replay_transaction(struct replay *r, const struct journal_record_view *v, char *msg,
 					      size_t msg_size)
 {
-	char what[HISTORY_REPLAY_ERROR_MAX];
+	char what[RERUN_ERROR_MAX];
 	enum replay_outcome o = REPLAY_OK;
 	bool is_block = v->statement_count > 1;
 	if (v->statement_count == 0)
@@ -429,13 +429,13 @@ rollback:
 	return o;
 }
 
-static void replay_committed_history(struct replay *r, struct history_entry **entries, uint32_t count,
-				     struct history_replay_result *out)
+static void replay_committed_history(struct replay *r, struct journal_entry **entries, uint32_t count,
+				     struct rerun_result *out)
 {
 	for (uint32_t i = 0; i < count; i++) {
-		const struct history_entry *e = entries[i];
+		const struct journal_entry *e = entries[i];
 		struct journal_record_view v;
-		char msg[HISTORY_REPLAY_ERROR_MAX];
+		char msg[RERUN_ERROR_MAX];
 		enum replay_outcome o = REPLAY_FAILED;
 		if (replay_should_stop(r, e->commit_seq, msg, sizeof(msg)))
 			o = REPLAY_STOPPED;
@@ -459,12 +459,12 @@ static void replay_committed_history(struct replay *r, struct history_entry **en
 /* Every statement on its own. An incomplete transaction's statements run too, best effort, as every other's:
  * what it lacks (a COPY's data, a statement over max_statement_bytes) fails or is missing, and a window is
  * best effort anyway. A run stops only at the deadline, the cancel flag or a lost connection. */
-static void replay_time_window(struct replay *r, struct history_entry **entries, uint32_t count,
-			       struct history_replay_result *out)
+static void replay_time_window(struct replay *r, struct journal_entry **entries, uint32_t count,
+			       struct rerun_result *out)
 {
-	char msg[HISTORY_REPLAY_ERROR_MAX];
+	char msg[RERUN_ERROR_MAX];
 	for (uint32_t i = 0; i < count; i++) {
-		const struct history_entry *e = entries[i];
+		const struct journal_entry *e = entries[i];
 		struct journal_record_view v;
 		if (journal_record_decode(e->bytes, e->len, &v) < 0) {
 			out->failed++;
@@ -487,7 +487,7 @@ static void replay_time_window(struct replay *r, struct history_entry **entries,
 				out->applied++;
 				continue;
 			}
-			char line[HISTORY_REPLAY_ERROR_MAX + 64];
+			char line[RERUN_ERROR_MAX + 64];
 			replay_say(line, sizeof(line), "commit_seq %" PRIu64 ", statement %u: %s%s", e->commit_seq, k + 1, msg,
 				   replay_stop_note(r, o));
 			out->failed++;
@@ -505,23 +505,23 @@ static void replay_time_window(struct replay *r, struct history_entry **entries,
 	}
 }
 
-int history_replay_run(struct history *h, const struct history_replay_request *req, uint64_t deadline_ns,
-		       struct history_replay_result *out, char *err, size_t err_size)
+int journal_rerun(struct journal *h, const struct rerun_request *req, uint64_t deadline_ns,
+		       struct rerun_result *out, char *err, size_t err_size)
 {
 	TERN_ASSERT(h && req && req->target && out && req->from_us <= req->to_us);
-	TERN_ASSERT(req->mode == HISTORY_REPLAY_TIME_WINDOW || req->mode == HISTORY_REPLAY_COMMITTED_HISTORY);
+	TERN_ASSERT(req->mode == RERUN_TIME_WINDOW || req->mode == RERUN_COMMITTED_HISTORY);
 	memset(out, 0, sizeof(*out));
 	out->last_commit_seq = req->after_commit_seq;
-	history_count_replay(h);
-	struct history_entry **entries = NULL;
+	journal_count_rerun(h);
+	struct journal_entry **entries = NULL;
 	uint32_t count = 0;
-	int rc = history_snapshot(h, req->after_commit_seq, req->from_us, req->to_us, &entries, &count);
+	int rc = journal_snapshot(h, req->after_commit_seq, req->from_us, req->to_us, &entries, &count);
 	if (rc < 0) {
 		replay_say(err, err_size, "no memory for a snapshot of committed history");
-		history_coverage(h, &out->coverage);
+		journal_coverage(h, &out->coverage);
 		return rc;
 	}
-	if (req->mode == HISTORY_REPLAY_COMMITTED_HISTORY)
+	if (req->mode == RERUN_COMMITTED_HISTORY)
 		for (uint32_t i = 0; i < count; i++)
 			if (entries[i]->flags & JOURNAL_RECORD_INCOMPLETE) {
 				out->stopped_at = entries[i]->commit_seq;
@@ -530,19 +530,19 @@ int history_replay_run(struct history *h, const struct history_replay_request *r
 					   "statement over [journal] max_statement_bytes, ...): committed_history refuses the "
 					   "window; nothing ran (after_commit_seq past it, or mode time_window, best effort)",
 					   entries[i]->commit_seq);
-				history_release(entries, count);
-				history_coverage(h, &out->coverage);
+				journal_release(entries, count);
+				journal_coverage(h, &out->coverage);
 				return -EPERM;
 			}
 	struct replay r = {.deadline_ns = deadline_ns, .is_cancelled = req->is_cancelled};
 	if (count > 0) {
-		char msg[HISTORY_REPLAY_ERROR_MAX];
+		char msg[RERUN_ERROR_MAX];
 		if (replay_should_stop(&r, entries[0]->commit_seq, msg, sizeof(msg)) ||
 		    !(r.conn = replay_connect(req->target, deadline_ns, msg, sizeof(msg)))) {
 			out->is_partial = true;
 			out->stopped_at = entries[0]->commit_seq;
 			replay_note(out, msg);
-		} else if (req->mode == HISTORY_REPLAY_COMMITTED_HISTORY) {
+		} else if (req->mode == RERUN_COMMITTED_HISTORY) {
 			replay_committed_history(&r, entries, count, out);
 		} else {
 			replay_time_window(&r, entries, count, out);
@@ -557,8 +557,8 @@ int history_replay_run(struct history *h, const struct history_replay_request *r
 	free(r.lengths);
 	free(r.formats);
 	free(r.types);
-	history_release(entries, count);
-	history_coverage(h, &out->coverage);
+	journal_release(entries, count);
+	journal_coverage(h, &out->coverage);
 	TERN_ASSERT(!out->is_partial || out->error[0]);
 	return 0;
 }
@@ -566,7 +566,7 @@ int history_replay_run(struct history *h, const struct history_replay_request *r
 /* RFC 3339's date-time ("2024-05-01T12:00:00Z", "2024-05-01t12:00:00.25+02:00") to microseconds since the
  * epoch: the layout checked by hand, the fields read by strptime, the offset applied by hand. 0, or -EINVAL:
  * another form, a field out of range (February 30th too), a time before 1970. */
-int history_replay_parse_time(const char *text, uint64_t *out_us)
+int rerun_parse_time(const char *text, uint64_t *out_us)
 {
 	static const char layout[] = "dddd-dd-ddTdd:dd:dd";
 	char fields[sizeof(layout)];
