@@ -172,7 +172,7 @@ struct leg *leg_create(struct session *session, struct host *host, const struct 
 	leg->recv.handler = leg_recv_done;
 	sendq_init(&leg->to_server, leg_sent);
 	proto_stream_init(&leg->stream);
-	stmt_replies_init(&leg->replies);
+	leg_stmts_init(&leg->stmts);
 	base_list_init(&leg->parked_link);
 	base_list_init(&leg->hold_link);
 	base_list_init(&leg->link);
@@ -194,10 +194,7 @@ void leg_destroy(struct leg *leg)
 	sendq_deinit(&leg->to_server, ring);
 	leg_tls_clear(leg);
 	proto_stream_deinit(&leg->stream);
-	stmt_replies_deinit(&leg->replies);
-	for (uint32_t i = 0; i < leg->needed_count; i++)
-		stmt_unref(leg->needed[i].stmt);
-	free(leg->needed);
+	leg_stmts_deinit(&leg->stmts);
 	if (base_list_is_linked(&leg->link))
 		base_list_remove(&leg->link);
 	if (base_list_is_linked(&leg->hold_link))
@@ -236,7 +233,7 @@ void leg_resume(struct leg *leg)
 bool leg_is_idle(const struct leg *leg)
 {
 	return leg->conn && !leg->is_failed && !leg->is_dropping && leg->tx_status == 'I' && leg->pending_ready == 0 &&
-	       !leg->is_unsynced && !leg->copy.is_copy_in && leg->replies.count == 0 && sendq_is_idle(&leg->to_server) &&
+	       !leg->is_unsynced && !leg->copy.is_copy_in && leg->stmts.replies.count == 0 && sendq_is_idle(&leg->to_server) &&
 	       leg_tls_is_idle(leg) && proto_stream_is_at_boundary(&leg->stream);
 }
 

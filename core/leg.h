@@ -95,7 +95,7 @@ struct leg {
 	uint32_t pending_ready; /* Query/Sync/FunctionCall sent whose ReadyForQuery has not come */
 	uint32_t hidden_ready;  /* ... of them, answers to tern's own queries, hidden from the client */
 	bool is_unsynced;       /* extended-protocol messages sent since the last Sync */
-	struct stmt_replies replies; /* with statement tracking: every reply owed, in order */
+	struct leg_stmts stmts;      /* statement tracking's (stmts.h): every reply owed, in order, ... */
 	bool is_skipping_to_sync;    /* after an error tern made up: the server would skip to the next Sync */
 	/* tern's write-LSN probe queued behind the client's requests: the ReadyForQuery messages of the
 	 * client's still to come before its answer (0: none queued; see route.c). */
@@ -103,19 +103,8 @@ struct leg {
 	bool is_probe_answering; /* the hidden answer being read is the probe's */
 	uint64_t to_client_bytes; /* what it forwarded to the client, all told (a replica read re-run only at 0 new) */
 	struct leg_route route; /* routing's (route_types.h) */
-	/* A polar server's last ReadyForQuery (routing/polar.c): its marker ('x', 'w') and the transaction's
-	 * XIDs ("cid,xid,..."), what a split read after a write imports on the replica. */
-	char polar_marker;
-	char polar_xids[128];
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
 	struct leg_copy copy;        /* observer_copy.c */
-	/* Statements queued messages use that the connection must prepare (collected while detached). */
-	struct stmt_need *needed;
-	uint32_t needed_count, needed_cap;
-	/* A DEALLOCATE ALL or DISCARD ALL was read: the statements needed before it do not count for the
-	 * messages after it, and the cache of the connection that comes is wrong until the command runs. */
-	uint32_t needed_barrier;
-	bool is_stmt_cache_stale;
 	/* For the timeouts and SHOW STATS: when the oldest unanswered request went out, when the server last
 	 * said it was ready. */
 	uint64_t request_sent_ns;

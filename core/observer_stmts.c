@@ -102,8 +102,8 @@ static int stmts_queue_prepare(struct session *s, struct stmt *stmt, const char 
 		rc = stmts_queue(s, steps[step].type, steps[step].parts, 2, at_front);
 		char *name = steps[step].type == PROTO_FE_PARSE ? client_name : NULL;
 		if (rc == 0)
-			rc = at_front ? stmt_replies_push_front(&leg->replies, steps[step].reply, name, 0, steps[step].stmt)
-				      : stmt_replies_push_back(&leg->replies, steps[step].reply, name, 0, steps[step].stmt);
+			rc = at_front ? stmt_replies_push_front(&leg->stmts.replies, steps[step].reply, name, 0, steps[step].stmt)
+				      : stmt_replies_push_back(&leg->stmts.replies, steps[step].reply, name, 0, steps[step].stmt);
 		if (rc == 0 && name)
 			client_name = NULL; /* the entry owns it now */
 	}
@@ -141,38 +141,38 @@ static int stmts_need(struct session *s, struct stmt *stmt)
 		int rc = stmts_cache_add(s, cache, stmt, evicted_name, &evicted);
 		return rc < 0 ? rc : stmts_queue_prepare(s, stmt, evicted, false, false, NULL);
 	}
-	for (uint32_t i = leg->needed_barrier; i < leg->needed_count; i++)
-		if (leg->needed[i].stmt == stmt)
+	for (uint32_t i = leg->stmts.needed_barrier; i < leg->stmts.needed_count; i++)
+		if (leg->stmts.needed[i].stmt == stmt)
 			return 0; /* prepared ahead of an earlier message already */
-	if (leg->needed_count == leg->needed_cap) {
-		uint32_t cap = leg->needed_cap ? leg->needed_cap * 2 : 8;
-		struct stmt_need *grown = realloc(leg->needed, cap * sizeof(*grown));
+	if (leg->stmts.needed_count == leg->stmts.needed_cap) {
+		uint32_t cap = leg->stmts.needed_cap ? leg->stmts.needed_cap * 2 : 8;
+		struct stmt_need *grown = realloc(leg->stmts.needed, cap * sizeof(*grown));
 		if (!grown)
 			return -ENOMEM;
-		leg->needed = grown;
-		leg->needed_cap = cap;
+		leg->stmts.needed = grown;
+		leg->stmts.needed_cap = cap;
 	}
-	bool is_first = sendq_is_empty(&leg->to_server) && leg->needed_count == 0;
+	bool is_first = sendq_is_empty(&leg->to_server) && leg->stmts.needed_count == 0;
 	int rc = is_first ? 0 : stmts_queue_prepare(s, stmt, NULL, false, false, NULL);
 	if (rc == 0)
-		leg->needed[leg->needed_count++] = (struct stmt_need){.stmt = stmt_ref(stmt), .is_queued = !is_first};
+		leg->stmts.needed[leg->stmts.needed_count++] = (struct stmt_need){.stmt = stmt_ref(stmt), .is_queued = !is_first};
 	return rc;
 }
 
 static int stmts_prepare_needed(struct session *s, struct leg *leg)
 {
 	struct stmt_cache *cache = stmts_cache_of(leg->conn);
-	if (cache && leg->is_stmt_cache_stale)
+	if (cache && leg->stmts.is_stmt_cache_stale)
 		stmt_cache_clear(cache); /* a DEALLOCATE ALL or DISCARD ALL is queued for this connection */
-	leg->is_stmt_cache_stale = false;
-	if (leg->needed_count == 0)
+	leg->stmts.is_stmt_cache_stale = false;
+	if (leg->stmts.needed_count == 0)
 		return 0;
 	int rc = cache ? 0 : -ENOMEM;
 	/* Mark the ones present as just used, so adding the others cannot evict them. */
-	for (uint32_t i = 0; rc == 0 && i < leg->needed_count; i++)
-		(void)stmt_cache_touch(cache, leg->needed[i].stmt);
-	for (uint32_t i = leg->needed_count; rc == 0 && i-- > 0;) {
-		struct stmt_need *need = &leg->needed[i];
+	for (uint32_t i = 0; rc == 0 && i < leg->stmts.needed_count; i++)
+		(void)stmt_cache_touch(cache, leg->stmts.needed[i].stmt);
+	for (uint32_t i = leg->stmts.needed_count; rc == 0 && i-- > 0;) {
+		struct stmt_need *need = &leg->stmts.needed[i];
 		if (stmt_cache_touch(cache, need->stmt))
 			continue;
 		const char *evicted;
@@ -186,12 +186,12 @@ static int stmts_prepare_needed(struct session *s, struct leg *leg)
 			struct iovec close[] = {{(void *)"S", 1}, stmts_cstring(evicted)};
 			rc = stmts_queue(s, PROTO_FE_CLOSE, close, 2, true);
 			if (rc == 0)
-				rc = stmt_replies_push_front(&leg->replies, STMT_REPLY_CLOSE_HIDDEN, NULL, 0, NULL);
+				rc = stmt_replies_push_front(&leg->stmts.replies, STMT_REPLY_CLOSE_HIDDEN, NULL, 0, NULL);
 		}
 	}
-	for (uint32_t i = 0; i < leg->needed_count; i++)
-		stmt_unref(leg->needed[i].stmt);
-	leg->needed_count = leg->needed_barrier = 0;
+	for (uint32_t i = 0; i < leg->stmts.needed_count; i++)
+		stmt_unref(leg->stmts.needed[i].stmt);
+	leg->stmts.needed_count = leg->stmts.needed_barrier = 0;
 	return rc;
 }
 
@@ -221,7 +221,7 @@ static int stmts_refuse_duplicate(struct session *s, const char *name)
 	if (!copy)
 		return -ENOMEM;
 	memcpy(copy, msg, n);
-	if (!stmts_has_backend(leg) && !leg->is_unsynced && leg->replies.count == 0 && sendq_is_empty(&leg->to_server)) {
+	if (!stmts_has_backend(leg) && !leg->is_unsynced && leg->stmts.replies.count == 0 && sendq_is_empty(&leg->to_server)) {
 		/* Nothing before it is queued for a server (a BEGIN, say) or owed by one: tern answers and skips
 		 * to the Sync, as the server would. */
 		leg->is_skipping_to_sync = true;
@@ -236,7 +236,7 @@ static int stmts_refuse_duplicate(struct session *s, const char *name)
 	int rc = stmts_queue(s, PROTO_FE_PARSE, parse, 3, false);
 	leg->is_unsynced = true;
 	if (rc == 0)
-		rc = stmt_replies_push_back(&leg->replies, STMT_REPLY_PARSE_REFUSED, copy, (uint32_t)n, NULL);
+		rc = stmt_replies_push_back(&leg->stmts.replies, STMT_REPLY_PARSE_REFUSED, copy, (uint32_t)n, NULL);
 	if (rc < 0)
 		free(copy);
 	return rc;
@@ -271,7 +271,7 @@ static bool stmts_is_deallocate_of_own(struct session *s, const uint8_t *content
 static int stmts_answer_parse(struct session *s, char *name, struct stmt *stmt)
 {
 	struct leg *leg = session_client_leg(s);
-	if (leg->replies.count == 0 && s->replay.is_open && leg->role == LEG_PRIMARY) {
+	if (leg->stmts.replies.count == 0 && s->replay.is_open && leg->role == LEG_PRIMARY) {
 		free(name);
 		leg->is_unsynced = true;
 		return base_bytes_append(&s->replay.preamble, proto_parse_complete, sizeof(proto_parse_complete));
@@ -291,7 +291,7 @@ static int stmts_on_parse(struct session *s, const char *name, const uint8_t *co
 	if (!stmt)
 		return -ENOMEM;
 	stmt->names_search_path = names_search_path;
-	int rc = stmt_map_put(&s->stmts.statements, name, stmt, leg->replies.pushed);
+	int rc = stmt_map_put(&s->stmts.statements, name, stmt, leg->stmts.replies.pushed);
 	stmt_unref(stmt); /* the map's reference keeps it */
 	if (rc < 0)
 		return rc;

@@ -33,9 +33,9 @@ static void stmts_send_made_replies(struct session *s)
 {
 	struct leg *leg = session_client_leg(s);
 	struct stmt_reply_entry *e;
-	while ((e = stmt_replies_head(&leg->replies)) && stmts_kind_is_made(e->kind)) {
+	while ((e = stmt_replies_head(&leg->stmts.replies)) && stmts_kind_is_made(e->kind)) {
 		stmts_send_made(s, e->kind, e->data, e->data_len);
-		stmt_replies_pop(&leg->replies);
+		stmt_replies_pop(&leg->stmts.replies);
 	}
 }
 
@@ -44,12 +44,12 @@ static void stmts_send_made_replies(struct session *s)
 int stmts_make_reply_for(struct session *s, uint8_t kind, void *data, uint32_t len, struct stmt *stmt)
 {
 	struct leg *leg = session_client_leg(s);
-	if (leg->replies.count == 0) {
+	if (leg->stmts.replies.count == 0) {
 		stmts_send_made(s, kind, data, len);
 		free(data);
 		return 0;
 	}
-	int rc = stmt_replies_push_back(&leg->replies, kind, data, len, stmt);
+	int rc = stmt_replies_push_back(&leg->stmts.replies, kind, data, len, stmt);
 	if (rc < 0)
 		free(data);
 	return rc;
@@ -69,14 +69,14 @@ int stmts_expect(struct leg *leg, uint8_t kind)
 	case STMT_REPLY_DESCRIBE_PORTAL:
 	case STMT_REPLY_EXECUTE:
 	case STMT_REPLY_CLOSE:
-		return stmt_replies_push_plain(&leg->replies);
+		return stmt_replies_push_plain(&leg->stmts.replies);
 	default:
-		return stmt_replies_push_back(&leg->replies, kind, NULL, 0, NULL);
+		return stmt_replies_push_back(&leg->stmts.replies, kind, NULL, 0, NULL);
 	}
 }
 bool stmts_is_local(const struct leg *leg)
 {
-	return leg->replies.count == 0 && !leg->is_unsynced && leg->tx_status == 'I' && !leg->copy.is_copy_in;
+	return leg->stmts.replies.count == 0 && !leg->is_unsynced && leg->tx_status == 'I' && !leg->copy.is_copy_in;
 }
 
 void stmts_answer_sync(struct session *s)
@@ -115,7 +115,7 @@ static bool stmts_ends_plain_reply(uint8_t type)
 
 unsigned stmts_server_type(struct leg *leg, uint8_t type)
 {
-	struct stmt_reply_entry *head = stmt_replies_head(&leg->replies);
+	struct stmt_reply_entry *head = stmt_replies_head(&leg->stmts.replies);
 	if (!head)
 		return 0;
 	if (head->kind == STMT_REPLY_PLAIN && stmts_ends_plain_reply(type)) {
@@ -217,8 +217,8 @@ static void stmts_on_error(struct session *s, struct stmt_reply_entry *head)
 		default:
 			break;
 		}
-		stmt_replies_pop(&leg->replies);
-		head = stmt_replies_head(&leg->replies);
+		stmt_replies_pop(&leg->stmts.replies);
+		head = stmt_replies_head(&leg->stmts.replies);
 	} while (head && head->kind != STMT_REPLY_SYNC);
 	if (!head)
 		leg->is_skipping_to_sync = true; /* the client has not sent the Sync yet: the server skips to it */
@@ -240,7 +240,7 @@ static void stmts_on_stale_plan(struct leg *leg, const uint8_t *body, uint32_t l
 
 int stmts_on_server_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
 {
-	struct stmt_reply_entry *head = stmt_replies_head(&leg->replies);
+	struct stmt_reply_entry *head = stmt_replies_head(&leg->stmts.replies);
 	if (!head)
 		return 0; /* asynchronous: a notice, a notification, a parameter's new value */
 	uint8_t kind = head->kind;
@@ -250,7 +250,7 @@ int stmts_on_server_message(struct session *s, struct leg *leg, uint8_t type, co
 			head->data_len--;
 			return 0;
 		}
-		stmt_replies_pop(&leg->replies);
+		stmt_replies_pop(&leg->stmts.replies);
 		stmts_send_made_replies(s);
 		return 0;
 	}
@@ -293,14 +293,14 @@ int stmts_on_server_message(struct session *s, struct leg *leg, uint8_t type, co
 			  leg->conn ? leg->conn->backend_pid : 0, type, kind);
 		return -EPROTO;
 	}
-	stmt_replies_pop(&leg->replies);
+	stmt_replies_pop(&leg->stmts.replies);
 	stmts_send_made_replies(s);
 	return 0;
 }
 
 void stmts_on_copy_in(struct leg *leg, uint32_t ignored_syncs)
 {
-	(void)stmt_replies_remove_after_head(&leg->replies, STMT_REPLY_SYNC, ignored_syncs);
+	(void)stmt_replies_remove_after_head(&leg->stmts.replies, STMT_REPLY_SYNC, ignored_syncs);
 }
 
 void stmts_forget_all_ahead(struct session *s)
@@ -310,14 +310,14 @@ void stmts_forget_all_ahead(struct session *s)
 	if (stmts_has_backend(leg) && leg->conn->extra)
 		stmt_cache_clear(leg->conn->extra);
 	else
-		leg->is_stmt_cache_stale = true;
-	leg->needed_barrier = leg->needed_count; /* later uses prepare again, after the command */
+		leg->stmts.is_stmt_cache_stale = true;
+	leg->stmts.needed_barrier = leg->stmts.needed_count; /* later uses prepare again, after the command */
 }
 
 void stmts_forget_all(struct session *s, struct leg *leg)
 {
 	/* Only the names the client put before the command: a Parse pipelined behind it stays. */
-	const struct stmt_reply_entry *head = stmt_replies_head(&leg->replies);
+	const struct stmt_reply_entry *head = stmt_replies_head(&leg->stmts.replies);
 	if (head)
 		stmt_map_remove_before(&s->stmts.statements, head->seq);
 	else

@@ -170,13 +170,13 @@ static bool session_client_is_backed_up(const struct session *s)
 	const struct leg *leg = session_primary(s);
 	uint64_t high = leg->conn ? SENDQ_HIGH_BYTES : SESSION_QUEUE_PARKED_BYTES;
 	return sendq_is_full(&leg->to_server, high) || sendq_is_full(&s->to_client, SENDQ_HIGH_BYTES) ||
-	       leg->replies.count > STMT_REPLIES_HIGH || s->routing.backlog.len > SESSION_QUEUE_PARKED_BYTES;
+	       leg->stmts.replies.count > STMT_REPLIES_HIGH || s->routing.backlog.len > SESSION_QUEUE_PARKED_BYTES;
 }
 
 static bool session_client_is_drained(const struct session *s)
 {
 	const struct leg *leg = session_primary(s);
-	return sendq_is_low(&leg->to_server) && sendq_is_low(&s->to_client) && leg->replies.count < STMT_REPLIES_LOW &&
+	return sendq_is_low(&leg->to_server) && sendq_is_low(&s->to_client) && leg->stmts.replies.count < STMT_REPLIES_LOW &&
 	       s->routing.backlog.len <= SESSION_QUEUE_PARKED_BYTES / 2;
 }
 
@@ -229,7 +229,7 @@ static void session_assert_leg(const struct session *s, const struct leg *leg)
 	TERN_ASSERT(leg->hidden_ready <= leg->pending_ready);
 	TERN_ASSERT(!leg->is_dropping || leg->is_failed);
 	TERN_ASSERT(leg->is_request_pending == base_list_is_linked(&leg->parked_link));
-	TERN_ASSERT(leg->replies.count <= STMT_REPLIES_MAX && leg->to_server.count <= SENDQ_SLICES_MAX);
+	TERN_ASSERT(leg->stmts.replies.count <= STMT_REPLIES_MAX && leg->to_server.count <= SENDQ_SLICES_MAX);
 	TERN_ASSERT(!(leg->is_recv_paused && leg->recv.is_armed));
 	TERN_ASSERT(!leg->is_starved || s->starve.groups[HOST_BUFFERS_SERVER] || s->phase == SESSION_CLOSING);
 	if (leg->conn) {
@@ -440,7 +440,7 @@ void session_settle(struct session *s, struct leg *leg)
  * nothing of the client's is in flight: once they are in, the connection is idle. */
 static bool session_leg_awaits_only_tern(const struct session *s, const struct leg *leg)
 {
-	return leg->hidden_ready > 0 && leg->pending_ready == leg->hidden_ready && leg->replies.count == 0 &&
+	return leg->hidden_ready > 0 && leg->pending_ready == leg->hidden_ready && leg->stmts.replies.count == 0 &&
 	       !leg->is_unsynced && !leg->copy.is_copy_in && proto_stream_is_at_boundary(&s->client_stream);
 }
 

@@ -403,3 +403,19 @@ void stmt_replies_deinit(struct stmt_replies *replies)
 	free(replies->entries);
 	memset(replies, 0, sizeof(*replies));
 }
+
+void leg_stmts_init(struct leg_stmts *ls)
+{
+	memset(ls, 0, sizeof(*ls));
+	stmt_replies_init(&ls->replies);
+}
+
+void leg_stmts_deinit(struct leg_stmts *ls)
+{
+	stmt_replies_deinit(&ls->replies);
+	for (uint32_t i = 0; i < ls->needed_count; i++)
+		stmt_unref(ls->needed[i].stmt);
+	free(ls->needed);
+	ls->needed = NULL;
+	ls->needed_count = ls->needed_cap = 0;
+}

@@ -181,6 +181,22 @@ struct stmt_replies {
 	uint64_t pushed; /* entries pushed at the back so far */
 };
 
+/* Statement tracking's part of a leg (observer_stmts*.c write it; the relay and routing read
+ * replies.count): every reply the leg owes, in order, and the statements its queued messages use that its
+ * connection must prepare (collected while detached). */
+struct leg_stmts {
+	struct stmt_replies replies;
+	struct stmt_need *needed;
+	uint32_t needed_count, needed_cap;
+	/* A DEALLOCATE ALL or DISCARD ALL was read: the statements needed before it do not count for the
+	 * messages after it, and the cache of the connection that comes is wrong until the command runs. */
+	uint32_t needed_barrier;
+	bool is_stmt_cache_stale;
+};
+void leg_stmts_init(struct leg_stmts *ls);
+/* Frees what it holds: the replies' entries and the needed statements' references. */
+void leg_stmts_deinit(struct leg_stmts *ls);
+
 void stmt_replies_init(struct stmt_replies *replies);
 void stmt_replies_deinit(struct stmt_replies *replies);
 /* Queue an entry; it owns `data` and takes a reference on `stmt` (either may be NULL) once queued. 0,

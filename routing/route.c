@@ -17,7 +17,7 @@
 /* Nothing of the client's is owed by a server: tern may answer in its place now. */
 bool route_leg_owes_nothing(const struct leg *leg)
 {
-	return !leg || (leg->pending_ready == 0 && leg->replies.count == 0 && !leg->is_unsynced &&
+	return !leg || (leg->pending_ready == 0 && leg->stmts.replies.count == 0 && !leg->is_unsynced &&
 			!leg->is_request_pending && sendq_is_empty(&leg->to_server));
 }
 
@@ -43,7 +43,7 @@ bool route_wants(const struct session *s, enum config_consistency level)
 	if (!p->conn)
 		return !p->is_request_pending && route_is_settled(s);
 	/* Only the write-LSN probe is owed: the read waits for its answer, its target (route_try). */
-	return p->is_probe_answering && p->pending_ready == p->hidden_ready && p->replies.count == 0 &&
+	return p->is_probe_answering && p->pending_ready == p->hidden_ready && p->stmts.replies.count == 0 &&
 	       !p->is_unsynced && sendq_is_empty(&p->to_server);
 }
 
@@ -311,8 +311,8 @@ static enum route_query route_split_query(struct session *s, const struct tern_c
 	}
 	struct split_tx assumed = sp->tx;
 	bool is_polar = p->conn->is_polar; /* its ReadyForQuery says whether the transaction splits */
-	assumed.xact = p->polar_marker == 'x' ? SPLIT_XACT_SPLITTABLE
-		       : p->polar_marker == 'w' ? SPLIT_XACT_WAL_PENDING
+	assumed.xact = p->route.polar_marker == 'x' ? SPLIT_XACT_SPLITTABLE
+		       : p->route.polar_marker == 'w' ? SPLIT_XACT_WAL_PENDING
 						: SPLIT_XACT_NONE;
 	bool is_isolation_asked = sp->tx.server_isolation == CLASSIFY_ISOLATION_DEFAULT;
 	if (is_isolation_asked)
@@ -520,7 +520,7 @@ static int route_push_polar_settings(struct session *s, struct leg *leg)
 {
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	char sql[4][200];
-	snprintf(sql[0], sizeof(sql[0]), "SET polar_xact_split_xids = '%s'", session_primary(s)->polar_xids);
+	snprintf(sql[0], sizeof(sql[0]), "SET polar_xact_split_xids = '%s'", session_primary(s)->route.polar_xids);
 	snprintf(sql[1], sizeof(sql[1]), "SET polar_consistency_mode = 'strict'");
 	snprintf(sql[2], sizeof(sql[2]), "SET polar_proxy_wait_timeout_ms = %" PRIu32, cfg->wait_timeout_ms);
 	snprintf(sql[3], sizeof(sql[3]), "SET polar_xact_split_wait_lsn = '%" PRIu64 "'", s->routing.target_lsn);

@@ -99,6 +99,10 @@ struct leg_route {
 	bool has_polar_settings;   /* a split read's SET polar_* went to its connection: RESET before it goes */
 	bool is_waiting_for_lsn;   /* a hidden WAIT FOR LSN is ahead of the read: its status is looked at */
 	bool is_wait_status_next;  /* ... and its RowDescription came: the next DataRow is the status */
+	/* A polar server's last ReadyForQuery (polar.c): its marker ('x', 'w') and the transaction's XIDs
+	 * ("cid,xid,..."), what a split read after a write imports on the replica. */
+	char polar_marker;
+	char polar_xids[128];
 };
 
 #endif
