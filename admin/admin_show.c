@@ -2,6 +2,7 @@
  * admin_show.c — the SHOW tables of admin_show.h. Counts PgBouncer has and tern does not (cancel
  * requests in flight, servers being tested) are 0; values are PgBouncer's units.
  */
+#include "replay/failovers.h"
 #include "admin_show.h"
 
 #include "config.h"
@@ -166,7 +167,7 @@ void admin_show_failovers(struct admin_reply *r, struct tern_runtime *rt)
 		r->overflow = true;
 		return;
 	}
-	uint32_t count = failover_log_copy(&rt->failovers, entries);
+	uint32_t count = failover_log_copy(rt->failovers, entries);
 	for (uint32_t i = 0; i < count; i++) {
 		const struct failover_entry *e = &entries[i];
 		char at[40];

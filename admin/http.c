@@ -2,6 +2,7 @@
  * /metrics and GET /api/status from the published state (monitor atomics, the workers' published counters,
  * each pool server's counters under its mutex, committed history's counters); the POST endpoints are
  * http_post.c's. */
+#include "replay/failovers.h"
 #include "http.h"
 #include "http_internal.h"
 
@@ -347,7 +348,7 @@ static json_t *http_replay_json(struct tern_runtime *rt, const struct host_stats
 	const struct tern_config *cfg = runtime_config(rt);
 	json_t *recent = json_array();
 	struct failover_entry *entries = malloc(FAILOVERS_KEPT * sizeof(*entries));
-	uint32_t count = entries ? failover_log_copy(&rt->failovers, entries) : 0;
+	uint32_t count = entries ? failover_log_copy(rt->failovers, entries) : 0;
 	for (uint32_t i = 0; i < count; i++) {
 		const struct failover_entry *e = &entries[i];
 		json_array_append_new(recent, json_pack("{s:f, s:s, s:s, s:s, s:s, s:s, s:s}", "at",

@@ -371,37 +371,6 @@ void classify_query(const char *sql, const char *read_functions, struct classify
 	json_decref(tree);
 }
 
-enum tr_kind classify_tr_kind(const struct classify_result *r)
-{
-	if (r->has_commit)
-		return TR_KIND_COMMIT;
-	if (r->has_copy)
-		return TR_KIND_COPY;
-	if (r->is_parse_error)
-		return TR_KIND_WRITE;
-	if (r->statement_count == 0)
-		return TR_KIND_CONTROL; /* an empty query */
-	switch (r->kind) {
-	case CLASSIFY_READ:
-		return TR_KIND_READ_SAFE;
-	case CLASSIFY_ROLLBACK:
-		return TR_KIND_ROLLBACK;
-	case CLASSIFY_BEGIN:
-	case CLASSIFY_TRANSACTION:
-	case CLASSIFY_SET:
-	case CLASSIFY_SET_TRANSACTION:
-	case CLASSIFY_DISCARD:
-		return TR_KIND_CONTROL;
-	case CLASSIFY_COMMIT:
-		return TR_KIND_COMMIT;
-	case CLASSIFY_WRITE:
-		break;
-	}
-	bool is_opaque_read = r->is_select_only && r->calls_unsafe_function && !r->has_locking_clause &&
-			      !r->has_write_cte && !r->is_select_into;
-	return is_opaque_read ? TR_KIND_READ_OPAQUE : TR_KIND_WRITE;
-}
-
 /* ---- the cache ---- */
 
 static bool classify_is_ident_start(char c) { return isalpha((unsigned char)c) || c == '_' || (c & 0x80); }

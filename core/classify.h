@@ -17,7 +17,6 @@
 #define TERN_CLASSIFY_H
 
 #include "base/base.h"
-#include "replay/decide.h"
 
 /* Query texts classified at all; a longer one is taken as a write without parsing (parsing costs). */
 #define CLASSIFY_TEXT_MAX (64u * 1024u)
@@ -78,11 +77,6 @@ struct classify_span {
  * runs none of them, unless its grammar is newer than libpg_query's), is too long or has more. */
 int classify_split(const char *sql, struct classify_span *spans, uint32_t max);
 
-/* What Transaction Replay's decision (replay/decide.h) calls the statement: a commit wherever it hides
- * (behind a comment, END WORK, in a text of several statements, PREPARE TRANSACTION), a read whose only
- * flaw is a call outside the side-effect-free list (opaque: never run twice), a control statement that
- * is harmless to run again, a COPY, or a write. */
-enum tr_kind classify_tr_kind(const struct classify_result *r);
 
 /* ---- a worker's cache of classifications, by the query's shape ---- */
 

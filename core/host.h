@@ -20,7 +20,6 @@
 #include "ring/ring.h"
 #include "runtime.h"
 #include "sendq.h"
-#include "routing/split.h"
 
 /* The worker's receive-buffer groups: client reads can never take the buffers server responses need
  * (server responses are what ends transactions and frees connections for waiting clients). */
@@ -37,6 +36,8 @@ struct digest_local;
 /* The upper bounds of the read-wait histogram's buckets, in microseconds. */
 #define HOST_ROUTE_WAIT_BOUNDS_US {100, 250, 500, 1000, 2500, 5000, 10000, 50000, 250000, 1000000, 5000000}
 #define HOST_ROUTE_WAIT_BUCKETS 11u
+/* Room for routing's reasons a split transaction's statement stays on the primary (route.c asserts it). */
+#define HOST_SPLIT_REFUSALS 8u
 
 /* Counters of one worker, kept by its sessions (plain increments, the worker's thread only; the worker
  * publishes a copy for other threads each tick). All uint64_t: the copy goes field by field. */
@@ -61,7 +62,8 @@ struct host_stats {
 	uint64_t ended[SESSION_END_REASON_COUNT];
 	/* Routing (route.c), by path: what served autocommit reads, and split reads of transactions. */
 	struct host_route_paths reads, split;
-	uint64_t split_refused[SPLIT_REFUSAL_COUNT]; /* statements of a split transaction kept on the primary, by why */
+	uint64_t split_refused[HOST_SPLIT_REFUSALS]; /* statements of a split transaction kept on the primary, by why
+						   * (routing/split.h's enum split_refusal) */
 	uint64_t split_pipelined; /* split reads kept on the primary: sent before an answer they must follow */
 	/* How long reads waited for their LSN target, as a histogram (HOST_ROUTE_WAIT_BOUNDS_US, then +Inf). */
 	uint64_t route_wait_buckets[HOST_ROUTE_WAIT_BUCKETS + 1];

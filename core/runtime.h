@@ -11,12 +11,12 @@
 #define TERN_RUNTIME_H
 
 #include "config.h"
-#include "replay/failovers.h"
 #include "gates.h"
 #include "params.h"
 
 struct auth_file;
 struct digest_shared;
+struct failover_log;
 struct journal;
 struct shadow;
 struct auth_query;
@@ -36,7 +36,7 @@ struct tern_runtime {
 	struct pool_server *primary; /* atomic: where writes go, as the topology monitor last saw (runtime_primary) */
 	struct monitor *monitor;
 	struct digest_shared *digests; /* query digests ([admin] query_digests; NULL: off) */
-	struct failover_log failovers; /* the last lost primary connections (recover.c) */
+	struct failover_log *failovers; /* the last lost primary connections (recover.c; main's) */
 	struct journal *journal;        /* committed history (the journal; NULL with tr_enabled = false) */
 	struct shadow *shadow;         /* [shadow] sampling's thread (NULL without [shadow] target) */
 	/* The monitor stored new answers (monitor_generation moved): wake the workers with reads waiting for

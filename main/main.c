@@ -1,4 +1,5 @@
 /* tern's entry point: command line, config, the pool and its thread, listeners, workers, signals. */
+#include "replay/failovers.h"
 #include "admin.h"
 #include "auth.h"
 #include "auth_query.h"
@@ -392,6 +393,7 @@ int main(int argc, char **argv)
 		TERN_INFO("[replay] tr_enabled = %s from the command line (--tr), whatever %s says", main_tr_flag ? "true" : "false",
 			  config_path);
 	static struct tern_runtime rt;
+	static struct failover_log failovers;
 	gates_init(&rt.gates);
 	rt.config = &cfg;
 	rt.console = &admin_console;
@@ -469,7 +471,8 @@ int main(int argc, char **argv)
 	rt.opener = opener;
 	rt.primary = primary; /* until the monitor's first round says which server is the primary */
 	rt.topology_changed = worker_topology_changed;
-	failover_log_init(&rt.failovers);
+	failover_log_init(&failovers);
+	rt.failovers = &failovers;
 	/* Committed history: before the listeners, so an unwritable [journal] dir stops startup. */
 	if (cfg.tr_enabled && journal_open(&rt.journal, &cfg, err, sizeof(err)) < 0) {
 		fprintf(stderr, "tern: %s: %s\n", config_path, err);
@@ -632,7 +635,7 @@ int main(int argc, char **argv)
 	shadow_stop(rt.shadow); /* the workers and the HTTP thread have stopped */
 	if (rt.digests)
 		digest_shared_deinit(rt.digests); /* the workers and the HTTP thread have stopped */
-	failover_log_deinit(&rt.failovers);
+	failover_log_deinit(&failovers);
 	journal_close(rt.journal); /* the workers and the HTTP thread have stopped: the writer drains */
 	/* The pool thread stops before pool_deinit (it must not touch what that frees) and before the
 	 * workers are freed (a late answer to a parked request still lands in a worker's mailbox). */

@@ -4,12 +4,44 @@
 #include "core/classify.h"
 #include "routing/monitor.h"
 #include "core/observer.h"
+#include "failovers.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+enum tr_kind recover_kind_of(const struct classify_result *r)
+{
+	if (r->has_commit)
+		return TR_KIND_COMMIT;
+	if (r->has_copy)
+		return TR_KIND_COPY;
+	if (r->is_parse_error)
+		return TR_KIND_WRITE;
+	if (r->statement_count == 0)
+		return TR_KIND_CONTROL; /* an empty query */
+	switch (r->kind) {
+	case CLASSIFY_READ:
+		return TR_KIND_READ_SAFE;
+	case CLASSIFY_ROLLBACK:
+		return TR_KIND_ROLLBACK;
+	case CLASSIFY_BEGIN:
+	case CLASSIFY_TRANSACTION:
+	case CLASSIFY_SET:
+	case CLASSIFY_SET_TRANSACTION:
+	case CLASSIFY_DISCARD:
+		return TR_KIND_CONTROL;
+	case CLASSIFY_COMMIT:
+		return TR_KIND_COMMIT;
+	case CLASSIFY_WRITE:
+		break;
+	}
+	bool is_opaque_read = r->is_select_only && r->calls_unsafe_function && !r->has_locking_clause &&
+			      !r->has_write_cte && !r->is_select_into;
+	return is_opaque_read ? TR_KIND_READ_OPAQUE : TR_KIND_WRITE;
+}
 
 static const char recover_msg_not_sent[] =
 	"the connection to the primary was lost before the statement reached it; it did not run (the session "
@@ -111,7 +143,7 @@ static enum tr_kind recover_kind(const struct tern_config *cfg, const char *text
 		return is_in_tx ? TR_KIND_COMMIT : TR_KIND_WRITE;
 	struct classify_result c;
 	recover_classify(cfg, text, &c);
-	return classify_tr_kind(&c);
+	return recover_kind_of(&c);
 }
 
 /* How far the request in flight got. */
@@ -160,7 +192,7 @@ static void recover_log(const struct session *s, const struct pool_server *serve
 	base_strlcpy(e.phase, recover_phase_names[phase], sizeof(e.phase));
 	base_strlcpy(e.action, action, sizeof(e.action));
 	base_strlcpy(e.sqlstate, sqlstate ? sqlstate : "", sizeof(e.sqlstate));
-	failover_log_add(&s->host->runtime->failovers, &e);
+	failover_log_add(s->host->runtime->failovers, &e);
 }
 
 /* The session ends (08006 unless sqlstate says otherwise) with `message`: a recovery it gets an error from,
@@ -281,7 +313,7 @@ enum tr_tx recover_tx_state(const struct session *s, char status)
 		if ((c.kind == CLASSIFY_BEGIN || c.kind == CLASSIFY_SET_TRANSACTION) &&
 		    (c.isolation == CLASSIFY_REPEATABLE_READ || c.isolation == CLASSIFY_SERIALIZABLE))
 			return TR_TX_SNAPSHOT;
-		enum tr_kind kind = classify_tr_kind(&c);
+		enum tr_kind kind = recover_kind_of(&c);
 		if (kind != TR_KIND_READ_SAFE && kind != TR_KIND_CONTROL)
 			tx = TR_TX_WRITTEN;
 	}

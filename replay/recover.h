@@ -34,8 +34,15 @@
 #ifndef TERN_RECOVER_H
 #define TERN_RECOVER_H
 
+#include "core/classify.h"
 #include "core/session.h"
+#include "decide.h"
 
+/* What tr_decide (decide.h) calls a classified statement: a commit wherever it hides
+ * (behind a comment, END WORK, in a text of several statements, PREPARE TRANSACTION), a read whose only
+ * flaw is a call outside the side-effect-free list (opaque: never run twice), a control statement that
+ * is harmless to run again, a COPY, or a write. */
+enum tr_kind recover_kind_of(const struct classify_result *r);
 /* session_parts.decide_lost: what a lost (or refused) primary connection means for the session. */
 struct session_lost_decision recover_decide(const struct session *s, const struct leg *leg, enum leg_fault fault);
 /* session_parts.recover: carries out a SESSION_LOST_RECOVER decision for the lost leg. */

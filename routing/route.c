@@ -326,6 +326,7 @@ static enum route_query route_split_query(struct session *s, const struct tern_c
 		assumed.xact = SPLIT_XACT_SPLITTABLE;
 	enum split_refusal why = split_check(&assumed, &r, true, is_polar);
 	if (why != SPLIT_ELIGIBLE) {
+		static_assert(SPLIT_REFUSAL_COUNT <= HOST_SPLIT_REFUSALS, "the host counts each refusal");
 		s->host->stats.split_refused[why]++;
 		split_tx_note(&sp->tx, &r);
 		return ROUTE_QUERY_ADMIT;

@@ -63,6 +63,7 @@
  * tests/fuzz/corpus/session. FUZZ_SESSION_TRACE=1 prints every byte each peer sends and gets;
  * FUZZ_SESSION_LOG=3 shows tern's log (debug). The seeds come from gen_session_corpus.py.
  */
+#include "replay/failovers.h"
 #include "digest.h"
 #include "dispatch.h"
 #include "replay/journal.h"
@@ -905,7 +906,9 @@ static void fuzz_init_process(void)
 	signal(SIGPIPE, SIG_IGN);
 	dispatch_init();
 	gates_init(&fz.runtime.gates);
-	failover_log_init(&fz.runtime.failovers);
+	static struct failover_log failovers;
+	failover_log_init(&failovers);
+	fz.runtime.failovers = &failovers;
 	FUZZ_CHECK(params_tracked_init(&fz.runtime.tracked, NULL) == 0);
 	FUZZ_CHECK(digest_shared_init(&fz.digests) == 0);
 	fz.runtime.parts = &session_relay_parts;

@@ -4,6 +4,7 @@
  * transaction control with isolation and READ ONLY, SET and DISCARD.
  */
 #include "classify.h"
+#include "replay/recover.h"
 
 #include <criterion/criterion.h>
 #include <stddef.h>
@@ -309,8 +310,8 @@ Test(classify, transaction_replay_kinds_find_a_commit_wherever_it_hides)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct classify_result r;
 		classify_query(cases[i].sql, "app_fn", &r);
-		cr_assert_eq(classify_tr_kind(&r), cases[i].kind, "%s: %d, expected %d", cases[i].sql,
-			     classify_tr_kind(&r), cases[i].kind);
+		cr_assert_eq(recover_kind_of(&r), cases[i].kind, "%s: %d, expected %d", cases[i].sql,
+			     recover_kind_of(&r), cases[i].kind);
 	}
 }
 
