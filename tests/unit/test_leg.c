@@ -9,6 +9,7 @@
  * 40 KiB output bound, across partial sends), the wire block's share in idleness and reaping, and what
  * ends the connection (garbage, the server's close_notify).
  */
+#include "replay/failovers.h"
 #include "session.h"
 #include "tls.h"
 
@@ -33,6 +34,7 @@
 struct fixture {
 	struct tern_config config;
 	struct tern_runtime runtime;
+	struct failover_log failovers;
 	struct pool pool;
 	struct pool_server *server;
 	struct host host;
@@ -86,6 +88,8 @@ static void setup(void)
 	fx.config.pool_mode = CONFIG_POOL_SESSION;
 	fx.runtime.config = &fx.config;
 	fx.runtime.parts = &session_relay_parts;
+	failover_log_init(&fx.failovers);
+	fx.runtime.failovers = &fx.failovers;
 	cr_assert_eq(params_tracked_init(&fx.runtime.tracked, NULL), 0);
 	struct pool_settings settings = {.pool_size = 4};
 	struct pool_hooks hooks = {.open = hook_open, .close = hook_close};
@@ -109,6 +113,7 @@ static void teardown(void)
 	for (uint32_t i = 0; i < fx.closes; i++)
 		free(fx.closed[i]);
 	params_tracked_deinit(&fx.runtime.tracked);
+	failover_log_deinit(&fx.failovers);
 	config_deinit(&fx.config);
 }
 
