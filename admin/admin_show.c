@@ -336,7 +336,7 @@ void admin_show_client_row(struct admin_reply *r, struct session *s, uint64_t no
 	admin_socket_address(s->client_fd, false, addr, sizeof(addr), port, sizeof(port));
 	admin_socket_address(s->client_fd, true, local_addr, sizeof(local_addr), local_port, sizeof(local_port));
 	char connect_time[40], request_time[40], wait[24], wait_us[16], ptr[24], link[24];
-	admin_format_time(connect_time, sizeof(connect_time), wall, now_ns, s->started_ns);
+	admin_format_time(connect_time, sizeof(connect_time), wall, now_ns, s->stats.started_ns);
 	admin_format_time(request_time, sizeof(request_time), wall, now_ns, s->client_active_ns);
 	snprintf(ptr, sizeof(ptr), "%p", (void *)s); /* SHOW SERVERS's link names this */
 	if (leg->conn)

@@ -170,14 +170,14 @@ static bool session_client_is_backed_up(const struct session *s)
 	const struct leg *leg = session_primary(s);
 	uint64_t high = leg->conn ? SENDQ_HIGH_BYTES : SESSION_QUEUE_PARKED_BYTES;
 	return sendq_is_full(&leg->to_server, high) || sendq_is_full(&s->to_client, SENDQ_HIGH_BYTES) ||
-	       leg->stmts.replies.count > STMT_REPLIES_HIGH || s->routing.backlog.len > SESSION_QUEUE_PARKED_BYTES;
+	       leg->stmts.replies.count > STMT_REPLIES_HIGH || s->steer.backlog.len > SESSION_QUEUE_PARKED_BYTES;
 }
 
 static bool session_client_is_drained(const struct session *s)
 {
 	const struct leg *leg = session_primary(s);
 	return sendq_is_low(&leg->to_server) && sendq_is_low(&s->to_client) && leg->stmts.replies.count < STMT_REPLIES_LOW &&
-	       s->routing.backlog.len <= SESSION_QUEUE_PARKED_BYTES / 2;
+	       s->steer.backlog.len <= SESSION_QUEUE_PARKED_BYTES / 2;
 }
 
 void session_client_pace(struct session *s)
@@ -612,7 +612,7 @@ void session_check_timeouts(struct session *s, uint64_t now_ns)
 		session_release_client_buffers(s);
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	uint64_t login_ns = cfg->client_login_timeout_ms * BASE_NS_PER_MS;
-	if ((s->phase == SESSION_STARTUP || s->phase == SESSION_AUTH) && login_ns && now_ns - s->started_ns > login_ns) {
+	if ((s->phase == SESSION_STARTUP || s->phase == SESSION_AUTH) && login_ns && now_ns - s->stats.started_ns > login_ns) {
 		session_end(s, SESSION_END_CLIENT_LOGIN_TIMEOUT);
 		return;
 	}

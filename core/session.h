@@ -80,6 +80,7 @@ struct session_stats {
 	uint64_t wait_ns;     /* waiting for a server, in the pool or behind PAUSE */
 	uint64_t assigned_ns; /* when the current assignment began; 0 when none is open */
 	uint32_t slot;        /* the worker's per-database row + 1; 0 until looked up */
+	uint64_t started_ns;  /* when the client connected (SHOW CLIENTS, client_login_timeout) */
 };
 
 /* The client's transport when it is not the plain socket: TLS (session_tls.c, set by session_tls_start). */
@@ -308,6 +309,13 @@ struct session_replay {
 	struct session_sets sets;
 };
 
+/* The client's traffic as routing steers it (routing/route*.c write it; the relay reads it): the leg its
+ * messages go to now (NULL: the primary's), and its bytes that wait while routing holds them. */
+struct session_steer {
+	struct leg *leg;
+	struct base_bytes backlog;
+};
+
 /* A protocol 3.2 client's cancel key: 32 random bytes, as PostgreSQL 18 gives (the pid names the worker). */
 #define SESSION_CANCEL_KEY_LEN 32u
 /* Protocol 3.0's key is 4 bytes. */
@@ -426,6 +434,7 @@ struct session {
 	struct params_state params;     /* observer_params.c: parameters and search_path */
 	struct session_pins pins;       /* observer_pins.c: LISTEN, SQL PREPARE */
 	struct stmts_state stmts;       /* observer_stmts.c: the client's named statements */
+	struct session_steer steer;      /* where routing sends the client's messages, and what waits */
 	struct session_route routing;   /* route.c: reads on replicas */
 	struct session_digest digest;   /* observer_digest.c: the Query being timed */
 	struct session_shadow shadow;   /* observer_shadow.c: a read sampled for [shadow] */
@@ -436,7 +445,6 @@ struct session {
 	/* For the timeouts, read once a second by the worker: when the client last sent bytes (the legs
 	 * keep when they last answered). */
 	uint64_t client_active_ns;
-	uint64_t started_ns;
 
 	struct session_stats stats;
 	struct session_gate gate; /* PAUSE and SIGTERM's drain (session_pause_gate, worker.c) */
@@ -507,7 +515,12 @@ static inline struct leg *session_primary(const struct session *s) { return s->l
  * primary's (observer_stmts.c keeps its replies on it). */
 static inline struct leg *session_client_leg(const struct session *s)
 {
-	return s->routing.client_leg ? s->routing.client_leg : s->legs[LEG_PRIMARY];
+	return s->steer.leg ? s->steer.leg : s->legs[LEG_PRIMARY];
+}
+/* Client bytes to the backlog that waits while routing holds the client's traffic. 0 or -ENOMEM. */
+static inline int session_backlog_append(struct session *s, const uint8_t *data, uint32_t len)
+{
+	return len ? base_bytes_append(&s->steer.backlog, data, len) : 0;
 }
 /* What a lost server connection means for the session: its end (for any leg outside transaction
  * pooling, or with the reason's or a given SQLSTATE), or Transaction Replay's recovery (recover.h), as

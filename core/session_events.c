@@ -57,8 +57,8 @@ struct session *session_create(struct host *host, int client_fd, uint32_t listen
 		free(s);
 		return NULL;
 	}
-	s->started_ns = base_now_ns();
-	s->client_active_ns = s->legs[LEG_PRIMARY]->ready_ns = s->started_ns;
+	s->stats.started_ns = base_now_ns();
+	s->client_active_ns = s->legs[LEG_PRIMARY]->ready_ns = s->stats.started_ns;
 	host->session_serial = (host->session_serial + 1) & 0xffffffu;
 	s->key.pid = (host->index << 24) | host->session_serial;
 	if (getrandom(s->key.secret, sizeof(s->key.secret), 0) != sizeof(s->key.secret)) {
@@ -325,6 +325,7 @@ void session_destroy(struct session *s)
 	TERN_ASSERT(base_list_is_empty(&s->legs_draining));
 	proto_stream_deinit(&s->client_stream);
 	s->parts->deinit(s);
+	free(s->steer.backlog.data);
 	session_login_free(s);
 	if (s->console)
 		s->host->runtime->console->destroy(s);

@@ -264,7 +264,7 @@ void session_relay_feed(struct session *s, struct leg *leg, bool is_routed, uint
 	int rc = proto_stream_feed(&s->client_stream, data, len, frame_max, &relay_client_ops, &chunk);
 	bool is_taken = rc == RELAY_STOP_ROUTED;
 	if (is_taken) /* the rest waits for the routed read's answer */
-		rc = route_backlog_append(s, data + s->client_stream.stop_offset, len - s->client_stream.stop_offset);
+		rc = session_backlog_append(s, data + s->client_stream.stop_offset, len - s->client_stream.stop_offset);
 	if (rc == 0)
 		rc = chunk.error ? chunk.error : s->scan.hook_error;
 	if (rc < 0) {
@@ -290,14 +290,14 @@ void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const 
 			session_end(s, SESSION_END_OUT_OF_MEMORY);
 		return;
 	}
-	if (route_is_replica_tx(s) && s->routing.backlog.len == 0) { /* a read-only transaction's next request */
+	if (route_is_replica_tx(s) && s->steer.backlog.len == 0) { /* a read-only transaction's next request */
 		session_relay_feed(s, session_client_leg(s), false, buffer_id, data, len);
 		if (!route_is_replica_tx(s))
 			route_run(s);
 		return;
 	}
 	if (s->routing.state != ROUTE_IDLE) { /* a routed read is under way: the client's next bytes wait */
-		if (route_backlog_append(s, data, len) < 0)
+		if (session_backlog_append(s, data, len) < 0)
 			session_end(s, SESSION_END_OUT_OF_MEMORY);
 		else if (s->routing.state == ROUTE_COLLECTING)
 			route_run(s); /* the rest of a batch routing reads to its Sync */
@@ -305,7 +305,7 @@ void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const 
 			session_client_pace(s);
 		return;
 	}
-	TERN_ASSERT(s->routing.backlog.len == 0);
+	TERN_ASSERT(s->steer.backlog.len == 0);
 	if (route_collects(s, data, len)) { /* an extended-protocol batch: read to its Sync first */
 		route_run(s);
 		return;

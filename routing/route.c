@@ -426,11 +426,6 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 	return ROUTE_QUERY_TAKEN;
 }
 
-int route_backlog_append(struct session *s, const uint8_t *data, uint32_t len)
-{
-	return len ? base_bytes_append(&s->routing.backlog, data, len) : 0;
-}
-
 /* The replica to serve the read (pick.h) among the standbys that may: up, not the primary, a weight
  * above 0, at the target (or, eventual, within the lag bounds). *any: a standby may serve reads at all
  * (at some LSN). */
@@ -507,7 +502,7 @@ void route_done(struct session *s)
 	struct session_route *route = &s->routing;
 	route->state = ROUTE_IDLE;
 	route->held.len = 0;
-	route->client_leg = NULL;
+	s->steer.leg = NULL;
 	route->is_batch = route->is_tx = route->is_split = route->is_awaiting_isolation = route->is_xid_import = false;
 	route->is_awaiting_wal = false;
 	route->is_wait_for_lsn = false;
@@ -581,7 +576,7 @@ void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 		return;
 	}
 	/* stmts keeps a batch's replies there, and a transaction's statements go there */
-	route->client_leg = is_replica && (route->is_batch || route->is_tx) ? leg : NULL;
+	s->steer.leg = is_replica && (route->is_batch || route->is_tx) ? leg : NULL;
 	/* A read's or a batch's answer, or a BEGIN READ ONLY's (not a moved transaction's SET: its BEGIN is
 	 * on the primary no more) */
 	leg->route.is_reply_guarded = is_replica && !is_begin_moved;

@@ -52,8 +52,6 @@ void route_tx_request_sent(struct session *s);
 /* A client chunk that begins an extended-protocol batch (Parse or Bind) while a read may go to a replica:
  * routing takes it (the batch is read up to its Sync before it decides; route_run). */
 bool route_collects(struct session *s, const uint8_t *data, uint32_t len);
-/* After a query was taken and the relay's scan stopped: the rest of the chunk, unread. 0 or -ENOMEM. */
-TERN_MUST_USE int route_backlog_append(struct session *s, const uint8_t *data, uint32_t len);
 /* Drives the routed read: dispatch it if its replica is known to be there (or the primary must serve
  * it), then the backlog, until a read waits or runs on a replica, or nothing is left. */
 void route_run(struct session *s);

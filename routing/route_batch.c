@@ -22,7 +22,7 @@ bool route_collects(struct session *s, const uint8_t *data, uint32_t len)
 	    s->pinned_server || !proto_stream_is_at_boundary(&s->client_stream) ||
 	    !route_wants(s, route_level(s, runtime_config(s->host->runtime))))
 		return false;
-	if (route_backlog_append(s, data, len) < 0)
+	if (session_backlog_append(s, data, len) < 0)
 		return false;
 	s->routing.state = ROUTE_COLLECTING;
 	s->routing.held.len = 0;
@@ -124,20 +124,20 @@ static bool route_collect(struct session *s)
 	struct session_route *route = &s->routing;
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	for (;;) {
-		if (route->backlog.len < PROTO_HEADER_LEN)
+		if (s->steer.backlog.len < PROTO_HEADER_LEN)
 			return false;
-		uint8_t type = route->backlog.data[0];
-		uint32_t length = proto_read_u32(route->backlog.data + 1);
+		uint8_t type = s->steer.backlog.data[0];
+		uint32_t length = proto_read_u32(s->steer.backlog.data + 1);
 		bool is_extended = type == PROTO_FE_PARSE || type == PROTO_FE_BIND || type == PROTO_FE_DESCRIBE ||
 				   type == PROTO_FE_EXECUTE || type == PROTO_FE_CLOSE || type == PROTO_FE_SYNC;
 		if (!is_extended || length < 4 || route->held.len + 1 + (uint64_t)length > ROUTE_BATCH_MAX)
 			break; /* not a batch routing reads: the relay takes it from here */
-		if (route->backlog.len < 1 + length)
+		if (s->steer.backlog.len < 1 + length)
 			return false;
-		if (base_bytes_append(&route->held, route->backlog.data, 1 + length) < 0)
+		if (base_bytes_append(&route->held, s->steer.backlog.data, 1 + length) < 0)
 			break;
-		route->backlog.len -= 1 + length;
-		memmove(route->backlog.data, route->backlog.data + 1 + length, route->backlog.len);
+		s->steer.backlog.len -= 1 + length;
+		memmove(s->steer.backlog.data, s->steer.backlog.data + 1 + length, s->steer.backlog.len);
 		if (type != PROTO_FE_SYNC)
 			continue;
 		enum route_text text = route_batch_text(s, cfg);
@@ -185,10 +185,10 @@ void route_run(struct session *s)
 			continue;
 		}
 		bool is_tx = route->state == ROUTE_REPLICA_TX;
-		if ((route->state != ROUTE_IDLE && !is_tx) || route->backlog.len == 0)
+		if ((route->state != ROUTE_IDLE && !is_tx) || s->steer.backlog.len == 0)
 			break;
-		struct base_bytes fed = route->backlog; /* fed whole: what it leaves goes back to an empty backlog */
-		route->backlog = (struct base_bytes){0};
+		struct base_bytes fed = s->steer.backlog; /* fed whole: what it leaves goes back to an empty backlog */
+		s->steer.backlog = (struct base_bytes){0};
 		s->parts->feed(s, session_client_leg(s), false, fed.data, fed.len);
 		free(fed.data);
 	}

@@ -174,7 +174,7 @@ bool route_on_lost(struct session *s, struct leg *leg)
 		route->reply_held.len = 0;
 		route_forget_batch_names(s);
 		route->excluded = lost;
-		route->client_leg = NULL;
+		s->steer.leg = NULL;
 		route->is_wait_for_lsn = false;
 		route->state = ROUTE_WAITING; /* with its target: route_try picks among the others */
 	} else {
@@ -197,9 +197,8 @@ void route_deinit(struct session *s)
 {
 	route_unwait(s);
 	free(s->routing.held.data);
-	free(s->routing.backlog.data);
 	free(s->routing.reply_held.data);
-	s->routing.held = s->routing.backlog = s->routing.reply_held = (struct base_bytes){0};
+	s->routing.held = s->routing.reply_held = (struct base_bytes){0};
 }
 
 void route_check_waits(struct host *host, uint64_t now_ns)

@@ -49,7 +49,6 @@ struct session_route {
 	 * the messages of an extended-protocol batch up to its Sync. */
 	struct base_bytes held;
 	/* What the client sent after it, not yet read: fed to the relay once the read is answered. */
-	struct base_bytes backlog;
 	/* The wait: the LSN a replica must have replayed (known once the strict probe answered). */
 	uint64_t target_lsn;
 	uint64_t probe_ticket; /* strict: the monitor's probe this read waits for; 0 when none */
@@ -63,7 +62,6 @@ struct session_route {
 	 * admitted is it); a SET TRANSACTION READ ONLY then moves the transaction to a replica, where a hidden
 	 * BEGIN (is_begin_hidden) precedes it, and a hidden ROLLBACK ends the empty one on the primary. */
 	bool is_begin_sent, is_begin_alone, is_begin_hidden;
-	struct leg *client_leg; /* while a routed batch or transaction runs on a replica: its leg (session_client_leg) */
 	/* The replica's answer up to its first row or completion (ParseComplete, RowDescription, ... and what
 	 * tern made up among them), whole messages, held until the answer is known to be the client's. */
 	struct base_bytes reply_held;

@@ -341,6 +341,7 @@ static const struct layout_state_owner {
 	const char *owners_text;
 } layout_state_owners[] = {
 	{"routing", {"routing.", "route."}, {"routing/route", "routing/polar"}, "routing's files (routing/route*, polar.c)"},
+	{"the steering", {"steer."}, {"routing/route"}, "routing's files (routing/route*)"},
 	{"Transaction Replay", {"replay."}, {"replay/"}, "replay/'s files"},
 	{"the journal", {"journal."}, {"replay/observer_journal", "replay/journal"}, "replay/observer_journal.c, journal*"},
 	{"params", {"params."}, {"core/observer_params", "core/params"}, "core/observer_params.c, params.c"},
