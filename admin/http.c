@@ -3,6 +3,7 @@
  * each pool server's counters under its mutex, committed history's counters); the POST endpoints are
  * http_post.c's. */
 #include "replay/failovers.h"
+#include "routing/split.h"
 #include "http.h"
 #include "http_internal.h"
 

@@ -71,4 +71,18 @@ TERN_MUST_USE int digest_snapshot(struct digest_shared *shared, struct digest_en
 /* The row count a CommandComplete tag reports ("SELECT 5", "INSERT 0 3", "UPDATE 2"), or 0. */
 uint64_t digest_tag_rows(const uint8_t *tag, uint32_t len);
 
+/* What observer_digest.c times: a simple-protocol Query (fingerprint 0: none), or the Executes of
+ * extended-protocol batches, in the order their CommandComplete messages come. */
+#define SESSION_DIGEST_EXECUTES 8u
+struct session_digest {
+	uint64_t fingerprint;
+	uint64_t started_ns;
+	uint64_t rows;
+	uint64_t unnamed; /* the unnamed statement's fingerprint, from its last Parse */
+	uint64_t bound;   /* the statement's of the last Bind */
+	uint64_t executes[SESSION_DIGEST_EXECUTES]; /* sent, not yet complete, oldest at execute_head */
+	uint32_t execute_head, execute_count;
+	uint64_t mark_ns; /* when the oldest of them began: the first Execute, or the last one's completion */
+};
+
 #endif

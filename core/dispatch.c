@@ -6,34 +6,18 @@
 
 #include <string.h>
 
-/* The observers, in the order they are asked: COPY first (others read the Syncs it counts), statements
- * before parameters (at attach, each pushes to the queue's front: the parameters' SET must go before the
- * statements' Parses, whose names resolve through search_path), Transaction Replay last (at a stale plan's
- * ReadyForQuery it runs the request again, once every other observer, the journal too, has read it). */
-static const struct observer *const dispatch_registry[OBSERVER_COUNT] = {
-	[OBSERVER_COPY] = &observer_copy,
-	[OBSERVER_STMTS] = &observer_stmts,
-	[OBSERVER_PARAMS] = &observer_params,
-	[OBSERVER_PINS] = &observer_pins,
-	[OBSERVER_SETS] = &observer_sets,
-	[OBSERVER_STATS] = &observer_stats,
-	[OBSERVER_ROUTE] = &observer_route,
-	[OBSERVER_DIGEST] = &observer_digest,
-	[OBSERVER_SHADOW] = &observer_shadow,
-	[OBSERVER_JOURNAL] = &observer_journal,
-	[OBSERVER_REPLAY] = &observer_replay,
-	[OBSERVER_POLAR] = &observer_polar,
-};
+/* The observers in the order they are asked (session_parts.observers, main's; dispatch_init copies it). */
+static const struct observer *dispatch_registry[OBSERVER_COUNT];
 static_assert(OBSERVER_COUNT <= 32, "a mask of 32 bits");
 
 struct dispatch_tables dispatch_tables;
 
-void dispatch_init(void)
+void dispatch_init(const struct observer *const registry[OBSERVER_COUNT])
 {
 	if (dispatch_tables.is_ready)
 		return;
 	for (uint32_t id = 0; id < OBSERVER_COUNT; id++) {
-		const struct observer *o = dispatch_registry[id];
+		const struct observer *o = dispatch_registry[id] = registry[id];
 		TERN_ASSERT(o && o->name);
 		for (const char *t = o->client_types ? o->client_types : ""; *t; t++)
 			dispatch_tables.client[(uint8_t)*t] |= 1u << id;

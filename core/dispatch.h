@@ -1,6 +1,6 @@
 /*
  * dispatch.h — the one dispatch between the relay and the observers (observer.h): the registry of
- * observers in the order they are asked, the tables of which observer reads which message type, built
+ * observers in the order they are asked (main's), the tables of which observer reads which message type, built
  * from it once, and the calls the relay makes at each message and each change of a leg.
  *
  * Threads: dispatch_init runs once, before any session (main, or a test); the tables are read-only after.
@@ -21,8 +21,9 @@ struct dispatch_tables {
 };
 extern struct dispatch_tables dispatch_tables;
 
-/* Builds the tables from the registry (idempotent; before any session). */
-void dispatch_init(void);
+/* Takes the registry (OBSERVER_COUNT observers, by id: session_parts.observers) and builds the tables
+ * from it (idempotent; before any session). */
+void dispatch_init(const struct observer *const registry[OBSERVER_COUNT]);
 /* The observers on for s (their is_on), as a mask for s->observers_on. */
 uint32_t dispatch_observers_for(const struct session *s);
 /* The observers of s that read a client / server message of `type` (0 for most rows of a result). */

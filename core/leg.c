@@ -159,10 +159,11 @@ static void leg_tls_clear(struct leg *leg)
 	leg->wire.block = NULL;
 }
 
-struct leg *leg_create(struct session *session, struct host *host, const struct leg_ops *ops, enum leg_role role)
+struct leg *leg_create(struct session *session, struct host *host, const struct leg_ops *ops, enum leg_role role,
+		       size_t state_bytes)
 {
 	TERN_ASSERT(ops->on_bytes && ops->on_progress && ops->on_starved && ops->on_lost);
-	struct leg *leg = calloc(1, sizeof(*leg));
+	struct leg *leg = calloc(1, LEG_STATE_AT + state_bytes);
 	if (!leg)
 		return NULL;
 	leg->session = session;

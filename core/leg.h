@@ -26,7 +26,6 @@
 
 #include "host.h"
 #include "proto.h"
-#include "routing/route_types.h"
 #include "sendq.h"
 #include "stmts.h"
 
@@ -43,6 +42,7 @@ enum leg_fault {
 
 struct leg;
 struct session;
+struct leg_route;
 
 /* COPY as observer_copy.c follows it on one leg. */
 struct leg_copy {
@@ -102,7 +102,7 @@ struct leg {
 	uint32_t probe_behind;
 	bool is_probe_answering; /* the hidden answer being read is the probe's */
 	uint64_t to_client_bytes; /* what it forwarded to the client, all told (a replica read re-run only at 0 new) */
-	struct leg_route route; /* routing's (route_types.h) */
+	struct leg_route *route; /* routing's (routing/route_types.h), laid out after the leg */
 	char tx_status;              /* of the last ReadyForQuery: 'I', 'T' or 'E' */
 	struct leg_copy copy;        /* observer_copy.c */
 	/* For the timeouts and SHOW STATS: when the oldest unanswered request went out, when the server last
@@ -118,8 +118,12 @@ struct leg {
 	struct base_list link;      /* the session's list of legs set aside to drain */
 };
 
-/* A detached leg of `role` for `session`. NULL when out of memory. */
-struct leg *leg_create(struct session *session, struct host *host, const struct leg_ops *ops, enum leg_role role);
+/* Where the state laid out after a leg begins (leg_create's state_bytes; session_parts.place_leg). */
+#define LEG_STATE_AT ((sizeof(struct leg) + 15u) & ~(size_t)15u)
+/* A detached leg of `role` for `session`, with state_bytes zeroed at (uint8_t *)leg + LEG_STATE_AT for the
+ * concerns that keep state per leg. NULL when out of memory. */
+struct leg *leg_create(struct session *session, struct host *host, const struct leg_ops *ops, enum leg_role role,
+		       size_t state_bytes);
 /* Frees a reapable leg (leg_is_reapable). */
 void leg_destroy(struct leg *leg);
 /* Takes a USED connection (from the local cache, the pool, or a granted request). The stream toward the

@@ -5,7 +5,7 @@
  *   observer_stmts.c          named prepared statements in transaction pooling, the replies owed (s->stmts);
  *   observer_params.c         tracked parameters and search_path (s->params);
  *   observer_pins.c           LISTEN and SQL PREPARE, which keep the client on its connection (s->pins);
- *   replay/observer_sets.c    the SET state Transaction Replay restores on a new primary (s->replay.sets);
+ *   replay/observer_sets.c    the SET state Transaction Replay restores on a new primary (s->replay->sets);
  *   observer_stats.c          SHOW STATS (s->stats);
  *   routing/route_observer.c  routing: the write-LSN probe, a replica answer's guard (s->routing);
  *   observer_digest.c         query digests (s->digest);
@@ -126,30 +126,10 @@ static inline bool observer_message_is_tag(const struct observer_message *m, con
 extern const struct observer observer_copy;
 extern const struct observer observer_stmts;
 extern const struct observer observer_params;
-extern const struct observer observer_sets; /* the SET state a move restores */
 extern const struct observer observer_pins;
 extern const struct observer observer_stats;
-extern const struct observer observer_route; /* route_observer.c: the write-LSN probe, the replica legs' show stage */
 extern const struct observer observer_digest;
 extern const struct observer observer_shadow;
-extern const struct observer observer_replay; /* Transaction Replay's record of the requests in flight */
-extern const struct observer observer_journal; /* the recovery journal's capture of committed transactions */
-extern const struct observer observer_polar;   /* routing/polar.c: a polar server's ReadyForQuery */
-
-/* The distinct variables the session's state holds: its SETs (observer_sets) and the parameters
- * observer_params keeps that no SET named (Transaction Replay's cap). */
-uint32_t sets_count(const struct session *s);
-/* A Query too long for the observers to read went to the primary (observer_journal matches its answer). */
-void journal_note_unread_query(struct session *s);
-/* The primary connection was lost and the session goes on (recover.c): what was sent there will not be
- * answered there; with is_moved, the transaction goes on on the next primary (a replay). */
-void journal_on_lost(struct session *s, bool is_moved);
-/* What is held goes to the client (counted as leg's), ahead of what leg says next. */
-void replay_flush_preamble(struct session *s, struct leg *leg);
-/* session_parts.preamble_reply, while the start of an answer is held: a reply tern made up ahead of the
- * answer's first row or completion joins it; any other (a ReadyForQuery tern answers a Sync with, an
- * error) first lets out what is held, as a server's own completion does. */
-void replay_reply(struct session *s, const void *data, uint32_t len);
 
 
 #endif

@@ -271,10 +271,13 @@ static bool stmts_is_deallocate_of_own(struct session *s, const uint8_t *content
 static int stmts_answer_parse(struct session *s, char *name, struct stmt *stmt)
 {
 	struct leg *leg = session_client_leg(s);
-	if (leg->stmts.replies.count == 0 && s->replay.is_open && leg->role == LEG_PRIMARY) {
-		free(name);
-		leg->is_unsynced = true;
-		return base_bytes_append(&s->replay.preamble, proto_parse_complete, sizeof(proto_parse_complete));
+	if (leg->stmts.replies.count == 0 && leg->role == LEG_PRIMARY) {
+		int held = s->parts->replay.hold_parse_complete(s); /* with the answer's start replay holds */
+		if (held != 0) {
+			free(name);
+			leg->is_unsynced = true;
+			return held < 0 ? held : 0;
+		}
 	}
 	return stmts_make_reply_for(s, STMT_REPLY_MADE_PARSE_COMPLETE, name, 0, stmt);
 }

@@ -54,12 +54,7 @@ void session_send_buffer_to_client(struct session *s, uint16_t buffer_id, const 
 
 void session_send_reply(struct session *s, const void *data, uint32_t len)
 {
-	const struct leg *leg = session_client_leg(s);
-	if (leg->route.is_reply_guarded)
-		s->parts->hold_reply(s, data, len);
-	else if (s->replay.preamble.len > 0)
-		s->parts->preamble_reply(s, data, len); /* behind the start of the answer Transaction Replay holds */
-	else
+	if (!s->parts->hold_reply(s, data, len)) /* held with the answer routing guards, or Transaction Replay */
 		session_send_to_client(s, data, len);
 }
 
@@ -338,11 +333,11 @@ void session_acquire(struct session *s, struct leg *leg)
 	bool is_replica = leg->role == LEG_REPLICA;
 	if (!is_replica && session_pause_gate(s))
 		return; /* PAUSE: the worker asks again at RESUME (reads on replicas go on) */
-	if (!is_replica && s->parts->awaits_primary && s->parts->awaits_primary(s, leg))
+	if (!is_replica && s->parts->replay.awaits_primary && s->parts->replay.awaits_primary(s, leg))
 		return; /* its primary connection was lost: the worker asks again once a primary is there */
 	if (!is_replica)
 		session_stats_close_assignment(s);
-	struct pool_server *server = is_replica ? s->routing.server : session_server(s);
+	struct pool_server *server = is_replica ? s->parts->route.replica_server(s) : session_server(s);
 	struct pool_conn *conn = host_local_take(host, s->db, server);
 	if (conn) {
 		host->stats.local_reuse++;
@@ -391,7 +386,8 @@ void session_hold_parked_bytes(struct session *s)
 void session_hold_now(struct leg *leg)
 {
 	struct session *s = leg->session;
-	if (s->phase == SESSION_CLOSING || !(leg->is_request_pending || s->gate.is_waiting || s->replay.is_waiting))
+	bool is_waiting = leg->is_request_pending || s->gate.is_waiting || s->parts->replay.waits_for_primary(s);
+	if (s->phase == SESSION_CLOSING || !is_waiting)
 		return; /* its wait ended in the pass: its bytes went on by reference */
 	if (leg_hold_queued(leg) < 0)
 		session_end(s, SESSION_END_OUT_OF_MEMORY);
@@ -616,10 +612,9 @@ void session_check_timeouts(struct session *s, uint64_t now_ns)
 		session_end(s, SESSION_END_CLIENT_LOGIN_TIMEOUT);
 		return;
 	}
-	if (s->phase == SESSION_READY && s->parts->check_deadline && s->parts->check_deadline(s, now_ns))
+	if (s->phase == SESSION_READY && s->parts->replay.check_deadline && s->parts->replay.check_deadline(s, now_ns))
 		return;
-	if (s->phase != SESSION_READY ||
-	    (s->routing.state != ROUTE_IDLE && s->routing.state != ROUTE_SETTLING && s->routing.state != ROUTE_COLLECTING))
+	if (s->phase != SESSION_READY || s->parts->route.has_deadline(s))
 		return; /* a routed read has its own deadline (a SET tern.* or a batch being read waits on the primary) */
 	uint64_t query_ns = cfg->query_timeout_ms * BASE_NS_PER_MS;
 	uint64_t idle_tx_ns = cfg->idle_transaction_timeout_ms * BASE_NS_PER_MS;
@@ -650,7 +645,7 @@ bool session_is_in_transaction(const struct session *s)
 	if (s->phase != SESSION_READY)
 		return false;
 	const struct leg *leg = session_primary(s);
-	return (leg->conn != NULL && !session_leg_is_idle(s, leg)) || s->routing.state != ROUTE_IDLE;
+	return (leg->conn != NULL && !session_leg_is_idle(s, leg)) || s->parts->route.is_busy(s);
 }
 
 bool session_is_drainable(const struct session *s)

@@ -18,6 +18,7 @@
 #ifndef TERN_SESSION_H
 #define TERN_SESSION_H
 
+#include "digest.h"
 #include "host.h"
 #include "leg.h"
 #include "params.h"
@@ -27,15 +28,18 @@
 #include "shadow.h"
 #include "stmts.h"
 
-#include "replay/decide.h"
-#include "replay/restore_set.h"
-
 struct scram_server;
 struct auth_lookup;
 struct auth_user;
 struct database_entry;
 struct session_tls;
 struct tls_context;
+struct leg_route;      /* routing's (routing/route_types.h) */
+struct session_route;  /* routing's (routing/route_types.h) */
+struct session_replay; /* Transaction Replay's (replay/replay_types.h) */
+struct session_journal; /* the journal's capture (replay/replay_types.h) */
+struct server_auth_secret;
+struct observer;
 
 /* A client that waits for a server may queue only this much: parked clients must not take the buffers
  * that the transactions they wait for need to finish. */
@@ -95,10 +99,81 @@ struct session_transport {
 	void (*destroy)(struct session *s);
 };
 
-/* What works for the session from above it: the login and the relay with its observers. main puts
- * session_relay_parts in the runtime; the session calls up only through here, so it depends on none
- * of them. */
+/* What works for the session from above it: the login and the relay with its observers, routing and
+ * Transaction Replay. main composes the table (main/parts.c) and puts it in the runtime; the session and
+ * the relay call up only through here, so core depends on none of them: routing's and Transaction
+ * Replay's state is theirs, laid out after the session and each leg, and core never reads it. */
+/* Where the state laid out after a session begins (session_parts.session_state_bytes, place). */
+#define SESSION_STATE_AT ((sizeof(struct session) + 15u) & ~(size_t)15u)
+
+/* What a Query held for routing became (session_parts.route_query). */
+enum session_query_route {
+	SESSION_QUERY_ANSWERED = 0, /* tern answered it (SET tern.*), or refused it: nothing goes on */
+	SESSION_QUERY_TAKEN,        /* routing took it for a replica: the relay's scan stops there */
+	SESSION_QUERY_ADMIT,        /* it goes on to the chunk's leg as any message would */
+	SESSION_QUERY_ADMIT_LAST,   /* ... and the rest waits for its answer (a read-only transaction's request) */
+};
+
+/* What the relay, the login and the session ask routing (route.h, route_relay.c; main's table). */
+struct session_routing_ops {
+	/* A client chunk while routing holds the client's traffic (a read routed or waiting, a batch being
+	 * read to its Sync, a read-only transaction on a replica): true when routing took it. */
+	bool (*chunk)(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len);
+	/* A chunk went to the primary: a query routing took in it goes on. */
+	void (*fed)(struct session *s);
+	/* A Query held for routing: *probe (0: none) is what push_probe queues behind it. */
+	enum session_query_route (*query)(struct session *s, const uint8_t *body, uint32_t len, uint8_t *probe);
+	/* The Query went to the primary as it came; ... and the probe behind it. 0 or -ENOMEM. */
+	void (*query_sent)(struct session *s);
+	int (*push_probe)(struct session *s, struct leg *leg, uint8_t probe);
+	/* A read-only transaction on a replica: one request at a time (its Sync is held). */
+	bool (*is_replica_tx)(const struct session *s);
+	/* ... its request went: the client's next bytes wait. */
+	void (*tx_request_sent)(struct session *s);
+	/* A Query, Sync or FunctionCall went to leg; any message after the BEGIN was admitted. */
+	void (*note_request)(struct session *s, const struct leg *leg);
+	void (*note_admit)(struct session *s);
+	/* The server a read on the replica's leg asks the pool for. */
+	struct pool_server *(*replica_server)(const struct session *s);
+	/* Routing holds the client's traffic (the session is not idle); ... under a deadline of its own. */
+	bool (*is_busy)(const struct session *s);
+	bool (*has_deadline)(const struct session *s);
+	/* At a leg's progress, and its lost connection (true: routing re-runs its read; the session goes on). */
+	void (*leg_progress)(struct session *s, struct leg *leg);
+	bool (*leg_lost)(struct session *s, struct leg *leg);
+	/* A startup option tern.<name>=<value>: 0, -ENOENT (no such parameter), -EINVAL (*hint says why). */
+	int (*take_setting)(struct session *s, const char *name, size_t name_len, const char *value, const char **hint);
+	/* A user's key the login learned (the monitor may log in as that user). */
+	void (*learn_key)(const struct tern_runtime *rt, const struct server_auth_secret *secret);
+};
+
+/* What the relay and the session ask Transaction Replay (recover.h; main's table). */
+struct session_replay_ops {
+	/* A chunk while a replay runs on the new primary: held until its verdict (true), or not (false). */
+	bool (*takes_chunk)(struct session *s, const uint8_t *data, uint32_t len);
+	/* The client's transaction was lost (or a failed batch is skipped): tern answers its messages. */
+	bool (*is_answering)(const struct session *s);
+	unsigned (*answer_type)(uint8_t type);
+	int (*answer_message)(struct session *s, uint8_t type, const uint8_t *body, uint32_t len);
+	/* A client Flush to the primary: what the start of the answer held goes now. */
+	void (*flush)(struct session *s, struct leg *leg);
+	/* A ParseComplete tern answers at once for the primary while the request is recorded: 1 when held
+	 * with the start of its answer (and the request stays unsynced), 0 when not, -ENOMEM. */
+	int (*hold_parse_complete)(struct session *s);
+	/* The decision about a lost or refused primary connection, the recovery it starts, and the gate a
+	 * primary leg passes before it asks the pool (true: it waits for a primary); ... that wait. */
+	struct session_lost_decision (*decide_lost)(const struct session *s, const struct leg *leg,
+						    enum leg_fault fault);
+	void (*recover)(struct session *s, struct leg *leg, enum leg_fault fault);
+	bool (*awaits_primary)(struct session *s, struct leg *leg);
+	bool (*waits_for_primary)(const struct session *s);
+	/* ... and, once a second (session_check_timeouts), the recovery's one deadline: true when it ended
+	 * the session. */
+	bool (*check_deadline)(struct session *s, uint64_t now_ns);
+};
+
 struct session_parts {
+	/* ---- the login and the relay (core's, above the session) ---- */
 	/* Client bytes before the welcome (startup, TLS negotiation, authentication). */
 	void (*on_login_bytes)(struct session *s, const uint8_t *data, uint32_t len);
 	/* Client bytes after it (SESSION_READY), in receive buffer buffer_id or RING_NO_BUFFER. */
@@ -113,200 +188,30 @@ struct session_parts {
 	bool (*before_release)(struct session *s, struct leg *leg);
 	/* The session is freed: what the parts keep goes. */
 	void (*deinit)(struct session *s);
-	/* Routing (route.c), at a leg's progress, its lost connection (true: routing re-runs its read; the
-	 * session goes on), and the session's end. */
-	void (*leg_progress)(struct session *s, struct leg *leg);
-	bool (*leg_lost)(struct session *s, struct leg *leg);
+	/* The observers, in the order they are asked (dispatch_init builds its tables from them). */
+	const struct observer *const *observers;
+
+	/* ---- routing's and Transaction Replay's state, laid out in the session's and each leg's block ---- */
+	size_t session_state_bytes, leg_state_bytes;
+	/* Points s->routing, s->replay, s->journal into `state` (zeroed, 16-byte aligned). */
+	void (*place)(struct session *s, uint8_t *state);
+	/* Points leg->route into `state` (zeroed, 16-byte aligned). */
+	void (*place_leg)(struct leg *leg, uint8_t *state);
+
+	/* Routing's and Transaction Replay's hooks (below); and where the relay asks one question of both: */
+	struct session_routing_ops route;
+	struct session_replay_ops replay;
+	/* A reply tern made up for the client's leg: true when held, while routing guards that leg's answer
+	 * or Transaction Replay holds the start of the primary's. */
+	bool (*hold_reply)(struct session *s, const void *data, uint32_t len);
+	/* A Query too long to read went to leg (routing and the journal allow for it). */
+	void (*unread_query)(struct session *s, struct leg *leg);
+	/* The session ends: routing's waits, a recovery's wait. */
 	void (*ending)(struct session *s);
-	/* Routing's: a reply tern made up for the client's leg while it guards that leg's answer. */
-	void (*hold_reply)(struct session *s, const void *data, uint32_t len);
-	/* Transaction Replay's (observer_replay.c): a reply tern made up while it holds the start of an answer. */
-	void (*preamble_reply)(struct session *s, const void *data, uint32_t len);
-	/* Transaction Replay's (recover.h): the decision about a lost or refused primary connection, the
-	 * recovery it starts, and the gate a primary leg passes before it asks the pool. */
-	struct session_lost_decision (*decide_lost)(const struct session *s, const struct leg *leg,
-						    enum leg_fault fault);
-	void (*recover)(struct session *s, struct leg *leg, const struct session_lost_decision *d);
-	bool (*awaits_primary)(struct session *s, struct leg *leg);
-	/* ... and, once a second (session_check_timeouts), the recovery's one deadline: true when it ended
-	 * the session. */
-	bool (*check_deadline)(struct session *s, uint64_t now_ns);
-};
-extern const struct session_parts session_relay_parts;
 
-/* What observer_digest.c times: a simple-protocol Query (fingerprint 0: none), or the Executes of
- * extended-protocol batches, in the order their CommandComplete messages come. */
-#define SESSION_DIGEST_EXECUTES 8u
-struct session_digest {
-	uint64_t fingerprint;
-	uint64_t started_ns;
-	uint64_t rows;
-	uint64_t unnamed; /* the unnamed statement's fingerprint, from its last Parse */
-	uint64_t bound;   /* the statement's of the last Bind */
-	uint64_t executes[SESSION_DIGEST_EXECUTES]; /* sent, not yet complete, oldest at execute_head */
-	uint32_t execute_head, execute_count;
-	uint64_t mark_ns; /* when the oldest of them began: the first Execute, or the last one's completion */
-};
-
-/* [shadow] sampling (shadow.h): the read observer_shadow.c picked, on its leg, while its answer comes. */
-struct session_shadow {
-	const struct leg *leg; /* NULL: no read sampled now */
-	char *text;            /* the Query's text (malloc'd while sampling) */
-	uint32_t len;
-	uint32_t rows_due;     /* DataRows the server sent, and those read (a longer one is not read) */
-	uint32_t rows_read;
-	bool is_failed;        /* an error, or a row not read: not compared */
-	uint64_t seed;         /* the session's own random numbers (xorshift) */
-	struct shadow_rows seen;
-};
-
-/* Transaction Replay (DESIGN §6): what observer_replay.c records of the client's requests on the primary's
- * leg, and the recovery recover.c runs when that leg's connection is lost. */
-enum replay_aborted {
-	REPLAY_TX_LIVE = 0,  /* the client's transaction, if any, is on a server */
-	REPLAY_TX_LOST_NEXT, /* it was lost between statements: the next one gets fail_sqlstate, then 25P02 */
-	REPLAY_TX_ABORTED,   /* it was lost and the client told: 25P02 until ROLLBACK (or COMMIT) ends it */
-};
-/* An autocommit request whose unnamed statement tern ran by its server name (server_side_prepare) and whose
- * plan PostgreSQL found stale (0A000 "cached plan must not change result type"): the client is shown
- * nothing of that answer, and the request runs again as it sent it, prepared anew. */
-enum replay_stale_plan {
-	REPLAY_STALE_NONE = 0,
-	REPLAY_STALE_DUE, /* the error was hidden: its ReadyForQuery is hidden too, then the request runs again */
-	REPLAY_STALE_RERUN, /* the request runs again (once: a second stale plan is the client's) */
-};
-/* The recovery journal's capture of the primary's transaction (observer_journal.c). Texts, Bind tails and
- * tags live in `arena`; the entries below point into it. */
-struct journal_capture {
-	uint32_t text_at, text_len, tail_at, tail_len; /* tail: an extended statement's Bind after its name */
-	uint32_t types_at, types_len; /* ... and its Parse after its text (the parameter types) */
-	uint32_t tag_at, tag_len;
-	uint8_t kind; /* enum journal_statement_kind, with observer_journal.c's flags; 0: not kept */
-	bool is_multi; /* a Query of several statements: kept once, its transaction incomplete */
-};
-struct journal_savepoint {
-	char name[64];
-	uint32_t count; /* statements kept before it */
-};
-struct session_journal {
-	struct base_bytes arena;
-	struct journal_capture *kept; /* the transaction's statements that ran, in order */
-	uint32_t kept_count, kept_cap;
-	struct journal_capture *pending; /* sent, their completion not yet read, oldest first */
-	uint32_t pending_head, pending_count, pending_cap;
-	struct journal_capture unnamed, portal; /* the unnamed statement's text; the unnamed portal's binding */
-	struct journal_savepoint *savepoints;
-	uint32_t savepoint_count, savepoint_cap;
-	bool is_explicit;   /* a BEGIN ran: only a COMMIT commits it */
-	bool is_commit;     /* ... and the server said COMMIT */
-	bool is_failed;     /* an error, a ROLLBACK or PREPARE TRANSACTION: it does not enter committed history */
-	bool is_incomplete; /* kept, but committed-history replay refuses it (COPY, EXECUTE, a long statement) */
-	uint8_t unread;     /* a Parse or Bind noted at its type, not yet read (a long one never is) */
-	char client_addr[64]; /* "" until its first commit */
-};
-
-/* The session's SET state for Transaction Replay (observer_sets.c): what the client's simple-protocol SETs
- * left, restored on the next primary. */
-struct session_sets {
-	struct restore_set set;
-	/* The Query whose answer is being matched to its statements, one CommandComplete each: the
-	 * ReadyForQuerys owed ahead of its answer, what sql_parse_set said of each statement (is_blind: tern
-	 * could not read them), and the next one to complete. */
-	struct sets_statement {
-		uint8_t kind;    /* enum sql_set_kind */
-		char *name;      /* owned, with the statement after its NUL (NULL for SQL_SET_NONE) */
-		char *statement;
-	} *query;
-	uint32_t query_count, query_next, query_ready_before;
-	bool is_query_active, is_query_blind, is_query_failed;
-	uint32_t queries_unread; /* Queries begun whose text was not read (too long) */
-	/* The transaction on the primary, as its tags and ReadyForQuery tell: BEGIN seen, an error seen, a
-	 * savepoint tern could not follow (its changes are then unsure at the commit), a ROLLBACK whose
-	 * statement tern did not read (ROLLBACK TO or the end: the ReadyForQuery tells). */
-	bool is_explicit, is_failed, is_blurred, is_rollback_unplaced;
-	/* A change tern could not follow ran: the session cannot move with its state (08006). */
-	bool is_unsure;
-	bool is_over_cap; /* more distinct variables than tr_max_session_set_statements (counted once) */
-	/* The restore: due on the primary's next connection (the session moved, or its primary changed since
-	 * `server`, where the set was made), and under way (its hidden answer comes first). */
-	bool is_restore_due, is_restoring, is_restore_failed;
-	const struct pool_server *server;
-};
-
-struct session_replay {
-	/* The client's requests on the primary's leg since it last owed the client nothing. */
-	bool is_open;
-	bool is_unloggable;   /* ... something of them tern cannot send again: a FunctionCall, a Close of a
-			       * named statement, a name tern does not keep (observer_stmts off), a Bind of an
-			       * unnamed statement parsed before */
-	bool has_parse;       /* ... an unnamed Parse among them (what their Binds bind) */
-	/* ... a Parse of a named statement: a transaction's step replays it (replay_log_parse), but the
-	 * request cannot run again as the client sent it (the name is taken by then). */
-	bool has_named_parse;
-	bool has_tx_ended;    /* ... a ReadyForQuery among their answers said no transaction was open */
-	uint8_t stale_plan;   /* enum replay_stale_plan: their run again after a stale plan (observer_replay) */
-	uint32_t stale_len;   /* ... REPLAY_STALE_DUE: inflight's length at the error (more: the client sent on) */
-	char tx_status;       /* the leg's transaction status before them: 'I', 'T', 'E' */
-	uint32_t noted, logged; /* ... their messages, and those kept whole (a long one is not read) */
-	uint64_t client_mark; /* the leg's to_client_bytes when they began: more means part of an answer went */
-	uint64_t sent_mark;   /* where they begin in the leg's stream toward the server (sendq.sent_bytes_total) */
-	struct base_bytes inflight; /* their Query messages, headers included */
-	/* What the primary said ahead of the first row or completion of its answer (proto_be_is_preamble),
-	 * and the replies tern made up among it, held until then: a loss before it leaves no byte at the
-	 * client, so the statement may run again. */
-	struct base_bytes preamble;
-	/* While the held preamble is one run of the receive being scanned (its first row or completion mostly
-	 * comes in the same receive): where it lies, so that it goes on by reference with what follows (one
-	 * slice, no copy). Good while `feed` is the stream's feed_seq and `len` the preamble's length. */
-	struct replay_preamble_ref {
-		const struct proto_stream *stream;
-		const uint8_t *at;
-		uint32_t feed, len;
-		uint16_t buffer_id;
-	} preamble_ref;
-	/* A recovery: the server whose connection was lost, until a primary takes the session's next request. */
-	struct pool_server *lost_server;
-	uint64_t lost_ns, deadline_ns; /* deadline: write_timeout_secs after the loss */
-	bool is_waiting;               /* on host->recover_waits: its primary leg waits for a primary */
-	struct base_list wait_link;
-	uint8_t aborted;       /* enum replay_aborted */
-	char fail_sqlstate[6]; /* REPLAY_TX_LOST_NEXT: what the next statement is told */
-	bool is_skipping;      /* an extended-protocol batch tern failed: its messages are dropped to its Sync */
-	bool is_batch_ending;  /* ... a batch that ends the lost transaction (a ROLLBACK, COMMIT or END) */
-	bool is_batch_commit;  /* ... with a COMMIT (or END) */
-	/* tr_mode select or transaction: the client's transaction on the primary, to replay it. Its requests
-	 * (one Query each) in order, each with the digest of the answer the client was shown. */
-	struct base_bytes tx_log;
-	struct replay_step {
-		uint32_t end;    /* where its Query ends in tx_log */
-		uint64_t digest; /* XXH3 of the answer's bytes, ReadyForQuery included */
-	} *steps;
-	uint32_t step_count, step_cap;
-	/* The client's named statements tx_log binds or describes (under their server names): prepared on the
-	 * new primary, hidden, before the replay (a reference each). */
-	struct stmt **tx_stmts;
-	uint32_t tx_stmt_count, tx_stmt_cap;
-	/* The client's named statements the transaction parsed itself: tx_log runs a Close and a Parse of the
-	 * server name for each, and the replay leaves each Close's answer out of its digest (the client was
-	 * never shown one): how many are still to come, and one held to see what follows it. */
-	uint32_t tx_parsed, replay_closes_left;
-	bool is_replay_close_held;
-	bool is_tx_recorded;   /* the transaction open on the primary is in tx_log from its start */
-	bool is_tx_unreplayable; /* ... but something of it cannot be replayed (an extended request, a long
-				  * Query, a bound of [limits], an answer over tr_max_observation_bytes) */
-	bool is_hashing;       /* the answer of the request in flight is being digested */
-	struct XXH3_state_s *hash;
-	uint64_t hashed_bytes;
-	/* A replay under way on the new primary: the hidden answers still to verify, and what the client
-	 * sent meanwhile (the statement in flight first), sent once the replay is verified. */
-	bool is_replaying;
-	bool is_replay_failed;
-	uint32_t replay_next;   /* the step whose hidden answer comes next; step_count: the isolation check */
-	uint32_t replay_messages, replay_read; /* hidden messages of the answer seen, and read (a long one is not) */
-	uint32_t replay_skip;   /* hidden answers ahead of the replay's (what the other observers restored) */
-	struct base_bytes held_back;
-	uint32_t held_inflight; /* held_back's first bytes: the statement in flight at the loss (0: none) */
-	struct session_sets sets;
+	/* ---- what the worker asks them, once a pass and once a second ---- */
+	void (*host_pass)(struct host *host);
+	void (*host_tick)(struct host *host, uint64_t now_ns);
 };
 
 /* The client's traffic as routing steers it (routing/route*.c write it; the relay reads it): the leg its
@@ -435,11 +340,11 @@ struct session {
 	struct session_pins pins;       /* observer_pins.c: LISTEN, SQL PREPARE */
 	struct stmts_state stmts;       /* observer_stmts.c: the client's named statements */
 	struct session_steer steer;      /* where routing sends the client's messages, and what waits */
-	struct session_route routing;   /* route.c: reads on replicas */
+	struct session_route *routing;  /* routing's (routing/route_types.h): reads on replicas */
 	struct session_digest digest;   /* observer_digest.c: the Query being timed */
 	struct session_shadow shadow;   /* observer_shadow.c: a read sampled for [shadow] */
-	struct session_replay replay;   /* observer_replay.c, recover.c: Transaction Replay */
-	struct session_journal journal; /* observer_journal.c: the recovery journal's capture */
+	struct session_replay *replay;  /* replay/replay_types.h: Transaction Replay */
+	struct session_journal *journal; /* replay/replay_types.h: the recovery journal's capture */
 
 	struct session_end end; /* session.c: the one end */
 	/* For the timeouts, read once a second by the worker: when the client last sent bytes (the legs
@@ -531,11 +436,6 @@ struct session_lost_decision {
 	enum session_lost_action action;
 	enum session_end_reason reason; /* END */
 	const char *sqlstate, *message; /* END: what the client is told instead of the reason's (NULL: its own) */
-	struct tr_decision tr;          /* RECOVER */
-	enum tr_phase phase;            /* RECOVER: how far the request in flight got */
-	bool is_in_tx;                  /* RECOVER: the client's transaction was open */
-	bool is_commit;                 /* RECOVER: the statement in flight is known to be a COMMIT or ROLLBACK
-					 * (it ends the transaction, whatever became of it) */
 };
 struct session_lost_decision session_decide_lost(const struct session *s, const struct leg *leg,
 						 enum leg_fault fault);
@@ -593,7 +493,7 @@ void session_check_timeouts(struct session *s, uint64_t now_ns);
  * whose answer does not come, say). Again at each tick while something remains. */
 void session_linger_expired(struct session *s);
 
-/* ---- login (session_login.c) and relay (session_relay.c): session_relay_parts ---- */
+/* ---- login (session_login.c) and relay (session_relay.c): session_parts' first part ---- */
 
 void session_login_on_bytes(struct session *s, const uint8_t *data, uint32_t len);
 /* Appends to login->buf (startup and auth messages; the admin console's queries), at most `max` bytes in
@@ -662,7 +562,8 @@ void session_send_to_client(struct session *s, const void *data, uint32_t len);
 /* The same by reference to a receive buffer's bytes (sendq_push_buffer: no copy). */
 void session_send_buffer_to_client(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len);
 /* A reply tern makes up in place of a server's, in the answer of session_client_leg: sent, or held with
- * that answer while routing guards it (route_types.h: leg_route.is_reply_guarded). */
+ * that answer while routing guards it, or with the start of the primary's answer Transaction Replay
+ * holds (session_parts.hold_reply). */
 void session_send_reply(struct session *s, const void *data, uint32_t len);
 void session_send_error(struct session *s, const char *severity, const char *sqlstate, const char *message,
 			const char *hint);

@@ -20,27 +20,32 @@ static const struct leg_ops session_leg_ops;
 
 static struct leg *session_leg_create(struct session *s, enum leg_role role)
 {
-	struct leg *leg = leg_create(s, s->host, &session_leg_ops, role);
-	if (leg)
-		leg->downstream = &s->to_client;
+	struct leg *leg = leg_create(s, s->host, &session_leg_ops, role, s->parts->leg_state_bytes);
+	if (!leg)
+		return NULL;
+	leg->downstream = &s->to_client;
+	if (s->parts->place_leg)
+		s->parts->place_leg(leg, (uint8_t *)leg + LEG_STATE_AT);
 	return leg;
 }
 
 struct session *session_create(struct host *host, int client_fd, uint32_t listener)
 {
 	TERN_ASSERT(listener < TERN_ARRAY_LEN(host->runtime->identity_hashes));
-	struct session *s = calloc(1, sizeof(*s));
+	struct tern_runtime *rt = host->runtime;
+	struct session *s = calloc(1, SESSION_STATE_AT + rt->parts->session_state_bytes);
 	if (!s)
 		return NULL;
+	s->parts = rt->parts;
+	if (s->parts->place)
+		s->parts->place(s, (uint8_t *)s + SESSION_STATE_AT);
 	s->login = calloc(1, sizeof(*s->login));
 	if (!s->login) {
 		free(s);
 		return NULL;
 	}
-	struct tern_runtime *rt = host->runtime;
 	s->login->identity_hash = rt->identity_hashes[listener];
 	s->host = host;
-	s->parts = rt->parts;
 	session_set_phase(s, SESSION_STARTUP);
 	s->is_transaction_pooling = runtime_config(rt)->pool_mode == CONFIG_POOL_TRANSACTION;
 	s->client_fd = client_fd;
@@ -155,8 +160,8 @@ static void session_leg_on_progress(struct leg *leg)
 	else
 		session_try_release(s, leg);
 	const struct leg *replica = s->legs[LEG_REPLICA];
-	if ((s->routing.state != ROUTE_IDLE || (replica && replica->conn)) && s->phase == SESSION_READY)
-		s->parts->leg_progress(s, leg); /* a read's answer is in (or a transaction ended): what waits goes on */
+	if ((s->parts->route.is_busy(s) || (replica && replica->conn)) && s->phase == SESSION_READY)
+		s->parts->route.leg_progress(s, leg); /* a read's answer is in (or a transaction ended): what waits goes on */
 	/* SIGTERM: a client goes at the ReadyForQuery that leaves it idle, so one that starts its next
 	 * transaction right after each COMMIT is let go between two, not cut at shutdown_timeout. */
 	if (s->phase == SESSION_READY && __atomic_load_n(&s->host->runtime->draining, __ATOMIC_RELAXED) &&
@@ -171,8 +176,8 @@ struct session_lost_decision session_decide_lost(const struct session *s, const 
 						 enum leg_fault fault)
 {
 	TERN_ASSERT(fault != LEG_FAULT_NONE);
-	if (s->parts->decide_lost)
-		return s->parts->decide_lost(s, leg, fault);
+	if (s->parts->replay.decide_lost)
+		return s->parts->replay.decide_lost(s, leg, fault);
 	return (struct session_lost_decision){
 		.action = SESSION_LOST_END,
 		.reason = fault == LEG_FAULT_REFUSED ? SESSION_END_SERVER_REFUSED : SESSION_END_SERVER_LOST};
@@ -183,7 +188,7 @@ static void session_lost(struct session *s, struct leg *leg, enum leg_fault faul
 {
 	struct session_lost_decision decision = session_decide_lost(s, leg, fault);
 	if (decision.action == SESSION_LOST_RECOVER) {
-		s->parts->recover(s, leg, &decision);
+		s->parts->replay.recover(s, leg, fault); /* (which decides again, alike, with what it needs of it) */
 		return;
 	}
 	TERN_ASSERT(decision.action == SESSION_LOST_END);
@@ -199,7 +204,7 @@ static void session_leg_on_lost(struct leg *leg, enum leg_fault fault)
 {
 	struct session *s = leg->session;
 	session_assert_invariants(s);
-	if (s->parts->leg_lost(s, leg))
+	if (s->parts->route.leg_lost(s, leg))
 		return; /* a read that reached no client byte runs again on the primary */
 	session_lost(s, leg, fault);
 }
@@ -229,7 +234,7 @@ void session_on_request_done(struct leg *leg)
 		s->parts->attach(s, leg, conn);
 		return;
 	}
-	if (s->parts->leg_lost(s, leg))
+	if (s->parts->route.leg_lost(s, leg))
 		return; /* a replica refused: the primary serves the read */
 	session_lost(s, leg, LEG_FAULT_REFUSED);
 }
@@ -241,7 +246,7 @@ void session_on_wait_timeout(struct leg *leg)
 		return; /* granted meanwhile: the mailbox has it */
 	leg->is_request_pending = false;
 	base_list_remove(&leg->parked_link);
-	if (s->parts->leg_lost(s, leg))
+	if (s->parts->route.leg_lost(s, leg))
 		return; /* no replica connection in time: the primary serves the read */
 	session_end(s, SESSION_END_WAIT_TIMEOUT);
 }

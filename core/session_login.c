@@ -4,8 +4,6 @@
 #include "auth_query.h"
 #include "databases.h"
 #include "dispatch.h"
-#include "routing/monitor.h"
-#include "routing/route.h"
 #include "scram.h"
 #include "server_auth.h"
 #include "session.h"
@@ -91,17 +89,18 @@ static bool login_take_tern_setting(struct session *s, const char *setting)
 	const char *eq = strchr(setting, '=');
 	const char *value = eq ? eq + 1 : "";
 	size_t name_len = eq ? (size_t)(eq - setting) : strlen(setting);
-	int id = route_setting_from_name(setting, name_len);
-	if (id < 0) {
+	const char *hint = "";
+	int rc = s->parts->route.take_setting(s, setting, name_len, value, &hint);
+	if (rc == -ENOENT) {
 		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "42704",
 				       "unrecognized configuration parameter in the startup options: tern's own "
 				       "parameters are tern.consistency and tern.transaction_split");
 		return false;
 	}
-	if (route_setting_take(s, (enum route_setting)id, value) < 0) {
+	if (rc < 0) {
 		char message[160];
 		snprintf(message, sizeof(message), "invalid value for parameter \"%.*s\": %s", (int)name_len, setting,
-			 route_setting_hint((enum route_setting)id));
+			 hint);
 		session_end_with_error(s, SESSION_END_PROTOCOL_VIOLATION, "22023", message);
 		return false;
 	}
@@ -286,7 +285,7 @@ static bool login_take_db(struct session *s, const char *options)
 	/* A forced user has no proof of the client's to log in with: its plaintext, or libpq's own. */
 	if (entry && !is_forced && server_auth_secret_from(entry, s->login->scram, &secret)) {
 		pool_db_set_secret(rt->pool, s->db, &secret, sizeof(secret));
-		monitor_learn_key(rt->monitor, &secret); /* the monitor may need this user's key too */
+		s->parts->route.learn_key(rt, &secret); /* the monitor may need this user's key too */
 		explicit_bzero(&secret, sizeof(secret));
 	}
 	return true;

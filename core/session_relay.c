@@ -3,8 +3,6 @@
  * to tern's own queries) and asks the observers (dispatch.h) about the messages they registered; it
  * knows nothing of what they keep. ReadyForQuery ends a transaction: the leg may go back. */
 #include "dispatch.h"
-#include "replay/recover.h"
-#include "routing/route.h"
 #include "session.h"
 
 #include <errno.h>
@@ -57,13 +55,13 @@ static unsigned relay_client_count(struct session *s, struct leg *leg, uint8_t t
 	case PROTO_FE_QUERY:
 	case PROTO_FE_FUNCTION_CALL:
 		leg_expect_ready(leg, s->client_active_ns);
-		route_note_request(s, leg);
+		s->parts->route.note_request(s, leg);
 		return PROTO_FORWARD;
 	case PROTO_FE_SYNC:
 		leg->is_unsynced = false;
 		if (!leg->copy.is_copy_in) /* the server ignores a Sync in copy-in: no ReadyForQuery comes */
 			leg_expect_ready(leg, s->client_active_ns);
-		route_note_request(s, leg);
+		s->parts->route.note_request(s, leg);
 		return PROTO_FORWARD;
 	case PROTO_FE_EXECUTE:
 	case PROTO_FE_PARSE:
@@ -85,7 +83,7 @@ static unsigned relay_client_count(struct session *s, struct leg *leg, uint8_t t
 /* The observers' and the relay's part in a client message going to leg: what becomes of it. */
 static unsigned relay_client_admit(struct session *s, struct leg *leg, uint8_t type)
 {
-	route_note_admit(s); /* a statement after the BEGIN: the transaction stays where it is */
+	s->parts->route.note_admit(s); /* a statement after the BEGIN: the transaction stays where it is */
 	uint32_t mask = dispatch_client_mask(s->observers_on, type);
 	s->scan.client_readers = 0; /* (admit comes again for a Query routing held) */
 	if (mask) {
@@ -109,17 +107,17 @@ static unsigned relay_client_on_type(void *ctx, uint8_t type)
 	struct leg *leg = chunk->leg;
 	s->scan.client_readers = 0; /* what read or took the message before this one has nothing of this one */
 	s->scan.client_taker = 0;
-	if (recover_is_answering(s))
-		return recover_client_type(type); /* its transaction was lost: tern answers */
+	if (s->parts->replay.is_answering(s))
+		return s->parts->replay.answer_type(type); /* its transaction was lost: tern answers */
 	if (leg->is_skipping_to_sync && type != PROTO_FE_SYNC && type != PROTO_FE_TERMINATE)
 		return 0; /* as the server would after an error tern made up */
 	if (type == PROTO_FE_SYNC)
 		leg->is_skipping_to_sync = false;
 	if (type == PROTO_FE_FLUSH && leg->role == LEG_PRIMARY)
-		replay_flush_preamble(s, leg); /* the client asks for what it is owed so far: tern's own replies too */
+		s->parts->replay.flush(s, leg); /* the client asks for what it is owed so far: tern's own replies too */
 	if (type == PROTO_FE_QUERY && !chunk->is_routed)
 		return PROTO_HOLD | PROTO_HOLD_SMALL; /* routing reads its text first (relay_client_query) */
-	if (type == PROTO_FE_SYNC && route_is_replica_tx(s))
+	if (type == PROTO_FE_SYNC && s->parts->route.is_replica_tx(s))
 		return PROTO_HOLD; /* one request at a time (relay_client_tx_sync) */
 	return relay_client_admit(s, leg, type);
 }
@@ -173,27 +171,26 @@ static int relay_client_read(struct relay_chunk *chunk, uint8_t type, const uint
 static int relay_client_query(struct relay_chunk *chunk, const uint8_t *body, uint32_t len)
 {
 	struct session *s = chunk->s;
-	enum route_probe probe = ROUTE_PROBE_NONE;
-	enum route_query routed = route_on_query(s, body, len, &probe);
+	uint8_t probe = 0;
+	enum session_query_route routed = s->parts->route.query(s, body, len, &probe);
 	switch (routed) {
-	case ROUTE_QUERY_ANSWERED:
-	case ROUTE_QUERY_REFUSED:
+	case SESSION_QUERY_ANSWERED:
 		return 0;
-	case ROUTE_QUERY_TAKEN:
+	case SESSION_QUERY_TAKEN:
 		return RELAY_STOP_ROUTED;
-	case ROUTE_QUERY_ADMIT:
-	case ROUTE_QUERY_ADMIT_LAST:
+	case SESSION_QUERY_ADMIT:
+	case SESSION_QUERY_ADMIT_LAST:
 		break;
 	}
 	unsigned action = relay_client_admit(s, chunk->leg, PROTO_FE_QUERY);
 	TERN_ASSERT(action & PROTO_FORWARD); /* no observer takes a Query over */
 	relay_client_forward_held(chunk, PROTO_FE_QUERY, body, len);
-	route_note_query_sent(s);
+	s->parts->route.query_sent(s);
 	int rc = relay_client_read(chunk, PROTO_FE_QUERY, body, len);
 	if (rc == 0 && probe && chunk->error == 0)
-		chunk->error = route_push_probe(s, chunk->leg, probe);
-	if (rc == 0 && routed == ROUTE_QUERY_ADMIT_LAST) {
-		route_tx_request_sent(s);
+		chunk->error = s->parts->route.push_probe(s, chunk->leg, probe);
+	if (rc == 0 && routed == SESSION_QUERY_ADMIT_LAST) {
+		s->parts->route.tx_request_sent(s);
 		return RELAY_STOP_ROUTED; /* the rest waits for its answer */
 	}
 	return rc;
@@ -209,7 +206,7 @@ static int relay_client_tx_sync(struct relay_chunk *chunk, const uint8_t *body, 
 	int rc = relay_client_read(chunk, PROTO_FE_SYNC, body, len);
 	if (rc < 0)
 		return rc;
-	route_tx_request_sent(s);
+	s->parts->route.tx_request_sent(s);
 	return RELAY_STOP_ROUTED;
 }
 
@@ -219,11 +216,11 @@ static int relay_client_on_message(void *ctx, uint8_t type, const uint8_t *body,
 	struct session *s = chunk->s;
 	if (type == PROTO_FE_TERMINATE)
 		return RELAY_STOP_TERMINATE;
-	if (recover_is_answering(s))
-		return recover_client_message(s, type, body, len);
+	if (s->parts->replay.is_answering(s))
+		return s->parts->replay.answer_message(s, type, body, len);
 	if (type == PROTO_FE_QUERY && !chunk->is_routed)
 		return relay_client_query(chunk, body, len);
-	if (type == PROTO_FE_SYNC && route_is_replica_tx(s))
+	if (type == PROTO_FE_SYNC && s->parts->route.is_replica_tx(s))
 		return relay_client_tx_sync(chunk, body, len);
 	if (s->scan.client_readers)
 		return relay_client_read(chunk, type, body, len);
@@ -236,15 +233,13 @@ static int relay_client_on_head(void *ctx, uint8_t type, const uint8_t *head, ui
 {
 	struct relay_chunk *chunk = ctx;
 	struct session *s = chunk->s;
-	if (recover_is_answering(s))
-		return recover_client_message(s, type, head, head_len); /* 0: the rest is dropped */
+	if (s->parts->replay.is_answering(s))
+		return s->parts->replay.answer_message(s, type, head, head_len); /* 0: the rest is dropped */
 	if (type != PROTO_FE_QUERY || chunk->is_routed)
 		return dispatch_client_head(s, chunk->leg, s->scan.client_taker, type, head, head_len, body_len);
 	unsigned action = relay_client_admit(s, chunk->leg, type);
 	TERN_ASSERT(action & PROTO_FORWARD);
-	route_note_unread_query(s);
-	if (chunk->leg->role == LEG_PRIMARY)
-		journal_note_unread_query(s);
+	s->parts->unread_query(s, chunk->leg);
 	relay_client_push_copy(chunk, type, body_len, head, head_len);
 	return PROTO_FORWARD; /* observers read no query this long (they allow for it) */
 }
@@ -283,36 +278,12 @@ void session_relay_feed_held(struct session *s, struct leg *leg, bool is_routed,
 void session_relay_on_client_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len)
 {
 	s->client_active_ns = base_now_ns();
-	if (s->replay.is_replaying) { /* its transaction is being replayed: what it sends waits for the verdict */
-		if (s->replay.held_back.len + len > SESSION_QUEUE_PARKED_BYTES * 32)
-			session_end(s, SESSION_END_PIPELINE_TOO_DEEP); /* (a client that does not wait for its answers) */
-		else if (base_bytes_append(&s->replay.held_back, data, len) < 0)
-			session_end(s, SESSION_END_OUT_OF_MEMORY);
+	if (s->parts->replay.takes_chunk(s, data, len)) /* a replay runs: what it sends waits for the verdict */
 		return;
-	}
-	if (route_is_replica_tx(s) && s->steer.backlog.len == 0) { /* a read-only transaction's next request */
-		session_relay_feed(s, session_client_leg(s), false, buffer_id, data, len);
-		if (!route_is_replica_tx(s))
-			route_run(s);
+	if (s->parts->route.chunk(s, buffer_id, data, len)) /* routing holds the client's traffic */
 		return;
-	}
-	if (s->routing.state != ROUTE_IDLE) { /* a routed read is under way: the client's next bytes wait */
-		if (session_backlog_append(s, data, len) < 0)
-			session_end(s, SESSION_END_OUT_OF_MEMORY);
-		else if (s->routing.state == ROUTE_COLLECTING)
-			route_run(s); /* the rest of a batch routing reads to its Sync */
-		else
-			session_client_pace(s);
-		return;
-	}
-	TERN_ASSERT(s->steer.backlog.len == 0);
-	if (route_collects(s, data, len)) { /* an extended-protocol batch: read to its Sync first */
-		route_run(s);
-		return;
-	}
 	session_relay_feed(s, session_primary(s), false, buffer_id, data, len);
-	if (s->routing.state != ROUTE_IDLE)
-		route_run(s); /* a query routing took: to a replica, or to wait for one */
+	s->parts->route.fed(s); /* a query routing took in it: to a replica, or to wait for one */
 }
 
 /* ---- server → client ---- */
@@ -450,29 +421,3 @@ void session_relay_attach(struct session *s, struct leg *leg, struct pool_conn *
 	leg_resume(leg);
 	session_assert_invariants(s);
 }
-
-/* The session ends: routing's waits and backlog, and a recovery's wait. */
-static void session_relay_ending(struct session *s)
-{
-	route_end(s);
-	recover_end(s);
-}
-
-const struct session_parts session_relay_parts = {
-	.on_login_bytes = session_login_on_bytes,
-	.on_client_chunk = session_relay_on_client_chunk,
-	.feed = session_relay_feed_held,
-	.on_server_bytes = session_relay_on_server_bytes,
-	.attach = session_relay_attach,
-	.before_release = dispatch_before_release,
-	.deinit = dispatch_destroy,
-	.leg_progress = route_on_progress,
-	.leg_lost = route_on_lost,
-	.ending = session_relay_ending,
-	.hold_reply = route_hold_reply,
-	.preamble_reply = replay_reply,
-	.decide_lost = recover_decide,
-	.recover = recover_start,
-	.awaits_primary = recover_awaits_primary,
-	.check_deadline = recover_check_deadline,
-};

@@ -22,6 +22,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct leg;
+
 struct tern_runtime;
 struct shadow;
 
@@ -86,5 +88,17 @@ void shadow_offer(struct shadow *sh, const char *database, const char *user, con
  * first. 0 or -ENOMEM. */
 TERN_MUST_USE int shadow_snapshot(struct shadow *sh, struct shadow_counts *counts, struct shadow_digest **digests,
 				  uint32_t *count);
+
+/* A session's part in [shadow] sampling: the read observer_shadow.c picked, on its leg, while its answer comes. */
+struct session_shadow {
+	const struct leg *leg; /* NULL: no read sampled now */
+	char *text;            /* the Query's text (malloc'd while sampling) */
+	uint32_t len;
+	uint32_t rows_due;     /* DataRows the server sent, and those read (a longer one is not read) */
+	uint32_t rows_read;
+	bool is_failed;        /* an error, or a row not read: not compared */
+	uint64_t seed;         /* the session's own random numbers (xorshift) */
+	struct shadow_rows seen;
+};
 
 #endif

@@ -5,9 +5,6 @@
 #include "auth_query.h"
 #include "classify.h"
 #include "digest.h"
-#include "routing/monitor.h"
-#include "replay/recover.h"
-#include "routing/route.h"
 #include "pool/opener.h"
 #include "session.h"
 
@@ -419,11 +416,7 @@ static void worker_on_tick(struct ring *ring)
 	}
 	if (worker->host.pause_waiting_count > 0)
 		worker_pause_scan(worker, now);
-	if (worker->host.route_waiting > 0)
-		route_check_waits(&worker->host, now); /* wait_timeout_ms: the primary serves them */
-	recover_repoint_parked(&worker->host); /* requests parked on a primary the monitor says is down */
-	if (worker->host.recover_waiting > 0)
-		recover_check_waits(&worker->host, now); /* write_timeout_secs: they end */
+	worker->host.runtime->parts->host_tick(&worker->host, now); /* routing's and recoveries' timeouts */
 	if (worker->host.console_waiting_count > 0)
 		worker->host.runtime->console->on_tick(&worker->host);
 	if (now >= worker->db_stats.next_period_ns)
@@ -459,22 +452,7 @@ static void worker_end_pass(struct worker *worker)
 	worker_local_flush(worker);
 	worker_on_wake(&worker->host.ring);
 	worker_local_flush(worker); /* what a client served just now gave back at once (a welcome, a failure) */
-	if (worker->host.route_waiting > 0) {
-		uint32_t generation = monitor_generation(rt->monitor);
-		if (generation != worker->host.route_generation) {
-			worker->host.route_generation = generation;
-			route_check_waits(&worker->host, base_now_ns());
-		}
-	}
-	if (runtime_primary(rt) != worker->host.recover_primary)
-		recover_repoint_parked(&worker->host); /* requests parked on the primary of before ask again */
-	if (worker->host.recover_waiting > 0) {
-		uint32_t generation = monitor_generation(rt->monitor);
-		if (generation != worker->host.recover_generation) {
-			worker->host.recover_generation = generation;
-			recover_check_waits(&worker->host, base_now_ns());
-		}
-	}
+	rt->parts->host_pass(&worker->host); /* reads and recoveries waiting for what the monitor saw */
 	while ((node = base_list_pop_head(&worker->host.holds)) != NULL)
 		session_hold_now(TERN_CONTAINER_OF(node, struct leg, hold_link));
 	while ((node = base_list_pop_head(&worker->host.flush)) != NULL) {

@@ -1,4 +1,5 @@
 /* tern's entry point: command line, config, the pool and its thread, listeners, workers, signals. */
+#include "parts.h"
 #include "replay/failovers.h"
 #include "admin.h"
 #include "auth.h"
@@ -397,8 +398,8 @@ int main(int argc, char **argv)
 	gates_init(&rt.gates);
 	rt.config = &cfg;
 	rt.console = &admin_console;
-	rt.parts = &session_relay_parts;
-	dispatch_init();
+	rt.parts = &tern_parts;
+	dispatch_init(tern_parts.observers);
 	struct auth_file *auth_file = NULL;
 	if (cfg.auth_file[0]) {
 		if (auth_file_load(cfg.auth_file, &auth_file, err, sizeof(err)) < 0) {

@@ -15,6 +15,7 @@
  * max_prepared_statements = 0 tern does not, and a Bind of one marks the transaction incomplete. */
 #include "core/observer.h"
 #include "core/session.h"
+#include "recover.h"
 
 #include "journal.h"
 #include "core/sql.h"
@@ -49,7 +50,7 @@ static bool journal_is_on(const struct session *s)
  * incomplete). */
 static uint32_t journal_store(struct session *s, const void *data, uint32_t len)
 {
-	struct session_journal *j = &s->journal;
+	struct session_journal *j = s->journal;
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	uint32_t at = j->arena.len;
 	if (len > cfg->journal_max_statement_bytes || (uint64_t)at + len > JOURNAL_TX_BYTES(cfg) ||
@@ -62,7 +63,7 @@ static uint32_t journal_store(struct session *s, const void *data, uint32_t len)
 
 static int journal_push_pending(struct session *s, struct journal_capture c)
 {
-	struct session_journal *j = &s->journal;
+	struct session_journal *j = s->journal;
 	if (j->pending_head > 0 && j->pending_head * 2 >= j->pending_count) { /* (a client that always pipelines) */
 		memmove(j->pending, j->pending + j->pending_head, (j->pending_count - j->pending_head) * sizeof(*j->pending));
 		j->pending_count -= j->pending_head;
@@ -156,7 +157,7 @@ void journal_on_lost(struct session *s, bool is_moved)
 {
 	if (!(s->observers_on & (1u << OBSERVER_JOURNAL)))
 		return;
-	struct session_journal *j = &s->journal;
+	struct session_journal *j = s->journal;
 	j->pending_head = j->pending_count = 0;
 	j->unread = 0;
 	if (is_moved && j->kept_count > 0) {
@@ -198,13 +199,13 @@ static void journal_client_address(struct session *s)
 		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof(host));
 	else
 		snprintf(host, sizeof(host), "unix");
-	snprintf(s->journal.client_addr, sizeof(s->journal.client_addr), "%s", host);
+	snprintf(s->journal->client_addr, sizeof(s->journal->client_addr), "%s", host);
 }
 
 /* The transaction committed: into committed history. */
 static void capture_commit(struct session *s, struct leg *leg)
 {
-	struct session_journal *j = &s->journal;
+	struct session_journal *j = s->journal;
 	struct journal_statement *statements = malloc(j->kept_count * sizeof(*statements));
 	if (!statements)
 		return;
@@ -313,7 +314,7 @@ static void journal_on_savepoint(struct session_journal *j, const struct journal
 /* The transaction ended: into committed history when it committed with something kept and no error. */
 static void journal_end_tx(struct session *s, struct leg *leg, bool is_commit)
 {
-	struct session_journal *j = &s->journal;
+	struct session_journal *j = s->journal;
 	if (is_commit && j->kept_count > 0 && !j->is_failed)
 		capture_commit(s, leg);
 	journal_reset_tx(j);
@@ -322,7 +323,7 @@ static void journal_end_tx(struct session *s, struct leg *leg, bool is_commit)
 /* A CommandComplete: what the statement at the head of what was sent did. */
 static void journal_on_complete(struct session *s, struct leg *leg, const uint8_t *tag, uint32_t len)
 {
-	struct session_journal *j = &s->journal;
+	struct session_journal *j = s->journal;
 	struct journal_capture *c = journal_pending_head(j);
 	if (!c || (c->kind & (JOURNAL_KIND_SYNC | JOURNAL_KIND_SKIP))) {
 		j->is_incomplete = true; /* a completion tern cannot match to what it saw sent */
@@ -388,7 +389,7 @@ static void journal_on_complete(struct session *s, struct leg *leg, const uint8_
  * committed (or not). */
 static void journal_on_ready(struct session *s, struct leg *leg, char status)
 {
-	struct session_journal *j = &s->journal;
+	struct session_journal *j = s->journal;
 	/* The head's request: one Query, or an extended request up to its Sync (what an error skipped goes
 	 * with it). */
 	struct journal_capture *c;
@@ -413,7 +414,7 @@ static void journal_on_ready(struct session *s, struct leg *leg, char status)
 
 static unsigned journal_client_type(struct session *s, struct leg *leg, uint8_t type)
 {
-	struct session_journal *j = &s->journal;
+	struct session_journal *j = s->journal;
 	if (leg->role != LEG_PRIMARY)
 		return OBSERVER_SKIP;
 	journal_settle_unread(j);
@@ -430,7 +431,7 @@ static unsigned journal_client_type(struct session *s, struct leg *leg, uint8_t 
 static int journal_client_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
 	(void)leg;
-	struct session_journal *j = &s->journal;
+	struct session_journal *j = s->journal;
 	uint32_t offset = 0;
 	j->unread = 0;
 	switch (m->type) {
@@ -493,7 +494,7 @@ static int journal_client_message(struct session *s, struct leg *leg, const stru
 
 static int journal_server_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
-	struct session_journal *j = &s->journal;
+	struct session_journal *j = s->journal;
 	if (leg->role != LEG_PRIMARY)
 		return 0;
 	journal_settle_unread(j);
@@ -537,7 +538,7 @@ static int journal_server_message(struct session *s, struct leg *leg, const stru
 
 static void journal_destroy(struct session *s)
 {
-	struct session_journal *j = &s->journal;
+	struct session_journal *j = s->journal;
 	free(j->arena.data);
 	free(j->kept);
 	free(j->pending);

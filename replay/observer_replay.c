@@ -44,7 +44,7 @@ static void replay_give_up(struct session_replay *r)
  * detached primary leg holds no transaction in transaction pooling). */
 static void replay_open(struct session *s, struct leg *leg)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	if (r->is_open)
 		return;
 	r->is_open = true;
@@ -74,10 +74,10 @@ static unsigned replay_client_type(struct session *s, struct leg *leg, uint8_t t
 {
 	(void)type;
 	if (leg->role == LEG_PRIMARY) {
-		if (s->replay.is_open && leg_client_owed(leg) == 0 && !leg->is_unsynced)
-			recover_close_record(&s->replay); /* tern answered it all (observer_stmts: a Parse and Close batch) */
+		if (s->replay->is_open && leg_client_owed(leg) == 0 && !leg->is_unsynced)
+			recover_close_record(s->replay); /* tern answered it all (observer_stmts: a Parse and Close batch) */
 		replay_open(s, leg);
-		s->replay.noted++;
+		s->replay->noted++;
 	}
 	return OBSERVER_PASS;
 }
@@ -107,7 +107,7 @@ static bool replay_is_connection_bound(const struct session *s, uint8_t type, co
 	case PROTO_FE_BIND: {
 		const char *portal = proto_read_cstring(body, len, &offset);
 		const char *stmt = portal ? proto_read_cstring(body, len, &offset) : NULL;
-		return !stmt || (stmt[0] ? !replay_stmt_of(s, stmt) : !s->replay.has_parse);
+		return !stmt || (stmt[0] ? !replay_stmt_of(s, stmt) : !s->replay->has_parse);
 	}
 	case PROTO_FE_DESCRIBE:
 	case PROTO_FE_CLOSE: {
@@ -122,10 +122,10 @@ static bool replay_is_connection_bound(const struct session *s, uint8_t type, co
 	}
 }
 
-/* Bytes of the primary's answer the client is shown, while s->replay.is_hashing. */
+/* Bytes of the primary's answer the client is shown, while s->replay->is_hashing. */
 static void replay_hash(struct session *s, const void *data, uint32_t len)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	TERN_ASSERT(r->is_hashing);
 	r->hashed_bytes += len;
 	if (r->hashed_bytes > runtime_config(s->host->runtime)->tr_max_observation_bytes) {
@@ -146,32 +146,54 @@ static bool replay_preamble_is_in_chunk(const struct session_replay *r, const st
 
 void replay_flush_preamble(struct session *s, struct leg *leg)
 {
-	struct base_bytes *held = &s->replay.preamble;
+	struct base_bytes *held = &s->replay->preamble;
 	if (held->len == 0)
 		return;
-	const struct replay_preamble_ref *ref = &s->replay.preamble_ref;
-	if (s->phase != SESSION_CLOSING && replay_preamble_is_in_chunk(&s->replay, leg))
+	const struct replay_preamble_ref *ref = &s->replay->preamble_ref;
+	if (s->phase != SESSION_CLOSING && replay_preamble_is_in_chunk(s->replay, leg))
 		session_send_buffer_to_client(s, ref->buffer_id, ref->at, held->len); /* with what follows it */
 	else if (s->phase != SESSION_CLOSING)
 		session_send_to_client(s, held->data, held->len);
-	s->replay.preamble_ref.at = NULL;
-	if (s->replay.is_hashing)
+	s->replay->preamble_ref.at = NULL;
+	if (s->replay->is_hashing)
 		replay_hash(s, held->data, held->len);
 	leg->to_client_bytes += held->len;
 	held->len = 0;
 }
 
-void replay_reply(struct session *s, const void *data, uint32_t len)
+bool replay_reply(struct session *s, const void *data, uint32_t len)
 {
+	if (s->replay->preamble.len == 0)
+		return false;
 	struct leg *leg = session_primary(s);
 	if (len > 0 && proto_be_is_preamble(((const uint8_t *)data)[0])) {
-		s->replay.preamble_ref.at = NULL; /* (tern's own bytes: no part of any receive) */
-		if (base_bytes_append(&s->replay.preamble, data, len) < 0)
+		s->replay->preamble_ref.at = NULL; /* (tern's own bytes: no part of any receive) */
+		if (base_bytes_append(&s->replay->preamble, data, len) < 0)
 			session_end_later(s, SESSION_END_OUT_OF_MEMORY);
-		return;
+		return true;
 	}
 	replay_flush_preamble(s, leg);
 	session_send_to_client(s, data, len); /* (as any reply tern makes up: not the server's answer to digest) */
+	return true;
+}
+
+int replay_hold_parse_complete(struct session *s)
+{
+	if (!s->replay->is_open)
+		return 0;
+	return base_bytes_append(&s->replay->preamble, proto_parse_complete, sizeof(proto_parse_complete)) < 0 ? -ENOMEM
+														  : 1;
+}
+
+bool replay_takes_chunk(struct session *s, const uint8_t *data, uint32_t len)
+{
+	if (!s->replay->is_replaying)
+		return false;
+	if (s->replay->held_back.len + len > SESSION_QUEUE_PARKED_BYTES * 32)
+		session_end(s, SESSION_END_PIPELINE_TOO_DEEP); /* (a client that does not wait for its answers) */
+	else if (base_bytes_append(&s->replay->held_back, data, len) < 0)
+		session_end(s, SESSION_END_OUT_OF_MEMORY);
+	return true;
 }
 
 /* A step whose statements end a transaction (a COMMIT, END, ROLLBACK or PREPARE TRANSACTION among
@@ -179,7 +201,7 @@ void replay_reply(struct session *s, const void *data, uint32_t len)
  * there. */
 static bool replay_ends_a_transaction(struct session *s, const struct tern_config *cfg)
 {
-	const struct session_replay *r = &s->replay;
+	const struct session_replay *r = s->replay;
 	uint32_t at = 0;
 	const char *text;
 	while ((text = recover_next_text(s, r->inflight.data, r->inflight.len, &at))) {
@@ -247,7 +269,7 @@ static int replay_log_parse(struct session_replay *r, const struct stmt *stmt)
 /* The request in flight into tx_log, its named statements under their server names. */
 static int replay_log_request(struct session *s)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	for (uint32_t at = 0; at < r->inflight.len;) {
 		const uint8_t *msg = r->inflight.data + at;
 		uint32_t len = PROTO_HEADER_LEN + proto_read_u32(msg + 1) - 4;
@@ -294,7 +316,7 @@ static bool replay_is_chain(const struct session_replay *r)
  * replay checks it on the new primary all the same (a SHOW after the steps). */
 static void replay_start_chained(struct session *s)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	enum tr_tx was = recover_tx_state(s, 'T');
 	recover_clear_tx_log(r);
 	if (was == TR_TX_SNAPSHOT || was == TR_TX_NOT_REPLAYABLE) {
@@ -318,7 +340,7 @@ static void replay_start_chained(struct session *s)
  * or the record gives up: a bound, or nothing to replay it from. */
 static void replay_add_step(struct session *s)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	bool is_whole = !r->is_unloggable && r->noted == r->logged && r->is_hashing && !r->has_tx_ended;
 	if (is_whole && r->step_count > 0 && replay_is_chain(r)) {
@@ -351,7 +373,7 @@ static bool replay_is_on(const struct session *s)
 
 static int replay_client_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	if (leg->role != LEG_PRIMARY || !r->is_open || r->is_unloggable)
 		return 0;
 	if (replay_is_connection_bound(s, m->type, m->body, m->len)) {
@@ -405,7 +427,7 @@ static bool replay_binds_only_unnamed(const uint8_t *msgs, uint32_t len)
  * (so nothing of it completed). */
 static bool replay_is_stale_plan(const struct session *s, const struct leg *leg, const struct observer_message *m)
 {
-	const struct session_replay *r = &s->replay;
+	const struct session_replay *r = s->replay;
 	struct proto_error_fields fields;
 	return r->is_open && r->stale_plan == REPLAY_STALE_NONE && r->tx_status == 'I' && r->has_parse &&
 	       leg->to_client_bytes == r->client_mark && s->phase == SESSION_READY &&
@@ -419,7 +441,7 @@ static bool replay_is_stale_plan(const struct session *s, const struct leg *leg,
  * that sent more meanwhile (pipelined: its answer would come first) gets the error after all. */
 static void replay_run_again(struct session *s, struct leg *leg)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	r->stale_plan = REPLAY_STALE_NONE;
 	if (s->phase != SESSION_READY || r->inflight.len != r->stale_len || leg_client_owed(leg) != 0 ||
 	    leg->is_unsynced || !proto_stream_is_at_boundary(&s->client_stream)) {
@@ -452,7 +474,7 @@ static bool replay_is_read_committed(const uint8_t *body, uint32_t len)
 
 static int replay_hidden_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	if (r->replay_skip > 0) { /* the answer to what another observer restored first */
 		r->replay_skip -= m->type == PROTO_BE_READY;
 		return 0;
@@ -495,16 +517,16 @@ static int replay_hidden_message(struct session *s, struct leg *leg, const struc
 static unsigned replay_hidden_type(struct session *s, struct leg *leg, uint8_t type)
 {
 	(void)type;
-	if (leg->role != LEG_PRIMARY || !s->replay.is_replaying || s->replay.replay_next > s->replay.step_count ||
-	    s->replay.replay_skip > 0)
+	if (leg->role != LEG_PRIMARY || !s->replay->is_replaying || s->replay->replay_next > s->replay->step_count ||
+	    s->replay->replay_skip > 0)
 		return 0; /* (what others restored: the relay reads its ReadyForQuery, which reaches us too) */
-	s->replay.replay_messages++;
+	s->replay->replay_messages++;
 	return PROTO_INSPECT_SMALL; /* one too long to read fails the replay (replay_messages counts it) */
 }
 
 static int replay_server_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	if (m->is_hidden)
 		return leg->role == LEG_PRIMARY && r->is_replaying ? replay_hidden_message(s, leg, m) : 0;
 	TERN_ASSERT(m->type == PROTO_BE_READY);
@@ -536,7 +558,7 @@ static int replay_server_message(struct session *s, struct leg *leg, const struc
  * isolation (behind what the other observers restore, which they push to the front). */
 static int replay_attach(struct session *s, struct leg *leg)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	if (leg->role != LEG_PRIMARY || !r->is_replaying || r->replay_next != 0)
 		return 0;
 	r->replay_skip = leg->hidden_ready; /* the others attached first: their hidden answers come first */
@@ -586,7 +608,7 @@ static int replay_attach(struct session *s, struct leg *leg)
 
 static void replay_destroy(struct session *s)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	free(r->inflight.data);
 	free(r->preamble.data);
 	free(r->tx_log.data);
@@ -617,7 +639,7 @@ static unsigned replay_show_type(struct session *s, struct leg *leg, uint8_t typ
 	 * after a Flush the client waits for it) */
 	*claims = type == PROTO_BE_ERROR || type == PROTO_BE_NOTICE ||
 		  (proto_be_is_preamble(type) && leg_client_owed(leg) > 0 && !leg->is_unsynced) ||
-		  (type == PROTO_BE_READY && s->replay.stale_plan == REPLAY_STALE_DUE);
+		  (type == PROTO_BE_READY && s->replay->stale_plan == REPLAY_STALE_DUE);
 	if (*claims)
 		return (action & ~(unsigned)PROTO_FORWARD) | PROTO_INSPECT;
 	replay_flush_preamble(s, leg); /* the answer's first row or completion: what it held goes first */
@@ -629,7 +651,7 @@ static unsigned replay_show_type(struct session *s, struct leg *leg, uint8_t typ
 static int replay_hold_preamble(struct session *s, struct leg *leg, const struct observer_message *m,
 				const uint8_t header[PROTO_HEADER_LEN])
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	struct replay_preamble_ref *ref = &r->preamble_ref;
 	uint32_t offset;
 	if (m->buffer_id == RING_NO_BUFFER || !proto_stream_message_offset(&leg->stream, &offset))
@@ -653,9 +675,9 @@ static int replay_show(struct session *s, struct leg *leg, const struct observer
 	if (m->type == PROTO_BE_READY)
 		return 0; /* a stale plan's: the request runs again (replay_server_message) */
 	if (m->type == PROTO_BE_ERROR && replay_is_stale_plan(s, leg, m)) {
-		recover_drop_preamble(&s->replay); /* tern's ParseComplete: the run again brings the server's */
-		s->replay.stale_plan = REPLAY_STALE_DUE;
-		s->replay.stale_len = s->replay.inflight.len;
+		recover_drop_preamble(s->replay); /* tern's ParseComplete: the run again brings the server's */
+		s->replay->stale_plan = REPLAY_STALE_DUE;
+		s->replay->stale_len = s->replay->inflight.len;
 		return 0;
 	}
 	uint8_t header[PROTO_HEADER_LEN] = {m->type};
@@ -675,7 +697,7 @@ static int replay_show(struct session *s, struct leg *leg, const struct observer
 static void replay_shown(struct session *s, struct leg *leg, const void *data, uint32_t len)
 {
 	(void)leg;
-	if (s->replay.is_hashing)
+	if (s->replay->is_hashing)
 		replay_hash(s, data, len); /* the transaction's answer, for its replay */
 }
 
@@ -695,3 +717,10 @@ const struct observer observer_replay = {
 	.attach = replay_attach,
 	.destroy = replay_destroy,
 };
+
+void replay_place(struct session *s, struct session_replay *replay, struct session_journal *journal)
+{
+	s->replay = replay;
+	replay->session = s;
+	s->journal = journal;
+}

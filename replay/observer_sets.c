@@ -10,10 +10,11 @@
  * with part of it: a SET it cannot keep as written (a comment or escape string in the value, SET SESSION
  * CHARACTERISTICS), a SET in a Query too long to read or that libpg_query cannot split, a RESET through
  * the extended protocol, a savepoint it could not read around changes that then commit. A SET through
- * the extended protocol is not tracked (the reference's rule). Owns s->replay.sets; never touches the
- * rest of s->replay. */
+ * the extended protocol is not tracked (the reference's rule). Owns s->replay->sets; never touches the
+ * rest of s->replay-> */
 #include "core/observer.h"
 #include "core/session.h"
+#include "recover.h"
 
 #include "core/classify.h"
 #include "core/sql.h"
@@ -61,7 +62,7 @@ static int sets_keep_statement(struct sets_statement *st, const uint8_t *text, u
 
 static int sets_client_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
-	struct session_sets *q = &s->replay.sets;
+	struct session_sets *q = &s->replay->sets;
 	if (q->queries_unread > 0)
 		q->queries_unread--;
 	uint32_t len = m->len > 0 && m->body[m->len - 1] == '\0' ? m->len - 1 : m->len;
@@ -111,14 +112,14 @@ static unsigned sets_client_type(struct session *s, struct leg *leg, uint8_t typ
 	TERN_ASSERT(type == PROTO_FE_QUERY);
 	if (leg->role != LEG_PRIMARY)
 		return OBSERVER_SKIP;
-	s->replay.sets.queries_unread++; /* until read: a Query too long to read may set anything */
+	s->replay->sets.queries_unread++; /* until read: a Query too long to read may set anything */
 	return OBSERVER_PASS;
 }
 
 /* The open transaction ended: its changes hold or go. */
 static void sets_end_tx(struct session *s, bool is_commit)
 {
-	struct session_sets *q = &s->replay.sets;
+	struct session_sets *q = &s->replay->sets;
 	if (is_commit && q->is_blurred && restore_set_has_pending(&q->set))
 		q->is_unsure = true; /* changes around a savepoint tern could not follow */
 	if (restore_set_end(&q->set, is_commit) < 0)
@@ -138,7 +139,7 @@ static void sets_end_tx(struct session *s, bool is_commit)
 /* A statement tern read ran (its tag is the one it answers with). */
 static void sets_on_statement(struct session *s, const struct sets_statement *st, const struct observer_message *m)
 {
-	struct session_sets *q = &s->replay.sets;
+	struct session_sets *q = &s->replay->sets;
 	enum sql_set_kind kind = (enum sql_set_kind)st->kind;
 	if (kind == SQL_SET_UNKNOWN || !observer_message_is_tag(m, sql_set_tag(kind))) {
 		q->is_unsure = true; /* (a tag that does not match: tern's reading of the text was off) */
@@ -182,7 +183,7 @@ static void sets_on_statement(struct session *s, const struct sets_statement *st
  * or that is none of sql_parse_set's. */
 static void sets_on_tag(struct session *s, const struct observer_message *m, bool is_blind, bool is_read)
 {
-	struct session_sets *q = &s->replay.sets;
+	struct session_sets *q = &s->replay->sets;
 	bool has_state = q->set.count > 0 || restore_set_has_pending(&q->set);
 	if (observer_message_is_tag(m, "BEGIN") || observer_message_is_tag(m, "START TRANSACTION")) {
 		q->is_explicit = true;
@@ -212,7 +213,7 @@ static void sets_on_tag(struct session *s, const struct observer_message *m, boo
 
 static void sets_on_complete(struct session *s, const struct observer_message *m)
 {
-	struct session_sets *q = &s->replay.sets;
+	struct session_sets *q = &s->replay->sets;
 	if (!q->is_query_active || q->query_ready_before > 0) {
 		sets_on_tag(s, m, q->queries_unread > 0, false);
 		return;
@@ -234,7 +235,7 @@ static void sets_on_complete(struct session *s, const struct observer_message *m
 
 static void sets_on_ready(struct session *s, struct leg *leg, char status)
 {
-	struct session_sets *q = &s->replay.sets;
+	struct session_sets *q = &s->replay->sets;
 	if (q->is_query_active && q->query_ready_before > 0) {
 		q->query_ready_before--;
 	} else if (q->is_query_active) {
@@ -264,7 +265,7 @@ static bool sets_is_params(const struct session *s, const char *name)
 
 static int sets_attach(struct session *s, struct leg *leg)
 {
-	struct session_sets *q = &s->replay.sets;
+	struct session_sets *q = &s->replay->sets;
 	if (leg->role != LEG_PRIMARY || (!q->is_restore_due && leg->conn->server == q->server))
 		return 0;
 	q->is_restore_due = false;
@@ -293,13 +294,13 @@ static int sets_attach(struct session *s, struct leg *leg)
 static unsigned sets_hidden_type(struct session *s, struct leg *leg, uint8_t type)
 {
 	(void)leg;
-	return s->replay.sets.is_restoring && (type == PROTO_BE_ERROR || type == PROTO_BE_READY) ? PROTO_INSPECT : 0;
+	return s->replay->sets.is_restoring && (type == PROTO_BE_ERROR || type == PROTO_BE_READY) ? PROTO_INSPECT : 0;
 }
 
 /* The answer to the restore, the first hidden one on the connection (pushed to the front last). */
 static void sets_on_restored(struct session *s, const struct observer_message *m)
 {
-	struct session_sets *q = &s->replay.sets;
+	struct session_sets *q = &s->replay->sets;
 	if (m->type == PROTO_BE_ERROR) {
 		struct proto_error_fields fields;
 		bool is_parsed = proto_error_parse(m->body, m->len, &fields) == 0;
@@ -322,7 +323,7 @@ static void sets_on_restored(struct session *s, const struct observer_message *m
 
 static int sets_server_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
-	struct session_sets *q = &s->replay.sets;
+	struct session_sets *q = &s->replay->sets;
 	if (leg->role != LEG_PRIMARY)
 		return 0;
 	if (m->is_hidden) {
@@ -351,13 +352,13 @@ static int sets_server_message(struct session *s, struct leg *leg, const struct 
 
 static void sets_destroy(struct session *s)
 {
-	sets_end_query(&s->replay.sets);
-	restore_set_deinit(&s->replay.sets.set);
+	sets_end_query(&s->replay->sets);
+	restore_set_deinit(&s->replay->sets.set);
 }
 
 uint32_t sets_count(const struct session *s)
 {
-	const struct restore_set *set = &s->replay.sets.set;
+	const struct restore_set *set = &s->replay->sets.set;
 	const struct params_tracked *tracked = &s->host->runtime->tracked;
 	uint32_t n = set->count;
 	for (uint32_t i = 0; i < tracked->count; i++) /* what observer_params keeps and no SET here named */

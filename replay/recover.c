@@ -3,6 +3,7 @@
 
 #include "core/classify.h"
 #include "routing/monitor.h"
+#include "routing/route_types.h"
 #include "core/observer.h"
 #include "failovers.h"
 
@@ -65,11 +66,21 @@ static enum tr_mode recover_mode(const struct tern_config *cfg)
 	return cfg->tr_enabled ? (enum tr_mode)cfg->tr_mode : TR_MODE_NONE;
 }
 
-static struct session_lost_decision recover_end_with(enum session_end_reason reason, const char *sqlstate,
+/* What recover_decide_all decides: core's part (an end, or a recovery), and what the recovery needs. */
+struct recover_decision {
+	struct session_lost_decision lost;
+	struct tr_decision tr; /* RECOVER */
+	enum tr_phase phase;   /* RECOVER: how far the request in flight got */
+	bool is_in_tx;         /* RECOVER: the client's transaction was open */
+	bool is_commit;        /* RECOVER: the statement in flight is known to be a COMMIT or ROLLBACK (it ends
+				* the transaction, whatever became of it) */
+};
+
+static struct recover_decision recover_end_with(enum session_end_reason reason, const char *sqlstate,
 						     const char *message)
 {
-	return (struct session_lost_decision){
-		.action = SESSION_LOST_END, .reason = reason, .sqlstate = sqlstate, .message = message};
+	return (struct recover_decision){
+		.lost = {.action = SESSION_LOST_END, .reason = reason, .sqlstate = sqlstate, .message = message}};
 }
 
 /* A pool error that says the server could not be reached (not that it refused the login). */
@@ -92,9 +103,9 @@ static const char *recover_bound_text(const struct session *s, const uint8_t *bo
 	const char *name = proto_read_cstring(body, len, &offset) ? proto_read_cstring(body, len, &offset) : NULL;
 	if (!name || !name[0])
 		return NULL;
-	for (uint32_t i = 0; i < s->replay.tx_stmt_count; i++)
-		if (strcmp(s->replay.tx_stmts[i]->server_name, name) == 0)
-			return (const char *)s->replay.tx_stmts[i]->content;
+	for (uint32_t i = 0; i < s->replay->tx_stmt_count; i++)
+		if (strcmp(s->replay->tx_stmts[i]->server_name, name) == 0)
+			return (const char *)s->replay->tx_stmts[i]->content;
 	const struct stmt *stmt = (s->observers_on & (1u << OBSERVER_STMTS)) ? stmt_map_get(&s->stmts.statements, name)
 									    : NULL;
 	return stmt ? (const char *)stmt->content : NULL;
@@ -149,7 +160,7 @@ static enum tr_kind recover_kind(const struct tern_config *cfg, const char *text
 /* How far the request in flight got. */
 static enum tr_phase recover_phase(const struct session *s, const struct leg *leg)
 {
-	const struct session_replay *r = &s->replay;
+	const struct session_replay *r = s->replay;
 	if (!r->is_open)
 		return TR_PHASE_IDLE;
 	if (leg->copy.is_copy_in)
@@ -175,7 +186,7 @@ static bool recover_is_pinned(const struct session *s)
 	/* (a session-pooled session's LISTENs are listened to again, when tern followed them all) */
 	bool is_listening = s->pins.is_listening && (s->is_transaction_pooling || s->pins.is_listen_unsure);
 	return s->pinned_server || is_listening || s->pins.is_sql_prepared || s->pins.is_holding ||
-	       s->routing.state != ROUTE_IDLE || s->routing.split.server ||
+	       s->routing->state != ROUTE_IDLE || s->routing->split.server ||
 	       (replica && (replica->conn || replica->is_request_pending));
 }
 
@@ -197,7 +208,7 @@ static void recover_log(const struct session *s, const struct pool_server *serve
 
 /* The session ends (08006 unless sqlstate says otherwise) with `message`: a recovery it gets an error from,
  * counted, listed and logged. */
-static struct session_lost_decision recover_refuse(const struct session *s, const struct pool_server *server,
+static struct recover_decision recover_refuse(const struct session *s, const struct pool_server *server,
 						   enum tr_phase phase, const char *sqlstate, const char *message)
 {
 	s->host->stats.tr_replay_failures++;
@@ -207,7 +218,7 @@ static struct session_lost_decision recover_refuse(const struct session *s, cons
 	return recover_end_with(SESSION_END_SERVER_LOST, sqlstate, message);
 }
 
-struct session_lost_decision recover_decide(const struct session *s, const struct leg *leg, enum leg_fault fault)
+static struct recover_decision recover_decide_all(const struct session *s, const struct leg *leg, enum leg_fault fault)
 {
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	/* Recorded from the session's start (observer_replay is on when tr_mode was not none then), and the
@@ -219,7 +230,7 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 		if (!is_primary || mode == TR_MODE_NONE || recover_is_pinned(s) ||
 		    !recover_is_unreachable(&leg->request.error))
 			return recover_end_with(SESSION_END_SERVER_REFUSED, NULL, NULL);
-		return (struct session_lost_decision){.action = SESSION_LOST_RECOVER,
+		return (struct recover_decision){.lost.action = SESSION_LOST_RECOVER,
 						      .tr = {.action = TR_REEXECUTE},
 						      .phase = TR_PHASE_NOT_SENT};
 	}
@@ -238,28 +249,27 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 		return recover_refuse(s, server, phase, NULL,
 				      "the connection to the primary was lost while a client message was only partly "
 				      "sent to it: the session cannot move");
-	if (s->replay.is_replaying) /* lost again before the replay was verified: it starts over (recover_start) */
-		return (struct session_lost_decision){
-			.action = SESSION_LOST_RECOVER, .tr = {.action = TR_REPLAY}, .phase = TR_PHASE_IDLE};
-	if (s->replay.sets.is_over_cap || sets_count(s) > cfg->tr_max_session_set_statements) {
+	if (s->replay->is_replaying) /* lost again before the replay was verified: it starts over (recover_start) */
+		return (struct recover_decision){.lost.action = SESSION_LOST_RECOVER, .tr = {.action = TR_REPLAY}, .phase = TR_PHASE_IDLE};
+	if (s->replay->sets.is_over_cap || sets_count(s) > cfg->tr_max_session_set_statements) {
 		/* it would move with part of its state */
 		return recover_refuse(s, server, phase, "08006",
 				      "the connection to the primary was lost and the session set more variables than "
 				      "[limits] tr_max_session_set_statements: it cannot move with all of them");
 	}
-	if (s->replay.sets.is_unsure)
+	if (s->replay->sets.is_unsure)
 		return recover_refuse(s, server, phase, "08006",
 				      "the connection to the primary was lost and the session changed its settings in a "
 				      "way tern could not follow (see README, Transaction Replay): it cannot move with "
 				      "them");
-	char status = s->replay.is_open ? s->replay.tx_status : leg->tx_status;
+	char status = s->replay->is_open ? s->replay->tx_status : leg->tx_status;
 	bool is_in_tx = status == 'T' || status == 'E';
 	enum tr_tx tx = mode >= TR_MODE_SELECT ? recover_tx_state(s, status)
 			: status == 'E'	      ? TR_TX_FAILED
 			: is_in_tx	      ? TR_TX_WRITTEN
 					      : TR_TX_NONE;
-	bool is_logged = recover_is_logged_request(&s->replay, leg);
-	const char *text = is_logged ? recover_text_of(s, s->replay.inflight.data, s->replay.inflight.len) : NULL;
+	bool is_logged = recover_is_logged_request(s->replay, leg);
+	const char *text = is_logged ? recover_text_of(s, s->replay->inflight.data, s->replay->inflight.len) : NULL;
 	enum tr_kind kind = phase == TR_PHASE_IDLE ? TR_KIND_NONE : recover_kind(cfg, text, is_in_tx);
 	struct tr_decision tr = tr_decide(mode, phase, tx, kind);
 	if (tr.action == TR_CLOSE)
@@ -282,7 +292,7 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 		tr = (struct tr_decision){TR_FAIL, "57P01"};
 	if (tr.action == TR_REEXECUTE && !is_logged)
 		tr = (struct tr_decision){TR_FAIL, phase == TR_PHASE_NOT_SENT ? "57P01" : "08007"};
-	return (struct session_lost_decision){.action = SESSION_LOST_RECOVER,
+	return (struct recover_decision){.lost.action = SESSION_LOST_RECOVER,
 					      .tr = tr,
 					      .phase = phase,
 					      .is_in_tx = is_in_tx,
@@ -291,7 +301,7 @@ struct session_lost_decision recover_decide(const struct session *s, const struc
 
 enum tr_tx recover_tx_state(const struct session *s, char status)
 {
-	const struct session_replay *r = &s->replay;
+	const struct session_replay *r = s->replay;
 	if (status == 'E')
 		return TR_TX_FAILED;
 	if (status != 'T')
@@ -361,9 +371,9 @@ void recover_send_ready(struct session *s, char status)
 
 /* The statement in flight gets its one error: with its ReadyForQuery, or (a batch not yet synced) the
  * batch is skipped to its Sync, which tern answers. */
-static void recover_fail(struct session *s, const struct leg *lost, const struct session_lost_decision *d)
+static void recover_fail(struct session *s, const struct leg *lost, const struct recover_decision *d)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	const char *sqlstate = d->tr.sqlstate;
 	const char *message = strcmp(sqlstate, "08007") == 0   ? recover_msg_unknown
 			      : strcmp(sqlstate, "25P02") == 0 ? recover_msg_aborted
@@ -382,12 +392,12 @@ static void recover_fail(struct session *s, const struct leg *lost, const struct
 		recover_send_ready(s, is_aborted ? 'E' : 'I');
 }
 
-void recover_start(struct session *s, struct leg *leg, const struct session_lost_decision *d)
+static void recover_start(struct session *s, struct leg *leg, const struct recover_decision *d)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	struct host *host = s->host;
 	uint64_t now = base_now_ns();
-	TERN_ASSERT(d->action == SESSION_LOST_RECOVER && leg == session_primary(s));
+	TERN_ASSERT(d->lost.action == SESSION_LOST_RECOVER && leg == session_primary(s));
 	struct pool_server *server = leg->conn ? leg->conn->server : leg->request.server;
 	recover_lose(s, server, now);
 	r->sets.is_restore_due = true; /* (observer_sets, on the next connection) */
@@ -463,7 +473,7 @@ void recover_start(struct session *s, struct leg *leg, const struct session_lost
 
 void recover_replay_done(struct session *s, struct leg *leg)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	TERN_ASSERT(r->is_replaying);
 	r->is_replaying = false;
 	struct base_bytes held = r->held_back;
@@ -530,7 +540,7 @@ static enum recover_end recover_ends_tx(const uint8_t *body, uint32_t len)
 static void recover_send_end(struct session *s, enum recover_end end)
 {
 	static const uint8_t complete[] = {PROTO_BE_COMMAND_COMPLETE, 0, 0, 0, 13, 'R', 'O', 'L', 'L', 'B', 'A', 'C', 'K', 0};
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	if (end == RECOVER_END_COMMIT && r->aborted == REPLAY_TX_LOST_NEXT)
 		session_send_error(s, "ERROR", r->fail_sqlstate, recover_msg_lost_tx, NULL);
 	else
@@ -540,7 +550,7 @@ static void recover_send_end(struct session *s, enum recover_end end)
 /* The transaction's one error (the loss's, first) or 25P02. */
 static void recover_send_aborted(struct session *s)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	if (r->aborted == REPLAY_TX_LOST_NEXT) {
 		session_send_error(s, "ERROR", r->fail_sqlstate, recover_msg_lost_tx, NULL);
 		r->aborted = REPLAY_TX_ABORTED;
@@ -566,7 +576,7 @@ unsigned recover_client_type(uint8_t type)
 
 int recover_client_message(struct session *s, uint8_t type, const uint8_t *body, uint32_t len)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	bool is_aborted = r->aborted != REPLAY_TX_LIVE;
 	if (type == PROTO_FE_SYNC) {
 		r->is_skipping = false;
@@ -651,4 +661,16 @@ bool recover_shows_notice(struct session *s, const uint8_t *body, uint32_t len)
 	if (strncmp(f.sqlstate, "57P0", 4) != 0 || f.sqlstate[4] > '3')
 		return true;
 	return strcmp(f.severity, "FATAL") != 0 && strcmp(f.severity, "PANIC") != 0 && strcmp(f.severity, "WARNING") != 0;
+}
+
+struct session_lost_decision recover_decide(const struct session *s, const struct leg *leg, enum leg_fault fault)
+{
+	return recover_decide_all(s, leg, fault).lost;
+}
+
+void recover_on_lost(struct session *s, struct leg *leg, enum leg_fault fault)
+{
+	/* Decided again as session_decide_lost did (a decision to recover has no side effect). */
+	struct recover_decision d = recover_decide_all(s, leg, fault);
+	recover_start(s, leg, &d);
 }

@@ -4,7 +4,7 @@
  * decided once (session_decide_lost asks recover_decide): how far the request in flight got
  * (observer_replay.c's record: nothing in flight, never sent, sent with no byte of its answer at the
  * client, part of its answer at the client, a COPY), the client's transaction, and what the statement
- * is (classify_tr_kind) go to tr_decide (replay/decide.h). Then the session moves (recover_start): its
+ * is (recover_kind_of) go to tr_decide (replay/decide.h). Then the session moves (recover_on_lost): its
  * primary leg is set aside, and a new one waits (recover_awaits_primary, on host->recover_waits, in
  * recover_wait.c with the deadline and fencing) until a
  * primary the monitor vouches for is there — another server the monitor says is the primary, or the lost
@@ -35,8 +35,34 @@
 #define TERN_RECOVER_H
 
 #include "core/classify.h"
+#include "core/observer.h"
 #include "core/session.h"
 #include "decide.h"
+#include "replay_types.h"
+
+extern const struct observer observer_sets;    /* the SET state a move restores */
+extern const struct observer observer_replay;  /* Transaction Replay's record of the requests in flight */
+extern const struct observer observer_journal; /* the recovery journal's capture of committed transactions */
+
+/* The distinct variables the session's state holds: its SETs (observer_sets) and the parameters
+ * observer_params keeps that no SET named (Transaction Replay's cap). */
+uint32_t sets_count(const struct session *s);
+/* A Query too long for the observers to read went to the primary (observer_journal matches its answer). */
+void journal_note_unread_query(struct session *s);
+/* The primary connection was lost and the session goes on (recover.c): what was sent there will not be
+ * answered there; with is_moved, the transaction goes on on the next primary (a replay). */
+void journal_on_lost(struct session *s, bool is_moved);
+/* What is held goes to the client (counted as leg's), ahead of what leg says next. */
+void replay_flush_preamble(struct session *s, struct leg *leg);
+/* For session_parts.hold_reply: false when no start of an answer is held. While one is, a reply tern made
+ * up ahead of the answer's first row or completion joins it; any other (a ReadyForQuery tern answers a
+ * Sync with, an error) first lets out what is held, as a server's own completion does, and is sent. */
+bool replay_reply(struct session *s, const void *data, uint32_t len);
+/* session_parts.hold_parse_complete: while the request is recorded, a ParseComplete tern answers joins
+ * the start of its answer (1; -ENOMEM), else 0. */
+int replay_hold_parse_complete(struct session *s);
+/* session_parts.replay_takes_chunk: while a replay runs, the client's bytes wait for its verdict. */
+bool replay_takes_chunk(struct session *s, const uint8_t *data, uint32_t len);
 
 /* What tr_decide (decide.h) calls a classified statement: a commit wherever it hides
  * (behind a comment, END WORK, in a text of several statements, PREPARE TRANSACTION), a read whose only
@@ -45,8 +71,9 @@
 enum tr_kind recover_kind_of(const struct classify_result *r);
 /* session_parts.decide_lost: what a lost (or refused) primary connection means for the session. */
 struct session_lost_decision recover_decide(const struct session *s, const struct leg *leg, enum leg_fault fault);
-/* session_parts.recover: carries out a SESSION_LOST_RECOVER decision for the lost leg. */
-void recover_start(struct session *s, struct leg *leg, const struct session_lost_decision *d);
+/* session_parts.recover: carries out the SESSION_LOST_RECOVER decision recover_decide made for the lost
+ * leg (deciding it again, with what the recovery needs of it). */
+void recover_on_lost(struct session *s, struct leg *leg, enum leg_fault fault);
 /* session_parts.awaits_primary: a primary leg about to ask the pool: true when it waits for a primary
  * instead (the session is on host->recover_waits). */
 bool recover_awaits_primary(struct session *s, struct leg *leg);
@@ -59,6 +86,14 @@ void recover_check_waits(struct host *host, uint64_t now_ns);
  * answers) ends the session with 08006; true then. */
 bool recover_check_deadline(struct session *s, uint64_t now_ns);
 void recover_repoint_parked(struct host *host);
+/* session_parts.host_pass's part: requests parked on the primary of before ask again, recoveries waiting
+ * look again when the monitor's generation moved; host_tick's: the same once a second, and deadlines. */
+void recover_host_pass(struct host *host);
+void recover_host_tick(struct host *host, uint64_t now_ns);
+/* session_parts.waits_for_primary: its primary leg waits for a primary (on host->recover_waits). */
+bool recover_is_waiting(const struct session *s);
+/* session_parts.place's part: s->replay and s->journal are `replay` and `journal` (zeroed). */
+void replay_place(struct session *s, struct session_replay *replay, struct session_journal *journal);
 /* The session's primary (server) is gone, as of now_ns unless it was already: recover_awaits_primary
  * waits for the monitor to vouch for a primary from then on. (recover_wait.c, as the four above.) */
 void recover_lose(struct session *s, struct pool_server *server, uint64_t now_ns);
@@ -96,7 +131,7 @@ void recover_replay_done(struct session *s, struct leg *leg);
  * the client's messages itself. */
 static inline bool recover_is_answering(const struct session *s)
 {
-	return s->replay.aborted != REPLAY_TX_LIVE || s->replay.is_skipping;
+	return s->replay->aborted != REPLAY_TX_LIVE || s->replay->is_skipping;
 }
 /* The relay's type hook then: how the message is read (whole, or its head when long). */
 unsigned recover_client_type(uint8_t type);

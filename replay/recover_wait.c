@@ -29,7 +29,7 @@ static bool recover_primary_is_there(const struct session *s)
 		return true; /* the monitor cannot log in there: as without a monitor, the pool's login tells */
 	if (role != MONITOR_PRIMARY)
 		return false;
-	return primary != s->replay.lost_server || checked_ns > s->replay.lost_ns;
+	return primary != s->replay->lost_server || checked_ns > s->replay->lost_ns;
 }
 
 /* What the monitor last said of a server. */
@@ -46,9 +46,9 @@ static uint32_t recover_primary_role(const struct tern_runtime *rt) { return rec
 /* The session's primary is gone (its connection was lost, or the monitor says it is down): it waits. */
 void recover_lose(struct session *s, struct pool_server *server, uint64_t now_ns)
 {
-	if (!s->replay.lost_server) {
-		s->replay.lost_server = server;
-		s->replay.lost_ns = now_ns;
+	if (!s->replay->lost_server) {
+		s->replay->lost_server = server;
+		s->replay->lost_ns = now_ns;
 	}
 }
 
@@ -62,18 +62,18 @@ static bool recover_must_wait(const struct session *s, uint32_t role)
 
 static void recover_unwait(struct session *s)
 {
-	if (!s->replay.is_waiting)
+	if (!s->replay->is_waiting)
 		return;
 	if (!(s->observers_on & (1u << OBSERVER_REPLAY)))
-		s->replay.deadline_ns = 0;
-	s->replay.is_waiting = false;
-	base_list_remove(&s->replay.wait_link);
+		s->replay->deadline_ns = 0;
+	s->replay->is_waiting = false;
+	base_list_remove(&s->replay->wait_link);
 	__atomic_sub_fetch(&s->host->recover_waiting, 1, __ATOMIC_RELAXED);
 }
 
 bool recover_awaits_primary(struct session *s, struct leg *leg)
 {
-	struct session_replay *r = &s->replay;
+	struct session_replay *r = s->replay;
 	TERN_ASSERT(leg == session_primary(s));
 	/* A client still logging in never waits here (recover_check_waits serves sessions past their welcome):
 	 * its login goes to the pool, which waits for a server that is down (query_wait_timeout) and retries
@@ -124,16 +124,16 @@ void recover_check_waits(struct host *host, uint64_t now_ns)
 	struct base_list *node, *tmp;
 	base_list_for_each_safe(node, tmp, &host->recover_waits)
 	{
-		struct session *s = TERN_CONTAINER_OF(node, struct session, replay.wait_link);
-		TERN_ASSERT(s->replay.is_waiting && s->phase == SESSION_READY);
+		struct session *s = TERN_CONTAINER_OF(node, struct session_replay, wait_link)->session;
+		TERN_ASSERT(s->replay->is_waiting && s->phase == SESSION_READY);
 		if (recover_primary_is_there(s)) {
 			recover_unwait(s);
-			s->replay.lost_server = NULL;
+			s->replay->lost_server = NULL;
 			struct leg *leg = session_primary(s);
 			if (!leg->conn && !leg->is_request_pending &&
-			    (!sendq_is_empty(&leg->to_server) || s->replay.is_replaying || !s->is_transaction_pooling))
+			    (!sendq_is_empty(&leg->to_server) || s->replay->is_replaying || !s->is_transaction_pooling))
 				session_acquire(s, leg);
-		} else if (now_ns >= s->replay.deadline_ns) {
+		} else if (now_ns >= s->replay->deadline_ns) {
 			recover_unwait(s);
 			host->stats.tr_replay_failures++;
 			char message[160];
@@ -148,7 +148,7 @@ void recover_check_waits(struct host *host, uint64_t now_ns)
 
 bool recover_check_deadline(struct session *s, uint64_t now_ns)
 {
-	const struct session_replay *r = &s->replay;
+	const struct session_replay *r = s->replay;
 	if (r->deadline_ns == 0 || r->is_waiting || now_ns < r->deadline_ns || s->phase != SESSION_READY ||
 	    !(s->observers_on & (1u << OBSERVER_REPLAY)))
 		return false; /* (one waiting for a primary is recover_check_waits'; observer_replay clears it) */
@@ -211,3 +211,25 @@ void recover_repoint_parked(struct host *host)
 }
 
 void recover_end(struct session *s) { recover_unwait(s); }
+
+void recover_host_pass(struct host *host)
+{
+	if (runtime_primary(host->runtime) != host->recover_primary)
+		recover_repoint_parked(host); /* requests parked on the primary of before ask again */
+	if (host->recover_waiting == 0)
+		return;
+	uint32_t generation = monitor_generation(host->runtime->monitor);
+	if (generation != host->recover_generation) {
+		host->recover_generation = generation;
+		recover_check_waits(host, base_now_ns());
+	}
+}
+
+void recover_host_tick(struct host *host, uint64_t now_ns)
+{
+	recover_repoint_parked(host); /* requests parked on a primary the monitor says is down */
+	if (host->recover_waiting > 0)
+		recover_check_waits(host, now_ns); /* write_timeout_secs: they end */
+}
+
+bool recover_is_waiting(const struct session *s) { return s->replay->is_waiting; }

@@ -6,6 +6,7 @@
 #include "core/dispatch.h"
 #include "core/observer.h"
 #include "core/session.h"
+#include "route_types.h"
 
 #include <errno.h>
 
@@ -32,9 +33,9 @@ static int polar_server_message(struct session *s, struct leg *leg, const struct
 		return 0;
 	if (m->len < 3 || m->body[m->len - 1] != '\0' || (m->body[1] != 'x' && m->body[1] != 'w'))
 		return -EPROTO;
-	leg->route.polar_marker = (char)m->body[1];
-	if (!base_strlcpy(leg->route.polar_xids, (const char *)m->body + 2, sizeof(leg->route.polar_xids)))
-		leg->route.polar_marker = 'w'; /* more XIDs than tern keeps: not splittable */
+	leg->route->polar_marker = (char)m->body[1];
+	if (!base_strlcpy(leg->route->polar_xids, (const char *)m->body + 2, sizeof(leg->route->polar_xids)))
+		leg->route->polar_marker = 'w'; /* more XIDs than tern keeps: not splittable */
 	return 0;
 }
 

@@ -23,7 +23,7 @@ bool route_leg_owes_nothing(const struct leg *leg)
 
 bool route_is_settled(const struct session *s)
 {
-	if (s->routing.state == ROUTE_REPLICA_TX) /* between two of its requests; the primary owes only tern's */
+	if (s->routing->state == ROUTE_REPLICA_TX) /* between two of its requests; the primary owes only tern's */
 		return route_leg_owes_nothing(session_client_leg(s));
 	return route_leg_owes_nothing(session_primary(s)) && route_leg_owes_nothing(s->legs[LEG_REPLICA]);
 }
@@ -52,9 +52,9 @@ static int route_hold(struct session *s, const uint8_t *body, uint32_t len)
 {
 	uint8_t header[PROTO_HEADER_LEN] = {PROTO_FE_QUERY};
 	proto_write_u32(header + 1, len + 4);
-	s->routing.held.len = 0;
-	return base_bytes_append(&s->routing.held, header, sizeof(header)) < 0 ? -ENOMEM
-									: base_bytes_append(&s->routing.held, body, len);
+	s->routing->held.len = 0;
+	return base_bytes_append(&s->routing->held, header, sizeof(header)) < 0 ? -ENOMEM
+									: base_bytes_append(&s->routing->held, body, len);
 }
 
 /* The read's target: strict, a primary LSN probed after now; session, the client's last write's
@@ -62,7 +62,7 @@ static int route_hold(struct session *s, const uint8_t *body, uint32_t len)
  * strict's). Not while the write's probe is still to answer (route_try sets it then). */
 static void route_set_target(struct session *s)
 {
-	struct session_route *route = &s->routing;
+	struct session_route *route = s->routing;
 	if (route->is_awaiting_probe)
 		return;
 	if (route->level == CONFIG_CONSISTENCY_STRICT ||
@@ -85,7 +85,7 @@ void route_classify(struct session *s, const struct tern_config *cfg, const char
 /* The held read (a Query, or a batch) starts its wait for a replica at `level`. */
 void route_read_begins(struct session *s, const struct tern_config *cfg, enum config_consistency level)
 {
-	struct session_route *route = &s->routing;
+	struct session_route *route = s->routing;
 	route->state = ROUTE_WAITING;
 	route->level = level;
 	route->is_waited = false;
@@ -119,8 +119,8 @@ static enum route_query route_tx_query(struct session *s, const struct tern_conf
 
 void route_tx_request_sent(struct session *s)
 {
-	TERN_ASSERT(s->routing.state == ROUTE_REPLICA_TX);
-	s->routing.state = ROUTE_REPLICA_TX_BUSY;
+	TERN_ASSERT(s->routing->state == ROUTE_REPLICA_TX);
+	s->routing->state = ROUTE_REPLICA_TX_BUSY;
 }
 
 /* Queues tern's own Query behind what leg holds; one more ReadyForQuery owed. 0 or -ENOMEM. */
@@ -144,7 +144,7 @@ int route_push_probe(struct session *s, struct leg *leg, enum route_probe kind)
 	int rc = route_push_query(leg, kind == ROUTE_PROBE_LSN ? MONITOR_INSERT_LSN_SQL : "SHOW transaction_isolation");
 	if (rc < 0)
 		return rc;
-	leg->route.probe_kind = (uint8_t)kind;
+	leg->route->probe_kind = (uint8_t)kind;
 	if (ahead == 0) {
 		leg->hidden_ready++;
 		leg->is_probe_answering = true;
@@ -152,7 +152,7 @@ int route_push_probe(struct session *s, struct leg *leg, enum route_probe kind)
 		leg->probe_behind = ahead;
 	}
 	if (kind == ROUTE_PROBE_LSN)
-		s->routing.is_write_unprobed = false;
+		s->routing->is_write_unprobed = false;
 	return 0;
 }
 
@@ -173,7 +173,7 @@ static bool route_begin_may_move(struct session *s, const struct tern_config *cf
 {
 	const struct leg *primary = session_primary(s), *replica = s->legs[LEG_REPLICA];
 	struct classify_result r;
-	s->routing.is_begin_alone = false;
+	s->routing->is_begin_alone = false;
 	if (!primary->conn || primary->tx_status != 'T' || !route_leg_owes_nothing(primary) || (replica && replica->conn) ||
 	    s->gate.is_waiting || session_is_pinned(s) || !s->host->runtime->monitor)
 		return false;
@@ -193,9 +193,9 @@ static int route_begin_move(struct session *s)
 		return rc;
 	session_mark_dirty(s, &primary->to_server);
 	leg_resume(primary);
-	s->routing.is_batch = false;
-	s->routing.is_tx = true;
-	s->routing.is_begin_hidden = true;
+	s->routing->is_batch = false;
+	s->routing->is_tx = true;
+	s->routing->is_begin_hidden = true;
 	return 0;
 }
 
@@ -211,8 +211,8 @@ void route_split_reset_if_idle(struct session *s)
 {
 	const struct leg *p = session_primary(s);
 	if (route_leg_owes_nothing(p) && (!p->conn || p->tx_status == 'I')) {
-		s->routing.split.tx = (struct split_tx){0};
-		s->routing.split.is_followed = true;
+		s->routing->split.tx = (struct split_tx){0};
+		s->routing->split.is_followed = true;
 	}
 }
 
@@ -220,14 +220,14 @@ void route_split_reset_if_idle(struct session *s)
 void route_split_note(struct session *s, const struct classify_result *r)
 {
 	route_split_reset_if_idle(s);
-	split_tx_note(&s->routing.split.tx, r);
+	split_tx_note(&s->routing->split.tx, r);
 }
 
 /* A message routing could not read (too long): it may have written. */
 void route_split_note_unread(struct session *s)
 {
 	route_split_reset_if_idle(s);
-	s->routing.split.tx.has_write = true;
+	s->routing->split.tx.has_write = true;
 }
 
 void route_note_unread_query(struct session *s)
@@ -235,7 +235,7 @@ void route_note_unread_query(struct session *s)
 	if (route_split_is_on(s))
 		route_split_note_unread(s);
 	else
-		s->routing.split.is_followed = false;
+		s->routing->split.is_followed = false;
 }
 
 /* The split read may go now: the transaction is open on the primary's connection, which owes nothing
@@ -250,18 +250,18 @@ static bool route_split_is_ready(const struct session *s)
 		return true;
 	if (r->is_request_pending || !sendq_is_empty(&r->to_server))
 		return false;
-	return !r->conn || (s->routing.split.server && leg_is_idle(r));
+	return !r->conn || (s->routing->split.server && leg_is_idle(r));
 }
 
 /* The transaction's replica is let go: its connection goes back (drop: it is closed, its server down). */
 static void route_split_unpin(struct session *s, bool drop)
 {
-	struct route_split *sp = &s->routing.split;
+	struct route_split *sp = &s->routing->split;
 	if (!sp->server)
 		return;
 	sp->server = NULL;
 	struct leg *leg = s->legs[LEG_REPLICA];
-	if (!leg || !leg->conn || s->routing.state == ROUTE_ON_REPLICA)
+	if (!leg || !leg->conn || s->routing->state == ROUTE_ON_REPLICA)
 		return;
 	if (drop) { /* set aside, not freed: this may run inside that leg's own completion */
 		leg_drop(leg);
@@ -278,9 +278,9 @@ void route_split_settle(struct session *s)
 {
 	const struct leg *p = session_primary(s);
 	struct leg *r = s->legs[LEG_REPLICA];
-	if (s->routing.split.server && route_leg_owes_nothing(p) && (!p->conn || p->tx_status == 'I'))
+	if (s->routing->split.server && route_leg_owes_nothing(p) && (!p->conn || p->tx_status == 'I'))
 		route_split_unpin(s, false);
-	else if (!s->routing.split.server && s->routing.state == ROUTE_IDLE && r && r->conn)
+	else if (!s->routing->split.server && s->routing->state == ROUTE_IDLE && r && r->conn)
 		session_try_release(s, r);
 }
 
@@ -291,7 +291,7 @@ void route_split_settle(struct session *s)
 static enum route_query route_split_query(struct session *s, const struct tern_config *cfg, const uint8_t *body,
 					  uint32_t len)
 {
-	struct route_split *sp = &s->routing.split;
+	struct route_split *sp = &s->routing->split;
 	struct leg *p = session_primary(s);
 	struct classify_result r;
 	const char *sql = (const char *)body;
@@ -311,8 +311,8 @@ static enum route_query route_split_query(struct session *s, const struct tern_c
 	}
 	struct split_tx assumed = sp->tx;
 	bool is_polar = p->conn->is_polar; /* its ReadyForQuery says whether the transaction splits */
-	assumed.xact = p->route.polar_marker == 'x' ? SPLIT_XACT_SPLITTABLE
-		       : p->route.polar_marker == 'w' ? SPLIT_XACT_WAL_PENDING
+	assumed.xact = p->route->polar_marker == 'x' ? SPLIT_XACT_SPLITTABLE
+		       : p->route->polar_marker == 'w' ? SPLIT_XACT_WAL_PENDING
 						: SPLIT_XACT_NONE;
 	bool is_isolation_asked = sp->tx.server_isolation == CLASSIFY_ISOLATION_DEFAULT;
 	if (is_isolation_asked)
@@ -339,18 +339,18 @@ static enum route_query route_split_query(struct session *s, const struct tern_c
 		return ROUTE_QUERY_ADMIT;
 	if (is_isolation_asked || is_wal_pending) {
 		if (route_push_probe(s, p, is_wal_pending ? ROUTE_PROBE_LSN : ROUTE_PROBE_ISOLATION) < 0) {
-			s->routing.held.len = 0;
+			s->routing->held.len = 0;
 			return ROUTE_QUERY_ADMIT;
 		}
 		session_mark_dirty(s, &p->to_server);
 		leg_resume(p);
 	}
-	s->routing.is_batch = s->routing.is_tx = false;
-	s->routing.is_split = true;
-	s->routing.is_xid_import = is_polar && sp->tx.has_write; /* REPLICA_TXN_SPLIT: a polar replica only */
+	s->routing->is_batch = s->routing->is_tx = false;
+	s->routing->is_split = true;
+	s->routing->is_xid_import = is_polar && sp->tx.has_write; /* REPLICA_TXN_SPLIT: a polar replica only */
 	route_read_begins(s, cfg, CONFIG_CONSISTENCY_STRICT); /* every commit acknowledged before it arrived */
-	s->routing.is_awaiting_isolation = is_isolation_asked;
-	s->routing.is_awaiting_wal = is_wal_pending;
+	s->routing->is_awaiting_isolation = is_isolation_asked;
+	s->routing->is_awaiting_wal = is_wal_pending;
 	return ROUTE_QUERY_TAKEN;
 }
 
@@ -367,7 +367,7 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 			return ROUTE_QUERY_ANSWERED;
 		}
 		const struct leg *replica = s->legs[LEG_REPLICA];
-		if (s->routing.state != ROUTE_IDLE || session_primary(s)->is_unsynced || (replica && replica->is_unsynced)) {
+		if (s->routing->state != ROUTE_IDLE || session_primary(s)->is_unsynced || (replica && replica->is_unsynced)) {
 			/* Behind extended-protocol messages with no Sync yet (in a read-only transaction on a replica,
 			 * the only way a replica transaction is not settled here): their answers come only after a
 			 * Sync the client sends behind this, so tern can never answer it in its turn. */
@@ -381,7 +381,7 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 		}
 		if (route_hold(s, body, len) < 0)
 			return ROUTE_QUERY_ADMIT; /* out of memory: the server answers it (as a placeholder) */
-		s->routing.state = ROUTE_SETTLING; /* answered once what is owed before it is in */
+		s->routing->state = ROUTE_SETTLING; /* answered once what is owed before it is in */
 		return ROUTE_QUERY_TAKEN;
 	}
 	if (!s->is_transaction_pooling || s->pinned_server)
@@ -392,10 +392,10 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 	enum config_consistency level = route_level(s, cfg);
 	struct classify_result r;
 	if (!route_split_is_on(s))
-		s->routing.split.is_followed = false; /* a statement it did not note */
+		s->routing->split.is_followed = false; /* a statement it did not note */
 	else if (route_split_query(s, cfg, body, len) == ROUTE_QUERY_TAKEN)
 		return ROUTE_QUERY_TAKEN;
-	if (s->routing.is_begin_alone && level != CONFIG_CONSISTENCY_PRIMARY && route_begin_may_move(s, cfg, sql) &&
+	if (s->routing->is_begin_alone && level != CONFIG_CONSISTENCY_PRIMARY && route_begin_may_move(s, cfg, sql) &&
 	    route_hold(s, body, len) == 0 && route_begin_move(s) == 0) {
 		route_read_begins(s, cfg, level);
 		return ROUTE_QUERY_TAKEN;
@@ -414,14 +414,14 @@ enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t
 		/* Behind a COPY the server reads COPY data, not a query: its write is probed at the release. */
 		if (level == CONFIG_CONSISTENCY_SESSION && r.kind == CLASSIFY_WRITE && !r.has_copy && !r.is_parse_error)
 			*probe_after = ROUTE_PROBE_LSN;
-		s->routing.is_begin_sent = r.kind == CLASSIFY_BEGIN && r.statement_count == 1 &&
+		s->routing->is_begin_sent = r.kind == CLASSIFY_BEGIN && r.statement_count == 1 &&
 					   r.isolation != CLASSIFY_SERIALIZABLE; /* SET TRANSACTION READ ONLY may follow */
 		return ROUTE_QUERY_ADMIT;
 	}
 	if (route_hold(s, body, len) < 0)
 		return ROUTE_QUERY_ADMIT;
-	s->routing.is_batch = false;
-	s->routing.is_tx = is_tx;
+	s->routing->is_batch = false;
+	s->routing->is_tx = is_tx;
 	route_read_begins(s, cfg, level);
 	return ROUTE_QUERY_TAKEN;
 }
@@ -445,11 +445,11 @@ static struct pool_server *route_pick(struct session *s, const struct tern_confi
 		const struct monitor_server *ms = monitor_server_at(m, i);
 		struct pool_server *server = &rt->pool->servers[i];
 		if (__atomic_load_n(&ms->role, __ATOMIC_ACQUIRE) != MONITOR_STANDBY || server == primary ||
-		    server->weight == 0 || server == s->routing.excluded ||
-		    (s->routing.is_xid_import && !__atomic_load_n(&server->is_polar, __ATOMIC_RELAXED)) ||
-		    (s->routing.is_split && s->routing.split.server && server != s->routing.split.server))
+		    server->weight == 0 || server == s->routing->excluded ||
+		    (s->routing->is_xid_import && !__atomic_load_n(&server->is_polar, __ATOMIC_RELAXED)) ||
+		    (s->routing->is_split && s->routing->split.server && server != s->routing->split.server))
 			continue; /* (a split read: the transaction's replica, once it has one) */
-		if (s->routing.level == CONFIG_CONSISTENCY_EVENTUAL) {
+		if (s->routing->level == CONFIG_CONSISTENCY_EVENTUAL) {
 			struct monitor_lag lag = monitor_lag_of(m, i, primary, now);
 			if ((cfg->max_replica_lag_bytes && lag.bytes > cfg->max_replica_lag_bytes) ||
 			    (cfg->max_replica_lag_ms &&
@@ -458,7 +458,7 @@ static struct pool_server *route_pick(struct session *s, const struct tern_confi
 		}
 		*any = true;
 		if (is_wait_for ? __atomic_load_n(&ms->version, __ATOMIC_RELAXED) < MONITOR_WAIT_FOR_LSN_VERSION
-				: __atomic_load_n(&ms->lsn, __ATOMIC_RELAXED) < s->routing.target_lsn)
+				: __atomic_load_n(&ms->lsn, __ATOMIC_RELAXED) < s->routing->target_lsn)
 			continue; /* (not at the target; or, waiting in-band, a server without WAIT FOR LSN) */
 		ready[ready_count++] = (struct pick_candidate){
 			.server = i, .weight = server->weight, .load = __atomic_load_n(&server->reads_running, __ATOMIC_RELAXED)};
@@ -471,17 +471,17 @@ static struct pool_server *route_pick(struct session *s, const struct tern_confi
 /* The read running on a replica is over (answered, lost, or its session ended): off its load. */
 void route_release_server(struct session *s)
 {
-	if (!s->routing.server)
+	if (!s->routing->server)
 		return;
-	__atomic_sub_fetch(&s->routing.server->reads_running, 1, __ATOMIC_RELAXED);
-	s->routing.server = NULL;
+	__atomic_sub_fetch(&s->routing->server->reads_running, 1, __ATOMIC_RELAXED);
+	s->routing->server = NULL;
 }
 
 void route_unwait(struct session *s)
 {
-	if (!base_list_is_linked(&s->routing.wait_link))
+	if (!base_list_is_linked(&s->routing->wait_link))
 		return;
-	base_list_remove(&s->routing.wait_link);
+	base_list_remove(&s->routing->wait_link);
 	__atomic_store_n(&s->host->route_waiting, s->host->route_waiting - 1, __ATOMIC_RELAXED);
 }
 
@@ -499,7 +499,7 @@ static void route_observe_wait(struct host_stats *stats, uint64_t waited_ns)
 /* The routed read, batch or transaction is over: client bytes go to the primary's leg again. */
 void route_done(struct session *s)
 {
-	struct session_route *route = &s->routing;
+	struct session_route *route = s->routing;
 	route->state = ROUTE_IDLE;
 	route->held.len = 0;
 	s->steer.leg = NULL;
@@ -516,16 +516,16 @@ static int route_push_polar_settings(struct session *s, struct leg *leg)
 {
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	char sql[4][200];
-	snprintf(sql[0], sizeof(sql[0]), "SET polar_xact_split_xids = '%s'", session_primary(s)->route.polar_xids);
+	snprintf(sql[0], sizeof(sql[0]), "SET polar_xact_split_xids = '%s'", session_primary(s)->route->polar_xids);
 	snprintf(sql[1], sizeof(sql[1]), "SET polar_consistency_mode = 'strict'");
 	snprintf(sql[2], sizeof(sql[2]), "SET polar_proxy_wait_timeout_ms = %" PRIu32, cfg->wait_timeout_ms);
-	snprintf(sql[3], sizeof(sql[3]), "SET polar_xact_split_wait_lsn = '%" PRIu64 "'", s->routing.target_lsn);
+	snprintf(sql[3], sizeof(sql[3]), "SET polar_xact_split_wait_lsn = '%" PRIu64 "'", s->routing->target_lsn);
 	for (size_t i = 0; i < TERN_ARRAY_LEN(sql); i++) {
 		int rc = route_push_hidden(leg, sql[i]);
 		if (rc < 0)
 			return rc;
 	}
-	leg->route.has_polar_settings = true;
+	leg->route->has_polar_settings = true;
 	return 0;
 }
 
@@ -534,14 +534,14 @@ static int route_push_polar_settings(struct session *s, struct leg *leg)
  * answer but success re-runs the read on the primary (route_hidden_message). */
 static int route_push_wait_for_lsn(struct session *s, struct leg *leg)
 {
-	uint64_t lsn = s->routing.target_lsn, now = base_now_ns();
-	uint64_t left_ms = s->routing.deadline_ns > now ? (s->routing.deadline_ns - now + BASE_NS_PER_MS - 1) / BASE_NS_PER_MS : 1;
+	uint64_t lsn = s->routing->target_lsn, now = base_now_ns();
+	uint64_t left_ms = s->routing->deadline_ns > now ? (s->routing->deadline_ns - now + BASE_NS_PER_MS - 1) / BASE_NS_PER_MS : 1;
 	char sql[128];
 	snprintf(sql, sizeof(sql), "WAIT FOR LSN '%X/%08X' WITH (TIMEOUT '%" PRIu64 "ms', NO_THROW)",
 		 (unsigned int)(lsn >> 32), (unsigned int)lsn, left_ms);
 	int rc = route_push_hidden(leg, sql);
 	if (rc == 0)
-		leg->route.is_waiting_for_lsn = true;
+		leg->route->is_waiting_for_lsn = true;
 	return rc;
 }
 
@@ -549,7 +549,7 @@ static int route_push_wait_for_lsn(struct session *s, struct leg *leg)
  * there as any message, and the leg asks for a connection. */
 void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 {
-	struct session_route *route = &s->routing;
+	struct session_route *route = s->routing;
 	route_unwait(s);
 	if (route->is_waited)
 		route_observe_wait(&s->host->stats, base_now_ns() - route->arrived_ns);
@@ -579,7 +579,7 @@ void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 	s->steer.leg = is_replica && (route->is_batch || route->is_tx) ? leg : NULL;
 	/* A read's or a batch's answer, or a BEGIN READ ONLY's (not a moved transaction's SET: its BEGIN is
 	 * on the primary no more) */
-	leg->route.is_reply_guarded = is_replica && !is_begin_moved;
+	leg->route->is_reply_guarded = is_replica && !is_begin_moved;
 	route->reply_held.len = 0;
 	route->is_rerun = false;
 	s->parts->feed(s, leg, true, route->held.data, route->held.len);
@@ -591,7 +591,7 @@ void route_dispatch(struct session *s, struct leg *leg, bool is_read)
 /* The counters of the read being routed: an autocommit read's, or a split read's. */
 struct host_route_paths *route_paths(struct session *s)
 {
-	return s->routing.is_split ? &s->host->stats.split : &s->host->stats.reads;
+	return s->routing->is_split ? &s->host->stats.split : &s->host->stats.reads;
 }
 
 void route_to_primary(struct session *s, uint64_t *counter)
@@ -603,7 +603,7 @@ void route_to_primary(struct session *s, uint64_t *counter)
 /* The read waits: on the host's list (the monitor's answers and the tick look at it again). */
 static void route_wait(struct session *s)
 {
-	struct session_route *route = &s->routing;
+	struct session_route *route = s->routing;
 	route->is_waited = true;
 	if (base_list_is_linked(&route->wait_link))
 		return;
@@ -635,7 +635,7 @@ static bool route_is_standby(const struct monitor *m, const struct tern_runtime 
 /* The waiting read looks again: true when it went somewhere (the primary, or a replica). */
 bool route_try(struct session *s, uint64_t now)
 {
-	struct session_route *route = &s->routing;
+	struct session_route *route = s->routing;
 	struct host *host = s->host;
 	struct monitor *m = host->runtime->monitor;
 	const struct tern_config *cfg = runtime_config(host->runtime);

@@ -19,8 +19,10 @@
 #define TERN_ROUTE_H
 
 #include "core/classify.h"
-#include "route_setting.h"
+#include "core/observer.h"
 #include "core/session.h"
+#include "route_setting.h"
+#include "route_types.h"
 
 /* A text's classification (classify.h) through the worker's shape cache, under cfg's read_functions. */
 void route_classify(struct session *s, const struct tern_config *cfg, const char *sql, struct classify_result *r);
@@ -46,7 +48,7 @@ enum route_probe {
 enum route_query route_on_query(struct session *s, const uint8_t *body, uint32_t len, enum route_probe *probe_after);
 /* In a read-only transaction on a replica (ROUTE_REPLICA_TX): a Sync ends one request; the scan stops
  * behind it until its answer is in (the transaction may have ended with it). */
-static inline bool route_is_replica_tx(const struct session *s) { return s->routing.state == ROUTE_REPLICA_TX; }
+static inline bool route_is_replica_tx(const struct session *s) { return s->routing->state == ROUTE_REPLICA_TX; }
 /* The request that route_is_replica_tx let through is queued: the client's next bytes wait. */
 void route_tx_request_sent(struct session *s);
 /* A client chunk that begins an extended-protocol batch (Parse or Bind) while a read may go to a replica:
@@ -60,18 +62,18 @@ TERN_MUST_USE int route_push_probe(struct session *s, struct leg *leg, enum rout
 /* A Query too long for routing to read goes to the primary's leg: it may have written. */
 void route_note_unread_query(struct session *s);
 /* A client message is admitted to a leg: a plain BEGIN sent before it is alone no more. */
-static inline void route_note_admit(struct session *s) { s->routing.is_begin_alone = false; }
+static inline void route_note_admit(struct session *s) { s->routing->is_begin_alone = false; }
 /* A Query went to its leg: a plain BEGIN it was is alone so far (route_begin_may_move looks at it). */
 static inline void route_note_query_sent(struct session *s)
 {
-	s->routing.is_begin_alone = s->routing.is_begin_sent;
-	s->routing.is_begin_sent = false;
+	s->routing->is_begin_alone = s->routing->is_begin_sent;
+	s->routing->is_begin_sent = false;
 }
 /* A request went to leg (Query, Sync, FunctionCall): on the primary's it may have written. */
 static inline void route_note_request(struct session *s, const struct leg *leg)
 {
-	if (leg->role == LEG_PRIMARY && !s->routing.is_read_on_primary)
-		s->routing.is_write_unprobed = true;
+	if (leg->role == LEG_PRIMARY && !s->routing->is_read_on_primary)
+		s->routing->is_write_unprobed = true;
 }
 /* A reply tern made up for a guarded answer (observer_stmts' ParseComplete, say): held with the server's
  * messages, or dropped when the read re-runs (session_send_reply). */
@@ -90,5 +92,31 @@ void route_deinit(struct session *s);
 /* The worker, after the monitor's generation moved (is_tick: or once per tick, for deadlines): every
  * waiting read looks again. */
 void route_check_waits(struct host *host, uint64_t now_ns);
+/* session_parts.host_pass's part: the monitor's generation moved, waiting reads look again; host_tick's:
+ * their deadlines. */
+void route_host_pass(struct host *host);
+void route_host_tick(struct host *host, uint64_t now_ns);
+
+
+/* ---- session_parts' routing hooks (route_relay.c) ---- */
+/* A client chunk while routing holds the client's traffic: true when routing took it. */
+bool route_chunk(struct session *s, uint16_t buffer_id, const uint8_t *data, uint32_t len);
+/* A chunk went to the primary: a query routing took in it goes on. */
+void route_fed(struct session *s);
+/* route_on_query in the relay's words; *probe: a route_probe. */
+enum session_query_route route_query(struct session *s, const uint8_t *body, uint32_t len, uint8_t *probe);
+/* The server the replica's leg asks for; routing holds the client's traffic; ... under its own deadline. */
+struct pool_server *route_server(const struct session *s);
+bool route_is_busy(const struct session *s);
+bool route_has_deadline(const struct session *s);
+/* A reply tern made up for the client's leg: held (true) while routing guards that leg's answer. */
+bool route_holds_reply(struct session *s, const void *data, uint32_t len);
+/* A startup option tern.<name>=<value>: 0, -ENOENT (not one of tern's), -EINVAL (*hint says why). */
+int route_take_setting(struct session *s, const char *name, size_t name_len, const char *value, const char **hint);
+/* session_parts.place's part: s->routing is `route` (zeroed), which knows its session. */
+void route_place(struct session *s, struct session_route *route);
+
+extern const struct observer observer_route; /* route_observer.c: the write-LSN probe, the replica legs' show stage */
+extern const struct observer observer_polar; /* polar.c: a polar server's ReadyForQuery */
 
 #endif

@@ -24,10 +24,10 @@ bool route_collects(struct session *s, const uint8_t *data, uint32_t len)
 		return false;
 	if (session_backlog_append(s, data, len) < 0)
 		return false;
-	s->routing.state = ROUTE_COLLECTING;
-	s->routing.held.len = 0;
-	s->routing.is_batch = true;
-	s->routing.is_tx = false;
+	s->routing->state = ROUTE_COLLECTING;
+	s->routing->held.len = 0;
+	s->routing->is_batch = true;
+	s->routing->is_tx = false;
 	return true;
 }
 
@@ -61,7 +61,7 @@ enum route_text route_batch_text(struct session *s, const struct tern_config *cf
 	uint32_t name_count = 0, executes = 0, begins = 0;
 	bool is_unnamed_known = false;
 	bool has_stmts = s->observers_on & (1u << OBSERVER_STMTS);
-	const uint8_t *p = s->routing.held.data, *end = p + s->routing.held.len;
+	const uint8_t *p = s->routing->held.data, *end = p + s->routing->held.len;
 	while (p < end) {
 		uint8_t type = p[0];
 		const uint8_t *body = p + PROTO_HEADER_LEN, *next = p + 1 + proto_read_u32(p + 1);
@@ -121,7 +121,7 @@ enum route_text route_batch_text(struct session *s, const struct tern_config *cf
  * come. */
 static bool route_collect(struct session *s)
 {
-	struct session_route *route = &s->routing;
+	struct session_route *route = s->routing;
 	const struct tern_config *cfg = runtime_config(s->host->runtime);
 	for (;;) {
 		if (s->steer.backlog.len < PROTO_HEADER_LEN)
@@ -154,7 +154,7 @@ static bool route_collect(struct session *s)
 
 void route_run(struct session *s)
 {
-	struct session_route *route = &s->routing;
+	struct session_route *route = s->routing;
 	while (s->phase == SESSION_READY) {
 		if (route->state == ROUTE_WAITING) {
 			if (!route_try(s, base_now_ns()))

@@ -3,6 +3,7 @@
  * the leg's progress, loss and the session's end settle the read. Owns route->reply_held; never shows the
  * client anything of a leg routing does not guard. */
 #include "route.h"
+#include "monitor.h"
 #include "route_internal.h"
 
 #include <errno.h>
@@ -19,7 +20,7 @@ static bool route_is_rerunnable(const struct session *s, const struct proto_erro
 	const char *code = fields->sqlstate;
 	if (strcmp(fields->severity, "FATAL") == 0 || strcmp(fields->severity, "PANIC") == 0)
 		return true; /* (in a read-only transaction's BEGIN too: route_on_lost re-runs it) */
-	return s->routing.state == ROUTE_ON_REPLICA && runtime_config(s->host->runtime)->on_replica_error == 0 &&
+	return s->routing->state == ROUTE_ON_REPLICA && runtime_config(s->host->runtime)->on_replica_error == 0 &&
 	       (strcmp(code, "40001") == 0 || strcmp(code, "40P01") == 0 || strcmp(code, "25006") == 0);
 }
 
@@ -37,8 +38,8 @@ static void route_guard_send(struct session *s, struct leg *leg, uint8_t type, c
 /* The answer is the client's: what was held goes first, the rest flows. */
 static void route_guard_release(struct session *s, struct leg *leg)
 {
-	struct session_route *route = &s->routing;
-	leg->route.is_reply_guarded = false;
+	struct session_route *route = s->routing;
+	leg->route->is_reply_guarded = false;
 	if (route->reply_held.len > 0) {
 		session_send_to_client(s, route->reply_held.data, route->reply_held.len);
 		leg->to_client_bytes += route->reply_held.len;
@@ -49,8 +50,8 @@ static void route_guard_release(struct session *s, struct leg *leg)
 /* What an answer says before its first row or completion: the primary would say it too. */
 enum route_guard route_guard_type(struct session *s, struct leg *leg, uint8_t type)
 {
-	enum route_state state = (enum route_state)s->routing.state;
-	if (s->routing.is_rerun || (state != ROUTE_ON_REPLICA && state != ROUTE_REPLICA_TX_BUSY))
+	enum route_state state = (enum route_state)s->routing->state;
+	if (s->routing->is_rerun || (state != ROUTE_ON_REPLICA && state != ROUTE_REPLICA_TX_BUSY))
 		return ROUTE_GUARD_HIDE; /* the rest of a refused answer; what a kept replica says unasked */
 	if (proto_be_is_preamble(type) || type == PROTO_BE_ERROR)
 		return ROUTE_GUARD_HOLD;
@@ -60,7 +61,7 @@ enum route_guard route_guard_type(struct session *s, struct leg *leg, uint8_t ty
 
 int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const uint8_t *body, uint32_t len)
 {
-	struct session_route *route = &s->routing;
+	struct session_route *route = s->routing;
 	if (type != PROTO_BE_ERROR) {
 		uint8_t header[PROTO_HEADER_LEN] = {type};
 		proto_write_u32(header + 1, len + 4);
@@ -84,7 +85,7 @@ int route_guard_message(struct session *s, struct leg *leg, uint8_t type, const 
 
 void route_hold_reply(struct session *s, const void *data, uint32_t len)
 {
-	if (!s->routing.is_rerun && base_bytes_append(&s->routing.reply_held, data, len) < 0)
+	if (!s->routing->is_rerun && base_bytes_append(&s->routing->reply_held, data, len) < 0)
 		session_end_later(s, SESSION_END_OUT_OF_MEMORY);
 }
 
@@ -92,8 +93,8 @@ void route_hold_reply(struct session *s, const void *data, uint32_t len)
  * are forgotten, so they are given again, as the client asked, on the primary. */
 static void route_forget_batch_names(struct session *s)
 {
-	const uint8_t *p = s->routing.held.data, *end = p + s->routing.held.len;
-	while (s->routing.is_batch && p < end) {
+	const uint8_t *p = s->routing->held.data, *end = p + s->routing->held.len;
+	while (s->routing->is_batch && p < end) {
 		const uint8_t *body = p + PROTO_HEADER_LEN, *next = p + 1 + proto_read_u32(p + 1);
 		const char *name = p[0] == PROTO_FE_PARSE ? route_cstring(&body, next) : NULL;
 		if (name && name[0])
@@ -105,15 +106,15 @@ static void route_forget_batch_names(struct session *s)
 /* The read runs again on the primary: what the replica said is dropped. */
 static void route_rerun(struct session *s, uint64_t *counter)
 {
-	s->routing.is_rerun = false;
-	s->routing.reply_held.len = 0;
+	s->routing->is_rerun = false;
+	s->routing->reply_held.len = 0;
 	route_forget_batch_names(s);
 	route_to_primary(s, counter);
 }
 
 void route_on_progress(struct session *s, struct leg *leg)
 {
-	struct session_route *route = &s->routing;
+	struct session_route *route = s->routing;
 	if (route->state == ROUTE_REPLICA_TX_BUSY) {
 		if (leg->role != LEG_REPLICA || !route_leg_owes_nothing(leg))
 			return;
@@ -130,15 +131,15 @@ void route_on_progress(struct session *s, struct leg *leg)
 		if (leg->role != LEG_REPLICA || leg->is_request_pending || (leg->conn && !is_kept))
 			return;
 		route_release_server(s);
-		leg->route.is_waiting_for_lsn = leg->route.is_wait_status_next = false; /* (a WAIT FOR that failed with an error) */
+		leg->route->is_waiting_for_lsn = leg->route->is_wait_status_next = false; /* (a WAIT FOR that failed with an error) */
 		if (route->is_rerun) { /* its refusal is hidden and its connection went back: the primary's turn */
-			leg->route.is_reply_guarded = false;
+			leg->route->is_reply_guarded = false;
 			route_rerun(s, &route_paths(s)->error);
 		} else {
 			route_guard_release(s, leg); /* (what tern made up after the last of the server's answer) */
 			route_done(s); /* answered, and its connection went back (or is kept) */
 		}
-		leg->route.is_reply_guarded = is_kept; /* kept: what it says unasked is hidden */
+		leg->route->is_reply_guarded = is_kept; /* kept: what it says unasked is hidden */
 	}
 	route_split_settle(s);
 	route_run(s);
@@ -146,7 +147,7 @@ void route_on_progress(struct session *s, struct leg *leg)
 
 bool route_on_lost(struct session *s, struct leg *leg)
 {
-	struct session_route *route = &s->routing;
+	struct session_route *route = s->routing;
 	bool is_routed = route->state == ROUTE_ON_REPLICA || route->state == ROUTE_REPLICA_TX_BUSY;
 	if (leg->role == LEG_REPLICA && !is_routed && route->state != ROUTE_REPLICA_TX && leg == s->legs[LEG_REPLICA] &&
 	    s->phase == SESSION_READY && !leg->is_request_pending) {
@@ -157,7 +158,7 @@ bool route_on_lost(struct session *s, struct leg *leg)
 		route->split.server = NULL;
 		return session_set_aside_leg(s, LEG_REPLICA) != NULL;
 	}
-	if (leg->role != LEG_REPLICA || !is_routed || !leg->route.is_reply_guarded || s->phase != SESSION_READY ||
+	if (leg->role != LEG_REPLICA || !is_routed || !leg->route->is_reply_guarded || s->phase != SESSION_READY ||
 	    leg != s->legs[LEG_REPLICA])
 		return false; /* part of its answer reached the client: the session decides */
 	TERN_ASSERT(leg->to_client_bytes == route->replica_mark);
@@ -190,15 +191,15 @@ void route_end(struct session *s)
 {
 	route_unwait(s);
 	route_release_server(s);
-	s->routing.split.server = NULL; /* (the replica leg's connection goes as the session's do) */
+	s->routing->split.server = NULL; /* (the replica leg's connection goes as the session's do) */
 }
 
 void route_deinit(struct session *s)
 {
 	route_unwait(s);
-	free(s->routing.held.data);
-	free(s->routing.reply_held.data);
-	s->routing.held = s->routing.reply_held = (struct base_bytes){0};
+	free(s->routing->held.data);
+	free(s->routing->reply_held.data);
+	s->routing->held = s->routing->reply_held = (struct base_bytes){0};
 }
 
 void route_check_waits(struct host *host, uint64_t now_ns)
@@ -206,9 +207,26 @@ void route_check_waits(struct host *host, uint64_t now_ns)
 	struct base_list *node, *tmp;
 	base_list_for_each_safe(node, tmp, &host->route_waits)
 	{
-		struct session *s = TERN_CONTAINER_OF(node, struct session, routing.wait_link);
-		TERN_ASSERT(s->routing.state == ROUTE_WAITING);
+		struct session *s = TERN_CONTAINER_OF(node, struct session_route, wait_link)->session;
+		TERN_ASSERT(s->routing->state == ROUTE_WAITING);
 		if (route_try(s, now_ns))
 			route_run(s);
 	}
+}
+
+void route_host_pass(struct host *host)
+{
+	if (host->route_waiting == 0)
+		return;
+	uint32_t generation = monitor_generation(host->runtime->monitor);
+	if (generation != host->route_generation) {
+		host->route_generation = generation;
+		route_check_waits(host, base_now_ns());
+	}
+}
+
+void route_host_tick(struct host *host, uint64_t now_ns)
+{
+	if (host->route_waiting > 0)
+		route_check_waits(host, now_ns); /* wait_timeout_ms: the primary serves them */
 }

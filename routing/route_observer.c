@@ -15,7 +15,7 @@ static bool route_observer_is_on(const struct session *s) { return s->is_transac
  * does: a Parse's text, a Bind's named statement (an unnamed one's Parse was noted), a call: a write. */
 static unsigned route_client_type(struct session *s, struct leg *leg, uint8_t type)
 {
-	struct route_split *sp = &s->routing.split;
+	struct route_split *sp = &s->routing->split;
 	if (leg->role != LEG_PRIMARY)
 		return OBSERVER_SKIP;
 	if (!route_split_is_on(s)) {
@@ -37,7 +37,7 @@ static unsigned route_client_type(struct session *s, struct leg *leg, uint8_t ty
 static int route_client_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
 	(void)leg;
-	struct route_split *sp = &s->routing.split;
+	struct route_split *sp = &s->routing->split;
 	if (!sp->is_unread)
 		return 0;
 	sp->is_unread = false;
@@ -71,9 +71,9 @@ static unsigned route_hidden_type(struct session *s, struct leg *leg, uint8_t ty
 {
 	(void)s;
 	if (leg->role == LEG_REPLICA) /* a split read's SET polar_* (an error), WAIT FOR LSN (its status, too) */
-		return (type == PROTO_BE_ERROR && (leg->route.has_polar_settings || leg->route.is_waiting_for_lsn)) ||
+		return (type == PROTO_BE_ERROR && (leg->route->has_polar_settings || leg->route->is_waiting_for_lsn)) ||
 				       ((type == PROTO_BE_DATA_ROW || type == PROTO_BE_ROW_DESCRIPTION) &&
-					leg->route.is_waiting_for_lsn)
+					leg->route->is_waiting_for_lsn)
 			       ? PROTO_INSPECT
 			       : 0;
 	if (!leg->is_probe_answering)
@@ -98,35 +98,35 @@ static enum classify_isolation route_isolation_of(const char *text)
 
 static int route_hidden_message(struct session *s, struct leg *leg, const struct observer_message *m)
 {
-	if (leg->role == LEG_REPLICA && m->is_hidden && leg->route.is_waiting_for_lsn && m->type != PROTO_BE_ERROR) {
+	if (leg->role == LEG_REPLICA && m->is_hidden && leg->route->is_waiting_for_lsn && m->type != PROTO_BE_ERROR) {
 		static const uint8_t status_column[] = {0, 1, 's', 't', 'a', 't', 'u', 's', 0};
 		if (m->type == PROTO_BE_ROW_DESCRIPTION) { /* WAIT FOR's one column, among other hidden answers */
-			leg->route.is_wait_status_next = m->len >= sizeof(status_column) &&
+			leg->route->is_wait_status_next = m->len >= sizeof(status_column) &&
 						   memcmp(m->body, status_column, sizeof(status_column)) == 0;
 			return 0;
 		}
-		if (!leg->route.is_wait_status_next)
+		if (!leg->route->is_wait_status_next)
 			return 0;
-		leg->route.is_waiting_for_lsn = leg->route.is_wait_status_next = false;
-		if (s->routing.state == ROUTE_ON_REPLICA && !s->routing.is_rerun &&
+		leg->route->is_waiting_for_lsn = leg->route->is_wait_status_next = false;
+		if (s->routing->state == ROUTE_ON_REPLICA && !s->routing->is_rerun &&
 		    !(m->len == 2 + 4 + 7 && memcmp(m->body + 6, "success", 7) == 0)) {
 			TERN_INFO("client %s/%s: a replica's WAIT FOR LSN did not succeed; the primary serves the read",
 				  s->user, s->database);
-			s->routing.is_rerun = true; /* (timeout, not in recovery) */
+			s->routing->is_rerun = true; /* (timeout, not in recovery) */
 		}
 		return 0;
 	}
 	if (leg->role == LEG_REPLICA && m->is_hidden && m->type == PROTO_BE_ERROR &&
-	    s->routing.state == ROUTE_ON_REPLICA && !s->routing.is_rerun) {
+	    s->routing->state == ROUTE_ON_REPLICA && !s->routing->is_rerun) {
 		/* The replica did not take the transaction's XIDs or its wait: the read must not run there. */
 		TERN_INFO("client %s/%s: a replica refused a split read's settings; the primary serves the read",
 			  s->user, s->database);
-		s->routing.is_rerun = true;
+		s->routing->is_rerun = true;
 		return 0;
 	}
 	if (!m->is_hidden || !leg->is_probe_answering)
 		return 0;
-	bool is_lsn = leg->route.probe_kind == ROUTE_PROBE_LSN;
+	bool is_lsn = leg->route->probe_kind == ROUTE_PROBE_LSN;
 	switch (m->type) {
 	case PROTO_BE_DATA_ROW: {
 		/* One column: the LSN as text, "16/B374D848"; or the isolation level, "read committed". */
@@ -134,21 +134,21 @@ static int route_hidden_message(struct session *s, struct leg *leg, const struct
 		uint32_t n = m->len >= 6 ? proto_read_u32(m->body + 2) : UINT32_MAX;
 		unsigned int high, low;
 		if (m->len < 6 || n >= sizeof(text) || n > m->len - 6) {
-			s->routing.is_write_unprobed |= is_lsn;
+			s->routing->is_write_unprobed |= is_lsn;
 			break;
 		}
 		memcpy(text, m->body + 6, n);
 		text[n] = '\0';
 		if (!is_lsn)
-			s->routing.split.tx.server_isolation = route_isolation_of(text);
+			s->routing->split.tx.server_isolation = route_isolation_of(text);
 		else if (sscanf(text, "%X/%X", &high, &low) == 2)
-			s->routing.write_lsn = TERN_MAX(s->routing.write_lsn, (uint64_t)high << 32 | low);
+			s->routing->write_lsn = TERN_MAX(s->routing->write_lsn, (uint64_t)high << 32 | low);
 		else
-			s->routing.is_write_unprobed = true;
+			s->routing->is_write_unprobed = true;
 		break;
 	}
 	case PROTO_BE_ERROR: /* (a failed transaction, a server in recovery): the next session read probes */
-		s->routing.is_write_unprobed |= is_lsn;
+		s->routing->is_write_unprobed |= is_lsn;
 		break;
 	case PROTO_BE_READY:
 		leg->is_probe_answering = false;
@@ -163,10 +163,10 @@ static int route_hidden_message(struct session *s, struct leg *leg, const struct
  * write behind another probe): at the session level, probe first. */
 static bool route_before_release(struct session *s, struct leg *leg)
 {
-	if (leg->role == LEG_REPLICA && s->routing.split.server && s->phase == SESSION_READY)
+	if (leg->role == LEG_REPLICA && s->routing->split.server && s->phase == SESSION_READY)
 		return true; /* kept for the transaction's reads */
-	if (leg->role == LEG_REPLICA && leg->route.has_polar_settings) { /* never left to the connection's next user */
-		leg->route.has_polar_settings = false;
+	if (leg->role == LEG_REPLICA && leg->route->has_polar_settings) { /* never left to the connection's next user */
+		leg->route->has_polar_settings = false;
 		static const char *const resets[] = {"RESET polar_xact_split_xids", "RESET polar_consistency_mode",
 						      "RESET polar_proxy_wait_timeout_ms", "RESET polar_xact_split_wait_lsn"};
 		for (size_t i = 0; i < TERN_ARRAY_LEN(resets); i++) {
@@ -181,7 +181,7 @@ static bool route_before_release(struct session *s, struct leg *leg)
 	}
 	if (leg->role == LEG_REPLICA)
 		return false;
-	if (leg->role != LEG_PRIMARY || !s->routing.is_write_unprobed || s->phase != SESSION_READY ||
+	if (leg->role != LEG_PRIMARY || !s->routing->is_write_unprobed || s->phase != SESSION_READY ||
 	    route_level(s, runtime_config(s->host->runtime)) != CONFIG_CONSISTENCY_SESSION)
 		return false;
 	if (route_push_probe(s, leg, ROUTE_PROBE_LSN) < 0) {
@@ -204,10 +204,10 @@ static bool route_watches(const struct session *s, const struct leg *leg)
 
 static unsigned route_show_type(struct session *s, struct leg *leg, uint8_t type, unsigned action, bool *claims)
 {
-	enum route_guard guard = leg->route.is_reply_guarded ? route_guard_type(s, leg, type) : ROUTE_GUARD_PASS;
+	enum route_guard guard = leg->route->is_reply_guarded ? route_guard_type(s, leg, type) : ROUTE_GUARD_PASS;
 	if (guard == ROUTE_GUARD_HIDE)
 		return action & ~(unsigned)PROTO_FORWARD;
-	*claims = guard == ROUTE_GUARD_HOLD || (type == PROTO_BE_READY && s->routing.is_split);
+	*claims = guard == ROUTE_GUARD_HOLD || (type == PROTO_BE_READY && s->routing->is_split);
 	return *claims ? (action & ~(unsigned)PROTO_FORWARD) | PROTO_INSPECT : action;
 }
 

@@ -1,5 +1,5 @@
 /* Routing's own session parameters, tern.consistency and tern.transaction_split: their names and values,
- * SET, RESET and SHOW of them answered by tern (never a server's). Owns s->routing.settings; never
+ * SET, RESET and SHOW of them answered by tern (never a server's). Owns s->routing->settings; never
  * routes anything. */
 #include "route_setting.h"
 
@@ -48,8 +48,8 @@ int route_setting_take(struct session *s, enum route_setting id, const char *val
 	int v = route_value_of(id, value, strlen(value));
 	if (v < 0)
 		return -1;
-	s->routing.settings[id] = (uint8_t)v;
-	s->routing.settings_set |= 1u << id;
+	s->routing->settings[id] = (uint8_t)v;
+	s->routing->settings_set |= 1u << id;
 	return 0;
 }
 
@@ -58,8 +58,8 @@ const char *route_setting_hint(enum route_setting id) { return route_settings[id
 /* The client's value of setting id, or the configuration's default of the moment. */
 int route_setting(const struct session *s, const struct tern_config *cfg, enum route_setting id)
 {
-	if (s->routing.settings_set & (1u << id))
-		return s->routing.settings[id];
+	if (s->routing->settings_set & (1u << id))
+		return s->routing->settings[id];
 	return id == ROUTE_SETTING_CONSISTENCY ? cfg->default_consistency : cfg->transaction_split;
 }
 
@@ -217,10 +217,10 @@ void route_answer_setting(struct session *s, const char *sql)
 		route_send_show(s, name, route_settings[id].values[route_setting(s, cfg, (enum route_setting)id)]);
 	} else {
 		if (value >= 0)
-			s->routing.settings_set |= 1u << id;
+			s->routing->settings_set |= 1u << id;
 		else
-			s->routing.settings_set &= ~(1u << id);
-		s->routing.settings[id] = (uint8_t)(value >= 0 ? value : 0);
+			s->routing->settings_set &= ~(1u << id);
+		s->routing->settings[id] = (uint8_t)(value >= 0 ? value : 0);
 		route_send_complete(s, is_reset ? "RESET" : "SET");
 	}
 	route_send_ready(s);

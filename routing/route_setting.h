@@ -10,6 +10,7 @@
 #define TERN_ROUTE_SETTING_H
 
 #include "core/session.h"
+#include "route_types.h"
 
 #include <stddef.h>
 

@@ -1,10 +1,10 @@
 /*
  * route_types.h — routing's state, per session (struct session_route, s->routing) and per leg (struct
- * leg_route, leg->route): the types the session and the leg hold for it, so routing's files (route*.c)
- * own them and the rest reads them by name.
+ * leg_route, leg->route): the session and the leg point to them, laid out after each
+ * (session_parts.place, place_leg: main's), so routing's files own them and core never reads them.
  *
- * Threads: the session's worker. Ownership: the session and the leg embed them; the held query, the backlog
- * and the held reply are freed by route_deinit; the pool_server pointers name servers, which the pool owns.
+ * Threads: the session's worker. Ownership: laid out with the session and the leg; the held query and the
+ * held reply are freed by route_deinit; the pool_server pointers name servers, which the pool owns.
  * Never: written outside routing/route*.c (tests/unit/test_layout.c fails such a line); no behaviour here.
  */
 #ifndef TERN_ROUTE_TYPES_H
@@ -38,6 +38,7 @@ enum route_setting {
 };
 
 struct session_route {
+	struct session *session; /* the owner (route_place), for host->route_waits */
 	uint8_t state;         /* enum route_state */
 	/* The client's own values of tern's parameters (SET tern.*), by enum route_setting, for those whose
 	 * bit is in settings_set; the others follow the configuration's defaults of the moment. */

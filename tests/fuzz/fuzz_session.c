@@ -63,6 +63,7 @@
  * tests/fuzz/corpus/session. FUZZ_SESSION_TRACE=1 prints every byte each peer sends and gets;
  * FUZZ_SESSION_LOG=3 shows tern's log (debug). The seeds come from gen_session_corpus.py.
  */
+#include "main/parts.h"
 #include "replay/failovers.h"
 #include "digest.h"
 #include "dispatch.h"
@@ -904,14 +905,14 @@ static void fuzz_init_process(void)
 	base_log_level_current = log ? atoi(log) : -1; /* tern's log is noise at this rate */
 	fuzz_is_tracing = getenv("FUZZ_SESSION_TRACE") != NULL;
 	signal(SIGPIPE, SIG_IGN);
-	dispatch_init();
+	dispatch_init(tern_parts.observers);
 	gates_init(&fz.runtime.gates);
 	static struct failover_log failovers;
 	failover_log_init(&failovers);
 	fz.runtime.failovers = &failovers;
 	FUZZ_CHECK(params_tracked_init(&fz.runtime.tracked, NULL) == 0);
 	FUZZ_CHECK(digest_shared_init(&fz.digests) == 0);
-	fz.runtime.parts = &session_relay_parts;
+	fz.runtime.parts = &tern_parts;
 	struct ring_params params = {
 		.entries = FUZZ_RING_ENTRIES, .buffer_count = FUZZ_RING_BUFFERS, .buffer_size = FUZZ_RING_BUFFER_SIZE};
 	char why[256] = "";
@@ -964,7 +965,7 @@ static void fuzz_describe(const struct session *s, char *out, size_t size)
 			 session_end_info(s->end.reason)->name, s->end.is_client_cut ? "cut" : "open",
 			 s->client_recv.is_armed ? ", receive armed" : "", s->to_client.op.is_armed ? ", send armed" : "",
 			 sendq_is_empty(&s->to_client) ? "" : ", bytes queued", s->client_eof ? ", eof" : "",
-			 s->replay.is_replaying ? "replaying" : s->replay.is_waiting ? "waiting" : "none");
+			 s->replay->is_replaying ? "replaying" : s->replay->is_waiting ? "waiting" : "none");
 	const struct base_list *node = s->legs_draining.next;
 	for (uint32_t i = 0; n > 0 && (size_t)n < size; i++) {
 		const struct leg *leg;
@@ -992,7 +993,7 @@ static void fuzz_describe(const struct session *s, char *out, size_t size)
 /* The way a session is stuck, coarsely (what it waits for, not how much), to report each way once. */
 static uint64_t fuzz_stuck_kind(const struct session *s)
 {
-	uint64_t h = (uint64_t)s->phase * 31 + s->end.is_client_cut * 7 + s->replay.is_replaying * 3 +
+	uint64_t h = (uint64_t)s->phase * 31 + s->end.is_client_cut * 7 + s->replay->is_replaying * 3 +
 		     fz.is_server_scripted;
 	const struct leg *leg = session_primary(s);
 	h = h * 131 + (leg->conn != NULL) * 64 + (uint64_t)leg->tx_status + (leg->pending_ready > 0) * 97 +

@@ -8,24 +8,24 @@
  *   - replay/'s library (the decisions and the journal's storage) includes nothing of core/ (except
  *     base/), pool/, ring/ or replay's wing;
  *   - base/ includes nothing from other tern folders;
- *   - the wings: auth/ includes base/ and pool/, nothing of core/;
- *     routing/ includes base/, pool/, auth/ and core/ (in the order below), nothing of ring/,
- *     replay/ or admin/; replay's wing (the replay/ files that have a place in core_order: a session's
- *     recovery, its record, the journal's capture and owner, operator replay) includes base/,
- *     pool/, auth/, core/, routing/ (in the order below) and replay's library, nothing of ring/ or
- *     admin/; core/ includes nothing of admin/, which may include all but main (main/main.c, the top);
+ *   - the wings: auth/ includes base/ and pool/, nothing of core/; core/ includes base/, ring/, pool/
+ *     and auth/, nothing of routing/, replay/, admin/ or main/ (it reaches routing and Transaction
+ *     Replay through session_parts, which main/parts.c composes); routing/ includes base/, pool/, auth/
+ *     and core/, nothing of ring/, replay/ or admin/; replay's wing (the replay/ files that have a place
+ *     in core_order: the journal's owner and re-run, a session's recovery, its record, the journal's
+ *     capture) includes base/, pool/, auth/, core/, routing/ and replay's library, nothing of ring/ or
+ *     admin/; admin/ may include all but main/, the top;
  *   - a module includes another module's root headers only (pool/pool.h, never pool/x/y.h);
  *   - no units of tern's modules include each other in a circle (a unit: db.c and db.h are pool/db);
  *   - core's own files, routing's and replay's wing's keep one declared order (core_order below, lowest
- *     first): a file includes their headers of its own unit or of units below it, never above, so none
- *     has include cycles and each wing keeps its place among core's layers (routing's state below the
- *     leg, its files above the dispatch, Transaction Replay above them). A unit is a file name without
- *     its extension (session.h and session.c are one unit); a core or routing file whose unit is not in
- *     the order is reported, so a new file takes its place in the order on purpose;
+ *     first: core's, then routing's, then replay's wing's): a file includes their headers of its own
+ *     unit or of units below it, never above, so none has include cycles. A unit is a file name without
+ *     its extension (session.h and session.c are one unit); a core, routing or replay wing file whose
+ *     unit is not in the order is reported, so a new file takes its place in the order on purpose;
  *   - route_internal.h, what routing's files share, is included by routing/route*.c alone; ring_internal.h,
  *     what the ring's two backends share, by ring/ alone; each concern's state is written by its own
- *     files alone (layout_state_owners: routing's s->routing and leg->route by routing/route*, s->replay
- *     by replay/, s->journal, s->params, s->pins, s->stmts, s->digest, s->shadow by their observers);
+ *     files alone (layout_state_owners: routing's s->routing, leg->route and s->steer by routing/route*,
+ *     s->replay by replay/, s->journal, s->params, s->pins, s->stmts, s->digest, s->shadow by their observers);
  * An include is resolved the way a compiler with every include directory would (the including file's
  * folder, then '.', 'core', 'base', 'auth' and 'admin'; no library has routing/ among them), so `#include "proto.h"` from pool/ counts as core/, even
  * though meson gives pool/ only base and the compiler refuses it too.
@@ -57,20 +57,23 @@ enum module { MODULE_OTHER = 0, MODULE_BASE, MODULE_CORE, MODULE_POOL, MODULE_RE
 
 static const char *const module_names[] = {"other", "base", "core", "pool", "replay", "ring", "auth", "routing", "replay wing", "admin", "main"};
 
-/* core's units, routing's (routing/) and replay's wing's (replay/), lowest first: the codec and
- * libraries, the journal (its owner) and operator replay (re-run), the process's shared state, routing's state (split,
- * route_types), what a worker lends its sessions, the session and its parts, routing (the monitor,
- * Patroni, reads on replicas, split transactions), Transaction Replay (a session's recovery, its record,
- * the journal's capture), then the login, the relay, the worker and main. */
+/* core's units, then routing's (routing/), then replay's wing's (replay/), lowest first: the codec and
+ * libraries, the process's shared state, what a worker lends its sessions, the session and its parts,
+ * the login, the relay and the worker; routing's state, the monitor, Patroni, reads on replicas and
+ * split transactions; the journal (its owner and its operator re-run), Transaction Replay's state, a
+ * session's recovery, its record and the journal's capture. main/ (the table that joins them) is above. */
 static const char *const core_order[] = {
+	/* core */
 	"proto", "sendq", "reasons", "sql", "classify", "digest", "params", "stmts", "databases", "config", "import", "listen",
-	"gates", "journal", "journal_rerun", "runtime", "shadow", "split", "route_types", "host", "leg",
+	"gates", "runtime", "shadow", "host", "leg",
 	"session", "session_events", "session_tls", "observer", "observer_copy", "observer_stmts_replies", "observer_stmts", "observer_params", "observer_pins",
-	"observer_stats", "observer_digest", "observer_shadow", "dispatch",
-	"patroni", "monitor_conn", "monitor", "route_internal", "route_setting", "route", "route_batch", "route_guard", "route_observer", "polar",
-	"recover", "recover_wait", "observer_sets", "observer_replay", "observer_journal",
-	"session_login", "session_relay",
+	"observer_stats", "observer_digest", "observer_shadow", "dispatch", "session_login", "session_relay",
 	"worker_stats", "worker",
+	/* routing */
+	"split", "route_types", "patroni", "monitor_conn", "monitor", "route_internal", "route_setting", "route", "route_batch",
+	"route_guard", "route_observer", "route_relay", "polar",
+	/* replay's wing */
+	"journal", "journal_rerun", "replay_types", "recover", "recover_wait", "observer_sets", "observer_replay", "observer_journal",
 };
 
 /* core/, routing/ and replay's wing share core_order. */
@@ -200,9 +203,9 @@ static enum module layout_resolve(const struct layout *l, const char *dir_rel, c
 	return MODULE_OTHER;
 }
 
-/* Whether module `from` may include a header of module `to`. The wings: auth lies below core,
- * routing and replay's wing among core's layers (where, core_order says), admin above them; main is the
- * top. */
+/* Whether module `from` may include a header of module `to`. The wings: auth lies below core, routing
+ * above it, replay's wing above routing (core_order orders their files), admin above them; main is the
+ * top. core reaches routing and replay's wing through session_parts alone (main/parts.c). */
 static bool layout_edge_is_allowed(enum module from, enum module to)
 {
 	if (to == MODULE_OTHER || to == from)
@@ -224,7 +227,7 @@ static bool layout_edge_is_allowed(enum module from, enum module to)
 		return to == MODULE_BASE || to == MODULE_POOL || to == MODULE_AUTH || to == MODULE_CORE ||
 		       to == MODULE_ROUTING || to == MODULE_REPLAY;
 	case MODULE_CORE:
-		return to != MODULE_ADMIN && to != MODULE_MAIN;
+		return to == MODULE_BASE || to == MODULE_RING || to == MODULE_POOL || to == MODULE_AUTH;
 	case MODULE_ADMIN:
 		return to != MODULE_MAIN;
 	default:
@@ -264,7 +267,7 @@ static bool parse_include(const char *line, char *name, size_t name_size, bool *
 	return true;
 }
 
-/* A write of routing's state on this line, (s->routing.x = ..., leg->route.y++, ...): true. Reads, and
+/* A write of routing's state on this line, (s->routing->x = ..., leg->route->y++, ...): true. Reads, and
  * what is passed by address, are not writes here. */
 /* The unit of a path relative to the root (its index in l->units, added when new). */
 static uint16_t layout_unit(struct layout *l, const char *rel)
@@ -340,10 +343,10 @@ static const struct layout_state_owner {
 	const char *owners[3];
 	const char *owners_text;
 } layout_state_owners[] = {
-	{"routing", {"routing.", "route."}, {"routing/route", "routing/polar"}, "routing's files (routing/route*, polar.c)"},
+	{"routing", {"routing->", "route->"}, {"routing/route", "routing/polar"}, "routing's files (routing/route*, polar.c)"},
 	{"the steering", {"steer."}, {"routing/route"}, "routing's files (routing/route*)"},
-	{"Transaction Replay", {"replay."}, {"replay/"}, "replay/'s files"},
-	{"the journal", {"journal."}, {"replay/observer_journal", "replay/journal"}, "replay/observer_journal.c, journal*"},
+	{"Transaction Replay", {"replay->"}, {"replay/"}, "replay/'s files"},
+	{"the journal", {"journal->"}, {"replay/observer_journal", "replay/journal"}, "replay/observer_journal.c, journal*"},
 	{"params", {"params."}, {"core/observer_params", "core/params"}, "core/observer_params.c, params.c"},
 	{"pins", {"pins."}, {"core/observer_pins"}, "core/observer_pins.c"},
 	{"stmts", {"stmts."}, {"core/observer_stmts", "core/stmts"}, "core/observer_stmts*.c, stmts.c"},
@@ -359,7 +362,7 @@ static bool layout_is_owner(const struct layout_state_owner *o, const char *rel)
 	return false;
 }
 
-/* The line assigns to (=, op=, ++, --) a member reached through one of `fields` (s->routing.x = ...). */
+/* The line assigns to (=, op=, ++, --) a member reached through one of `fields` (s->routing->x = ...). */
 static bool layout_writes_state(const char *line, const char *const *fields, size_t field_count)
 {
 	for (size_t f = 0; f < field_count && fields[f]; f++) {
@@ -739,10 +742,10 @@ Test(layout, checker_keeps_the_wings_in_their_order)
 Test(layout, checker_lets_only_routings_files_write_its_state)
 {
 	char *root = fake_tree();
-	fake_write(root, "routing/route.c", "#include \"core/proto.h\"\n\ts->routing.state = 1;\n");
-	fake_write(root, "core/sendq.c", "#include \"proto.h\"\n\tif (s->routing.state == 1)\n\t\tf(&s->routing.held);\n"
-					 "\tleg->route.is_reply_guarded = true;\n\ts->routing.split.tx.has_write |= x;\n"
-					 "/* see route.c */ x.routing.n++;\n");
+	fake_write(root, "routing/route.c", "#include \"core/proto.h\"\n\ts->routing->state = 1;\n");
+	fake_write(root, "core/sendq.c", "#include \"proto.h\"\n\tif (s->routing->state == 1)\n\t\tf(&s->routing->held);\n"
+					 "\tleg->route->is_reply_guarded = true;\n\ts->routing->split.tx.has_write |= x;\n"
+					 "/* see route.c */ x.routing->n++;\n");
 	static const char *const expected[] = {
 		"core/sendq.c:4: writes routing's state",
 		"core/sendq.c:5: writes routing's state",
@@ -756,7 +759,7 @@ Test(layout, checker_lets_only_a_concerns_files_write_its_state)
 	char *root = fake_tree();
 	fake_write(root, "core/observer_params.c", "#include \"proto.h\"\n\ts->params.is_search_path_mentioned |= x;\n");
 	fake_write(root, "core/sendq.c", "#include \"proto.h\"\n\ts->params.is_search_path_mentioned |= x;\n"
-					 "\tif (s->replay.preamble.len > 0)\n\t\ts->replay.preamble.len = 0;\n\ts->journal.count++;\n");
+					 "\tif (s->replay->preamble.len > 0)\n\t\ts->replay->preamble.len = 0;\n\ts->journal->count++;\n");
 	static const char *const expected[] = {
 		"core/sendq.c:2: writes params's state",
 		"core/sendq.c:4: writes Transaction Replay's state",
@@ -774,6 +777,7 @@ Test(layout, checker_keeps_routings_shared_header_to_routing)
 	fake_write(root, "core/session.c", "#include \"proto.h\"\n#include \"route_internal.h\"\n"); /* (the compiler refuses it too) */
 	static const char *const expected[] = {
 		"core/recover.c:2: includes route_internal.h",
+		"core/recover.c:2: core includes \"routing/route_internal.h\" from routing",
 		"core/session.c:2: includes route_internal.h",
 	};
 	fake_expect(root, expected, TERN_ARRAY_LEN(expected));
@@ -784,24 +788,26 @@ Test(layout, checker_keeps_routing_in_its_place_among_cores_layers)
 	char *root = fake_tree();
 	fake_write(root, "routing/route_types.h", "#include \"base.h\"\n");
 	fake_write(root, "routing/split.h", "#include \"base.h\"\n");
-	fake_write(root, "core/session.h", "#include \"proto.h\"\n#include \"routing/route_types.h\"\n"); /* down: fine */
+	fake_write(root, "core/session.h", "#include \"proto.h\"\n#include \"routing/route_types.h\"\n"); /* up */
 	fake_write(root, "core/session_relay.h", "#include \"session.h\"\n");
 	fake_write(root, "routing/route.h", "#include \"core/session.h\"\n");                    /* down: fine */
-	fake_write(root, "routing/route.c", "#include \"route.h\"\n#include \"core/session_relay.h\"\n"); /* up */
+	fake_write(root, "routing/polar.h", "#include \"split.h\"\n");                           /* down: fine */
+	fake_write(root, "routing/route.c", "#include \"core/session_relay.h\"\n#include \"polar.h\"\n"); /* 2: up */
 	fake_write(root, "admin/admin.h", "#include \"base.h\"\n");
 	fake_write(root, "auth/auth.h", "#include \"base.h\"\n");
 	fake_write(root, "replay/txlog.h", "#include \"base.h\"\n");
 	fake_write(root, "routing/monitor.c", "#include \"admin/admin.h\"\n#include \"replay/txlog.h\"\n"
 					      "#include \"pool/pool.h\"\n#include \"auth.h\"\n#include \"core/proto.h\"\n");
-	fake_write(root, "core/leg.c", "#include \"routing/route.h\"\n");  /* the leg lies below routing's files */
+	fake_write(root, "core/leg.c", "#include \"routing/route.h\"\n");  /* core lies below routing */
 	fake_write(root, "auth/auth.c", "#include \"auth.h\"\n#include \"routing/route_types.h\"\n");
 	fake_write(root, "pool/pool.c", "#include \"pool.h\"\n#include <xxhash.h>\n#include \"routing/split.h\"\n");
 	fake_write(root, "routing/gadget.c", "#include \"route.h\"\n");     /* not in the order */
 	static const char *const expected[] = {
-		"routing/route.c:2: includes core/session_relay.h, which is above it",
+		"routing/route.c:2: includes routing/polar.h, which is above it",
 		"routing/monitor.c:1: routing includes \"admin/admin.h\" from admin",
 		"routing/monitor.c:2: routing includes \"replay/txlog.h\" from replay",
-		"core/leg.c:1: includes routing/route.h, which is above it",
+		"core/leg.c:1: core includes \"routing/route.h\" from routing",
+		"core/session.h:2: core includes \"routing/route_types.h\" from routing",
 		"auth/auth.c:2: auth includes \"routing/route_types.h\" from routing",
 		"pool/pool.c:3: pool includes \"routing/split.h\" from routing",
 		"routing/gadget.c: its unit is not in core's declared order",
@@ -821,14 +827,16 @@ Test(layout, checker_keeps_replays_library_below_and_its_wing_in_its_place)
 	fake_write(root, "replay/recover.h", "#include \"core/session.h\"\n#include \"journal.h\"\n"); /* fine */
 	fake_write(root, "replay/recover.c", "#include \"recover.h\"\n#include \"core/session_relay.h\"\n"
 					     "#include \"ring/ring.h\"\n#include \"routing/route.h\"\n");
+	fake_write(root, "replay/journal_rerun.c", "#include \"journal.h\"\n#include \"recover.h\"\n"); /* 2: up */
 	fake_write(root, "core/leg.c", "#include \"proto.h\"\n#include \"replay/recover.h\"\n"); /* up */
-	fake_write(root, "core/worker.c", "#include \"replay/recover.h\"\n");                            /* down: fine */
+	fake_write(root, "core/worker.c", "#include \"replay/recover.h\"\n");                            /* up */
 	fake_write(root, "routing/route.c", "#include \"route.h\"\n#include \"replay/journal.h\"\n");
 	static const char *const expected[] = {
 		"replay/decide.c:2: replay includes \"recover.h\" from replay wing",
-		"replay/recover.c:2: includes core/session_relay.h, which is above it",
+		"replay/journal_rerun.c:2: includes replay/recover.h, which is above it",
 		"replay/recover.c:3: replay wing includes \"ring/ring.h\" from ring",
-		"core/leg.c:2: includes replay/recover.h, which is above it",
+		"core/leg.c:2: core includes \"replay/recover.h\" from replay wing",
+		"core/worker.c:1: core includes \"replay/recover.h\" from replay wing",
 		"routing/route.c:2: routing includes \"replay/journal.h\" from replay wing",
 	};
 	fake_expect(root, expected, TERN_ARRAY_LEN(expected));

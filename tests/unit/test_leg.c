@@ -9,6 +9,8 @@
  * 40 KiB output bound, across partial sends), the wire block's share in idleness and reaping, and what
  * ends the connection (garbage, the server's close_notify).
  */
+#include "dispatch.h"
+#include "main/parts.h"
 #include "replay/failovers.h"
 #include "session.h"
 #include "tls.h"
@@ -87,7 +89,8 @@ static void setup(void)
 	cr_assert_eq(config_init_defaults(&fx.config), 0);
 	fx.config.pool_mode = CONFIG_POOL_SESSION;
 	fx.runtime.config = &fx.config;
-	fx.runtime.parts = &session_relay_parts;
+	fx.runtime.parts = &tern_parts;
+	dispatch_init(tern_parts.observers);
 	failover_log_init(&fx.failovers);
 	fx.runtime.failovers = &fx.failovers;
 	cr_assert_eq(params_tracked_init(&fx.runtime.tracked, NULL), 0);
@@ -579,7 +582,7 @@ static struct leg *tls_leg_attached(int sndbuf)
 	cr_assert_eq(tx.request.conn, conn, "the new connection goes to the parked request");
 	tx.conn = conn;
 
-	struct leg *leg = leg_create(NULL, &fx.host, &tls_leg_ops, LEG_PRIMARY);
+	struct leg *leg = leg_create(NULL, &fx.host, &tls_leg_ops, LEG_PRIMARY, 0);
 	cr_assert_not_null(leg);
 	tx.leg = leg;
 	leg_attach(leg, conn);
