@@ -49,7 +49,8 @@ struct tern_runtime {
 	/* The admin console: a session whose database is console->database (or its alias) is handed to it
 	 * after login. */
 	const struct session_console *console;
-	/* What works for every session from above it: the login and the relay (session_relay_parts). */
+	/* What works for every session from above it: the login, the relay, routing and Transaction Replay
+	 * (session_parts: main/parts.c). */
 	const struct session_parts *parts;
 	struct worker **workers;
 	uint32_t worker_count; /* atomic: main publishes each worker once started (worker_started_count) */

@@ -143,7 +143,7 @@ static enum module module_of(const char *rel)
 		return MODULE_CORE;
 	if (has_prefix(rel, "pool/"))
 		return MODULE_POOL;
-	if (has_prefix(rel, "replay/")) /* its wing: the files with a place among core's layers */
+	if (has_prefix(rel, "replay/")) /* its wing: the files with a place in the declared order */
 		return core_rank(rel) >= 0 ? MODULE_REPLAY_WING : MODULE_REPLAY;
 	if (has_prefix(rel, "ring/"))
 		return MODULE_RING;
