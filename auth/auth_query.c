@@ -3,7 +3,7 @@
  */
 #include "auth_query.h"
 
-#include "pool/opener.h"
+#include "opener.h"
 
 #include <errno.h>
 #include <libpq-fe.h>

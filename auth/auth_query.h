@@ -14,7 +14,7 @@
 #define TERN_AUTH_QUERY_H
 
 #include "auth.h"
-#include "pool/pool.h"
+#include "pool.h"
 
 /* Databases with a kept connection; past it the least recently used is closed. */
 #define AUTH_QUERY_CONNS_MAX 16u

@@ -16,7 +16,7 @@
 #define TERN_SERVER_AUTH_H
 
 #include "auth.h"
-#include "pool/opener.h"
+#include "opener.h"
 
 struct server_auth_secret {
 	enum auth_secret_kind kind; /* AUTH_SECRET_MD5 or AUTH_SECRET_SCRAM */

@@ -12,7 +12,7 @@
 #ifndef TERN_SERVER_TLS_H
 #define TERN_SERVER_TLS_H
 
-#include "pool/opener.h"
+#include "opener.h"
 
 struct server_tls;
 

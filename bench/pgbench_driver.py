@@ -541,9 +541,9 @@ def bench(args, stack):
             cfg += "[pool]\nserver_side_prepare = off\n"
         elif target == "tern-journal-disk":
             cfg += "[journal]\ndir = %s\nfsync = interval\n" % stack.enter_context(tempfile.TemporaryDirectory())
-        log("starting %s (%s, workers=%d, pool_size=%d) ..."
-            % (target, tern_binary, workers, args.pool_size))
         binary = resolve_tern_binary(args.tern_binary_b) if target == "tern-b" else tern_binary
+        log("starting %s (%s, workers=%d, pool_size=%d) ..."
+            % (target, binary, workers, args.pool_size))
         t = stack.enter_context(TernProcess(binary, cfg))
         procs[target], ports[target] = t, t.port
         log("  %s pid %d on 127.0.0.1:%d" % (target, t.pid, t.port))

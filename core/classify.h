@@ -16,7 +16,7 @@
 #ifndef TERN_CLASSIFY_H
 #define TERN_CLASSIFY_H
 
-#include "base/base.h"
+#include "base.h"
 
 /* Query texts classified at all; a longer one is taken as a write without parsing (parsing costs). */
 #define CLASSIFY_TEXT_MAX (64u * 1024u)

@@ -12,7 +12,7 @@
 #ifndef TERN_CONFIG_H
 #define TERN_CONFIG_H
 
-#include "base/base.h"
+#include "base.h"
 
 #include <stdbool.h>
 #include <stddef.h>

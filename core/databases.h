@@ -13,7 +13,7 @@
 #ifndef TERN_DATABASES_H
 #define TERN_DATABASES_H
 
-#include "base/base.h"
+#include "base.h"
 
 /* Entries in each section; far beyond PgBouncer configs seen in use, bounded so a lookup stays cheap. */
 #define DATABASES_ENTRIES_MAX 4096u

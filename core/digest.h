@@ -12,7 +12,7 @@
 #ifndef TERN_DIGEST_H
 #define TERN_DIGEST_H
 
-#include "base/base.h"
+#include "base.h"
 
 #include <pthread.h>
 

@@ -12,7 +12,7 @@
 #ifndef TERN_GATES_H
 #define TERN_GATES_H
 
-#include "base/base.h"
+#include "base.h"
 
 #include <pthread.h>
 

@@ -14,10 +14,10 @@
 #ifndef TERN_HOST_H
 #define TERN_HOST_H
 
-#include "pool/pick.h"
-#include "pool/pool.h"
+#include "pick.h"
+#include "pool.h"
 #include "reasons.h"
-#include "ring/ring.h"
+#include "ring.h"
 #include "runtime.h"
 #include "sendq.h"
 

@@ -4,7 +4,7 @@
  */
 #include "import.h"
 
-#include "base/base.h"
+#include "base.h"
 #include "databases.h"
 
 #include <errno.h>

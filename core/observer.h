@@ -26,7 +26,7 @@
 #ifndef TERN_OBSERVER_H
 #define TERN_OBSERVER_H
 
-#include "base/base.h"
+#include "base.h"
 
 #include <stdint.h>
 

@@ -11,8 +11,8 @@
 #ifndef TERN_PARAMS_H
 #define TERN_PARAMS_H
 
-#include "base/base.h"
-#include "pool/pool.h"
+#include "base.h"
+#include "pool.h"
 #include "sql.h"
 
 /* Names tracked at once: the built-in six plus track_extra_parameters. */

@@ -10,7 +10,7 @@
 #ifndef TERN_PROTO_H
 #define TERN_PROTO_H
 
-#include "base/base.h"
+#include "base.h"
 
 #include <stdint.h>
 

@@ -9,7 +9,7 @@
 #ifndef TERN_REASONS_H
 #define TERN_REASONS_H
 
-#include "base/base.h"
+#include "base.h"
 
 enum session_end_reason {
 	SESSION_END_NONE = 0,

@@ -12,7 +12,7 @@
 #ifndef TERN_SENDQ_H
 #define TERN_SENDQ_H
 
-#include "ring/ring.h"
+#include "ring.h"
 
 #include <sys/uio.h>
 

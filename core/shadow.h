@@ -17,7 +17,7 @@
 #ifndef TERN_SHADOW_H
 #define TERN_SHADOW_H
 
-#include "base/base.h"
+#include "base.h"
 
 #include <stdbool.h>
 #include <stdint.h>

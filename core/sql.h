@@ -9,7 +9,7 @@
 #ifndef TERN_SQL_H
 #define TERN_SQL_H
 
-#include "base/base.h"
+#include "base.h"
 
 #include <stddef.h>
 #include <stdint.h>

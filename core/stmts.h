@@ -16,7 +16,7 @@
 #ifndef TERN_STMTS_H
 #define TERN_STMTS_H
 
-#include "base/base.h"
+#include "base.h"
 
 #include <stdint.h>
 

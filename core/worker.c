@@ -5,7 +5,7 @@
 #include "auth_query.h"
 #include "classify.h"
 #include "digest.h"
-#include "pool/opener.h"
+#include "opener.h"
 #include "session.h"
 
 #include <errno.h>

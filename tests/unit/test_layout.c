@@ -27,7 +27,7 @@
  *     files alone (layout_state_owners: routing's s->routing, leg->route and s->steer by routing/route*,
  *     s->replay by replay/, s->journal, s->params, s->pins, s->stmts, s->digest, s->shadow by their observers);
  * An include is resolved the way a compiler with every include directory would (the including file's
- * folder, then '.', 'core', 'base', 'auth' and 'admin'; no library has routing/ among them), so `#include "proto.h"` from pool/ counts as core/, even
+ * folder, then '.', 'core', 'base', 'auth', 'admin', 'pool' and 'ring'; no library has routing/ among them), so `#include "proto.h"` from pool/ counts as core/, even
  * though meson gives pool/ only base and the compiler refuses it too.
  * The checker is also run on a small tree written here with known violations, so it can fail.
  */
@@ -169,14 +169,15 @@ static bool is_file(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The tern module an include lands in, resolved like a compiler with -I. -Icore -Ibase -Iauth -Iadmin;
+/* The tern module an include lands in, resolved like a compiler with -I. -Icore -Ibase -Iauth -Iadmin
+ * -Ipool -Iring;
  * MODULE_OTHER for system and library headers. `dir_rel` is the including file's folder, relative to
  * the root; `to_rel` gets the included file's path relative to the root ("" for MODULE_OTHER). */
 static enum module layout_resolve(const struct layout *l, const char *dir_rel, const char *name, bool is_quoted,
 				  char *to_rel, size_t to_rel_size)
 {
 	char candidate[LAYOUT_PATH_MAX];
-	const char *bases[6];
+	const char *bases[8];
 	size_t base_count = 0;
 	to_rel[0] = '\0';
 	if (is_quoted)
@@ -186,6 +187,8 @@ static enum module layout_resolve(const struct layout *l, const char *dir_rel, c
 	bases[base_count++] = "base";
 	bases[base_count++] = "auth";
 	bases[base_count++] = "admin";
+	bases[base_count++] = "pool";
+	bases[base_count++] = "ring";
 	for (size_t i = 0; i < base_count; i++) {
 		char base_path[LAYOUT_PATH_MAX];
 		path_join(base_path, sizeof(base_path), l->root, bases[i]);
