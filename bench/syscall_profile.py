@@ -3,6 +3,9 @@
 point, counted by perf stat on the proxy's process (every thread): task-clock (user and system), context
 switches, syscalls in all and by name (io_uring_enter, sendto/recvfrom, epoll_wait, futex, ...), and
 wakeups of its threads. Optionally a perf record -e cpu-clock profile of each, for perf report.
+Beside the proxy, the whole machine per transaction (/proc/stat: busy, idle, softirq time, context
+switches) and where its busy time went: the PostgreSQL backends (every process named postgres), pgbench
+(this script's child), the proxy; so a proxy that costs less itself but more in the others shows it.
 
   python3 bench/syscall_profile.py [--workload select-only|tpcb-like] [--mode simple|extended|prepared]
                                    [--clients 16] [--duration 10] [--repeat 3] [--tern-binary build-release/tern]
@@ -16,6 +19,7 @@ import argparse
 import contextlib
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -43,6 +47,39 @@ def cpu_times(pid):
     with open("/proc/%d/stat" % pid) as f:
         rest = f.read().rsplit(")", 1)[1].split()
     return int(rest[11]) / _CLK_TCK, int(rest[12]) / _CLK_TCK
+
+
+def machine_times():
+    """Whole-machine counters from /proc/stat: busy, idle and softirq seconds (all CPUs), context switches."""
+    with open("/proc/stat") as f:
+        lines = f.read().splitlines()
+    cpu = [int(v) for v in lines[0].split()[1:]]  # user nice system idle iowait irq softirq steal ...
+    ctxt = next(int(line.split()[1]) for line in lines if line.startswith("ctxt "))
+    return {"busy": (sum(cpu[:8]) - cpu[3] - cpu[4]) / _CLK_TCK, "idle": (cpu[3] + cpu[4]) / _CLK_TCK,
+            "softirq": cpu[6] / _CLK_TCK, "ctxt": ctxt}
+
+
+def postgres_seconds():
+    """User + system seconds of every live process named postgres (the backends the proxies hold)."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                raw = f.read()
+        except OSError:
+            continue
+        if raw[raw.index("(") + 1:raw.rindex(")")] != "postgres":
+            continue
+        rest = raw.rsplit(")", 1)[1].split()
+        total += (int(rest[11]) + int(rest[12])) / _CLK_TCK
+    return total
+
+
+def children_seconds():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def perf_stat(pid, seconds, out_path):
@@ -121,9 +158,13 @@ def main():
                                                str(args.duration)], stdout=subprocess.DEVNULL,
                                               stderr=subprocess.STDOUT)
                 before = cpu_times(proc.pid)
+                machine_before, postgres_before = machine_times(), postgres_seconds()
+                children_before = children_seconds()
                 rc, out = driver.run_cmd(pgbench_argv(pgbench, proc.port, args.workload, args.mode, args.clients,
                                                       args.duration), timeout=args.duration + 60)
                 after = cpu_times(proc.pid)
+                machine_after, postgres_after = machine_times(), postgres_seconds()
+                children_after = children_seconds()
                 stat.wait(timeout=60)
                 if record:
                     record.wait(timeout=120)
@@ -132,6 +173,10 @@ def main():
                     sys.exit("pgbench against %s failed:\n%s" % (name, out[-2000:]))
                 counts = parse_stat(stat_path)
                 counts["user_s"], counts["system_s"] = after[0] - before[0], after[1] - before[1]
+                for key in ("busy", "idle", "softirq", "ctxt"):
+                    counts["machine_" + key] = machine_after[key] - machine_before[key]
+                counts["postgres_s"] = postgres_after - postgres_before
+                counts["pgbench_s"] = children_after - children_before  # (perf stat's sleep and perf too: ~0)
                 counts["tps"] = parsed["tps"]
                 counts["transactions"] = parsed["transactions"]
                 results[name].append(counts)
@@ -147,7 +192,10 @@ def main():
         return statistics.median(values) if values else None
 
     rows = [("tps", None), ("task-clock", ("us CPU (perf)", 1000.0)), ("user_s", ("us user (/proc)", 1e6)),
-            ("system_s", ("us system (/proc)", 1e6))] + [(e, None) for e in EVENTS[1:]]
+            ("system_s", ("us system (/proc)", 1e6))] + [(e, None) for e in EVENTS[1:]] + [
+            ("machine_busy", ("machine: us busy", 1e6)), ("machine_idle", ("machine: us idle", 1e6)),
+            ("machine_softirq", ("machine: us softirq", 1e6)), ("machine_ctxt", ("machine: context switches", 1.0)),
+            ("postgres_s", ("postgres backends: us CPU", 1e6)), ("pgbench_s", ("pgbench: us CPU", 1e6))]
     for event, unit in rows:
         if event == "tps":
             a, b = (statistics.median(r["tps"] for r in results[n]) for n in ("tern", "pgbouncer"))

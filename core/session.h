@@ -160,11 +160,10 @@ struct session_replay_ops {
 	/* A ParseComplete tern answers at once for the primary while the request is recorded: 1 when held
 	 * with the start of its answer (and the request stays unsynced), 0 when not, -ENOMEM. */
 	int (*hold_parse_complete)(struct session *s);
-	/* The decision about a lost or refused primary connection, the recovery it starts, and the gate a
-	 * primary leg passes before it asks the pool (true: it waits for a primary); ... that wait. */
-	struct session_lost_decision (*decide_lost)(const struct session *s, const struct leg *leg,
-						    enum leg_fault fault);
-	void (*recover)(struct session *s, struct leg *leg, enum leg_fault fault);
+	/* A lost or refused primary connection, decided once: SESSION_LOST_RECOVER when the recovery it
+	 * decided on is under way; else how the session ends. Then the gate a primary leg passes before it
+	 * asks the pool (true: it waits for a primary); ... that wait. */
+	struct session_lost_decision (*lost)(struct session *s, struct leg *leg, enum leg_fault fault);
 	bool (*awaits_primary)(struct session *s, struct leg *leg);
 	bool (*waits_for_primary)(const struct session *s);
 	/* ... and, once a second (session_check_timeouts), the recovery's one deadline: true when it ended
@@ -437,8 +436,9 @@ struct session_lost_decision {
 	enum session_end_reason reason; /* END */
 	const char *sqlstate, *message; /* END: what the client is told instead of the reason's (NULL: its own) */
 };
-struct session_lost_decision session_decide_lost(const struct session *s, const struct leg *leg,
-						 enum leg_fault fault);
+/* The one decision (session_parts.replay.lost, when there is one): a SESSION_LOST_RECOVER decision's
+ * recovery is under way when it returns. */
+struct session_lost_decision session_decide_lost(struct session *s, struct leg *leg, enum leg_fault fault);
 /* Asks for a server connection for leg: the worker-local cache, the pool, or a parked request that the
  * worker hands back through the mailbox (session_on_request_done). */
 void session_acquire(struct session *s, struct leg *leg);

@@ -172,12 +172,11 @@ static void session_leg_on_progress(struct leg *leg)
 
 static void session_leg_on_starved(struct leg *leg) { session_starve(leg->session, HOST_BUFFERS_SERVER); }
 
-struct session_lost_decision session_decide_lost(const struct session *s, const struct leg *leg,
-						 enum leg_fault fault)
+struct session_lost_decision session_decide_lost(struct session *s, struct leg *leg, enum leg_fault fault)
 {
 	TERN_ASSERT(fault != LEG_FAULT_NONE);
-	if (s->parts->replay.decide_lost)
-		return s->parts->replay.decide_lost(s, leg, fault);
+	if (s->parts->replay.lost)
+		return s->parts->replay.lost(s, leg, fault);
 	return (struct session_lost_decision){
 		.action = SESSION_LOST_END,
 		.reason = fault == LEG_FAULT_REFUSED ? SESSION_END_SERVER_REFUSED : SESSION_END_SERVER_LOST};
@@ -187,10 +186,8 @@ struct session_lost_decision session_decide_lost(const struct session *s, const 
 static void session_lost(struct session *s, struct leg *leg, enum leg_fault fault)
 {
 	struct session_lost_decision decision = session_decide_lost(s, leg, fault);
-	if (decision.action == SESSION_LOST_RECOVER) {
-		s->parts->replay.recover(s, leg, fault); /* (which decides again, alike, with what it needs of it) */
-		return;
-	}
+	if (decision.action == SESSION_LOST_RECOVER)
+		return; /* Transaction Replay's recovery is under way */
 	TERN_ASSERT(decision.action == SESSION_LOST_END);
 	if (fault == LEG_FAULT_REFUSED)
 		s->end.error = leg->request.error; /* the server's own refusal, or why it could not be reached */

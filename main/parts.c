@@ -64,7 +64,7 @@ static void parts_unread_query(struct session *s, struct leg *leg)
 		journal_note_unread_query(s);
 }
 
-/* The session ends: routing's waits and backlog, and a recovery's wait. */
+/* The session ends: routing's waits, and a recovery's wait. */
 static void parts_ending(struct session *s)
 {
 	route_end(s);
@@ -137,8 +137,7 @@ const struct session_parts tern_parts = {
 		.answer_message = recover_client_message,
 		.flush = replay_flush_preamble,
 		.hold_parse_complete = replay_hold_parse_complete,
-		.decide_lost = recover_decide,
-		.recover = recover_on_lost,
+		.lost = recover_on_lost,
 		.awaits_primary = recover_awaits_primary,
 		.waits_for_primary = recover_is_waiting,
 		.check_deadline = recover_check_deadline,

@@ -131,7 +131,7 @@ static void sets_end_tx(struct session *s, bool is_commit)
 	}
 	uint32_t cap = runtime_config(s->host->runtime)->tr_max_session_set_statements;
 	if (!q->is_over_cap && q->set.count > cap) {
-		q->is_over_cap = true; /* a move is refused from now on (recover_decide) */
+		q->is_over_cap = true; /* a move is refused from now on (recover_on_lost) */
 		s->host->stats.tr_set_cap_exceeded++;
 	}
 }

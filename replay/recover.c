@@ -663,14 +663,10 @@ bool recover_shows_notice(struct session *s, const uint8_t *body, uint32_t len)
 	return strcmp(f.severity, "FATAL") != 0 && strcmp(f.severity, "PANIC") != 0 && strcmp(f.severity, "WARNING") != 0;
 }
 
-struct session_lost_decision recover_decide(const struct session *s, const struct leg *leg, enum leg_fault fault)
+struct session_lost_decision recover_on_lost(struct session *s, struct leg *leg, enum leg_fault fault)
 {
-	return recover_decide_all(s, leg, fault).lost;
-}
-
-void recover_on_lost(struct session *s, struct leg *leg, enum leg_fault fault)
-{
-	/* Decided again as session_decide_lost did (a decision to recover has no side effect). */
-	struct recover_decision d = recover_decide_all(s, leg, fault);
-	recover_start(s, leg, &d);
+	struct recover_decision d = recover_decide_all(s, leg, fault); /* once: the config may change after */
+	if (d.lost.action == SESSION_LOST_RECOVER)
+		recover_start(s, leg, &d);
+	return d.lost;
 }

@@ -1,7 +1,7 @@
 /*
  * recover.h — Transaction Replay's recovery of a session whose primary connection was lost (DESIGN §6;
  * ../shared/reference/004_c44c290a4cd34a46.txt is the contract), in either pool mode. The loss is
- * decided once (session_decide_lost asks recover_decide): how far the request in flight got
+ * decided once (session_decide_lost asks recover_on_lost): how far the request in flight got
  * (observer_replay.c's record: nothing in flight, never sent, sent with no byte of its answer at the
  * client, part of its answer at the client, a COPY), the client's transaction, and what the statement
  * is (recover_kind_of) go to tr_decide (replay/decide.h). Then the session moves (recover_on_lost): its
@@ -69,11 +69,9 @@ bool replay_takes_chunk(struct session *s, const uint8_t *data, uint32_t len);
  * flaw is a call outside the side-effect-free list (opaque: never run twice), a control statement that
  * is harmless to run again, a COPY, or a write. */
 enum tr_kind recover_kind_of(const struct classify_result *r);
-/* session_parts.decide_lost: what a lost (or refused) primary connection means for the session. */
-struct session_lost_decision recover_decide(const struct session *s, const struct leg *leg, enum leg_fault fault);
-/* session_parts.recover: carries out the SESSION_LOST_RECOVER decision recover_decide made for the lost
- * leg (deciding it again, with what the recovery needs of it). */
-void recover_on_lost(struct session *s, struct leg *leg, enum leg_fault fault);
+/* session_parts.replay.lost: what a lost (or refused) primary connection means for the session, decided
+ * once; SESSION_LOST_RECOVER: the recovery it decided on is under way (recover_start). */
+struct session_lost_decision recover_on_lost(struct session *s, struct leg *leg, enum leg_fault fault);
 /* session_parts.awaits_primary: a primary leg about to ask the pool: true when it waits for a primary
  * instead (the session is on host->recover_waits). */
 bool recover_awaits_primary(struct session *s, struct leg *leg);

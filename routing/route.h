@@ -12,8 +12,8 @@
  * from the client (observer_route); the strict level's, a probe the monitor sends after the read
  * arrived (monitor_probe_request), shared by every read that asked before it went out.
  *
- * Threads: the session's worker. Ownership: the held query and the backlog are the session's, freed by
- * route_deinit. Never: sends a statement that may write to a replica, or blocks.
+ * Threads: the session's worker. Ownership: the held query and the held reply are routing's, freed by
+ * route_deinit; the backlog is the session's (s->steer). Never: sends a statement that may write to a replica, or blocks.
  */
 #ifndef TERN_ROUTE_H
 #define TERN_ROUTE_H
@@ -87,7 +87,7 @@ void route_on_progress(struct session *s, struct leg *leg);
 bool route_on_lost(struct session *s, struct leg *leg);
 /* The session ends: off the host's wait list. */
 void route_end(struct session *s);
-/* The session is freed: the held query and the backlog go (observer_route's destroy). */
+/* The session is freed: the held query and the held reply go (observer_route's destroy). */
 void route_deinit(struct session *s);
 /* The worker, after the monitor's generation moved (is_tick: or once per tick, for deadlines): every
  * waiting read looks again. */

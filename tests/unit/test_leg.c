@@ -296,7 +296,7 @@ Test(leg, a_leg_starved_for_buffers_when_its_session_ends_reads_its_reset_answer
 
 Test(leg, without_transaction_replay_the_decision_ends_the_session_for_every_fault)
 {
-	static const struct session_parts parts = {0}; /* no decide_lost: what a session below the relay gets */
+	static const struct session_parts parts = {0}; /* no replay.lost: what a session below the relay gets */
 	struct session s = {.parts = &parts};
 	struct leg leg = {0};
 	enum leg_fault faults[] = {LEG_FAULT_CLOSED, LEG_FAULT_MALFORMED, LEG_FAULT_REFUSED};
