@@ -22,6 +22,7 @@
 #include "host.h"
 #include "leg.h"
 #include "params.h"
+#include "pins.h"
 #include "proto.h"
 #include "reasons.h"
 #include "sendq.h"
@@ -52,24 +53,6 @@ enum session_phase {
 	SESSION_READY,       /* relaying */
 	SESSION_ADMIN,       /* the admin console: tern answers the queries itself */
 	SESSION_CLOSING,     /* ending: the client gets no more bytes; waiting for ops to finish */
-};
-
-/* Transaction pooling: a client that ran LISTEN keeps its server connection (its notifications arrive
- * there) until UNLISTEN * or DISCARD ALL, and one that ran SQL PREPARE keeps it (EXECUTE finds the
- * statement only there) until DEALLOCATE ALL or DISCARD ALL; at its exit that connection is closed.
- * Kept by observer_pins.c. */
-struct session_pins {
-	bool is_listening;
-	bool is_unlisten_all_sent; /* a query starting with UNLISTEN * is in flight */
-	bool is_sql_prepared;
-	bool is_holding; /* session pooling: a temporary table, cursor WITH HOLD or advisory lock, maybe */
-	/* Session pooling under Transaction Replay: the channels its autocommit LISTENs left (each name as
-	 * PostgreSQL folded it, then NUL), listened to again on the connection a move brings. */
-	struct base_bytes channels;
-	uint8_t listen_pending;  /* enum sql_listen_kind: the LISTEN or UNLISTEN in flight (listen_name) */
-	bool is_listen_done;     /* ... its CommandComplete came */
-	bool is_listen_unsure;   /* a LISTEN or UNLISTEN not followed: the session cannot move */
-	char listen_name[64];
 };
 
 /* What SHOW STATS counts for one session, kept by its worker (plain increments, no atomics): added to

@@ -65,7 +65,7 @@ static const char *const module_names[] = {"other", "base", "core", "pool", "rep
 static const char *const core_order[] = {
 	/* core */
 	"proto", "sendq", "reasons", "sql", "classify", "digest", "params", "stmts", "databases", "config", "import", "listen",
-	"gates", "runtime", "shadow", "host", "leg",
+	"gates", "runtime", "shadow", "pins", "host", "leg",
 	"session", "session_events", "session_tls", "observer", "observer_copy", "observer_stmts_replies", "observer_stmts", "observer_params", "observer_pins",
 	"observer_stats", "observer_digest", "observer_shadow", "dispatch", "session_login", "session_relay",
 	"worker_stats", "worker",
