@@ -39,7 +39,7 @@ struct tern_runtime {
 	struct failover_log *failovers; /* the last lost primary connections (recover.c; main's) */
 	struct journal *journal;        /* committed history (the journal; NULL with tr_enabled = false) */
 	struct shadow *shadow;         /* [shadow] sampling's thread (NULL without [shadow] target) */
-	/* The monitor stored new answers (monitor_generation moved): wake the workers with reads waiting for
+	/* The monitor stored new answers (its generation moved: monitor_moved): wake the workers with reads waiting for
 	 * a replica. Set by main; any thread. */
 	void (*topology_changed)(struct tern_runtime *rt);
 	const struct auth_file *auth_file; /* NULL without [auth] auth_file */

@@ -216,13 +216,8 @@ void recover_host_pass(struct host *host)
 {
 	if (runtime_primary(host->runtime) != host->recover_primary)
 		recover_repoint_parked(host); /* requests parked on the primary of before ask again */
-	if (host->recover_waiting == 0)
-		return;
-	uint32_t generation = monitor_generation(host->runtime->monitor);
-	if (generation != host->recover_generation) {
-		host->recover_generation = generation;
+	if (host->recover_waiting > 0 && monitor_moved(host->runtime->monitor, &host->recover_generation))
 		recover_check_waits(host, base_now_ns());
-	}
 }
 
 void recover_host_tick(struct host *host, uint64_t now_ns)

@@ -110,7 +110,14 @@ struct monitor_lag monitor_lag_of(const struct monitor *m, uint32_t index, const
 	return lag;
 }
 
-uint32_t monitor_generation(const struct monitor *m) { return __atomic_load_n(&m->generation, __ATOMIC_ACQUIRE); }
+bool monitor_moved(const struct monitor *m, uint32_t *seen)
+{
+	uint32_t generation = __atomic_load_n(&m->generation, __ATOMIC_ACQUIRE);
+	if (generation == *seen)
+		return false;
+	*seen = generation;
+	return true;
+}
 
 void monitor_round_request(struct monitor *m)
 {

@@ -79,8 +79,9 @@ struct monitor_lag monitor_lag_of(const struct monitor *m, uint32_t index, const
 /* ---- on-demand probes, from any thread (a worker takes the monitor's lock only to signal it) ---- */
 
 /* Every round and probe bumps the generation once its answers are stored, then calls the runtime's
- * topology_changed hook: a worker with waiting reads looks again when it changed. */
-uint32_t monitor_generation(const struct monitor *m);
+ * topology_changed hook: a worker with waiting reads looks again when it changed. True when it moved
+ * since *seen (which then takes the new one). */
+bool monitor_moved(const struct monitor *m, uint32_t *seen);
 /* A primary connection was lost: asks for a round now rather than at the interval (one for every ask
  * that came before it started). */
 void monitor_round_request(struct monitor *m);

@@ -216,13 +216,8 @@ void route_check_waits(struct host *host, uint64_t now_ns)
 
 void route_host_pass(struct host *host)
 {
-	if (host->route_waiting == 0)
-		return;
-	uint32_t generation = monitor_generation(host->runtime->monitor);
-	if (generation != host->route_generation) {
-		host->route_generation = generation;
+	if (host->route_waiting > 0 && monitor_moved(host->runtime->monitor, &host->route_generation))
 		route_check_waits(host, base_now_ns());
-	}
 }
 
 void route_host_tick(struct host *host, uint64_t now_ns)

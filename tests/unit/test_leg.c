@@ -937,6 +937,23 @@ Test(leg_tls, a_dropped_leg_is_reaped_only_once_its_block_is_off_the_wire)
 	tx.leg = NULL;
 }
 
+/* After the loss: the leg lost its TLS connection as closed (LEG_FAULT_CLOSED, never malformed) after delivering the
+ * plaintext `delivered`; its connection is discarded and the leg freed. */
+static void tls_expect_closed_after(struct leg *leg, const char *delivered, uint32_t len)
+{
+	cr_assert_eq(tx.lost, 1);
+	cr_assert_eq(tx.fault, LEG_FAULT_CLOSED, "a TLS failure is a lost connection (%d), not a malformed one (%d): %d",
+		     LEG_FAULT_CLOSED, LEG_FAULT_MALFORMED, tx.fault);
+	cr_assert_eq(tx.got_len, len, "what came before it was delivered");
+	cr_assert_arr_eq(tx.got, delivered, len);
+	cr_assert(leg_is_reapable(leg), "nothing of the leg is in flight");
+	cr_assert_null(leg->conn);
+	cr_assert_eq(fx.closes, 1, "its connection is discarded");
+	cr_assert_eq(fx.closed[0], tx.conn);
+	leg_destroy(leg);
+	tx.leg = NULL;
+}
+
 Test(leg_tls, garbage_from_the_server_is_a_closed_connection_not_a_malformed_one)
 {
 	struct leg *leg = tls_leg_attached(0);
@@ -950,19 +967,9 @@ Test(leg_tls, garbage_from_the_server_is_a_closed_connection_not_a_malformed_one
 	len += sizeof(error);
 	server_write(bytes, len);
 	tls_run_until(tls_is_lost, "the loss");
-	cr_assert_eq(tx.lost, 1);
-	cr_assert_eq(tx.fault, LEG_FAULT_CLOSED, "a TLS failure is a lost connection (%d), not a malformed one (%d): %d",
-		     LEG_FAULT_CLOSED, LEG_FAULT_MALFORMED, tx.fault);
 	cr_assert(tx.is_lost_shut, "the connection was shut before the session heard");
-	cr_assert_eq(tx.got_len, 6, "the record before the garbage was delivered");
-	cr_assert_arr_eq(tx.got, "before", 6);
 	cr_assert_neq(tls_conn_error(tx.client), 0);
-	cr_assert(leg_is_reapable(leg), "nothing of the leg is in flight");
-	cr_assert_null(leg->conn);
-	cr_assert_eq(fx.closes, 1, "its connection is discarded");
-	cr_assert_eq(fx.closed[0], tx.conn);
-	leg_destroy(leg);
-	tx.leg = NULL;
+	tls_expect_closed_after(leg, "before", 6);
 }
 
 Test(leg_tls, the_servers_close_notify_is_a_closed_connection)
@@ -976,23 +983,12 @@ Test(leg_tls, the_servers_close_notify_is_a_closed_connection)
 	cr_assert_eq(tls_conn_ciphertext_len(tx.server), 0);
 	server_write(bytes, len);
 	tls_run_until(tls_is_lost, "the loss");
-	cr_assert_eq(tx.lost, 1);
-	cr_assert_eq(tx.fault, LEG_FAULT_CLOSED, "close_notify is a closed connection (%d): %d", LEG_FAULT_CLOSED,
-		     tx.fault);
-	cr_assert_eq(tx.got_len, 4, "what came before it was delivered");
-	cr_assert_arr_eq(tx.got, "last", 4);
 	cr_assert_eq(tls_conn_error(tx.client), -ESHUTDOWN, "%s", tls_conn_error_text(tx.client));
-	cr_assert(leg_is_reapable(leg));
-	cr_assert_null(leg->conn);
-	cr_assert_eq(fx.closes, 1);
-	leg_destroy(leg);
-	tx.leg = NULL;
+	tls_expect_closed_after(leg, "last", 4);
 }
 
-/* Known bug (core/leg.c, leg_tls_fail): the warning is "server connection pid %u: TLS: %s" over
- * tls_conn_error_text, whose texts for a failed record or handshake already begin with "TLS" (tls.c:
- * "TLS: wrong version number", "TLS output waiting to be sent passed ..."), so the line reads
- * "server connection pid 4343: TLS: TLS: wrong version number". */
+/* leg_tls_fail (core/leg.c) logs tls_conn_error_text, whose texts already begin with "TLS" ("TLS: wrong
+ * version number"): the line says TLS once, not "server connection pid 4343: TLS: TLS: ...". */
 Test(leg_tls, a_tls_failure_is_logged_with_one_tls_prefix)
 {
 	struct leg *leg = tls_leg_attached(0);

@@ -1591,16 +1591,24 @@ Test(pool, a_server_that_did_not_answer_keeps_its_requests_parked_until_the_retr
 	env_deinit(&e);
 }
 
+/* One server, pool_size 1, login retries on: alice's request parks and its open fails with sqlstate. */
+static struct pool_db *env_first_open_fails(struct env *e, struct waiter *w, const char *sqlstate,
+					     const char *message)
+{
+	env_init(e, 1, 0);
+	env_settings(e, (struct pool_settings){.pool_size = 1, .login_retry_ns = 10000});
+	struct pool_db *a = env_db(e, "alice");
+	waiter_init(w, e, a);
+	cr_assert_eq(env_checkout(e, w), POOL_CHECKOUT_PARKED);
+	env_open_fails(e, 0, sqlstate, message);
+	return a;
+}
+
 Test(pool, a_server_that_refused_the_login_fails_the_request_at_once_and_retry_0_fails_every_error_at_once)
 {
 	struct env e;
-	env_init(&e, 1, 0);
-	env_settings(&e, (struct pool_settings){.pool_size = 1, .login_retry_ns = 10000});
-	struct pool_db *a = env_db(&e, "alice");
 	struct waiter w;
-	waiter_init(&w, &e, a);
-	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
-	env_open_fails(&e, 0, "28P01", "password authentication failed");
+	struct pool_db *a = env_first_open_fails(&e, &w, "28P01", "password authentication failed");
 	cr_assert_eq(w.done_calls, 1, "the server's own verdict goes to the client");
 	cr_assert_str_eq(w.req.error.sqlstate, "28P01");
 	env_settings(&e, (struct pool_settings){.pool_size = 1, .login_retry_ns = 0});
@@ -1616,13 +1624,9 @@ Test(pool, a_server_that_refused_the_login_fails_the_request_at_once_and_retry_0
 Test(pool, a_server_tls_refused_as_configured_fails_the_request_at_once_though_retries_are_on)
 {
 	struct env e;
-	env_init(&e, 1, 0);
-	env_settings(&e, (struct pool_settings){.pool_size = 1, .login_retry_ns = 10000});
-	struct pool_db *a = env_db(&e, "alice");
 	struct waiter w;
-	waiter_init(&w, &e, a);
-	cr_assert_eq(env_checkout(&e, &w), POOL_CHECKOUT_PARKED);
-	env_open_fails(&e, 0, "08004", "server certificate for \"localhost\" does not match host name \"127.0.0.1\"");
+	(void)env_first_open_fails(&e, &w, "08004",
+				   "server certificate for \"localhost\" does not match host name \"127.0.0.1\"");
 	cr_assert_eq(w.done_calls, 1, "08004: a retry would meet the same certificate");
 	cr_assert_str_eq(w.req.error.sqlstate, "08004");
 	check_invariants(&e, "failed at once");
