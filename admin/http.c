@@ -208,6 +208,11 @@ char *http_metrics_text(struct tern_runtime *rt)
 	for (uint32_t i = 0; i < count; i++)
 		fprintf(f, "tern_server_lsn{server=\"%s\"} %llu\n", rt->pool->servers[i].name,
 			(unsigned long long)__atomic_load_n(&monitor_server_at(m, i)->lsn, __ATOMIC_RELAXED));
+	http_help(f, "tern_server_probes_total", "counter",
+		  "on-demand LSN probes the monitor sent the server: the primary's for strict and split reads, a standby's for reads waiting on it");
+	for (uint32_t i = 0; i < count; i++)
+		fprintf(f, "tern_server_probes_total{server=\"%s\"} %llu\n", rt->pool->servers[i].name,
+			(unsigned long long)__atomic_load_n(&monitor_server_at(m, i)->probes, __ATOMIC_RELAXED));
 	http_help(f, "tern_server_lag_bytes", "gauge", "a standby's replay LSN behind the primary's WAL LSN");
 	http_help(f, "tern_server_lag_seconds", "gauge",
 		  "how long ago the primary was where a standby has replayed to (as precise as the monitor's rounds)");

@@ -18,8 +18,10 @@ serves it; `eventual` is left out there, as it does not promise read-your-writes
 report-like transaction: BEGIN, twelve SELECTs, an UPDATE, COMMIT; run direct, through tern with
 splitting off (`primary`) and on (`split`)). Each run reports TPS, latency p50 / p99 (from pgbench's
 per-transaction log), and the share of reads the replica served (tern's /metrics:
-tern_route_reads_total, and for `report` tern_split_reads_total over its twelve reads a transaction).
-Prints medians over the repeats.
+tern_route_reads_total, and for `report` tern_split_reads_total over its twelve reads a transaction),
+the whole machine's busy CPU and tern's own per transaction (/proc), and the monitor's on-demand LSN
+probes per transaction (tern_server_probes_total: the primary's, then the replica's). Prints medians
+over the repeats.
 
 usage: replica_bench.py [--clients 16] [--duration 10] [--repeat 3] [--scale 10]
                         [--tern-binary build-release/tern] [--workloads select-only,read-after-write]
@@ -40,6 +42,9 @@ sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "integration"))
 from pgcluster import PgCluster, clean_env, free_port  # noqa: E402
 from procs import TernProcess  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from syscall_profile import cpu_times, machine_times  # noqa: E402
+
 TARGETS = ("direct", "primary", "eventual", "session", "strict", "split")
 REPORT_READS = 12
 REPORT = "\\set id random(1, 100000 * :scale)\nBEGIN;\n" + "".join(
@@ -56,9 +61,11 @@ def log(msg):
 
 
 def metrics(port, name="tern_route_reads_total"):
-    """A routing counter by path (replica paths summed, primary fallbacks summed)."""
+    """A routing counter by path (replica paths summed, primary fallbacks summed), and the monitor's
+    on-demand probes (tern_server_probes_total) of the primary and of the replica."""
     text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
     replica = primary = 0.0
+    probes = {"primary": 0.0, "replica": 0.0}
     for line in text.splitlines():
         if line.startswith(name + "{"):
             value = float(line.rsplit(" ", 1)[1])
@@ -66,7 +73,9 @@ def metrics(port, name="tern_route_reads_total"):
                 primary += value
             else:
                 replica += value
-    return replica, primary
+        elif line.startswith("tern_server_probes_total{"):
+            probes["replica" if 'server="replica"' in line else "primary"] += float(line.rsplit(" ", 1)[1])
+    return replica, primary, probes
 
 
 def percentile(values, p):
@@ -164,23 +173,32 @@ def main():
                         counter = "tern_split_reads_total" if workload == "report" else "tern_route_reads_total"
                         time.sleep(0.3)  # tern publishes its counters every 100 ms
                         before = metrics(http_port, counter)
+                        machine0, tern0 = machine_times(), sum(cpu_times(tern.proc.pid))
                         tps, p50, p99, n, failed = run_pgbench(port, target, workload, args, workdir,
                                                                scripts.get(workload))
+                        machine1, tern1 = machine_times(), sum(cpu_times(tern.proc.pid))
                         time.sleep(0.3)
                         after = metrics(http_port, counter)
+                        busy_us = 1e6 * (machine1["busy"] - machine0["busy"]) / max(n, 1)
+                        tern_us = 1e6 * (tern1 - tern0) / max(n, 1)
+                        probes = [(after[2][k] - before[2][k]) / max(n, 1) for k in ("primary", "replica")]
                         routed = (after[0] - before[0]) + (after[1] - before[1])
                         if workload == "report":
                             routed = n * REPORT_READS  # every read, split or not
                         share = (after[0] - before[0]) / routed if routed else 0.0
-                        results.setdefault((workload, target), []).append((tps, p50, p99, share, failed))
+                        results.setdefault((workload, target), []).append(
+                            (tps, p50, p99, share, failed, busy_us, tern_us, probes[0], probes[1]))
                         log("  round %d %-16s %-8s tps %8.0f  p50 %6.2f ms  p99 %6.2f ms  replica %5.1f%%  failed %d"
-                            % (round_no + 1, workload, target, tps, p50, p99, 100 * share, failed))
+                            "  machine %6.0f us/txn  tern %5.0f us/txn  probes/txn %.2f + %.2f"
+                            % (round_no + 1, workload, target, tps, p50, p99, 100 * share, failed, busy_us, tern_us,
+                               probes[0], probes[1]))
         finally:
             tern.stop()
         log("\nmedians of %d runs, %d clients, %d s each (%s)" % (args.repeat, args.clients, args.duration,
                                                                   os.path.basename(args.tern_binary)))
-        log("%-16s %-9s %9s %9s %9s %9s %9s %8s" % ("workload", "target", "tps", "vs_prim", "p50_ms", "p99_ms",
-                                                    "replica%", "failed"))
+        log("%-16s %-9s %9s %9s %9s %9s %9s %8s %10s %8s %8s %8s" % (
+            "workload", "target", "tps", "vs_prim", "p50_ms", "p99_ms", "replica%", "failed", "machine_us", "tern_us",
+            "probe_p", "probe_r"))
         for workload in workloads:
             base = statistics.median(r[0] for r in results.get((workload, "primary"), [(float("nan"),)]))
             for target in targets:
@@ -188,10 +206,11 @@ def main():
                 if not rows:
                     continue
                 tps = statistics.median(r[0] for r in rows)
-                log("%-16s %-9s %9.0f %9.2f %9.2f %9.2f %9.1f %8d" % (
+                log("%-16s %-9s %9.0f %9.2f %9.2f %9.2f %9.1f %8d %10.0f %8.0f %8.2f %8.2f" % (
                     workload, target, tps, tps / base if base else float("nan"),
                     statistics.median(r[1] for r in rows), statistics.median(r[2] for r in rows),
-                    100 * statistics.median(r[3] for r in rows), sum(r[4] for r in rows)))
+                    100 * statistics.median(r[3] for r in rows), sum(r[4] for r in rows),
+                    *(statistics.median(r[i] for r in rows) for i in (5, 6, 7, 8))))
         failed = sum(r[4] for rows in results.values() for r in rows)
         return 1 if failed else 0
 

@@ -536,6 +536,7 @@ static uint64_t monitor_ask_lsn(struct monitor *m, uint32_t i, const char *query
 	if (!m->conns[i])
 		return 0;
 	struct monitor_row row;
+	__atomic_fetch_add(&m->servers[i].probes, 1, __ATOMIC_RELAXED);
 	if (monitor_conn_query(m->conns[i], query, 1, &row) == 0)
 		return monitor_parse_lsn(row.value[0]);
 	monitor_conn_close(m->conns[i]);

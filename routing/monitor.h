@@ -47,6 +47,7 @@ struct monitor_server {
 	 * now minus this, as precise as the rounds); 0 when unknown. */
 	uint64_t replayed_ns;
 	uint32_t version; /* PQserverVersion of its last connection (190000: PostgreSQL 19, WAIT FOR LSN); 0 unknown */
+	uint64_t probes;  /* on-demand LSN probes sent to it (strict reads' primary probes, waiting reads' standby ones) */
 };
 /* The first server version with WAIT FOR LSN, which a replica read waits with in-band (route.c). */
 #define MONITOR_WAIT_FOR_LSN_VERSION 190000u

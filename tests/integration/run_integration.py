@@ -4134,12 +4134,19 @@ def replica_reads_are_never_stale_in_session_and_strict_mode(ctx):
     if ctx.pg.psql("select count(*) from pg_database where datname = 'routing'") == "0":
         ctx.pg.psql("create database routing")
     ctx.pg.wait_replica_caught_up()
-    t = routing_tern(ctx)
+    http_port = free_port()
+    t = routing_tern(ctx, pool="[admin]\nhttp_listen = 127.0.0.1:%d" % http_port)
     replica_before = replica_commits(ctx.pg, "routing")
     all_reads = 0
     for level, protocol, reads in (("session", "simple", 7000), ("strict", "simple", 7000),
                                    ("session", "extended", 3000), ("strict", "extended", 3000)):
+        probes_before = metric(scrape_metrics(http_port), "tern_server_probes_total", server="primary")
         r = consistency.run(t.port, level, protocol, reads, dbname="routing")
+        if level == "strict":  # a probe of the primary per read that asked while none was waiting to go
+            probes = metric(scrape_metrics(http_port), "tern_server_probes_total", server="primary") - probes_before
+            print("  %s/%s: %d probes of the primary" % (level, protocol, probes), flush=True)
+            check(0 < probes <= r["reads"], "%s/%s: the monitor probed the primary %d times for %d reads"
+                  % (level, protocol, probes, r["reads"]))
         print("  %s/%s: %d reads, %d stale, %d writes in %.1fs" % (level, protocol, r["reads"], r["stale"],
                                                                    r["writes"], r["seconds"]), flush=True)
         check(not r["errors"], "%s/%s ran without errors: %s" % (level, protocol, r["errors"]))
