@@ -126,7 +126,7 @@ def main():
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--scale", type=int, default=10)
     p.add_argument("--pool-size", type=int, default=20)
-    p.add_argument("--workers", type=int, default=0, help="tern workers (0 = one per CPU)")
+    p.add_argument("--workers", type=int, default=1, help="tern workers (1, tern's default; 0 = one per CPU)")
     p.add_argument("--tern-binary", default=os.path.join(REPO_ROOT, "build-release", "tern"))
     p.add_argument("--workloads", default="select-only,read-after-write,report")
     p.add_argument("--protocol", default="simple", choices=("simple", "extended", "prepared"),
