@@ -187,7 +187,7 @@ static void admin_workers_fill(struct worker *worker, struct worker_job_part *pa
 	part->is_truncated = report == NULL;
 	if (report)
 		*report = (struct admin_worker_report){.index = worker->host.index,
-						       .sessions = worker->host.session_count,
+						       .sessions = __atomic_load_n(&worker->host.session_count, __ATOMIC_RELAXED),
 						       .host = worker->host.stats,
 						       .ring = worker->host.ring.stats};
 }
@@ -198,7 +198,8 @@ static void admin_workers_table(struct admin_reply *r, const struct worker_job *
 		{"worker", ADMIN_INT4},		{"sessions", ADMIN_INT8},	  {"accepted", ADMIN_INT8},
 		{"local_reuse", ADMIN_INT8},	{"pool_checkouts", ADMIN_INT8},	  {"local_handoffs", ADMIN_INT8},
 		{"mailed_grants", ADMIN_INT8},	{"cancels_sent", ADMIN_INT8},	  {"ring_passes", ADMIN_INT8},
-		{"ring_submissions", ADMIN_INT8}, {"ring_completions", ADMIN_INT8}, {"ring_enobufs", ADMIN_INT8}};
+		{"ring_submissions", ADMIN_INT8}, {"ring_completions", ADMIN_INT8}, {"ring_enobufs", ADMIN_INT8},
+		{"handed_over", ADMIN_INT8}};
 	admin_reply_columns(r, columns, TERN_ARRAY_LEN(columns));
 	for (uint32_t i = 0; i < job->part_count; i++) {
 		const struct admin_worker_report *w = job->parts[i].data;
@@ -209,7 +210,8 @@ static void admin_workers_table(struct admin_reply *r, const struct worker_job *
 		uint64_t fields[] = {w->index,		     w->sessions,	       w->host.accepted,
 				     w->host.local_reuse,    w->host.pool_checkouts,   w->host.local_handoffs,
 				     w->host.mailed_grants,  w->host.cancels_sent,     w->ring.passes,
-				     w->ring.submissions,    w->ring.completions,      w->ring.enobufs};
+				     w->ring.submissions,    w->ring.completions,      w->ring.enobufs,
+				     w->host.handed_over};
 		static_assert(TERN_ARRAY_LEN(fields) == TERN_ARRAY_LEN(columns), "a value per column");
 		char text[TERN_ARRAY_LEN(fields)][24];
 		const char *values[TERN_ARRAY_LEN(fields)];

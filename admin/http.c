@@ -310,6 +310,9 @@ char *http_metrics_text(struct tern_runtime *rt)
 	fprintf(f, "tern_clients %u\n", __atomic_load_n(&rt->client_count, __ATOMIC_RELAXED));
 	http_help(f, "tern_clients_accepted_total", "counter", "client connections accepted");
 	fprintf(f, "tern_clients_accepted_total %llu\n", (unsigned long long)t->accepted);
+	http_help(f, "tern_clients_handed_over_total", "counter",
+		  "clients a worker accepted and handed to a worker with fewer sessions");
+	fprintf(f, "tern_clients_handed_over_total %llu\n", (unsigned long long)t->handed_over);
 	http_help(f, "tern_sessions_ended_total", "counter", "client sessions ended, by reason");
 	for (uint32_t r = 0; r < SESSION_END_REASON_COUNT; r++)
 		fprintf(f, "tern_sessions_ended_total{reason=\"%s\"} %llu\n", session_end_info(r)->name,

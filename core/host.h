@@ -54,6 +54,7 @@ struct host_route_paths {
 
 struct host_stats {
 	uint64_t accepted;
+	uint64_t handed_over;    /* clients accepted here and handed to a worker with fewer sessions */
 	uint64_t local_reuse;    /* transactions served by a connection released in the same pass */
 	uint64_t pool_checkouts; /* transactions that asked the pool */
 	uint64_t local_handoffs; /* connections released here that went straight to a waiter here */
@@ -122,7 +123,7 @@ struct host {
 	struct classify_cache *classify_cache; /* routing's, made at the first read routed (NULL until then) */
 	struct digest_local *digests; /* this worker's query digests, merged into runtime->digests each tick */
 	uint32_t session_serial;
-	uint32_t session_count;
+	uint32_t session_count; /* atomic: other workers weigh it (worker_hand_over) */
 	uint32_t pause_waiting_count;   /* sessions held at the PAUSE gate (recounted by each scan) */
 	uint32_t console_waiting_count; /* admin sessions the console polls on the tick */
 	struct pool_conn *local_cache[HOST_LOCAL_CACHE_MAX];

@@ -75,7 +75,7 @@ struct session *session_create(struct host *host, int client_fd, uint32_t listen
 	uint32_t clients = __atomic_add_fetch(&rt->client_count, 1, __ATOMIC_RELAXED);
 	s->is_over_client_limit = clients > runtime_config(rt)->max_client_conn;
 	base_list_insert_tail(&host->sessions, &s->link);
-	host->session_count++;
+	__atomic_add_fetch(&host->session_count, 1, __ATOMIC_RELAXED); /* (other workers weigh it) */
 	ring_recv_multishot(&host->ring, &s->client_recv, client_fd, HOST_BUFFERS_CLIENT);
 	return s;
 }
@@ -315,7 +315,7 @@ void session_destroy(struct session *s)
 	session_unstarve(s); /* a closing session may starve again (its reset's answer); never leave it linked */
 	if (base_list_is_linked(&s->end.link))
 		base_list_remove(&s->end.link);
-	host->session_count--;
+	__atomic_sub_fetch(&host->session_count, 1, __ATOMIC_RELAXED);
 	close(s->client_fd);
 	sendq_deinit(&s->to_client, &host->ring);
 	if (s->transport)

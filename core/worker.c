@@ -23,6 +23,48 @@
 /* How long an ended session may take to get its goodbye to the client before the socket is cut. */
 #define WORKER_LINGER_NS (2 * BASE_NS_PER_SEC)
 
+/* A client another worker accepted, for this one. */
+struct worker_adopt {
+	struct base_list link;
+	int fd;
+	uint32_t index; /* the listener it came in on */
+};
+
+/* What another worker weighs: its sessions and the clients on their way to it. */
+static uint32_t worker_load(const struct worker *worker)
+{
+	return __atomic_load_n(&worker->host.session_count, __ATOMIC_RELAXED) +
+	       __atomic_load_n(&worker->incoming, __ATOMIC_RELAXED);
+}
+
+/* A client accepted here goes to the worker with the fewest sessions when that is fewer than this one's:
+ * the kernel spreads TCP clients over the workers' sockets by a hash, and the Unix socket's all to the
+ * first, so a busy worker would leave another idle. True when it was handed over. */
+static bool worker_hand_over(struct worker *worker, int fd, uint32_t index)
+{
+	struct tern_runtime *rt = worker->host.runtime;
+	uint32_t count = worker_started_count(rt), least_load = worker_load(worker);
+	struct worker *least = NULL;
+	for (uint32_t i = 0; i < count; i++) {
+		struct worker *other = rt->workers[i];
+		uint32_t load = other == worker ? UINT32_MAX : worker_load(other);
+		if (load < least_load) {
+			least = other;
+			least_load = load;
+		}
+	}
+	if (!least || worker->drain_started_ns != 0)
+		return false;
+	struct worker_adopt *adopt = malloc(sizeof(*adopt));
+	if (!adopt)
+		return false; /* served here */
+	*adopt = (struct worker_adopt){.fd = fd, .index = index};
+	__atomic_add_fetch(&least->incoming, 1, __ATOMIC_RELAXED);
+	worker_mail(least, &least->adopts, &adopt->link);
+	worker->host.stats.handed_over++;
+	return true;
+}
+
 static void worker_on_accept(struct ring_op *op, int res, uint32_t flags)
 {
 	(void)flags;
@@ -35,8 +77,9 @@ static void worker_on_accept(struct ring_op *op, int res, uint32_t flags)
 		/* While draining, what the listeners still hand over is served (its first transaction at
 		 * least): a rolling restart's clients queued here before the steering are not turned away. */
 		uint32_t index = (uint32_t)(listener - worker->listeners); /* the endpoint: the pool key's identity */
-		if (__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED) ||
-		    !session_create(&worker->host, res, index))
+		if (__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED))
+			close(res);
+		else if (!worker_hand_over(worker, res, index) && !session_create(&worker->host, res, index))
 			close(res);
 	} else if (res != -ECANCELED) {
 		/* Out of descriptors or memory: retrying at once would spin; the tick re-arms. */
@@ -267,16 +310,18 @@ static void worker_on_wake(struct ring *ring)
 	struct worker *worker = ring->owner;
 	if (__atomic_load_n(&worker->mailbox_count, __ATOMIC_ACQUIRE) == 0)
 		return;
-	struct base_list done, cancels, lookups, jobs, jobs_done;
+	struct base_list done, cancels, lookups, adopts, jobs, jobs_done;
 	base_list_init(&done);
 	base_list_init(&cancels);
 	base_list_init(&lookups);
+	base_list_init(&adopts);
 	base_list_init(&jobs);
 	base_list_init(&jobs_done);
 	pthread_mutex_lock(&worker->mailbox_lock);
 	base_list_splice_tail(&done, &worker->mailbox);
 	base_list_splice_tail(&cancels, &worker->cancels);
 	base_list_splice_tail(&lookups, &worker->lookups);
+	base_list_splice_tail(&adopts, &worker->adopts);
 	base_list_splice_tail(&jobs, &worker->jobs);
 	base_list_splice_tail(&jobs_done, &worker->jobs_done);
 	__atomic_store_n(&worker->mailbox_count, 0, __ATOMIC_RELAXED);
@@ -295,6 +340,14 @@ static void worker_on_wake(struct ring *ring)
 	}
 	while ((node = base_list_pop_head(&lookups)) != NULL)
 		session_login_on_lookup(TERN_CONTAINER_OF(node, struct auth_lookup, link));
+	while ((node = base_list_pop_head(&adopts)) != NULL) {
+		struct worker_adopt *adopt = TERN_CONTAINER_OF(node, struct worker_adopt, link);
+		if (__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED) ||
+		    !session_create(&worker->host, adopt->fd, adopt->index))
+			close(adopt->fd);
+		__atomic_sub_fetch(&worker->incoming, 1, __ATOMIC_RELAXED); /* (counted as a session now) */
+		free(adopt);
+	}
 	while ((node = base_list_pop_head(&jobs)) != NULL)
 		worker_job_answer(worker, TERN_CONTAINER_OF(node, struct worker_job_part, link), false);
 	while ((node = base_list_pop_head(&jobs_done)) != NULL) {
@@ -629,6 +682,7 @@ int worker_start(struct worker *worker, struct tern_runtime *runtime, uint32_t i
 	base_list_init(&worker->mailbox);
 	base_list_init(&worker->cancels);
 	base_list_init(&worker->lookups);
+	base_list_init(&worker->adopts);
 	base_list_init(&worker->jobs);
 	base_list_init(&worker->jobs_done);
 	pthread_mutex_init(&worker->mailbox_lock, NULL);
@@ -691,6 +745,12 @@ void worker_join(struct worker *worker) { pthread_join(worker->thread, NULL); }
 
 void worker_deinit(struct worker *worker)
 {
+	struct base_list *node;
+	while ((node = base_list_pop_head(&worker->adopts)) != NULL) { /* handed over as it stopped */
+		struct worker_adopt *adopt = TERN_CONTAINER_OF(node, struct worker_adopt, link);
+		close(adopt->fd);
+		free(adopt);
+	}
 	if (worker->wake_fd >= 0)
 		close(worker->wake_fd);
 	worker->wake_fd = -1;

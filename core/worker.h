@@ -69,6 +69,8 @@ struct worker {
 	struct base_list mailbox; /* granted or failed pool requests */
 	struct base_list cancels; /* CancelRequests for this worker's sessions, from any worker */
 	struct base_list lookups; /* auth_query answers for this worker's sessions */
+	struct base_list adopts;  /* clients another worker accepted and handed to this one (worker_hand_over) */
+	uint32_t incoming;        /* atomic: adopts posted and not yet taken, counted in its load */
 	uint32_t mailbox_count;   /* atomic: requests delivered to the mailbox, for a lock-free peek */
 	uint64_t next_timeout_scan_ns;
 	struct base_list jobs;      /* worker_job_parts to answer (mailbox_lock) */

@@ -3483,6 +3483,35 @@ def a_client_that_pipelines_without_reading_is_paused_and_loses_nothing(ctx):
 
 
 @test
+def clients_are_spread_over_the_workers_by_their_sessions_not_by_the_kernel(ctx):
+    """Two workers: the kernel gives every client of the Unix socket to one worker's accept (and spreads TCP
+    clients by a hash), so a worker with more sessions than another hands a client it accepted to the one
+    with the fewest. 16 clients over the Unix socket, then 16 more over TCP, each held open: the workers'
+    sessions (the console's own among them) differ by one at most, and the hand-overs are counted."""
+    import psycopg
+    sockdir = tempfile.mkdtemp(prefix="tern-sock-")
+    os.chmod(sockdir, 0o755)
+    conns = []
+    try:
+        t = ctx.tern(workers=2, sections={"tern": "unix_socket_dir = %s" % sockdir},
+                     extra="\n[admin]\nadmin_users = postgres\n")
+        for host in (sockdir, "127.0.0.1"):
+            for i in range(16):
+                conns.append(psycopg.connect(host=host, port=t.port, user="postgres", dbname="postgres",
+                                             autocommit=True))
+                check(conns[-1].execute("select %d" % i).fetchone()[0] == i, "client %d over %s served" % (i, host))
+            rows = [line.split("|") for line in psql_ok(t.port, "show workers", dbname="tern").splitlines()]
+            sessions = sorted(int(r[1]) for r in rows)
+            check(len(sessions) == 2 and sessions[1] - sessions[0] <= 1,
+                  "after the clients over %s the workers hold %r sessions" % (host, sessions))
+        check(sum(int(r[12]) for r in rows) >= 8, "the hand-overs are counted (handed_over): %r" % rows)
+    finally:
+        for c in conns:
+            c.close()
+        shutil.rmtree(sockdir, ignore_errors=True)
+
+
+@test
 def admin_show_workers_and_show_ends_count_what_each_worker_did(ctx):
     t = ctx.tern(pool_size=2, workers=2, extra="\n[admin]\nadmin_users = postgres\n")
     for i in range(6):
