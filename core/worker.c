@@ -43,17 +43,20 @@ static uint32_t worker_load(const struct worker *worker)
 static bool worker_hand_over(struct worker *worker, int fd, uint32_t index)
 {
 	struct tern_runtime *rt = worker->host.runtime;
+	if (__atomic_load_n(&rt->draining, __ATOMIC_ACQUIRE))
+		return false; /* (while draining, each worker serves what its own listeners still give it) */
 	uint32_t count = worker_started_count(rt), least_load = worker_load(worker);
 	struct worker *least = NULL;
 	for (uint32_t i = 0; i < count; i++) {
 		struct worker *other = rt->workers[i];
-		uint32_t load = other == worker ? UINT32_MAX : worker_load(other);
+		uint32_t load = other == worker || __atomic_load_n(&other->is_gone, __ATOMIC_ACQUIRE) ? UINT32_MAX
+											: worker_load(other);
 		if (load < least_load) {
 			least = other;
 			least_load = load;
 		}
 	}
-	if (!least || worker->drain_started_ns != 0)
+	if (!least)
 		return false;
 	struct worker_adopt *adopt = malloc(sizeof(*adopt));
 	if (!adopt)
@@ -642,6 +645,7 @@ static void *worker_main(void *arg)
 		}
 		worker_end_pass(worker);
 	}
+	__atomic_store_n(&worker->is_gone, true, __ATOMIC_RELEASE); /* what is handed to it still is closed at deinit */
 	for (uint32_t i = 0; i < worker->listener_count; i++)
 		ring_cancel(&worker->host.ring, &worker->listeners[i].accept_op);
 	worker_shutdown_sessions(worker);

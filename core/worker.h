@@ -71,6 +71,7 @@ struct worker {
 	struct base_list lookups; /* auth_query answers for this worker's sessions */
 	struct base_list adopts;  /* clients another worker accepted and handed to this one (worker_hand_over) */
 	uint32_t incoming;        /* atomic: adopts posted and not yet taken, counted in its load */
+	bool is_gone;             /* atomic: its loop ended (a stop, or its ring failed): handed nothing more */
 	uint32_t mailbox_count;   /* atomic: requests delivered to the mailbox, for a lock-free peek */
 	uint64_t next_timeout_scan_ns;
 	struct base_list jobs;      /* worker_job_parts to answer (mailbox_lock) */
