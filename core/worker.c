@@ -30,6 +30,14 @@ struct worker_adopt {
 	uint32_t index; /* the listener it came in on */
 };
 
+/* A client accepted here, or handed over by another worker, becomes a session here (closed when tern
+ * stops, or no session can be made for it). */
+static void worker_take_client(struct worker *worker, int fd, uint32_t index)
+{
+	if (__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED) || !session_create(&worker->host, fd, index))
+		close(fd);
+}
+
 /* What another worker weighs: its sessions and the clients on their way to it. */
 static uint32_t worker_load(const struct worker *worker)
 {
@@ -43,7 +51,7 @@ static uint32_t worker_load(const struct worker *worker)
 static bool worker_hand_over(struct worker *worker, int fd, uint32_t index)
 {
 	struct tern_runtime *rt = worker->host.runtime;
-	if (__atomic_load_n(&rt->draining, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&rt->draining, __ATOMIC_ACQUIRE) || __atomic_load_n(&rt->stopping, __ATOMIC_RELAXED))
 		return false; /* (while draining, each worker serves what its own listeners still give it) */
 	uint32_t count = worker_started_count(rt), least_load = worker_load(worker);
 	struct worker *least = NULL;
@@ -80,10 +88,8 @@ static void worker_on_accept(struct ring_op *op, int res, uint32_t flags)
 		/* While draining, what the listeners still hand over is served (its first transaction at
 		 * least): a rolling restart's clients queued here before the steering are not turned away. */
 		uint32_t index = (uint32_t)(listener - worker->listeners); /* the endpoint: the pool key's identity */
-		if (__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED))
-			close(res);
-		else if (!worker_hand_over(worker, res, index) && !session_create(&worker->host, res, index))
-			close(res);
+		if (!worker_hand_over(worker, res, index))
+			worker_take_client(worker, res, index);
 	} else if (res != -ECANCELED) {
 		/* Out of descriptors or memory: retrying at once would spin; the tick re-arms. */
 		TERN_WARN("worker %u: accept failed: %s", worker->host.index, strerror(-res));
@@ -345,9 +351,7 @@ static void worker_on_wake(struct ring *ring)
 		session_login_on_lookup(TERN_CONTAINER_OF(node, struct auth_lookup, link));
 	while ((node = base_list_pop_head(&adopts)) != NULL) {
 		struct worker_adopt *adopt = TERN_CONTAINER_OF(node, struct worker_adopt, link);
-		if (__atomic_load_n(&worker->host.runtime->stopping, __ATOMIC_RELAXED) ||
-		    !session_create(&worker->host, adopt->fd, adopt->index))
-			close(adopt->fd);
+		worker_take_client(worker, adopt->fd, adopt->index);
 		__atomic_sub_fetch(&worker->incoming, 1, __ATOMIC_RELAXED); /* (counted as a session now) */
 		free(adopt);
 	}

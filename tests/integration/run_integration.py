@@ -3492,9 +3492,10 @@ def clients_are_spread_over_the_workers_by_their_sessions_not_by_the_kernel(ctx)
     sockdir = tempfile.mkdtemp(prefix="tern-sock-")
     os.chmod(sockdir, 0o755)
     conns = []
+    http_port = free_port()
     try:
         t = ctx.tern(workers=2, sections={"tern": "unix_socket_dir = %s" % sockdir},
-                     extra="\n[admin]\nadmin_users = postgres\n")
+                     extra="\n[admin]\nadmin_users = postgres\nhttp_listen = 127.0.0.1:%d\n" % http_port)
         for host in (sockdir, "127.0.0.1"):
             for i in range(16):
                 conns.append(psycopg.connect(host=host, port=t.port, user="postgres", dbname="postgres",
@@ -3505,8 +3506,12 @@ def clients_are_spread_over_the_workers_by_their_sessions_not_by_the_kernel(ctx)
             check(len(sessions) == 2 and sessions[1] - sessions[0] <= 1,
                   "after the clients over %s the workers hold %r sessions" % (host, sessions))
         accepted = [int(r[2]) for r in rows]
+        handed = sum(int(r[12]) for r in rows)
         if max(accepted) - min(accepted) >= 4:  # (the epoll backend's workers race for the Unix socket's clients)
-            check(sum(int(r[12]) for r in rows) > 0, "the hand-overs are counted (handed_over): %r" % rows)
+            check(handed > 0, "the hand-overs are counted (handed_over): %r" % rows)
+        wait_for(lambda: metric(scrape_metrics(http_port), "tern_clients_handed_over_total") == handed,
+                 "/metrics to count the %d hand-overs SHOW WORKERS counts (it has %s)"
+                 % (handed, metric(scrape_metrics(http_port), "tern_clients_handed_over_total")), timeout=5)
     finally:
         for c in conns:
             c.close()
